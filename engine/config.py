@@ -1,0 +1,81 @@
+"""EngineConfig: every knob of one engine, validated at construction."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+STRATEGIES = ("continuous", "static", "dynamic")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def default_model() -> str:
+    return os.environ.get("INFLIGHT_MODEL") or DEFAULT_MODEL
+
+
+def default_device() -> str:
+    return os.environ.get("INFLIGHT_DEVICE") or "auto"
+
+
+@dataclass
+class EngineConfig:
+    model: str | None = None          # hub id, local dir; None: $INFLIGHT_MODEL or the default
+    strategy: str = "continuous"
+    device: str | None = None         # "auto" | "cpu" | "cuda" | "cuda:N"; None: $INFLIGHT_DEVICE or auto
+    dtype: str = "auto"               # auto: bf16 on GPU, fp32 on CPU
+    block_size: int = 16
+    num_kv_blocks: int | None = None  # None: sized from kv_cache_memory_gb
+    kv_cache_memory_gb: float | None = None  # None: 1 GiB on CPU, 60% of free memory on GPU
+    max_model_len: int | None = None  # None: the model's context length
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 512
+    enable_chunked_prefill: bool = True
+    static_batch_size: int = 8
+    static_max_wait_s: float = 0.5
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.model is None:
+            self.model = default_model()
+        if self.device is None:
+            self.device = default_device()
+        _check(isinstance(self.model, str) and self.model.strip() != "", "model", self.model,
+               "a hub id or a local directory")
+        _check(self.strategy in STRATEGIES, "strategy", self.strategy, f"one of {', '.join(STRATEGIES)}")
+        _check(isinstance(self.device, str) and (self.device in ("auto", "cpu", "cuda")
+                                                 or self.device.startswith("cuda:")),
+               "device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
+        _check(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join(DTYPES)}")
+        _check(_is_int(self.block_size) and self.block_size >= 1, "block_size", self.block_size,
+               "an integer >= 1")
+        _check(self.num_kv_blocks is None or (_is_int(self.num_kv_blocks) and self.num_kv_blocks >= 1),
+               "num_kv_blocks", self.num_kv_blocks, "None or an integer >= 1")
+        _check(self.kv_cache_memory_gb is None or (_is_num(self.kv_cache_memory_gb)
+                                                   and self.kv_cache_memory_gb > 0),
+               "kv_cache_memory_gb", self.kv_cache_memory_gb, "None or a number > 0")
+        _check(self.max_model_len is None or (_is_int(self.max_model_len) and self.max_model_len >= 2),
+               "max_model_len", self.max_model_len, "None or an integer >= 2")
+        _check(_is_int(self.max_num_seqs) and self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs,
+               "an integer >= 1")
+        _check(_is_int(self.max_num_batched_tokens) and self.max_num_batched_tokens >= 1,
+               "max_num_batched_tokens", self.max_num_batched_tokens, "an integer >= 1")
+        _check(isinstance(self.enable_chunked_prefill, bool), "enable_chunked_prefill",
+               self.enable_chunked_prefill, "True or False")
+        _check(_is_int(self.static_batch_size) and self.static_batch_size >= 1, "static_batch_size",
+               self.static_batch_size, "an integer >= 1")
+        _check(_is_num(self.static_max_wait_s) and self.static_max_wait_s >= 0, "static_max_wait_s",
+               self.static_max_wait_s, "a number >= 0")
+        _check(_is_int(self.seed), "seed", self.seed, "an integer")
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check(ok: bool, name: str, value, expected: str) -> None:
+    if not ok:
+        raise ValueError(f"EngineConfig.{name} must be {expected}, got {value!r}")

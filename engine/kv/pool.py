@@ -1,0 +1,42 @@
+"""Per-layer paged KV pools: [num_blocks, block_size, kv_heads, head_dim] for K and for V."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class KVShape:
+    num_layers: int
+    kv_heads: int
+    head_dim: int
+
+
+def kv_shape(hf_config) -> KVShape:
+    """Layer count, KV heads and head size from a Hugging Face config (GQA and explicit head_dim aware)."""
+    heads = hf_config.num_attention_heads
+    kv_heads = getattr(hf_config, "num_key_value_heads", None) or heads
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads
+    return KVShape(hf_config.num_hidden_layers, kv_heads, head_dim)
+
+
+def kv_bytes_per_token(shape: KVShape, dtype: torch.dtype) -> int:
+    elem = torch.tensor([], dtype=dtype).element_size()
+    return 2 * shape.num_layers * shape.kv_heads * shape.head_dim * elem
+
+
+class KVPool:
+    """The physical KV memory. Zero-initialised: a NaN in an unwritten slot would
+    poison attention even where it is masked out (0 x NaN)."""
+
+    def __init__(self, shape: KVShape, num_blocks: int, block_size: int, dtype: torch.dtype,
+                 device: torch.device):
+        self.shape, self.num_blocks, self.block_size = shape, num_blocks, block_size
+        dims = (num_blocks, block_size, shape.kv_heads, shape.head_dim)
+        self.k = [torch.zeros(dims, dtype=dtype, device=device) for _ in range(shape.num_layers)]
+        self.v = [torch.zeros(dims, dtype=dtype, device=device) for _ in range(shape.num_layers)]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)

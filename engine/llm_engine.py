@@ -1,0 +1,285 @@
+"""LLMEngine: add requests, then step(): schedule -> forward -> sample -> update -> StepEvent."""
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from .config import EngineConfig
+from .detokenizer import IncrementalDetokenizer, find_stop
+from .kv import KVCacheManager
+from .kv.pool import kv_bytes_per_token
+from .model.runner import ModelRunner
+from .model.sampler import make_generator
+from .request import Request, RequestOutput, RequestStatus, SamplingParams
+from .scheduler import SchedulerOutput, make_scheduler
+from .telemetry import StepEntry, StepEvent
+
+log = logging.getLogger(__name__)
+GiB = 1 << 30
+KEEP_FINISHED = 10_000  # finished outputs kept for get_output(), oldest dropped first
+
+
+class LLMEngine:
+    def __init__(self, cfg: EngineConfig | None = None, progress=None, clock=time.perf_counter):
+        self.cfg = cfg or EngineConfig()
+        self.clock = clock
+        self.runner = ModelRunner(self.cfg, progress)
+        self.tokenizer = self.runner.tokenizer
+        self.max_model_len = self._max_model_len()
+        num_blocks = self._num_kv_blocks()
+        self.cache = KVCacheManager(num_blocks, self.cfg.block_size)
+        self.runner.allocate_kv(num_blocks, self.cfg.block_size)
+        self.scheduler = make_scheduler(self.cfg, self.cache, clock)
+        self.requests: dict[int, Request] = {}  # unfinished
+        self._finished: OrderedDict[int, RequestOutput] = OrderedDict()
+        self._just_finished: list[int] = []  # reported by the next StepEvent
+        self._next_id = 0
+        self.step_count = 0
+        self.telemetry_s = 0.0  # time spent building StepEvents
+        self.busy_s = 0.0       # time spent in steps that computed something
+
+    # ---- setup -------------------------------------------------------------------------------
+    def _max_model_len(self) -> int:
+        limit = self.runner.max_positions
+        want = self.cfg.max_model_len or limit
+        if want > limit:
+            raise ValueError(f"EngineConfig.max_model_len={want} exceeds the model's context length {limit}")
+        return want
+
+    def _num_kv_blocks(self) -> int:
+        bs = self.cfg.block_size
+        per_block = kv_bytes_per_token(self.runner.kv_shape, self.runner.dtype) * bs
+        if self.cfg.num_kv_blocks is not None:
+            n = self.cfg.num_kv_blocks
+        else:
+            n = int(self._kv_budget_bytes() // per_block)
+        if n * bs < self.max_model_len:
+            raise ValueError(
+                f"the KV pool ({n} blocks x {bs} tokens = {n * bs} tokens, {n * per_block / GiB:.2f} GiB) "
+                f"cannot hold one request of max_model_len={self.max_model_len} tokens; raise num_kv_blocks "
+                f"or kv_cache_memory_gb, or lower max_model_len")
+        return n
+
+    def _kv_budget_bytes(self) -> float:
+        if self.cfg.kv_cache_memory_gb is not None:
+            return self.cfg.kv_cache_memory_gb * GiB
+        if self.runner.device.type == "cuda":
+            import torch
+            free, _ = torch.cuda.mem_get_info(self.runner.device)
+            return 0.6 * free
+        return 1.0 * GiB
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.cache.num_blocks * self.cfg.block_size
+
+    # ---- requests ----------------------------------------------------------------------------
+    def add_request(self, prompt: str | Sequence[int], params: SamplingParams | None = None,
+                    arrival_s: float | None = None) -> int:
+        """Queue a request; bad input raises ValueError and leaves the engine untouched."""
+        params = params or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
+        params.validate()
+        ids = self._prompt_ids(prompt)
+        self._check_fits(len(ids), params)
+        rid = self._next_id
+        self._next_id += 1
+        req = Request(rid, ids, params, arrival_s if arrival_s is not None else self.clock(),
+                      eos_token_ids=self.runner.eos_token_ids)
+        req.generator = make_generator(params.seed, self.runner.device)
+        req.detok = IncrementalDetokenizer(self.tokenizer, ids)
+        self.requests[rid] = req
+        self.scheduler.add(req)
+        return rid
+
+    def _prompt_ids(self, prompt) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ValueError("prompt is empty")
+            ids = self.tokenizer.encode(prompt, add_special_tokens=True)
+        elif isinstance(prompt, Sequence) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            ids = list(prompt)
+            bad = [t for t in ids if not 0 <= t < self.runner.vocab_size]
+            if bad:
+                raise ValueError(f"prompt token id {bad[0]} is outside the vocabulary [0, {self.runner.vocab_size})")
+        else:
+            raise ValueError(f"prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+        if not ids:
+            raise ValueError("prompt is empty (no tokens)")
+        return ids
+
+    def _check_fits(self, prompt_len: int, params: SamplingParams) -> None:
+        total = prompt_len + params.max_tokens
+        if total > self.max_model_len:
+            raise ValueError(
+                f"prompt ({prompt_len} tokens) + max_tokens ({params.max_tokens}) = {total} exceeds the "
+                f"model's context limit max_model_len={self.max_model_len}")
+        if total > self.kv_capacity_tokens:
+            raise ValueError(
+                f"prompt + max_tokens = {total} tokens can never fit the KV pool of {self.kv_capacity_tokens} "
+                f"tokens ({self.cache.num_blocks} blocks x {self.cfg.block_size})")
+        if not self.cfg.enable_chunked_prefill and total > self.cfg.max_num_batched_tokens:
+            raise ValueError(
+                f"prompt + max_tokens = {total} tokens exceeds max_num_batched_tokens="
+                f"{self.cfg.max_num_batched_tokens}, which must hold a whole (re)computed prompt when "
+                f"chunked prefill is off")
+
+    def abort(self, request_id: int) -> bool:
+        """Abort a request; False if it is unknown or already finished."""
+        req = self.requests.get(request_id)
+        if req is None:
+            return False
+        self._finish(req, "abort", self.clock())
+        self.scheduler.on_step_done()
+        return True
+
+    @property
+    def draining(self) -> bool:
+        """True when no more requests are coming: static/dynamic then launch a partial batch
+        instead of waiting for a full one (generate() sets it for its run)."""
+        return self.scheduler.draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self.scheduler.draining = bool(value)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.requests) or self.scheduler.has_work()
+
+    def get_output(self, request_id: int) -> RequestOutput:
+        req = self.requests.get(request_id)
+        if req is not None:
+            return req.to_output()
+        if request_id in self._finished:
+            return self._finished[request_id]
+        raise KeyError(f"unknown request id {request_id}")
+
+    def pop_output(self, request_id: int) -> RequestOutput:
+        out = self.get_output(request_id)
+        self._finished.pop(request_id, None)
+        return out
+
+    # ---- one iteration -----------------------------------------------------------------------
+    def step(self) -> StepEvent:
+        t_start = self.clock()
+        sched = self.scheduler.schedule()
+        sampled: dict[int, int] = {}
+        if sched.rows:
+            try:
+                tokens = self.runner.execute(sched.rows, self.cache)
+            except Exception as e:  # a failed forward ends the batch's requests, not the engine
+                log.exception("engine step failed")
+                self._fail(sched, e)
+                tokens = []
+            self._update(sched, tokens, sampled)
+        self.scheduler.on_step_done()
+        t_end = self.clock()
+        ev = self._event(sched, sampled, t_start, t_end)
+        self.telemetry_s += self.clock() - t_end
+        if sched.rows:
+            self.busy_s += t_end - t_start
+        self.step_count += 1
+        return ev
+
+    def _update(self, sched: SchedulerOutput, tokens: list[int], sampled: dict[int, int]) -> None:
+        now = self.clock()
+        it = iter(tokens)
+        for row in sched.rows:
+            req = row.request
+            if req.is_finished:
+                continue
+            samples = row.samples
+            req.num_computed_tokens += row.num_new
+            if samples:
+                tok = next(it)
+                sampled[req.request_id] = tok
+                self._append_token(req, tok, now)
+
+    def _append_token(self, req: Request, tok: int, now: float) -> None:
+        req.output_token_ids.append(tok)
+        if req.first_token_s is None:
+            req.first_token_s = now
+        p = req.params
+        before = len(req.text)
+        req.text += req.detok.push(tok)
+        if not p.ignore_eos and tok in req.eos_token_ids:
+            return self._finish(req, "stop", now)
+        if p.stop_token_ids and tok in p.stop_token_ids:
+            return self._finish(req, "stop", now)
+        stops = p.stop_strings()
+        if stops:
+            cut = find_stop(req.text, stops, before)
+            if cut is not None:
+                req.text = req.text[:cut]
+                return self._finish(req, "stop", now, flush=False)
+        if len(req.output_token_ids) >= p.max_tokens:
+            self._finish(req, "length", now)
+
+    def _finish(self, req: Request, reason: str, now: float, error: str | None = None,
+                flush: bool = True) -> None:
+        if flush:  # text held back for an unfinished character; not after a stop-string cut
+            req.text += req.detok.finish()
+        req.status = RequestStatus.FINISHED
+        req.finish_reason, req.finish_s, req.error = reason, now, error
+        self.scheduler.on_finished(req)
+        del self.requests[req.request_id]
+        self._finished[req.request_id] = req.to_output()
+        while len(self._finished) > KEEP_FINISHED:
+            self._finished.popitem(last=False)
+        self._just_finished.append(req.request_id)
+
+    def _fail(self, sched: SchedulerOutput, e: Exception) -> None:
+        now, msg = self.clock(), f"{type(e).__name__}: {e}"
+        for row in sched.rows:
+            if not row.request.is_finished:
+                self._finish(row.request, "error", now, error=msg)
+
+    # ---- telemetry ---------------------------------------------------------------------------
+    def _event(self, sched: SchedulerOutput, sampled: dict[int, int], t_start: float, t_end: float) -> StepEvent:
+        entries = []
+        for row in sched.rows:
+            req = row.request
+            if row.num_new:
+                entries.append(StepEntry(req.request_id, row.phase, row.num_new, req.num_computed_tokens, row.slot))
+            if row.num_pad:
+                entries.append(StepEntry(req.request_id, "padding", row.num_pad, req.num_computed_tokens, row.slot))
+        tables = {rid: list(t) for rid, t in self.cache.block_tables.items()}
+        # Every block holder is in the scheduler's running set (static: finished rows included).
+        kv_tokens = {r.request_id: r.num_computed_tokens for r in self.scheduler.running}
+        held = sum(len(t) for t in tables.values()) * self.cfg.block_size
+        finished, self._just_finished = self._just_finished, []
+        return StepEvent(
+            step=self.step_count, strategy=self.cfg.strategy, t_start=t_start, t_end=t_end,
+            entries=entries, num_waiting=self.scheduler.num_waiting, num_running=self.scheduler.num_running,
+            admitted=sched.admitted, finished=finished, preempted=sched.preempted,
+            tokens_used=sched.num_tokens, token_budget=self.cfg.max_num_batched_tokens,
+            num_blocks=self.cache.num_blocks, block_size=self.cfg.block_size,
+            used_blocks=self.cache.num_blocks - self.cache.num_free, block_owner=self.cache.owner.copy(),
+            block_tables=tables, kv_tokens=kv_tokens, reserved_unused_slots=held - sum(kv_tokens.values()),
+            sampled=sampled,
+        )
+
+    # ---- convenience -------------------------------------------------------------------------
+    def generate(self, prompts: Sequence[str | Sequence[int]],
+                 params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[RequestOutput]:
+        """Run the prompts to completion (with whatever else is queued); outputs in input order."""
+        if isinstance(params, SamplingParams) or params is None:
+            params = [params or SamplingParams()] * len(prompts)
+        if len(params) != len(prompts):
+            raise ValueError(f"got {len(prompts)} prompts but {len(params)} SamplingParams")
+        ids = [self.add_request(p, sp) for p, sp in zip(prompts, params)]
+        was, self.draining = self.draining, True
+        try:
+            while any(rid in self.requests for rid in ids):
+                self.step()
+        finally:
+            self.draining = was
+        return [self.pop_output(rid) for rid in ids]
+
+    def chat_prompt(self, messages: list[dict], **kwargs) -> list[int]:
+        """Token ids of messages under the tokenizer's chat template, ready for add_request."""
+        from .detokenizer import apply_chat_template
+        return apply_chat_template(self.tokenizer, messages, **kwargs)

@@ -1,0 +1,136 @@
+"""Paged attention plugged into Hugging Face models through AttentionInterface.
+
+The model runs on a packed ragged batch (batch dim 1). Each layer's attention
+call writes the new K/V into the paged pool through the slot mapping, then
+attends through block tables. This is the PyTorch reference backend (CPU and
+any device); tokens fall into three groups, each done in as few calls as
+possible:
+- decode rows (one query each): one batched SDPA over K/V gathered by block table;
+- prefill chunks: one SDPA each; a first chunk attends straight to its own keys;
+- padding tokens (static batching's pad tokens) belong to no group: they go
+  through every linear layer like real rows, but their attention output is zero.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+import transformers
+
+ATTN_NAME = "inflight"  # must not start with "paged|" (transformers strips that prefix)
+META_KWARG = "inflight_meta"
+
+
+@dataclass
+class PrefillSeq:
+    start: int            # first query token in the packed batch
+    end: int              # one past the last query token
+    context_len: int      # keys after this step's write (= start position + chunk length)
+    blocks: torch.Tensor  # LongTensor of physical block ids covering context_len
+
+
+@dataclass
+class BatchMeta:
+    """Per-iteration batch layout shared by every layer's attention call."""
+    pool: object                      # KVPool
+    num_tokens: int
+    write_idx: torch.Tensor | None    # tokens whose K/V are stored (None: all of them)
+    write_slots: torch.Tensor         # flat slot per stored token
+    decode_idx: torch.Tensor          # [Bd] packed index of each decode row's token
+    decode_blocks: torch.Tensor       # [Bd, max_blocks] block tables, padded with 0
+    decode_ctx: torch.Tensor          # [Bd] keys each decode row attends to
+    prefills: list[PrefillSeq]
+    _masks: dict = field(default_factory=dict)  # cached per (group, sliding window)
+
+    def decode_mask(self, window: int | None) -> torch.Tensor:
+        key = ("decode", window)
+        if key not in self._masks:
+            span = self.decode_blocks.shape[1] * self.pool.block_size
+            j = torch.arange(span, device=self.decode_ctx.device)
+            mask = j[None, :] < self.decode_ctx[:, None]
+            if window is not None:
+                mask &= j[None, :] > (self.decode_ctx[:, None] - 1 - window)
+            self._masks[key] = mask[:, None, None, :]  # [Bd, 1, 1, span]
+        return self._masks[key]
+
+    def prefill_mask(self, i: int, window: int | None) -> torch.Tensor:
+        key = (i, window)
+        if key not in self._masks:
+            seq = self.prefills[i]
+            q = seq.end - seq.start
+            device = seq.blocks.device
+            qpos = torch.arange(seq.context_len - q, seq.context_len, device=device)
+            j = torch.arange(seq.context_len, device=device)
+            mask = j[None, :] <= qpos[:, None]
+            if window is not None:
+                mask &= j[None, :] > (qpos[:, None] - window)
+            self._masks[key] = mask
+        return self._masks[key]
+
+
+def paged_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                    sliding_window=None, **kwargs):
+    """query [1, H, T, D], key/value [1, Hkv, T, D] -> (out [1, T, H, D], None)."""
+    meta: BatchMeta = kwargs[META_KWARG]
+    pool, layer = meta.pool, module.layer_idx
+    k_new = key[0].transpose(0, 1)    # [T, Hkv, D]
+    v_new = value[0].transpose(0, 1)
+    _write_kv(meta, pool.k[layer], pool.v[layer], k_new, v_new)
+
+    T, H, D = query.shape[2], query.shape[1], query.shape[3]
+    out = query.new_zeros(T, H, D)
+    window = sliding_window if sliding_window else None
+    if meta.decode_idx.numel():
+        out[meta.decode_idx] = _decode(meta, pool.k[layer], pool.v[layer], query, window, scaling)
+    for i, seq in enumerate(meta.prefills):
+        out[seq.start:seq.end] = _prefill(meta, i, seq, pool.k[layer], pool.v[layer], query, key, value,
+                                          window, scaling)
+    return out.unsqueeze(0), None
+
+
+def _write_kv(meta: BatchMeta, k_pool, v_pool, k_new, v_new) -> None:
+    if meta.write_slots.numel() == 0:
+        return
+    k_flat = k_pool.view(-1, *k_pool.shape[2:])
+    v_flat = v_pool.view(-1, *v_pool.shape[2:])
+    if meta.write_idx is not None:
+        k_new, v_new = k_new[meta.write_idx], v_new[meta.write_idx]
+    k_flat.index_copy_(0, meta.write_slots, k_new)
+    v_flat.index_copy_(0, meta.write_slots, v_new)
+
+
+def _gather(pool_t, blocks: torch.Tensor) -> torch.Tensor:
+    """[..., nblocks] block ids -> [..., Hkv, nblocks*block_size, D]."""
+    g = pool_t[blocks]  # [..., nblocks, bs, Hkv, D]
+    g = g.flatten(-4, -3)  # [..., L, Hkv, D]
+    return g.transpose(-3, -2)
+
+
+def _decode(meta, k_pool, v_pool, query, window, scaling):
+    q = query[0][:, meta.decode_idx].transpose(0, 1).unsqueeze(2)  # [Bd, H, 1, D]
+    k = _gather(k_pool, meta.decode_blocks)                          # [Bd, Hkv, L, D]
+    v = _gather(v_pool, meta.decode_blocks)
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=meta.decode_mask(window), scale=scaling,
+                                       enable_gqa=q.shape[1] != k.shape[1])
+    return o[:, :, 0]  # [Bd, H, D]
+
+
+def _prefill(meta, i, seq, k_pool, v_pool, query, key, value, window, scaling):
+    q = query[:, :, seq.start:seq.end]  # [1, H, q, D]
+    n = seq.end - seq.start
+    gqa = query.shape[1] != key.shape[1]
+    if seq.context_len == n and (window is None or window >= n):
+        # First chunk: its own keys are the whole context; plain causal attention.
+        o = F.scaled_dot_product_attention(q, key[:, :, seq.start:seq.end], value[:, :, seq.start:seq.end],
+                                           is_causal=True, scale=scaling, enable_gqa=gqa)
+    else:
+        k = _gather(k_pool, seq.blocks)[:, :seq.context_len].unsqueeze(0)  # [1, Hkv, ctx, D]
+        v = _gather(v_pool, seq.blocks)[:, :seq.context_len].unsqueeze(0)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=meta.prefill_mask(i, window), scale=scaling,
+                                           enable_gqa=gqa)
+    return o[0].transpose(0, 1)  # [q, H, D]
+
+
+def register() -> None:
+    transformers.AttentionInterface.register(ATTN_NAME, paged_attention)

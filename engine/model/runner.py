@@ -1,0 +1,168 @@
+"""ModelRunner: one forward pass per iteration over a packed ragged batch, then sampling."""
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from ..config import EngineConfig
+from ..kv import KVCacheManager, KVPool
+from ..kv.pool import kv_shape
+from ..request import Request
+from ..scheduler import ScheduledRow
+from . import attention
+from .attention import ATTN_NAME, META_KWARG, BatchMeta, PrefillSeq
+from .loader import resolve_model_dir
+from .sampler import sample
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} was asked for but CUDA is not available; use device='cpu'")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, name)
+
+
+class ModelRunner:
+    """Loads a Hugging Face causal LM with Inflight's paged attention and runs it."""
+
+    def __init__(self, cfg: EngineConfig, progress=None):
+        self.device = resolve_device(cfg.device)
+        self.dtype = resolve_dtype(cfg.dtype, self.device)
+        self.model_dir = resolve_model_dir(cfg.model, progress)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        attention.register()
+        try:
+            model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=self.dtype,
+                                                         attn_implementation=ATTN_NAME)
+        except (ValueError, OSError, KeyError) as e:
+            raise ValueError(f"{cfg.model}: cannot be loaded as a causal language model with "
+                             f"Inflight's attention ({e})") from e
+        self.model = model.to(self.device).eval()
+        self.hf_config = self.model.config
+        self.kv_shape = kv_shape(self.hf_config)
+        self.vocab_size = self.hf_config.vocab_size
+        self.max_positions = self.hf_config.max_position_embeddings
+        self.eos_token_ids = self._eos_ids()
+        pad = self.tokenizer.pad_token_id
+        self.pad_token_id = pad if pad is not None else min(self.eos_token_ids, default=0)
+        self.pool: KVPool | None = None
+
+    def _eos_ids(self) -> frozenset[int]:
+        ids = set()
+        gen_eos = getattr(self.model.generation_config, "eos_token_id", None)
+        for e in ([gen_eos] if isinstance(gen_eos, int) else gen_eos or []):
+            ids.add(int(e))
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        return frozenset(ids)
+
+    def allocate_kv(self, num_blocks: int, block_size: int) -> None:
+        self.pool = KVPool(self.kv_shape, num_blocks, block_size, self.dtype, self.device)
+
+    @torch.inference_mode()
+    def execute(self, rows: list[ScheduledRow], cache: KVCacheManager) -> list[int]:
+        """Run one iteration; returns the sampled token of every row that samples, in row order."""
+        batch = _PackedBatch(self, cache)
+        for row in rows:
+            batch.add(row)
+        meta = batch.meta()
+        dev = self.device
+        logits = self.model(
+            input_ids=torch.tensor([batch.ids], device=dev),
+            position_ids=torch.tensor([batch.positions], device=dev),
+            use_cache=False,
+            logits_to_keep=torch.tensor(batch.sample_idx, dtype=torch.long, device=dev),
+            **{META_KWARG: meta},
+        ).logits[0]
+        if not batch.sample_rows:
+            return []
+        reqs = [r.request for r in batch.sample_rows]
+        return sample(logits, [r.params for r in reqs], [r.generator for r in reqs]).tolist()
+
+
+class _PackedBatch:
+    """Accumulates one iteration's tokens and attention layout, row by row."""
+
+    def __init__(self, runner: ModelRunner, cache: KVCacheManager):
+        self.runner, self.cache = runner, cache
+        self.ids: list[int] = []
+        self.positions: list[int] = []
+        self.write_tok: list[int] = []
+        self.write_slots: list[int] = []
+        self.dec_idx: list[int] = []
+        self.dec_tables: list[list[int]] = []
+        self.dec_ctx: list[int] = []
+        self.prefills: list[tuple[int, int, int, list[int]]] = []
+        self.sample_idx: list[int] = []
+        self.sample_rows: list[ScheduledRow] = []
+
+    def add(self, row: ScheduledRow) -> None:
+        req, pad = row.request, self.runner.pad_token_id
+        if row.num_pad and row.num_new == 0:
+            # A finished row that still holds its slot: one pad token attending to its cache.
+            ctx = req.num_computed_tokens
+            self._decode_row(len(self.ids), req, ctx)
+            self.ids.append(pad)
+            self.positions.append(min(ctx, self.runner.max_positions - 1))
+        elif row.num_pad:
+            # Left padding: computed through every layer, attends to nothing, stored nowhere.
+            self.ids.extend([pad] * row.num_pad)
+            self.positions.extend([0] * row.num_pad)
+        if row.num_new:
+            self._real_tokens(row, req)
+
+    def _real_tokens(self, row: ScheduledRow, req: Request) -> None:
+        t, start, n = len(self.ids), req.num_computed_tokens, row.num_new
+        end = start + n
+        self.ids.extend(_token_slice(req, start, end))
+        self.positions.extend(range(start, end))
+        self.write_tok.extend(range(t, t + n))
+        self.write_slots.extend(self.cache.slots(req.request_id, start, end))
+        if n == 1:
+            self._decode_row(t, req, end)
+        else:
+            blocks = self.cache.block_tables[req.request_id][:self.cache.blocks_for(end)]
+            self.prefills.append((t, t + n, end, blocks))
+        if row.samples:
+            self.sample_idx.append(t + n - 1)
+            self.sample_rows.append(row)
+
+    def _decode_row(self, t: int, req: Request, ctx: int) -> None:
+        self.dec_idx.append(t)
+        self.dec_tables.append(self.cache.block_tables[req.request_id][:self.cache.blocks_for(ctx)])
+        self.dec_ctx.append(ctx)
+
+    def meta(self) -> BatchMeta:
+        dev = self.runner.device
+        width = max((len(b) for b in self.dec_tables), default=0)
+        dec_blocks = [b + [0] * (width - len(b)) for b in self.dec_tables]
+        all_written = len(self.write_tok) == len(self.ids)
+        return BatchMeta(
+            pool=self.runner.pool,
+            num_tokens=len(self.ids),
+            write_idx=None if all_written else torch.tensor(self.write_tok, dtype=torch.long, device=dev),
+            write_slots=torch.tensor(self.write_slots, dtype=torch.long, device=dev),
+            decode_idx=torch.tensor(self.dec_idx, dtype=torch.long, device=dev),
+            decode_blocks=torch.tensor(dec_blocks, dtype=torch.long, device=dev).reshape(len(dec_blocks), width),
+            decode_ctx=torch.tensor(self.dec_ctx, dtype=torch.long, device=dev),
+            prefills=[PrefillSeq(s, e, ctx, torch.tensor(b, dtype=torch.long, device=dev))
+                      for s, e, ctx, b in self.prefills],
+        )
+
+
+def _token_slice(req: Request, start: int, end: int) -> list[int]:
+    """Tokens [start, end) of prompt + output without concatenating the whole sequence."""
+    p = req.prompt_token_ids
+    if end <= len(p):
+        return p[start:end]
+    o, lp = req.output_token_ids, len(p)
+    if start >= lp:
+        return o[start - lp:end - lp]
+    return p[start:] + o[:end - lp]

@@ -1,0 +1,159 @@
+"""Token sampling for one engine step: greedy, temperature, top-k, top-p.
+
+`sample` takes the last-position logits of every scheduled row (one row per
+request that produces a token this step) and returns one token id per row.
+
+* Greedy rows (temperature 0) take the argmax, all at once.
+* The other rows are scaled by their temperature, filtered by top-k and top-p
+  (vectorised over the rows), turned into probabilities and sampled with
+  `torch.multinomial`: the unseeded rows as one group from torch's default
+  generator, each seeded row on its own with its request's generator, so that
+  a seeded request draws the same tokens whatever else shares the batch.
+
+Everything stays on the logits' device; the per-row parameters travel there in
+one small copy (pinned and non-blocking on CUDA), so no step waits on the GPU
+here except when a generator lives on another device than the logits.
+"""
+from __future__ import annotations
+
+import torch
+
+from engine.request import SamplingParams
+
+# Temperatures below this are treated as this, so that dividing cannot
+# overflow float32 for any sane logit.
+_MIN_TEMPERATURE = 1e-5
+
+
+def make_generator(seed: int | None, device) -> torch.Generator | None:
+    """A generator seeded with `seed` on `device`, or None when seed is None.
+
+    On CUDA a generator must live on the device of the tensor it samples from,
+    so pass the device the logits will be on.
+    """
+    if seed is None:
+        return None
+    gen = torch.Generator(device=torch.device(device))
+    gen.manual_seed(int(seed))
+    return gen
+
+
+def sample(logits: torch.Tensor, params: list[SamplingParams],
+           generators: list[torch.Generator | None]) -> torch.Tensor:
+    """One token id per row of `logits` [N, V]; a LongTensor [N] on the logits' device."""
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be 2-D [N, V], got shape {tuple(logits.shape)}")
+    n = logits.shape[0]
+    if len(params) != n or len(generators) != n:
+        raise ValueError(f"got {n} logit rows, {len(params)} params and {len(generators)} generators")
+    device = logits.device
+    if n == 0:
+        return torch.empty(0, dtype=torch.long, device=device)
+
+    sampled_rows = [i for i, p in enumerate(params) if p.temperature != 0]
+    if not sampled_rows:
+        # Argmax is the same in the logits' own dtype as in float32.
+        return logits.argmax(dim=-1)
+
+    all_sampled = len(sampled_rows) == n
+    if all_sampled:
+        sub = logits.float()
+    else:
+        row_idx = _to_device(sampled_rows, torch.long, device)
+        sub = logits.index_select(0, row_idx).float()
+    sub_params = [params[i] for i in sampled_rows]
+    sub_gens = [generators[i] for i in sampled_rows]
+
+    probs = _probabilities(sub, sub_params)
+    tokens = _draw(probs, sub_gens)
+
+    if all_sampled:
+        return tokens
+    out = logits.argmax(dim=-1)
+    out.index_copy_(0, row_idx, tokens)
+    return out
+
+
+def _to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    t = torch.tensor(values, dtype=dtype)
+    if device.type == "cuda":
+        # Pinned + non_blocking: the copy is queued behind the forward pass
+        # instead of making the host wait for it.
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def _probabilities(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """Row-wise probabilities [M, V] (float32) after temperature, top-k and top-p."""
+    m, vocab = logits.shape
+    device = logits.device
+    temps = [max(float(p.temperature), _MIN_TEMPERATURE) for p in params]
+    top_ks = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
+    top_ps = [float(p.top_p) for p in params]
+    use_top_k = any(k < vocab for k in top_ks)
+    use_top_p = any(p < 1.0 for p in top_ps)
+
+    # One host-to-device copy for all per-row parameters.
+    row_params = _to_device([[t, float(k), p] for t, k, p in zip(temps, top_ks, top_ps)],
+                            torch.float32, device)
+    if any(t != 1.0 for t in temps):
+        logits = logits / row_params[:, 0:1]
+
+    if use_top_k or use_top_p:
+        if all(k < vocab for k in top_ks):
+            # Every row keeps at most max(top_k) tokens: a partial top-k is
+            # enough and much cheaper than sorting the whole vocabulary.
+            cand_logits, cand_idx = logits.topk(max(top_ks), dim=-1, sorted=True)
+        else:
+            cand_logits, cand_idx = logits.sort(dim=-1, descending=True)
+        width = cand_logits.shape[1]
+        remove = torch.zeros_like(cand_logits, dtype=torch.bool)
+        if use_top_k:
+            ranks = torch.arange(width, device=device).unsqueeze(0)
+            remove |= ranks >= row_params[:, 1:2].long()
+            cand_logits = cand_logits.masked_fill(remove, float("-inf"))
+        if use_top_p:
+            cand_probs = cand_logits.softmax(dim=-1)
+            # Probability mass strictly before each token: the top token has 0,
+            # so it is always kept. Rows with top_p == 1 are left alone (float
+            # rounding could otherwise cut their tail).
+            mass_before = cand_probs.cumsum(dim=-1) - cand_probs
+            top_p = row_params[:, 2:3]
+            remove |= (mass_before >= top_p) & (top_p < 1.0)
+            cand_logits = cand_logits.masked_fill(remove, float("-inf"))
+        # Back to vocabulary order, so every row samples over all token ids
+        # (a seeded row's draw then depends only on its own probabilities,
+        # not on how many candidates the batch needed).
+        logits = torch.full_like(logits, float("-inf")).scatter_(1, cand_idx, cand_logits)
+
+    probs = logits.softmax(dim=-1)
+    # A row of NaN/-inf logits would make multinomial fail (a device-side
+    # assert on CUDA); such a row falls back to its first token instead.
+    probs = torch.nan_to_num(probs, nan=0.0, posinf=0.0, neginf=0.0)
+    bad = probs.sum(dim=-1, keepdim=True) <= 0
+    fallback = torch.zeros_like(probs)
+    fallback[:, 0] = 1.0
+    return torch.where(bad, fallback, probs)
+
+
+def _draw(probs: torch.Tensor, generators: list[torch.Generator | None]) -> torch.Tensor:
+    """One multinomial draw per row of `probs` [M, V]; LongTensor [M]."""
+    seeded = [i for i, g in enumerate(generators) if g is not None]
+    if len(seeded) < len(generators):
+        # The unseeded rows as one group; the seeded rows' draws from the
+        # default generator are overwritten below (cheaper than gathering).
+        tokens = torch.multinomial(probs, 1).squeeze(1)
+    else:
+        tokens = torch.empty(probs.shape[0], dtype=torch.long, device=probs.device)
+    for i in seeded:
+        gen = generators[i]
+        row = probs[i:i + 1]
+        if gen.device.type != probs.device.type or (
+                gen.device.index is not None and probs.device.index is not None
+                and gen.device.index != probs.device.index):
+            # Correct but slow: the generator lives elsewhere, so the row goes to it.
+            tok = torch.multinomial(row.to(gen.device), 1, generator=gen).to(probs.device)
+        else:
+            tok = torch.multinomial(row, 1, generator=gen)
+        tokens[i:i + 1] = tok.view(1)
+    return tokens

@@ -1,0 +1,142 @@
+"""Requests as the engine sees them, and what it hands back."""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+
+FinishReason = str  # "stop" | "length" | "abort" | "error"
+
+
+@dataclass
+class SamplingParams:
+    """How one request samples and when it stops.
+
+    temperature 0 is greedy; top_k 0 and top_p 1.0 disable those filters.
+    """
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first field that is out of range."""
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if not _is_number(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature must be a number >= 0, got {self.temperature!r}")
+        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
+        self.stop_strings()  # validates the stop field
+        if self.stop_token_ids is not None and not (
+                isinstance(self.stop_token_ids, (list, tuple))
+                and all(isinstance(t, int) and not isinstance(t, bool) for t in self.stop_token_ids)):
+            raise ValueError(f"stop_token_ids must be a list of integers, got {self.stop_token_ids!r}")
+
+    def stop_strings(self) -> list[str]:
+        if self.stop is None:
+            return []
+        if isinstance(self.stop, str):
+            stops = [self.stop]
+        elif isinstance(self.stop, (list, tuple)) and all(isinstance(s, str) for s in self.stop):
+            stops = list(self.stop)
+        else:
+            raise ValueError(
+                f"stop must be a string or a list of strings, got {type(self.stop).__name__}: {self.stop!r}")
+        if any(s == "" for s in stops):
+            raise ValueError("stop strings must not be empty")
+        return stops
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class RequestOutput:
+    """A request's result so far (finish_reason is None while it runs)."""
+    request_id: int
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    text: str
+    finish_reason: FinishReason | None
+    arrival_s: float
+    first_token_s: float | None
+    finish_s: float | None
+    error: str | None = None
+    num_preemptions: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class Request:
+    """Mutable per-request state owned by the engine."""
+    request_id: int
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    arrival_s: float
+    eos_token_ids: frozenset[int] = frozenset()
+    output_token_ids: list[int] = field(default_factory=list)
+    status: RequestStatus = RequestStatus.WAITING
+    # Tokens whose K/V are in the cache. Preemption resets it; the request then
+    # recomputes prompt + output so far.
+    num_computed_tokens: int = 0
+    text: str = ""
+    finish_reason: FinishReason | None = None
+    error: str | None = None
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    num_preemptions: int = 0
+    generator: object | None = None  # torch.Generator when seeded
+    detok: object | None = None      # IncrementalDetokenizer
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is RequestStatus.FINISHED
+
+    @property
+    def max_total_tokens(self) -> int:
+        return len(self.prompt_token_ids) + self.params.max_tokens
+
+    def to_output(self) -> RequestOutput:
+        return RequestOutput(
+            request_id=self.request_id,
+            prompt_token_ids=list(self.prompt_token_ids),
+            output_token_ids=list(self.output_token_ids),
+            text=self.text,
+            finish_reason=self.finish_reason,
+            arrival_s=self.arrival_s,
+            first_token_s=self.first_token_s,
+            finish_s=self.finish_s,
+            error=self.error,
+            num_preemptions=self.num_preemptions,
+        )

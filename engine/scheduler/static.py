@@ -1,0 +1,75 @@
+"""Static and dynamic batching: the request-level baseline that continuous batching replaces.
+
+A batch launches (static: when static_batch_size requests wait; dynamic: also
+when the oldest has waited static_max_wait_s), reserves each row's KV for
+prompt + max_tokens up front, prefills every row padded to the longest prompt,
+then decodes every row each step until its longest request finishes. Rows that
+finish early keep their slot and their KV and are still computed (as pad
+tokens) until then; nobody joins mid-batch. This is what generate() does on a
+padded batch.
+"""
+from __future__ import annotations
+
+from ..request import Request
+from .base import ScheduledRow, Scheduler, SchedulerOutput
+
+
+class StaticScheduler(Scheduler):
+    def __init__(self, cfg, cache, clock, dynamic: bool = False):
+        super().__init__(cfg, cache, clock)
+        self.dynamic = dynamic
+        self.batch: list[Request] = []  # the launched batch, in row order; equals `running`
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        if not self.batch:
+            if self._should_launch():
+                self._launch(out)
+            return out
+        for slot, req in enumerate(self.batch):
+            if req.is_finished:
+                out.rows.append(ScheduledRow(req, "padding", 0, num_pad=1, slot=slot))
+            else:
+                out.rows.append(ScheduledRow(req, self.phase_of(req, 1), 1, slot=slot))
+        return out
+
+    def _should_launch(self) -> bool:
+        n = len(self.waiting)
+        if n == 0:
+            return False
+        if n >= self.cfg.static_batch_size or self.draining:
+            return True
+        return self.dynamic and self.clock() - self.waiting[0].arrival_s >= self.cfg.static_max_wait_s
+
+    def _launch(self, out: SchedulerOutput) -> None:
+        while self.waiting and len(self.batch) < self.cfg.static_batch_size:
+            req = self.waiting[0]
+            if not self.cache.allocate(req.request_id, req.max_total_tokens):
+                break  # the reservation does not fit: it waits for the next batch
+            self.waiting.popleft()
+            self.batch.append(req)
+            self._start(req)
+            out.admitted.append(req.request_id)
+        self.running = self.batch
+        if not self.batch:
+            return
+        longest = max(r.num_tokens for r in self.batch)
+        for slot, req in enumerate(self.batch):
+            out.rows.append(ScheduledRow(req, "prefill", req.num_tokens, num_pad=longest - req.num_tokens,
+                                         slot=slot))
+
+    def on_finished(self, request: Request) -> None:
+        # A finished row keeps its slot and KV until the whole batch is done.
+        if request not in self.batch:
+            self.remove_waiting(request)
+            self.cache.free(request.request_id)
+
+    def on_step_done(self) -> None:
+        if self.batch and all(r.is_finished for r in self.batch):
+            for r in self.batch:
+                self.cache.free(r.request_id)
+            self.batch = []
+            self.running = self.batch
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.batch)

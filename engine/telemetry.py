@@ -1,0 +1,93 @@
+"""StepEvent: what one engine iteration did, for views, benchmarks and tests.
+
+Built once per step from state the engine already holds, so it stays cheap;
+`to_dict()` (the websocket shape) is only paid by consumers that need JSON.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PHASES = ("prefill", "decode", "padding")
+
+
+@dataclass
+class StepEntry:
+    """One scheduled row of a step.
+
+    phase: "prefill" (a prompt chunk, or a recompute after preemption),
+    "decode" (one new token), or "padding" (computed but discarded: static
+    batching's pad tokens and rows that already finished but still hold a slot).
+    context_len: tokens in this request's KV cache after the step.
+    """
+    request_id: int
+    phase: str
+    num_tokens: int
+    context_len: int
+    slot: int = -1  # static/dynamic: the row in the launched batch; continuous: position in the batch
+
+    def to_list(self) -> list:
+        return [self.request_id, self.phase, self.num_tokens, self.context_len, self.slot]
+
+
+@dataclass
+class StepEvent:
+    step: int
+    strategy: str
+    t_start: float
+    t_end: float
+    entries: list[StepEntry]
+    num_waiting: int
+    num_running: int
+    admitted: list[int]
+    finished: list[int]
+    preempted: list[int]
+    tokens_used: int            # tokens computed this step (padding included)
+    token_budget: int
+    # KV cache
+    num_blocks: int
+    block_size: int
+    used_blocks: int
+    block_owner: np.ndarray     # int32 [num_blocks], request id or -1 when free
+    block_tables: dict[int, list[int]]
+    kv_tokens: dict[int, int]   # request id -> tokens stored in its blocks
+    reserved_unused_slots: int  # slots held by requests but holding no token
+    # new tokens sampled this step: request id -> token id
+    sampled: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def duration_s(self) -> float:
+        return self.t_end - self.t_start
+
+    @property
+    def num_padding_tokens(self) -> int:
+        return sum(e.num_tokens for e in self.entries if e.phase == "padding")
+
+    def to_dict(self) -> dict:
+        """Compact JSON-ready form (the websocket's shape)."""
+        return {
+            "type": "step",
+            "step": self.step,
+            "strategy": self.strategy,
+            "t_start": self.t_start,
+            "t_end": self.t_end,
+            "entries": [e.to_list() for e in self.entries],
+            "num_waiting": self.num_waiting,
+            "num_running": self.num_running,
+            "admitted": self.admitted,
+            "finished": self.finished,
+            "preempted": self.preempted,
+            "tokens_used": self.tokens_used,
+            "token_budget": self.token_budget,
+            "kv": {
+                "num_blocks": self.num_blocks,
+                "block_size": self.block_size,
+                "used": self.used_blocks,
+                "block_owner": self.block_owner.tolist(),
+                "block_tables": {str(k): v for k, v in self.block_tables.items()},
+                "kv_tokens": {str(k): v for k, v in self.kv_tokens.items()},
+                "reserved_unused_slots": self.reserved_unused_slots,
+            },
+            "sampled": {str(k): v for k, v in self.sampled.items()},
+        }
