@@ -22,16 +22,18 @@ KEEP_FINISHED = 10_000  # finished outputs kept for get_output(), oldest dropped
 
 
 class LLMEngine:
-    def __init__(self, cfg: EngineConfig | None = None, progress=None, clock=time.perf_counter):
+    def __init__(self, cfg: EngineConfig | None = None, progress=None, clock=time.perf_counter,
+                 share_weights_with: LLMEngine | None = None):
+        """share_weights_with: an engine on the same model, device and dtype whose loaded weights
+        this one reuses (both may step in different threads)."""
         self.cfg = cfg or EngineConfig()
         self.clock = clock
-        self.runner = ModelRunner(self.cfg, progress)
+        self.runner = ModelRunner(self.cfg, progress, share=share_weights_with and share_weights_with.runner)
         self.tokenizer = self.runner.tokenizer
         self.max_model_len = self._max_model_len()
         num_blocks = self._num_kv_blocks()
-        self.cache = KVCacheManager(num_blocks, self.cfg.block_size)
         self.runner.allocate_kv(num_blocks, self.cfg.block_size)
-        self.scheduler = make_scheduler(self.cfg, self.cache, clock)
+        self._fresh_state()
         self.requests: dict[int, Request] = {}  # unfinished
         self._finished: OrderedDict[int, RequestOutput] = OrderedDict()
         self._just_finished: list[int] = []  # reported by the next StepEvent
@@ -41,6 +43,24 @@ class LLMEngine:
         self.busy_s = 0.0       # time spent in steps that computed something
 
     # ---- setup -------------------------------------------------------------------------------
+    def _fresh_state(self) -> None:
+        self.cache = KVCacheManager(self.runner.pool.num_blocks, self.cfg.block_size)
+        self.scheduler = make_scheduler(self.cfg, self.cache, self.clock)
+
+    def reset(self, reason: str) -> list[int]:
+        """End every unfinished request with finish_reason "error" and start from an empty
+        scheduler and cache (the loaded model is kept). Returns the ended request ids."""
+        now, ended = self.clock(), list(self.requests)
+        draining = self.scheduler.draining
+        for rid in ended:
+            req = self.requests.pop(rid)
+            req.status, req.finish_reason, req.finish_s, req.error = RequestStatus.FINISHED, "error", now, reason
+            self._remember(req)
+            self._just_finished.append(rid)
+        self._fresh_state()
+        self.scheduler.draining = draining
+        return ended
+
     def _max_model_len(self) -> int:
         limit = self.runner.max_positions
         want = self.cfg.max_model_len or limit
@@ -77,16 +97,18 @@ class LLMEngine:
 
     # ---- requests ----------------------------------------------------------------------------
     def add_request(self, prompt: str | Sequence[int], params: SamplingParams | None = None,
-                    arrival_s: float | None = None) -> int:
-        """Queue a request; bad input raises ValueError and leaves the engine untouched."""
+                    arrival_s: float | None = None, request_id: int | None = None) -> int:
+        """Queue a request; bad input raises ValueError and leaves the engine untouched.
+
+        request_id: a caller-chosen id (the service gives one submission the same id on every
+        strategy); by default the next free one."""
         params = params or SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
         params.validate()
         ids = self._prompt_ids(prompt)
         self._check_fits(len(ids), params)
-        rid = self._next_id
-        self._next_id += 1
+        rid = self._new_id(request_id)
         req = Request(rid, ids, params, arrival_s if arrival_s is not None else self.clock(),
                       eos_token_ids=self.runner.eos_token_ids)
         req.generator = make_generator(params.seed, self.runner.device)
@@ -94,6 +116,16 @@ class LLMEngine:
         self.requests[rid] = req
         self.scheduler.add(req)
         return rid
+
+    def _new_id(self, request_id: int | None) -> int:
+        if request_id is None:
+            request_id = self._next_id
+        elif isinstance(request_id, bool) or not isinstance(request_id, int) or request_id < 0:
+            raise ValueError(f"request_id must be an integer >= 0, got {request_id!r}")
+        elif request_id in self.requests or request_id in self._finished:
+            raise ValueError(f"request_id {request_id} is already in use")
+        self._next_id = max(self._next_id, request_id + 1)
+        return request_id
 
     def _prompt_ids(self, prompt) -> list[int]:
         if isinstance(prompt, str):
@@ -226,10 +258,13 @@ class LLMEngine:
         req.finish_reason, req.finish_s, req.error = reason, now, error
         self.scheduler.on_finished(req)
         del self.requests[req.request_id]
+        self._remember(req)
+        self._just_finished.append(req.request_id)
+
+    def _remember(self, req: Request) -> None:
         self._finished[req.request_id] = req.to_output()
         while len(self._finished) > KEEP_FINISHED:
             self._finished.popitem(last=False)
-        self._just_finished.append(req.request_id)
 
     def _fail(self, sched: SchedulerOutput, e: Exception) -> None:
         now, msg = self.clock(), f"{type(e).__name__}: {e}"

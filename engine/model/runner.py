@@ -1,6 +1,8 @@
 """ModelRunner: one forward pass per iteration over a packed ragged batch, then sampling."""
 from __future__ import annotations
 
+import threading
+
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -29,12 +31,40 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return getattr(torch, name)
 
 
+# transformers' loading patches global state (meta-device init): one load at a time per process.
+_LOAD_LOCK = threading.Lock()
+
+
 class ModelRunner:
     """Loads a Hugging Face causal LM with Inflight's paged attention and runs it."""
 
-    def __init__(self, cfg: EngineConfig, progress=None):
+    def __init__(self, cfg: EngineConfig, progress=None, share: ModelRunner | None = None):
+        """share: a runner already holding the same model, device and dtype; its weights are
+        reused (read-only at inference, so engines in several threads can share them)."""
         self.device = resolve_device(cfg.device)
         self.dtype = resolve_dtype(cfg.dtype, self.device)
+        self.model_name = cfg.model
+        if share is not None and (share.model_name, share.device, share.dtype) == (cfg.model, self.device,
+                                                                                   self.dtype):
+            # Weights are shared; the tokenizer is not (fast tokenizers dislike concurrent use).
+            self.model_dir, self.model = share.model_dir, share.model
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        else:
+            self._load(cfg, progress)
+        self.hf_config = self.model.config
+        self.kv_shape = kv_shape(self.hf_config)
+        self.vocab_size = self.hf_config.vocab_size
+        self.max_positions = self.hf_config.max_position_embeddings
+        self.eos_token_ids = self._eos_ids()
+        pad = self.tokenizer.pad_token_id
+        self.pad_token_id = pad if pad is not None else min(self.eos_token_ids, default=0)
+        self.pool: KVPool | None = None
+
+    def _load(self, cfg: EngineConfig, progress) -> None:
+        with _LOAD_LOCK:
+            self._load_locked(cfg, progress)
+
+    def _load_locked(self, cfg: EngineConfig, progress) -> None:
         self.model_dir = resolve_model_dir(cfg.model, progress)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         attention.register()
@@ -45,14 +75,6 @@ class ModelRunner:
             raise ValueError(f"{cfg.model}: cannot be loaded as a causal language model with "
                              f"Inflight's attention ({e})") from e
         self.model = model.to(self.device).eval()
-        self.hf_config = self.model.config
-        self.kv_shape = kv_shape(self.hf_config)
-        self.vocab_size = self.hf_config.vocab_size
-        self.max_positions = self.hf_config.max_position_embeddings
-        self.eos_token_ids = self._eos_ids()
-        pad = self.tokenizer.pad_token_id
-        self.pad_token_id = pad if pad is not None else min(self.eos_token_ids, default=0)
-        self.pool: KVPool | None = None
 
     def _eos_ids(self) -> frozenset[int]:
         ids = set()

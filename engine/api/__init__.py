@@ -1,0 +1,1 @@
+"""The network face of the service: websocket protocol and OpenAI-compatible routes."""

@@ -1,0 +1,182 @@
+"""OpenAI-compatible routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions.
+
+- Strategies: a request goes to every running strategy (or to the extension field `strategies`),
+  so it shows side by side in every live view. The answer comes from the first of `strategies`
+  (default: "continuous" if running, else the first running one); the copies on the other
+  strategies run on in the background and nobody waits for them.
+- finish_reason is the engine's, reported honestly: "stop", "length", or "abort" (the request was
+  aborted by someone else, e.g. from the live view, or the service stopped). An engine error is
+  HTTP 500 with an OpenAI-style error body, or an error chunk (`data: {"error": ...}`) in a stream.
+- A client that goes away (mid-stream or while waiting for a whole answer) has its request
+  aborted on every strategy, so its KV blocks are freed.
+- Requests are tagged "openai", or "openai:<user>" when the body names a `user`.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+import time
+from collections.abc import AsyncIterator
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..handles import RequestHandle
+from .openai_schema import (
+    MAX_BODY_BYTES,
+    ApiError,
+    ApiRequest,
+    chunk_body,
+    completion_body,
+    error_body,
+    parse_json,
+    parse_request,
+)
+
+HEARTBEAT_S = 1.0  # while no text arrives, check this often whether a streaming client left
+
+
+def openai_routes(get_service) -> list[Route]:
+    created = int(time.time())
+
+    async def models(request: Request) -> Response:
+        model = get_service().cfg.model
+        return JSONResponse({"object": "list", "data": [
+            {"id": model, "object": "model", "created": created, "owned_by": "inflight"}]})
+
+    async def completions(request: Request) -> Response:
+        return await _serve(request, get_service(), chat=False)
+
+    async def chat_completions(request: Request) -> Response:
+        return await _serve(request, get_service(), chat=True)
+
+    return [Route("/v1/models", models, methods=["GET"]),
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/chat/completions", chat_completions, methods=["POST"])]
+
+
+async def _serve(request: Request, svc, chat: bool) -> Response:
+    try:
+        req = parse_request(parse_json(await _read_body(request)), chat)
+        handles = await run_in_threadpool(svc.submit, req.prompt, req.params, messages=req.messages,
+                                          strategies=req.strategies, tag=req.tag)
+    except ApiError as e:
+        return _error(e)
+    except ValueError as e:  # the engines' own checks (prompt too long, unknown strategy, ...)
+        return _error(ApiError(str(e)))
+    except TimeoutError as e:
+        return _error(ApiError(str(e), status=503, type="server_error"))
+    except ClientDisconnect:
+        return Response(status_code=400)  # nobody is listening
+    primary = handles[0] if req.strategies else next(
+        (h for h in handles if h.strategy == "continuous"), handles[0])
+    model = svc.cfg.model
+    if req.stream:
+        return StreamingResponse(_sse(request, svc, req, primary, model), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    if not await _wait_unless_client_leaves(request, svc, primary):
+        return Response(status_code=499)  # the client left; its request was aborted
+    if problem := _failure(primary):
+        return _error(problem)
+    return JSONResponse(completion_body(req, primary.request_id, model, primary.output))
+
+
+async def _read_body(request: Request) -> bytes:
+    too_big = ApiError(f"the request body is larger than {MAX_BODY_BYTES} bytes", status=413)
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise too_big
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY_BYTES:
+            raise too_big
+    return bytes(raw)
+
+
+def _error(e: ApiError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status)
+
+
+def _failure(handle: RequestHandle) -> ApiError | None:
+    """Why a finished handle has no answer to give (engine error, service stopped), or None."""
+    if handle.output is None:
+        return ApiError(handle.rejection or "the request ended without a result", status=503, type="server_error")
+    if handle.output.finish_reason == "error":
+        return ApiError(handle.output.error or "the engine failed on this request", status=500, type="server_error")
+    return None
+
+
+async def _deltas(handle: RequestHandle, heartbeat_s: float | None = None) -> AsyncIterator[str]:
+    """The handle's text deltas, without blocking the event loop (a thread feeds a queue).
+    With heartbeat_s, yields "" whenever nothing arrived for that long."""
+    loop, queue = asyncio.get_running_loop(), asyncio.Queue()
+
+    def pump():
+        try:
+            for item in itertools.chain(handle, [None]):
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # the event loop has closed (server shutdown)
+            pass
+
+    threading.Thread(target=pump, daemon=True, name=f"openai-{handle.request_id}").start()
+    while True:
+        try:
+            item = await asyncio.wait_for(queue.get(), heartbeat_s)
+        except TimeoutError:
+            item = ""
+        if item is None:
+            return
+        yield item
+
+
+async def _wait_unless_client_leaves(request: Request, svc, handle: RequestHandle):
+    """True once the handle has finished; False (and the request aborted) if the client left first."""
+    async def drain():
+        async for _ in _deltas(handle):
+            pass
+
+    async def client_gone():
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    work, gone = asyncio.ensure_future(drain()), asyncio.ensure_future(client_gone())
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not work.done():  # the client left, or we are being cancelled (shutdown)
+            work.cancel()
+            svc.abort(handle.request_id)
+    return work.done() and not work.cancelled()
+
+
+def _sse_event(body: dict | str) -> bytes:
+    return f"data: {body if isinstance(body, str) else json.dumps(body)}\n\n".encode()
+
+
+async def _sse(request: Request, svc, req: ApiRequest, handle: RequestHandle, model: str):
+    rid, completed = handle.request_id, False
+    try:
+        if req.chat:
+            yield _sse_event(chunk_body(req, rid, model, role=True))
+        async for delta in _deltas(handle, HEARTBEAT_S):
+            if await request.is_disconnected():
+                return  # finally aborts
+            if delta:
+                yield _sse_event(chunk_body(req, rid, model, text=delta))
+        completed = True
+        if problem := _failure(handle):
+            yield _sse_event(problem.body())
+        else:
+            yield _sse_event(chunk_body(req, rid, model, finish_reason=handle.output.finish_reason))
+            if req.include_usage:
+                yield _sse_event(chunk_body(req, rid, model, out=handle.output))
+        yield _sse_event("[DONE]")
+    finally:  # also reached when the response is torn down (client gone: cancelled or closed)
+        if not completed:
+            svc.abort(rid)

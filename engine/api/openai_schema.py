@@ -1,0 +1,194 @@
+"""Parsing and checking OpenAI-style request bodies; building the response and chunk bodies.
+
+Bad input raises ApiError, which the routes turn into an OpenAI-style error response.
+Defaults follow OpenAI: temperature 1, top_p 1, max_tokens 16 for completions; chat
+(which OpenAI leaves open-ended) gets DEFAULT_CHAT_MAX_TOKENS.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+
+from ..request import RequestOutput, SamplingParams
+
+MAX_BODY_BYTES = 64 * 1024
+DEFAULT_COMPLETION_MAX_TOKENS = 16
+DEFAULT_CHAT_MAX_TOKENS = 256
+
+# Fields we do not implement: accepted only at their "off" values, refused otherwise.
+_UNSUPPORTED_UNLESS = {
+    "logprobs": (None, False, 0), "top_logprobs": (None, 0), "echo": (None, False), "best_of": (None, 1),
+    "suffix": (None, ""), "logit_bias": (None, {}), "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
+    "tools": (None, []), "functions": (None, []), "tool_choice": (None, "none", "auto"),
+}
+
+
+class ApiError(Exception):
+    def __init__(self, message: str, status: int = 400, param: str | None = None,
+                 type: str = "invalid_request_error"):
+        super().__init__(message)
+        self.message, self.status, self.param, self.type = message, status, param, type
+
+    def body(self) -> dict:
+        return error_body(self.message, self.type, self.param)
+
+
+def error_body(message: str, type: str = "invalid_request_error", param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": type, "param": param, "code": None}}
+
+
+@dataclass
+class ApiRequest:
+    chat: bool
+    prompt: str | list[int] | None
+    messages: list[dict] | None
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+    strategies: list[str] | None
+    tag: str
+
+
+def parse_json(raw: bytes) -> dict:
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ApiError(f"the request body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise ApiError(f"the request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def parse_request(body: dict, chat: bool) -> ApiRequest:
+    for name, off in _UNSUPPORTED_UNLESS.items():
+        if name in body and body[name] not in off:
+            raise ApiError(f"'{name}' is not supported by this server", param=name)
+    _opt(body, "model", str, "a string")
+    if _opt(body, "n", int, "an integer") not in (None, 1):
+        raise ApiError("only n=1 is supported", param="n")
+    prompt = messages = None
+    if chat:
+        messages = _messages(body.get("messages"))
+        max_tokens = _opt(body, "max_completion_tokens", int, "an integer")
+        if max_tokens is None:
+            max_tokens = _opt(body, "max_tokens", int, "an integer")
+    else:
+        prompt = _prompt(body.get("prompt"))
+        max_tokens = _opt(body, "max_tokens", int, "an integer")
+    if max_tokens is not None and max_tokens < 1:
+        raise ApiError(f"max_tokens must be >= 1, got {max_tokens}", param="max_tokens")
+    temperature = _opt(body, "temperature", float, "a number")
+    if temperature is not None and not 0 <= temperature <= 2:
+        raise ApiError(f"temperature must be between 0 and 2, got {temperature}", param="temperature")
+    top_p = _opt(body, "top_p", float, "a number")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ApiError(f"top_p must be in (0, 1], got {top_p}", param="top_p")
+    top_k = _opt(body, "top_k", int, "an integer")  # extension (as in vLLM)
+    if top_k is not None and top_k < 0:
+        raise ApiError(f"top_k must be >= 0 (0 disables it), got {top_k}", param="top_k")
+    stop = body.get("stop")
+    if not (stop is None or (isinstance(stop, str) and stop)
+            or (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop))):
+        raise ApiError(f"stop must be a non-empty string or a list of them, got {stop!r}", param="stop")
+    params = SamplingParams(
+        max_tokens=max_tokens or (DEFAULT_CHAT_MAX_TOKENS if chat else DEFAULT_COMPLETION_MAX_TOKENS),
+        temperature=1.0 if temperature is None else temperature,
+        top_p=1.0 if top_p is None else top_p, top_k=top_k or 0,
+        seed=_opt(body, "seed", int, "an integer"), stop=stop or None,
+        ignore_eos=bool(_opt(body, "ignore_eos", bool, "true or false")))
+    try:
+        params.validate()
+    except ValueError as e:
+        raise ApiError(str(e)) from None
+    stream = bool(_opt(body, "stream", bool, "true or false"))
+    options = _opt(body, "stream_options", dict, "an object") or {}
+    include_usage = bool(_opt(options, "include_usage", bool, "true or false", "stream_options.include_usage"))
+    strategies = body.get("strategies")  # extension: which engines serve it (default: all running)
+    if strategies is not None and not (isinstance(strategies, list) and strategies
+                                       and all(isinstance(s, str) for s in strategies)):
+        raise ApiError(f"strategies must be a non-empty list of strategy names, got {strategies!r}",
+                       param="strategies")
+    user = _opt(body, "user", str, "a string")
+    tag = f"openai:{user[:64]}" if user else "openai"
+    return ApiRequest(chat, prompt, messages, params, stream, include_usage, strategies, tag)
+
+
+def _opt(body: dict, name: str, kind: type, expected: str, param: str | None = None):
+    """body[name] if present and of the right type, else None if absent/null; ApiError otherwise."""
+    v = body.get(name)
+    if v is None:
+        return None
+    ok = isinstance(v, kind) and (kind is bool or not isinstance(v, bool))
+    if kind is float:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if not ok:
+        raise ApiError(f"{param or name} must be {expected}, got {v!r}", param=param or name)
+    return v
+
+
+def _prompt(prompt) -> str | list[int]:
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+        if len(prompt) > 1:
+            raise ApiError("only one prompt per request", param="prompt")
+        prompt = prompt[0]  # ["text"] or [[ids]]
+    if isinstance(prompt, str) or (isinstance(prompt, list) and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in prompt)):
+        return prompt
+    raise ApiError(f"prompt must be a string or a list of token ids, got {prompt!r:.200}", param="prompt")
+
+
+def _messages(messages) -> list[dict]:
+    """[{role, content}] with content a string or a list of text parts (joined)."""
+    if not isinstance(messages, list) or not messages:
+        raise ApiError("messages must be a non-empty list of {role, content} objects", param="messages")
+    out = []
+    for i, m in enumerate(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
+                                             and isinstance(p.get("text"), str) for p in content):
+            content = "".join(p["text"] for p in content)
+        if not isinstance(role, str) or not role or not isinstance(content, str):
+            raise ApiError(f"messages[{i}] must be an object with a string 'role' and a string 'content' "
+                           f"(or a list of text parts), got {m!r:.200}", param="messages")
+        out.append({"role": role, "content": content})
+    return out
+
+
+# ---- response bodies --------------------------------------------------------------------------
+def usage(out: RequestOutput) -> dict:
+    p, c = len(out.prompt_token_ids), len(out.output_token_ids)
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+def response_id(req: ApiRequest, request_id: int) -> str:
+    return f"{'chatcmpl' if req.chat else 'cmpl'}-{request_id}"
+
+
+def completion_body(req: ApiRequest, request_id: int, model: str, out: RequestOutput) -> dict:
+    if req.chat:
+        choice = {"index": 0, "message": {"role": "assistant", "content": out.text}}
+    else:
+        choice = {"index": 0, "text": out.text}
+    choice.update(logprobs=None, finish_reason=out.finish_reason)
+    return {"id": response_id(req, request_id), "object": "chat.completion" if req.chat else "text_completion",
+            "created": int(time.time()), "model": model, "choices": [choice], "usage": usage(out)}
+
+
+def chunk_body(req: ApiRequest, request_id: int, model: str, text: str | None = None,
+               finish_reason: str | None = None, role: bool = False, out: RequestOutput | None = None) -> dict:
+    """One streamed chunk: text and/or finish_reason; or, with out, the usage-only chunk."""
+    if out is not None:
+        choices = []
+    elif req.chat:
+        delta = {"role": "assistant", "content": ""} if role else ({} if text is None else {"content": text})
+        choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+    else:
+        choices = [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}]
+    body = {"id": response_id(req, request_id), "object": "chat.completion.chunk" if req.chat else "text_completion",
+            "created": int(time.time()), "model": model, "choices": choices}
+    if req.include_usage:
+        body["usage"] = None if out is None else usage(out)
+    return body

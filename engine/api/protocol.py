@@ -1,0 +1,111 @@
+"""The /engine/ws protocol: JSON commands in, batched engine events out.
+
+Client -> server, one JSON object per message (at most 64 KiB), "cmd" names it;
+"ref" (optional, any JSON value) is echoed in the reply:
+  {"cmd": "subscribe", "strategies": ["continuous"] | null, "requests": [3, 4] | null, "kv": true}
+  {"cmd": "submit", "prompt": "text" | [ids] , "messages": [...], "params": {...},
+   "strategies": [...], "tag": "ui"}
+  {"cmd": "abort", "request_id": 3}
+  {"cmd": "pause"} {"cmd": "resume"} {"cmd": "step"} {"cmd": "status"}
+  {"cmd": "slow_motion", "interval_s": 0.5}
+  {"cmd": "configure", "changes": {"block_size": 8, ...}, "strategies": [...]}
+Server -> client:
+  {"type": "hello", "status": {...}}
+  {"type": "reply", "ref": ..., "ok": true, ...}   {"type": "error", "ref": ..., "message": "..."}
+  {"type": "events", "first_seq": n, "last_seq": m, "skipped": k, "events": [...]}
+"""
+from __future__ import annotations
+
+import json
+
+from ..request import SamplingParams
+
+MAX_MESSAGE_BYTES = 64 * 1024
+COMMANDS = ("subscribe", "submit", "abort", "pause", "resume", "step", "status", "slow_motion", "configure")
+PARAM_FIELDS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "stop_token_ids", "ignore_eos")
+
+
+class ProtocolError(ValueError):
+    pass
+
+
+def parse_command(text: str | bytes) -> dict:
+    """Decode and check one client message; ProtocolError says what is wrong."""
+    if len(text) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"message of {len(text)} bytes is over the {MAX_MESSAGE_BYTES // 1024} KiB limit")
+    try:
+        msg = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ProtocolError(f"malformed JSON: {e}") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError("a command must be a JSON object")
+    cmd = msg.get("cmd")
+    if cmd not in COMMANDS:
+        raise ProtocolError(f"unknown command {cmd!r}; known: {', '.join(COMMANDS)}")
+    return msg
+
+
+def sampling_params(raw) -> SamplingParams:
+    if raw is None:
+        return SamplingParams()
+    if not isinstance(raw, dict):
+        raise ProtocolError("params must be an object")
+    unknown = sorted(set(raw) - set(PARAM_FIELDS))
+    if unknown:
+        raise ProtocolError(f"unknown sampling parameter {unknown[0]!r}; known: {', '.join(PARAM_FIELDS)}")
+    p = SamplingParams(**raw)
+    p.validate()
+    return p
+
+
+def encode_event(item: dict) -> dict:
+    """Hub item -> JSON-ready dict (cached on the item: several clients share the work)."""
+    enc = item.get("_encoded")
+    if enc is None:
+        if item["type"] == "step":
+            enc = item["event"].to_dict()
+            enc["deltas"] = {str(k): v for k, v in item["deltas"].items()}
+        else:
+            enc = {k: v for k, v in item.items() if not k.startswith("_")}
+        item["_encoded"] = enc
+    return enc
+
+
+class Subscription:
+    """What one client wants to see: strategies, token deltas of which requests, KV detail."""
+
+    def __init__(self):
+        self.strategies: set[str] | None = None  # None: all
+        self.requests: set[int] | None = None    # None: deltas of every request
+        self.kv = True
+
+    def update(self, msg: dict) -> None:
+        strategies, requests, kv = msg.get("strategies"), msg.get("requests"), msg.get("kv", True)
+        if strategies is not None and not (isinstance(strategies, list) and all(isinstance(s, str) for s in strategies)):
+            raise ProtocolError("strategies must be a list of strategy names or null")
+        if requests is not None and not (isinstance(requests, list) and all(_is_int(r) for r in requests)):
+            raise ProtocolError("requests must be a list of request ids or null")
+        if not isinstance(kv, bool):
+            raise ProtocolError("kv must be true or false")
+        self.strategies = None if strategies is None else set(strategies)
+        self.requests = None if requests is None else set(requests)
+        self.kv = kv
+
+    def view(self, item: dict) -> dict | None:
+        """The event as this client should get it, or None to skip it."""
+        strategy = item.get("strategy")  # service-wide status events have none: everyone gets them
+        if self.strategies is not None and strategy is not None and strategy not in self.strategies:
+            return None
+        enc = encode_event(item)
+        if enc["type"] != "step" or (self.kv and self.requests is None):
+            return enc
+        out = dict(enc)
+        if not self.kv:
+            out.pop("kv")
+        if self.requests is not None:
+            out["deltas"] = {k: v for k, v in enc["deltas"].items() if int(k) in self.requests}
+        return out
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)

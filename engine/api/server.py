@@ -1,0 +1,23 @@
+"""Routes and lifespan shared by `streamlit run app.py` and by tests (a plain Starlette app)."""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute, WebSocketRoute
+
+from ..service import EngineService
+from .openai_routes import openai_routes
+from .ws import engine_ws_endpoint
+
+ServiceGetter = Callable[[], EngineService]
+
+
+def build_routes(get_service: ServiceGetter) -> list[BaseRoute]:
+    return [WebSocketRoute("/engine/ws", engine_ws_endpoint(get_service)), *openai_routes(get_service)]
+
+
+def create_app(service: EngineService) -> Starlette:
+    """A bare ASGI app over one service (tests, or embedding without Streamlit)."""
+    return Starlette(routes=build_routes(lambda: service))

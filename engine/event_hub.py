@@ -1,0 +1,56 @@
+"""EventHub: a bounded ring buffer of engine events with sequence numbers.
+
+Writers (engine threads) append; readers keep their own cursor. A reader that
+falls more than `capacity` events behind skips the oldest ones and is told how
+many it missed, so memory stays flat however slow a reader is.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass
+class Batch:
+    events: list       # (seq, event) pairs, oldest first
+    cursor: int        # pass back to read the next batch
+    skipped: int       # events dropped before this reader saw them (coalesced)
+
+
+class EventHub:
+    def __init__(self, capacity: int = 2048):
+        self.capacity = capacity
+        self._buf: deque = deque(maxlen=capacity)
+        self._next_seq = 0
+        self._cond = threading.Condition()
+
+    def publish(self, event) -> int:
+        with self._cond:
+            seq = self._next_seq
+            self._buf.append((seq, event))
+            self._next_seq += 1
+            self._cond.notify_all()
+            return seq
+
+    @property
+    def head(self) -> int:
+        """The sequence number the next event will get (a cursor that sees only new events)."""
+        return self._next_seq
+
+    def read(self, cursor: int, limit: int | None = None, timeout: float | None = None) -> Batch:
+        """Events with seq >= cursor (waiting up to timeout for one to arrive)."""
+        with self._cond:
+            if timeout and cursor >= self._next_seq:
+                self._cond.wait_for(lambda: cursor < self._next_seq, timeout)
+            if not self._buf or cursor >= self._next_seq:
+                return Batch([], max(cursor, 0), 0)
+            oldest = self._buf[0][0]
+            skipped = max(0, oldest - cursor)
+            start = max(cursor, oldest) - oldest
+            stop = len(self._buf) if limit is None else min(len(self._buf), start + limit)
+            events = [self._buf[i] for i in range(start, stop)]
+            return Batch(events, events[-1][0] + 1, skipped)
+
+    def __len__(self) -> int:
+        return len(self._buf)

@@ -1,0 +1,268 @@
+"""EngineWorker: the thread that owns one LLMEngine and steps it.
+
+Only this thread touches its engine. Other threads talk to it through a command
+queue of closures, run between iterations.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+
+from .config import EngineConfig
+from .handles import RequestHandle
+from .llm_engine import LLMEngine
+
+log = logging.getLogger(__name__)
+IDLE_WAIT_S = 0.5      # nothing to do: wake up at least this often
+POLL_WAIT_S = 0.01     # waiting requests but nothing schedulable (a static batch filling up)
+
+
+class EngineWorker(threading.Thread):
+    def __init__(self, service, strategy: str, cfg: EngineConfig, weights_from: EngineWorker | None):
+        """weights_from: a worker whose engine's weights this one reuses once it has loaded."""
+        super().__init__(daemon=True, name=f"inflight-{strategy}")
+        self.svc, self.strategy, self.cfg = service, strategy, cfg
+        self._weights_from = weights_from
+        self._share: LLMEngine | None = None
+        self.engine: LLMEngine | None = None
+        self.handles: dict[int, RequestHandle] = {}
+        self._cmds: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._halt = threading.Event()
+        self._ready = threading.Event()
+        self.load_error: Exception | None = None
+        self._drain_then_stop = False
+        self._pending_cfg: EngineConfig | None = None
+        self._deferred: list = []          # submissions that arrived while reconfiguring
+        self._step_credits = 0             # single steps granted while paused
+        self.last_step_ms = 0.0
+        self.steps = 0
+
+    # ---- called from other threads -----------------------------------------------------------
+    def add(self, handle: RequestHandle, prompt, messages, params, arrival_s: float) -> None:
+        self._call(lambda: self._add(handle, prompt, messages, params, arrival_s))
+
+    def abort(self, request_id: int) -> None:
+        self._call(lambda: self._abort(request_id))
+
+    def step_once(self) -> None:
+        self._call(self._grant_step)
+
+    def reconfigure(self, cfg: EngineConfig) -> None:
+        self._call(lambda: self._start_reconfigure(cfg))
+
+    def stop(self, drain: bool = False) -> None:
+        if drain:
+            self._call(self._start_drain_stop)
+        else:
+            self._halt.set()
+            self.wake()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        if not self._ready.wait(timeout):
+            raise TimeoutError(f"engine '{self.strategy}' still loading after {timeout} s")
+        if self.load_error is not None:
+            raise self.load_error
+
+    def idle(self) -> bool:
+        return not self.handles and not self._deferred and self._cmds.empty()
+
+    def status(self) -> dict:
+        eng = self.engine
+        return {
+            "ready": self._ready.is_set() and self.load_error is None,
+            "error": None if self.load_error is None else str(self.load_error),
+            "reconfiguring": self._pending_cfg is not None,
+            "in_flight": len(self.handles),
+            "steps": self.steps,
+            "last_step_ms": self.last_step_ms,
+            "kv_blocks": None if eng is None else eng.cache.num_blocks,
+            "max_model_len": None if eng is None else eng.max_model_len,
+            "device": None if eng is None else str(eng.runner.device),
+        }
+
+    def _call(self, fn) -> None:
+        self._cmds.put(fn)
+        self.wake()
+
+    # ---- the thread --------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            if self._weights_from is not None:
+                self._weights_from._ready.wait()
+                self._share = self._weights_from.engine
+            self.engine = self._build(self.cfg)
+        except Exception as e:  # noqa: BLE001 - reported to every caller instead
+            log.exception("engine %s failed to load", self.strategy)
+            self.load_error = e
+        finally:
+            self._ready.set()
+        self._publish({"type": "status", "event": "ready" if self.load_error is None else "load_error",
+                       "error": None if self.load_error is None else str(self.load_error)})
+        while not self._halt.is_set():
+            self._run_commands()
+            if self.engine is None or self._maybe_finish_drain():
+                continue
+            if self._should_step():
+                self._step()
+            else:
+                self._wake.wait(POLL_WAIT_S if self.engine.has_unfinished() else IDLE_WAIT_S)
+                self._wake.clear()
+        self._run_commands()
+        self._abort_all("the service stopped")
+
+    def _build(self, cfg: EngineConfig) -> LLMEngine:
+        return LLMEngine(cfg, progress=self.svc.progress, clock=self.svc.clock, share_weights_with=self._share)
+
+    def _run_commands(self) -> None:
+        while True:
+            try:
+                fn = self._cmds.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - a bad command must not kill the engine thread
+                log.exception("engine %s: command failed", self.strategy)
+
+    def _should_step(self) -> bool:
+        if not self.engine.has_unfinished():
+            return False
+        return not self.svc.paused.is_set() or self._step_credits > 0
+
+    def _grant_step(self) -> None:
+        self._step_credits += 1
+
+    def _step(self) -> None:
+        t0 = time.perf_counter()
+        if self._step_credits:
+            self._step_credits -= 1
+        try:
+            ev = self.engine.step()
+        except Exception as e:  # noqa: BLE001 - end the affected requests, restart, keep serving
+            log.exception("engine %s step failed; restarting it", self.strategy)
+            ended = self.engine.reset(f"engine step failed: {type(e).__name__}: {e}")
+            self._publish({"type": "status", "event": "engine_restarted", "error": str(e)})
+            self._stream(ended, [])
+            return
+        if not ev.entries and not ev.finished:
+            self._wake.wait(POLL_WAIT_S)  # nothing schedulable yet (static: the batch is filling)
+            self._wake.clear()
+            return
+        self.steps += 1
+        self.last_step_ms = 1000 * ev.duration_s
+        self._stream(list(ev.sampled), ev.finished, {"type": "step", "event": ev})
+        rest = self.svc.min_interval_s - (time.perf_counter() - t0)
+        if rest > 0:
+            self._halt.wait(rest)  # slow motion
+
+    def _stream(self, sampled: list[int], finished: list[int], step_item: dict | None = None) -> None:
+        """Push new text to the handles and hand over final outputs; publish the step (with
+        its text deltas) before the requests it finished, so a client sees the last delta first."""
+        deltas, done = {}, []
+        for rid in set(sampled) | set(finished):
+            h = self.handles.get(rid)
+            if h is None:
+                continue
+            out = self.engine.get_output(rid)
+            if out.finished:
+                d = h.finish(self.engine.pop_output(rid))
+                del self.handles[rid]
+                done.append({"type": "finished", "request_id": rid, "finish_reason": out.finish_reason,
+                               "error": out.error, "text": out.text,
+                               "num_prompt_tokens": len(out.prompt_token_ids),
+                               "num_output_tokens": len(out.output_token_ids), "arrival_s": out.arrival_s,
+                               "first_token_s": out.first_token_s, "finish_s": out.finish_s})
+            else:
+                d = h.update(out.text)
+            if d:
+                deltas[rid] = d
+        if step_item is not None:
+            step_item["deltas"] = deltas
+            self._publish(step_item)
+        for item in done:
+            self._publish(item)
+
+    def _publish(self, item: dict) -> None:
+        item["strategy"] = self.strategy
+        self.svc.hub.publish(item)
+
+    # ---- submissions -------------------------------------------------------------------------
+    def _add(self, handle: RequestHandle, prompt, messages, params, arrival_s: float) -> None:
+        if self.engine is None:
+            handle.reject(f"engine '{self.strategy}' is not available: {self.load_error}")
+            return
+        if self._pending_cfg is not None or self._drain_then_stop:
+            self._deferred.append((handle, prompt, messages, params, arrival_s))
+            return
+        try:
+            ids = self.engine.chat_prompt(messages) if messages is not None else prompt
+            self.engine.add_request(ids, params, arrival_s=arrival_s, request_id=handle.request_id)
+        except ValueError as e:
+            handle.reject(str(e))
+            return
+        stops = params.stop_strings()
+        handle.accept(hold_back=max((len(s) for s in stops), default=1) - 1)
+        self.handles[handle.request_id] = handle
+        out = self.engine.get_output(handle.request_id)
+        self._publish({"type": "request", "request_id": handle.request_id, "tag": handle.tag,
+                       "prompt": prompt if isinstance(prompt, str) else None, "messages": messages,
+                       "num_prompt_tokens": len(out.prompt_token_ids), "max_tokens": params.max_tokens,
+                       "arrival_s": arrival_s})
+
+    def _abort(self, request_id: int) -> None:
+        parked = [d for d in self._deferred if d[0].request_id == request_id]
+        for d in parked:  # queued during a reconfigure: never reaches the engine
+            self._deferred.remove(d)
+            d[0].reject("aborted")
+        if self.engine is not None and self.engine.abort(request_id):
+            self._stream([], [request_id])  # the caller hears now, even if no step follows
+
+    def _abort_all(self, reason: str) -> None:
+        for h, *_ in self._deferred:
+            h.reject(reason)
+        self._deferred = []
+        for rid in list(self.handles):
+            self._abort(rid)
+        for h in list(self.handles.values()):
+            h.reject(reason)
+        self.handles.clear()
+
+    # ---- reconfiguration and stopping ----------------------------------------------------------
+    def _start_reconfigure(self, cfg: EngineConfig) -> None:
+        self._pending_cfg = cfg
+        self.engine.draining = True  # static: launch the partial batch instead of waiting for more
+        self._publish({"type": "status", "event": "reconfiguring"})
+
+    def _start_drain_stop(self) -> None:
+        self._drain_then_stop = True
+        if self.engine is not None:
+            self.engine.draining = True
+
+    def _maybe_finish_drain(self) -> bool:
+        """When in-flight work is done: apply a pending config or stop. True if the loop should restart."""
+        if self.engine.has_unfinished() or not (self._pending_cfg or self._drain_then_stop):
+            return False
+        if self._drain_then_stop:
+            self._halt.set()
+            return True
+        cfg, self._pending_cfg = self._pending_cfg, None
+        try:
+            self._share = self.engine if cfg.model == self.cfg.model else None
+            self.engine = self._build(cfg)
+            self.cfg = cfg
+        except Exception as e:  # noqa: BLE001 - keep the old engine, tell everyone
+            log.exception("engine %s: new config failed; keeping the old one", self.strategy)
+            self.engine.draining = False
+            self._publish({"type": "status", "event": "configure_failed", "error": str(e)})
+        else:
+            self._publish({"type": "status", "event": "restarted"})
+        deferred, self._deferred = self._deferred, []
+        for args in deferred:
+            self._add(*args)
+        return True

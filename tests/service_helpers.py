@@ -1,0 +1,67 @@
+"""Helpers for service tests: a service on a tiny model, a real server on a free port."""
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+
+import uvicorn
+
+from engine import EngineConfig
+from engine.service import EngineService
+
+
+def make_service(model_dir, strategies=("continuous", "dynamic"), **overrides) -> EngineService:
+    kw = dict(model=str(model_dir), device="cpu", dtype="float32", block_size=4, num_kv_blocks=256,
+              max_model_len=128, max_num_seqs=8, max_num_batched_tokens=64, static_batch_size=4,
+              static_max_wait_s=0.05)
+    kw.update(overrides)
+    svc = EngineService(EngineConfig(**kw), strategies=list(strategies))
+    svc.wait_ready(120)
+    return svc
+
+
+def wait_idle(svc: EngineService, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not svc.idle():
+        if time.monotonic() > deadline:
+            raise TimeoutError("service still has requests in flight")
+        time.sleep(0.01)
+
+
+def assert_all_free(svc: EngineService) -> None:
+    """No request in flight and every KV block free, on every engine."""
+    wait_idle(svc)
+    for s, w in svc.workers.items():
+        deadline = time.monotonic() + 10
+        while w.engine.has_unfinished() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        cache = w.engine.cache
+        assert not w.engine.has_unfinished(), f"{s}: requests left in the engine"
+        assert cache.num_free == cache.num_blocks, f"{s}: {cache.num_blocks - cache.num_free} KV blocks not freed"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serve(asgi_app):
+    """Run an ASGI app on 127.0.0.1:<free port> in a thread; yields the base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(asgi_app, host="127.0.0.1", port=port, log_level="warning"))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise TimeoutError("test server did not start")
+        time.sleep(0.02)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        t.join(timeout=10)

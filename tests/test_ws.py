@@ -1,0 +1,160 @@
+"""/engine/ws: commands in, ordered events out, errors on bad messages, cleanup on disconnect."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+import websockets
+
+from engine.api.server import create_app
+from service_helpers import assert_all_free, make_service, serve
+
+
+@pytest.fixture(scope="module")
+def svc(tiny_model_dirs):
+    s = make_service(tiny_model_dirs["llama"])
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def url(svc):
+    with serve(create_app(svc)) as base:
+        yield f"ws://{base}/engine/ws"
+
+
+@pytest.fixture(autouse=True)
+def _clean(svc):
+    yield
+    svc.resume()
+    assert_all_free(svc)
+
+
+def run(coro, timeout=60):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+async def recv_until(ws, pred, limit=2000):
+    seen = []
+    for _ in range(limit):
+        msg = json.loads(await ws.recv())
+        seen.append(msg)
+        if pred(msg):
+            return msg, seen
+    raise AssertionError("condition not met")
+
+
+def test_submit_streams_tokens_and_steps_in_order(url):
+    async def main():
+        async with websockets.connect(url) as ws:
+            hello = json.loads(await ws.recv())
+            assert hello["type"] == "hello" and set(hello["status"]["engines"]) == {"continuous", "dynamic"}
+            await ws.send(json.dumps({"cmd": "submit", "prompt": [5, 6, 7], "ref": "a",
+                                      "params": {"max_tokens": 6, "ignore_eos": True}}))
+            reply, _ = await recv_until(ws, lambda m: m["type"] == "reply")
+            assert reply["ref"] == "a" and reply["strategies"] == ["continuous", "dynamic"]
+            rid = reply["request_id"]
+            finished, texts, seqs, steps = set(), {"continuous": "", "dynamic": ""}, [], {}
+            while len(finished) < 2:
+                msg = json.loads(await ws.recv())
+                if msg["type"] != "events":
+                    continue
+                seqs.append((msg["first_seq"], msg["last_seq"], msg["skipped"]))
+                for ev in msg["events"]:
+                    if ev["type"] == "step":
+                        steps.setdefault(ev["strategy"], []).append(ev["step"])
+                        texts[ev["strategy"]] += ev["deltas"].get(str(rid), "")
+                    elif ev["type"] == "finished" and ev["request_id"] == rid:
+                        finished.add(ev["strategy"])
+                        assert ev["num_output_tokens"] == 6
+                        assert texts[ev["strategy"]] == ev["text"]
+            # sequence numbers increase without gaps (nothing was coalesced here)
+            for (a0, a1, skipped), (b0, _, _) in zip(seqs, seqs[1:]):
+                assert a0 <= a1 and b0 == a1 + 1 and skipped == 0
+            for s, nums in steps.items():
+                assert nums == sorted(nums) and len(set(nums)) == len(nums), s
+    run(main())
+
+
+def test_step_event_shape(url):
+    async def main():
+        async with websockets.connect(url) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"cmd": "submit", "prompt": "hi", "strategies": ["continuous"],
+                                      "params": {"max_tokens": 2}}))
+            _, seen = await recv_until(ws, lambda m: m["type"] == "events" and any(
+                e["type"] == "finished" for e in m["events"]))
+            ev = next(e for m in seen if m["type"] == "events" for e in m["events"] if e["type"] == "step")
+            for key in ("step", "strategy", "t_start", "t_end", "entries", "num_waiting", "num_running",
+                        "admitted", "finished", "preempted", "tokens_used", "token_budget", "kv", "deltas"):
+                assert key in ev
+            kv = ev["kv"]
+            assert len(kv["block_owner"]) == kv["num_blocks"] and kv["used"] >= 1
+    run(main())
+
+
+@pytest.mark.parametrize("message,error", [
+    ("{not json", "malformed JSON"),
+    ("[1, 2]", "must be a JSON object"),
+    ('{"cmd": "explode"}', "unknown command"),
+    ('{"cmd": "submit", "prompt": "hi", "params": {"max_tokens": "ten"}}', "max_tokens"),
+    ('{"cmd": "submit", "prompt": "hi", "params": {"warp": 9}}', "unknown sampling parameter"),
+    ('{"cmd": "submit", "prompt": ""}', "prompt is empty"),
+    ('{"cmd": "submit", "prompt": [5], "params": {"max_tokens": 500}}', "max_model_len"),
+    ('{"cmd": "abort", "request_id": "x"}', "integer request_id"),
+    ('{"cmd": "configure", "changes": {"block_size": -3}}', "EngineConfig.block_size"),
+    ('{"cmd": "slow_motion", "interval_s": "slow"}', "slow motion"),
+    ('{"cmd": "subscribe", "strategies": "all"}', "strategies must be a list"),
+    ("x" * (64 * 1024 + 1), "64 KiB"),
+])
+def test_bad_messages_get_errors_and_connection_survives(url, message, error):
+    async def main():
+        async with websockets.connect(url, max_size=2**22) as ws:
+            await ws.recv()
+            await ws.send(message)
+            msg, _ = await recv_until(ws, lambda m: m["type"] in ("error", "reply"))
+            assert msg["type"] == "error" and error in msg["message"]
+            await ws.send(json.dumps({"cmd": "status", "ref": 2}))
+            msg, _ = await recv_until(ws, lambda m: m["type"] == "reply")
+            assert msg["ref"] == 2
+    run(main())
+
+
+def test_disconnect_mid_stream_aborts_and_frees(url, svc):
+    async def main():
+        async with websockets.connect(url) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"cmd": "submit", "prompt": [5] * 30,
+                                      "params": {"max_tokens": 90, "ignore_eos": True}}))
+            await recv_until(ws, lambda m: m["type"] == "events" and any(
+                e["type"] == "step" for e in m["events"]))
+        # socket closed while the request still runs
+    run(main())
+    assert_all_free(svc)  # aborted (not run to 90 tokens) and every block freed
+
+
+def test_subscribe_filters_strategies_and_pause_commands(url, svc):
+    async def main():
+        async with websockets.connect(url) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"cmd": "subscribe", "strategies": ["dynamic"], "kv": False}))
+            await recv_until(ws, lambda m: m["type"] == "reply")
+            await ws.send(json.dumps({"cmd": "pause"}))
+            reply, _ = await recv_until(ws, lambda m: m["type"] == "reply")
+            assert reply["status"]["paused"] is True
+            await ws.send(json.dumps({"cmd": "submit", "prompt": [5, 6], "params": {"max_tokens": 3}}))
+            await recv_until(ws, lambda m: m["type"] == "reply")
+            await ws.send(json.dumps({"cmd": "resume"}))
+            done = set()
+            while "dynamic" not in done:
+                msg = json.loads(await ws.recv())
+                for ev in msg.get("events", []):
+                    assert ev.get("strategy") in ("dynamic", None) or ev["type"] == "status"
+                    if ev["type"] == "step":
+                        assert "kv" not in ev
+                    if ev["type"] == "finished":
+                        done.add(ev["strategy"])
+    run(main())
+    time.sleep(0.1)
