@@ -7,6 +7,7 @@ from dataclasses import dataclass
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 STRATEGIES = ("continuous", "static", "dynamic")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+ATTENTION_BACKENDS = ("auto", "torch", "triton")
 
 
 def default_model() -> str:
@@ -23,6 +24,9 @@ class EngineConfig:
     strategy: str = "continuous"
     device: str | None = None         # "auto" | "cpu" | "cuda" | "cuda:N"; None: $INFLIGHT_DEVICE or auto
     dtype: str = "auto"               # auto: bf16 on GPU, fp32 on CPU
+    # torch: the PyTorch reference (any device); triton: our Triton kernels (CUDA, or CPU under
+    # TRITON_INTERPRET=1). auto is torch until the Triton path is verified on a GPU.
+    attention_backend: str = "auto"
     block_size: int = 16
     num_kv_blocks: int | None = None  # None: sized from kv_cache_memory_gb
     kv_cache_memory_gb: float | None = None  # None: 1 GiB on CPU, 60% of free memory on GPU
@@ -46,6 +50,8 @@ class EngineConfig:
                                                  or self.device.startswith("cuda:")),
                "device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")
         _check(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join(DTYPES)}")
+        _check(self.attention_backend in ATTENTION_BACKENDS, "attention_backend", self.attention_backend,
+               f"one of {', '.join(ATTENTION_BACKENDS)}")
         _check(_is_int(self.block_size) and self.block_size >= 1, "block_size", self.block_size,
                "an integer >= 1")
         _check(self.num_kv_blocks is None or (_is_int(self.num_kv_blocks) and self.num_kv_blocks >= 1),

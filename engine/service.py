@@ -32,6 +32,7 @@ class EngineService:
         self._next_id = 0
         self.paused = threading.Event()
         self.min_interval_s = 0.0  # slow motion: each iteration lasts at least this long
+        self.last_progress = ""    # latest model download / conversion message
         self.workers: dict[str, EngineWorker] = {}
         for s in self._check_strategies(strategies):
             self._start_worker(s, self.cfg)
@@ -161,6 +162,7 @@ class EngineService:
     def _publish_progress(self, message: str) -> None:
         """Model download / conversion progress, for pages waiting on a first start."""
         log.info("%s", message)
+        self.last_progress = message
         self.hub.publish({"type": "status", "event": "progress", "message": message, "t": self.clock()})
 
     def _status(self, what: str) -> None:

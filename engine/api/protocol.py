@@ -2,7 +2,8 @@
 
 Client -> server, one JSON object per message (at most 64 KiB), "cmd" names it;
 "ref" (optional, any JSON value) is echoed in the reply:
-  {"cmd": "subscribe", "strategies": ["continuous"] | null, "requests": [3, 4] | null, "kv": true}
+  {"cmd": "subscribe", "strategies": ["continuous"] | null, "requests": [3, 4] | null, "kv": true,
+   "from_seq": "oldest" | n}   (from_seq replays what the ring buffer still holds)
   {"cmd": "submit", "prompt": "text" | [ids] , "messages": [...], "params": {...},
    "strategies": [...], "tag": "ui"}
   {"cmd": "abort", "request_id": 3}
@@ -79,7 +80,8 @@ class Subscription:
         self.requests: set[int] | None = None    # None: deltas of every request
         self.kv = True
 
-    def update(self, msg: dict) -> None:
+    def update(self, msg: dict):
+        """Apply a subscribe command; returns its from_seq (None: keep the current cursor)."""
         strategies, requests, kv = msg.get("strategies"), msg.get("requests"), msg.get("kv", True)
         if strategies is not None and not (isinstance(strategies, list) and all(isinstance(s, str) for s in strategies)):
             raise ProtocolError("strategies must be a list of strategy names or null")
@@ -90,6 +92,10 @@ class Subscription:
         self.strategies = None if strategies is None else set(strategies)
         self.requests = None if requests is None else set(requests)
         self.kv = kv
+        from_seq = msg.get("from_seq")
+        if from_seq is not None and from_seq != "oldest" and not (_is_int(from_seq) and from_seq >= 0):
+            raise ProtocolError('from_seq must be "oldest" or a sequence number >= 0')
+        return from_seq
 
     def view(self, item: dict) -> dict | None:
         """The event as this client should get it, or None to skip it."""

@@ -83,8 +83,10 @@ class _Connection:
     async def _run(self, msg: dict) -> dict:
         cmd, svc = msg["cmd"], self.svc
         if cmd == "subscribe":
-            self.sub.update(msg)
-            return {"cmd": cmd}
+            from_seq = self.sub.update(msg)
+            if from_seq is not None:
+                self.cursor = 0 if from_seq == "oldest" else from_seq  # the hub skips what it no longer has
+            return {"cmd": cmd, "cursor": self.cursor}
         if cmd == "submit":
             return await self._submit(msg)
         if cmd == "abort":

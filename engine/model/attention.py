@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 import transformers
 
-ATTN_NAME = "inflight"  # must not start with "paged|" (transformers strips that prefix)
+# attn_implementation names; they must not start with "paged|" (transformers strips that prefix)
+ATTN_NAMES = {"torch": "inflight", "triton": "inflight_triton"}
 META_KWARG = "inflight_meta"
 
 
@@ -132,5 +133,12 @@ def _prefill(meta, i, seq, k_pool, v_pool, query, key, value, window, scaling):
     return o[0].transpose(0, 1)  # [q, H, D]
 
 
-def register() -> None:
-    transformers.AttentionInterface.register(ATTN_NAME, paged_attention)
+def register(backend: str = "torch") -> str:
+    """Register a backend with transformers; returns its attn_implementation name."""
+    if backend == "triton":
+        from .triton_attention import paged_attention_hf as fn  # imports triton only when asked for
+    else:
+        fn = paged_attention
+    name = ATTN_NAMES[backend]
+    transformers.AttentionInterface.register(name, fn)
+    return name

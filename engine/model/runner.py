@@ -12,7 +12,7 @@ from ..kv.pool import kv_shape
 from ..request import Request
 from ..scheduler import ScheduledRow
 from . import attention
-from .attention import ATTN_NAME, META_KWARG, BatchMeta, PrefillSeq
+from .attention import META_KWARG, BatchMeta, PrefillSeq
 from .loader import resolve_model_dir
 from .sampler import sample
 
@@ -23,6 +23,15 @@ def resolve_device(name: str) -> torch.device:
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {name!r} was asked for but CUDA is not available; use device='cpu'")
     return torch.device(name)
+
+
+def resolve_backend(name: str, device: torch.device) -> str:
+    if name == "triton" and device.type != "cuda":
+        import os
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            raise ValueError("attention_backend='triton' needs a CUDA device (or TRITON_INTERPRET=1 to run "
+                             "the kernels in Triton's CPU interpreter, for tests)")
+    return "torch" if name == "auto" else name
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -43,9 +52,10 @@ class ModelRunner:
         reused (read-only at inference, so engines in several threads can share them)."""
         self.device = resolve_device(cfg.device)
         self.dtype = resolve_dtype(cfg.dtype, self.device)
+        self.backend = resolve_backend(cfg.attention_backend, self.device)
         self.model_name = cfg.model
-        if share is not None and (share.model_name, share.device, share.dtype) == (cfg.model, self.device,
-                                                                                   self.dtype):
+        same = (cfg.model, self.device, self.dtype, self.backend)
+        if share is not None and (share.model_name, share.device, share.dtype, share.backend) == same:
             # Weights are shared; the tokenizer is not (fast tokenizers dislike concurrent use).
             self.model_dir, self.model = share.model_dir, share.model
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
@@ -67,10 +77,10 @@ class ModelRunner:
     def _load_locked(self, cfg: EngineConfig, progress) -> None:
         self.model_dir = resolve_model_dir(cfg.model, progress)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        attention.register()
+        attn_impl = attention.register(self.backend)
         try:
             model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=self.dtype,
-                                                         attn_implementation=ATTN_NAME)
+                                                         attn_implementation=attn_impl)
         except (ValueError, OSError, KeyError) as e:
             raise ValueError(f"{cfg.model}: cannot be loaded as a causal language model with "
                              f"Inflight's attention ({e})") from e

@@ -1,0 +1,301 @@
+"""Triton KV-write and paged-attention kernels against a dense float64 reference.
+
+Without CUDA the kernels run on CPU under the Triton interpreter, which triton picks when it is
+first imported with TRITON_INTERPRET=1. This module sets the variable at collection time. Where
+triton was imported before that (transformers imports it when a model loads; so would engine
+code importing these kernels at module level), the kernel tests skip here and
+test_kernels_in_interpreter reruns this module in a child process.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+_CUDA = torch.cuda.is_available()
+if not _CUDA and "triton" not in sys.modules:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+triton = pytest.importorskip("triton")
+
+from engine.model import attention  # noqa: E402
+from engine.model.triton_attention import (  # noqa: E402
+    PagedAttnInputs, paged_attention_hf, paged_attention_triton, write_kv_triton)
+
+_INTERPRETING = type(triton.language.standard.zeros).__name__ == "InterpretedFunction"
+_CHILD_ENV = "INFLIGHT_TRITON_TEST_CHILD"
+DEVICE = "cuda" if _CUDA else "cpu"
+kernels = pytest.mark.skipif(not (_CUDA or _INTERPRETING),
+                             reason="triton was imported without TRITON_INTERPRET=1: "
+                                    "test_kernels_in_interpreter runs these in a child process")
+TOL = {torch.float32: 2e-4, torch.float16: 3e-3, torch.bfloat16: 2.5e-2}
+
+
+def test_kernels_in_interpreter():
+    if _CUDA or _INTERPRETING:
+        pytest.skip("kernels run in this process")
+    assert not os.environ.get(_CHILD_ENV), "child process is not interpreting"
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TRITON_INTERPRET": "1", _CHILD_ENV: "1"}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__]
+    proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+
+
+def test_kernels_compile_for_gpu():
+    """The GPU variant (pipelined `for` loop, no interpreter workarounds) compiles to sm_90 and
+    sm_80 cubins with the ptxas bundled in the triton wheel; no GPU needed."""
+    if _CUDA or os.environ.get(_CHILD_ENV):
+        pytest.skip("the kernel tests launch on the GPU" if _CUDA else "the parent process runs it")
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": f"{repo}{os.pathsep}{repo / 'tests'}"}
+    cmd = [sys.executable, "-c", "import test_triton_attention as t; t._compile_for_gpu()"]
+    proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+
+
+_TRITON_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
+                 torch.int32: "i32", torch.int64: "i64"}
+
+
+def _compile_like_launch(kernel, args, consts, arch, num_warps):
+    """triton.compile with the specialisation a launch would get: 16-byte aligned pointers and
+    ints divisible by 16 are marked so, ints equal to 1 become constants."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    consts, sig, attrs = dict(consts), {}, {}
+    for i, (name, value) in enumerate(zip(kernel.arg_names, args)):
+        if isinstance(value, torch.Tensor):
+            sig[name] = "*" + _TRITON_TYPES[value.dtype]
+            aligned = value.data_ptr() % 16 == 0
+        elif isinstance(value, int) and value == 1:
+            sig[name], consts[name], aligned = "constexpr", 1, False
+        elif isinstance(value, int):
+            sig[name], aligned = "i32" if abs(value) < 2**31 else "i64", value % 16 == 0
+        else:
+            sig[name], aligned = "fp32", False
+        if aligned:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    sig.update({name: "constexpr" for name in consts})
+    src = ASTSource(kernel, sig, consts, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
+
+
+def _compile_for_gpu():
+    """Run in a process where triton is not interpreting (see test_kernels_compile_for_gpu)."""
+    from engine.model import triton_attention as ta
+    assert not ta._interpreting()
+    cases = [(torch.bfloat16, MIXED, 4, 16, 64, 90), (torch.float16, [(1, 9)] * 3, 7, 7, 128, 90),
+             (torch.float32, MIXED, 1, 32, 80, 90), (torch.bfloat16, MIXED, 2, 16, 256, 80)]
+    for dtype, seqs, group, block_size, head_dim, arch in cases:
+        batch = _make_batch(seqs, block_size=block_size, kv_heads=2, group=group, head_dim=head_dim, dtype=dtype)
+        out = torch.empty_like(batch["query"])
+        _, args, consts = ta._attention_launch(batch["query"], batch["k_pool"], batch["v_pool"], out,
+                                               _inputs(batch), 0.1, None, None)
+        kernel = _compile_like_launch(ta._paged_attn_kernel, args, consts, arch, ta._num_warps(dtype, head_dim))
+        assert kernel.asm["cubin"]
+    k, pool = batch["k_new"], batch["k_pool"]
+    args = (k, k, pool, pool, batch["slots"], *k.stride(), *k.stride(), *pool.stride())
+    consts = dict(KV_HEADS=2, HEADS_PAD=2, BLOCK_SIZE=block_size, HEAD_DIM=head_dim,
+                  BLOCK_D=triton.next_power_of_2(head_dim))
+    assert _compile_like_launch(ta._write_kv_kernel, args, consts, 90, 4).asm["cubin"]
+
+
+# --- a packed batch over a paged pool, and the dense reference ---------------------------------
+
+def _make_batch(seqs, *, block_size, kv_heads, group, head_dim, dtype, pads=None, seed=0):
+    """seqs: [(query_len, context_len)]. pads[i] padding tokens go before sequence i (one more
+    entry: trailing padding). Returns a dict with the packed query, new K/V, a NaN-filled pool
+    holding each sequence's earlier context on shuffled blocks, and the per-sequence truth."""
+    g = torch.Generator().manual_seed(seed)
+    pads = pads or [0] * (len(seqs) + 1)
+    heads = kv_heads * group
+    nblocks = [-(-ctx // block_size) for _, ctx in seqs]
+    perm = torch.randperm(sum(nblocks) + 3, generator=g)  # spare blocks stay NaN
+    pool_shape = (perm.numel(), block_size, kv_heads, head_dim)
+    k_pool = torch.full(pool_shape, float("nan"), dtype=dtype)
+    v_pool = torch.full(pool_shape, float("nan"), dtype=dtype)
+    T = sum(q for q, _ in seqs) + sum(pads)
+    query = torch.randn(T, heads, head_dim, generator=g).to(dtype)
+    k_new = torch.randn(T, kv_heads, head_dim, generator=g).to(dtype)
+    v_new = torch.randn(T, kv_heads, head_dim, generator=g).to(dtype)
+    slots = torch.full((T,), -1, dtype=torch.long)
+    truth, t, b = [], 0, 0
+    for (q_len, ctx), pad, nb in zip(seqs, pads, nblocks):
+        t += pad
+        blocks = perm[b:b + nb]
+        b += nb
+        flat = (blocks[:, None] * block_size + torch.arange(block_size)).flatten()[:ctx]
+        k = torch.randn(ctx, kv_heads, head_dim, generator=g).to(dtype)
+        v = torch.randn(ctx, kv_heads, head_dim, generator=g).to(dtype)
+        old = ctx - q_len
+        k[old:], v[old:] = k_new[t:t + q_len], v_new[t:t + q_len]
+        k_pool.view(-1, kv_heads, head_dim)[flat[:old]] = k[:old]
+        v_pool.view(-1, kv_heads, head_dim)[flat[:old]] = v[:old]
+        slots[t:t + q_len] = flat[old:]
+        truth.append(dict(start=t, q_len=q_len, ctx=ctx, blocks=blocks, k=k, v=v))
+        t += q_len
+    return dict(query=query, k_new=k_new, v_new=v_new, k_pool=k_pool, v_pool=v_pool, slots=slots,
+                truth=truth, block_size=block_size)
+
+
+def _inputs(batch) -> PagedAttnInputs:
+    tr = batch["truth"]
+    width = max(s["blocks"].numel() for s in tr)
+    tables = torch.zeros(len(tr), width, dtype=torch.int32)
+    for i, s in enumerate(tr):
+        tables[i, :s["blocks"].numel()] = s["blocks"]
+    col = lambda key: torch.tensor([s[key] for s in tr], dtype=torch.int32, device=DEVICE)  # noqa: E731
+    return PagedAttnInputs(col("start"), col("q_len"), col("ctx"), tables.to(DEVICE),
+                           batch["slots"].to(DEVICE), max_query_len=max(s["q_len"] for s in tr))
+
+
+def _reference(batch, scale, window=None):
+    """Per-sequence dense attention in float64 over the true K/V."""
+    query = batch["query"].double()
+    out = torch.zeros_like(query)
+    group = query.shape[1] // batch["k_new"].shape[1]
+    for s in batch["truth"]:
+        q = query[s["start"]:s["start"] + s["q_len"]]
+        k = s["k"].double().repeat_interleave(group, dim=1)
+        v = s["v"].double().repeat_interleave(group, dim=1)
+        pos = torch.arange(s["ctx"] - s["q_len"], s["ctx"])[:, None]
+        j = torch.arange(s["ctx"])[None, :]
+        mask = j <= pos
+        if window:
+            mask &= j > pos - window
+        scores = torch.einsum("qhd,khd->hqk", q, k) * scale
+        p = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+        out[s["start"]:s["start"] + s["q_len"]] = torch.einsum("hqk,khd->qhd", p, v)
+    return out
+
+
+def _run(batch, scale, window=None, block_n=16):
+    dev = lambda x: x.to(DEVICE)  # noqa: E731
+    k_pool, v_pool = dev(batch["k_pool"]), dev(batch["v_pool"])
+    inputs = _inputs(batch)
+    write_kv_triton(dev(batch["k_new"]), dev(batch["v_new"]), k_pool, v_pool, inputs.slot_mapping)
+    out = paged_attention_triton(dev(batch["query"]), k_pool, v_pool, inputs, scale,
+                                 sliding_window=window, block_n=block_n)
+    return out.cpu()
+
+
+def _check(batch, window=None, block_n=16):
+    scale = batch["query"].shape[-1] ** -0.5
+    out = _run(batch, scale, window, block_n)
+    ref = _reference(batch, scale, window)
+    tol = TOL[batch["query"].dtype]
+    assert out.dtype == batch["query"].dtype
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
+    in_seq = torch.zeros(out.shape[0], dtype=torch.bool)
+    for s in batch["truth"]:
+        in_seq[s["start"]:s["start"] + s["q_len"]] = True
+    assert (out[~in_seq] == 0).all()  # padding tokens
+
+
+# --- tests ----------------------------------------------------------------------------------------
+
+# A first prefill chunk, a chunk with earlier context, decodes at block edges, padding in between.
+MIXED = [(20, 20), (1, 1), (9, 40), (1, 17), (1, 33)]
+MIXED_PADS = [2, 0, 3, 0, 0, 2]
+
+
+@kernels
+@pytest.mark.parametrize("block_size,group,dtype", [
+    (1, 1, torch.float32), (4, 2, torch.float16), (7, 7, torch.bfloat16),
+    (16, 4, torch.float32), (32, 2, torch.bfloat16), (16, 1, torch.float16)])
+def test_mixed_batch(block_size, group, dtype):
+    batch = _make_batch(MIXED, pads=MIXED_PADS, block_size=block_size, kv_heads=2, group=group,
+                        head_dim=32, dtype=dtype)
+    _check(batch)
+
+
+@kernels
+@pytest.mark.parametrize("window", [1, 5, 24])
+def test_sliding_window(window):
+    batch = _make_batch([(12, 30), (1, 45), (16, 16)], block_size=4, kv_heads=1, group=4,
+                        head_dim=16, dtype=torch.float32, seed=1)
+    _check(batch, window=window)
+
+
+@kernels
+def test_decode_only_odd_head_dim():
+    batch = _make_batch([(1, 5), (1, 64), (1, 1), (1, 23)], pads=[0, 1, 0, 0, 0], block_size=16,
+                        kv_heads=3, group=2, head_dim=24, dtype=torch.float16, seed=2)
+    _check(batch)
+
+
+@kernels
+def test_write_kv_skips_negative_slots():
+    T, kv_heads, head_dim, block_size = 6, 2, 8, 4
+    k_pool = torch.zeros(5, block_size, kv_heads, head_dim, device=DEVICE)
+    v_pool = torch.zeros_like(k_pool)
+    k = torch.randn(T, kv_heads, head_dim, device=DEVICE)
+    v = torch.randn(T, kv_heads, head_dim, device=DEVICE)
+    slots = torch.tensor([13, -1, 2, 19, -1, 0], device=DEVICE)
+    write_kv_triton(k, v, k_pool, v_pool, slots)
+    keep = slots >= 0
+    want_k = torch.zeros(20, kv_heads, head_dim, device=DEVICE).index_copy_(0, slots[keep], k[keep])
+    want_v = torch.zeros(20, kv_heads, head_dim, device=DEVICE).index_copy_(0, slots[keep], v[keep])
+    assert torch.equal(k_pool.view(20, kv_heads, head_dim), want_k)
+    assert torch.equal(v_pool.view(20, kv_heads, head_dim), want_v)
+
+
+@kernels
+def test_hf_adapter_matches_engine_reference():
+    """paged_attention_hf over a real BatchMeta gives what attention.paged_attention gives."""
+    batch = _make_batch(MIXED, pads=MIXED_PADS, block_size=4, kv_heads=2, group=2, head_dim=16,
+                        dtype=torch.float32, seed=3)
+    tr = batch["truth"]
+    dev = lambda x: x.to(DEVICE)  # noqa: E731
+    decodes = [s for s in tr if s["q_len"] == 1]
+    width = max(s["blocks"].numel() for s in decodes)
+    written = batch["slots"] >= 0
+
+    def meta(pool):
+        return attention.BatchMeta(
+            pool=pool, num_tokens=batch["query"].shape[0],
+            write_idx=dev(written.nonzero()[:, 0]), write_slots=dev(batch["slots"][written]),
+            decode_idx=dev(torch.tensor([s["start"] for s in decodes])),
+            decode_blocks=dev(torch.stack([torch.nn.functional.pad(s["blocks"], (0, width - s["blocks"].numel()))
+                                           for s in decodes])),
+            decode_ctx=dev(torch.tensor([s["ctx"] for s in decodes])),
+            prefills=[attention.PrefillSeq(s["start"], s["start"] + s["q_len"], s["ctx"], dev(s["blocks"]))
+                      for s in tr if s["q_len"] > 1])
+
+    def pool():
+        k = torch.nan_to_num(batch["k_pool"], nan=0.0)  # the engine's pools are zero-initialised
+        return SimpleNamespace(k=[dev(k)], v=[dev(torch.nan_to_num(batch["v_pool"], nan=0.0))],
+                               block_size=batch["block_size"])
+
+    module = SimpleNamespace(layer_idx=0)
+    args = (dev(batch["query"].transpose(0, 1)[None]), dev(batch["k_new"].transpose(0, 1)[None]),
+            dev(batch["v_new"].transpose(0, 1)[None]), None)
+    got_pool, want_pool = pool(), pool()
+    got, _ = paged_attention_hf(module, *args, scaling=0.3, sliding_window=6,
+                                **{attention.META_KWARG: meta(got_pool)})
+    want, _ = attention.paged_attention(module, *args, scaling=0.3, sliding_window=6,
+                                        **{attention.META_KWARG: meta(want_pool)})
+    torch.testing.assert_close(got, want, atol=2e-4, rtol=2e-4)
+    assert torch.equal(got_pool.k[0], want_pool.k[0]) and torch.equal(got_pool.v[0], want_pool.v[0])
+
+
+@kernels
+@pytest.mark.parametrize("strategy", ["continuous", "static"])
+def test_engine_greedy_matches_generate_on_triton_backend(tiny_model_dirs, strategy):
+    """The whole engine on the Triton kernels: mixed prefill chunks, decodes, padding, preemption."""
+    from engine_helpers import check_drained, greedy, make_engine, mixed_prompts
+    from tiny_models import reference_greedy
+    prompts, max_tokens = mixed_prompts(6)
+    max_tokens = [min(m, 6) for m in max_tokens]
+    refs = reference_greedy(tiny_model_dirs["qwen3"], prompts, max_tokens)
+    eng = make_engine(tiny_model_dirs["qwen3"], strategy=strategy, attention_backend="triton", device=DEVICE,
+                      num_kv_blocks=20, max_model_len=64, max_num_batched_tokens=16)
+    outs = eng.generate(prompts, [greedy(m) for m in max_tokens])
+    assert [o.output_token_ids for o in outs] == refs
+    check_drained(eng)
