@@ -14,6 +14,7 @@ import time
 
 from .config import STRATEGIES, EngineConfig
 from .event_hub import EventHub
+from .gpu_monitor import start_gpu_monitor
 from .handles import RequestHandle
 from .request import SamplingParams
 from .worker import EngineWorker
@@ -36,6 +37,7 @@ class EngineService:
         self.workers: dict[str, EngineWorker] = {}
         for s in self._check_strategies(strategies):
             self._start_worker(s, self.cfg)
+        self.gpu_monitor = self._gpu_monitor()
 
     # ---- clock and lifecycle -----------------------------------------------------------------
     def clock(self) -> float:
@@ -49,12 +51,22 @@ class EngineService:
         self.workers[strategy] = w
         w.start()
 
+    def _gpu_monitor(self):
+        """NVML sampling when the engines run on an NVIDIA GPU (off the engine threads)."""
+        import torch
+        if self.cfg.device == "cpu" or not torch.cuda.is_available():
+            return None
+        index = int(self.cfg.device.split(":")[1]) if ":" in self.cfg.device else torch.cuda.current_device()
+        return start_gpu_monitor(self.hub, self.clock, index)
+
     def wait_ready(self, timeout: float | None = None) -> None:
         """Block until every engine has loaded its model (raises the first load error)."""
         for w in list(self.workers.values()):
             w.wait_ready(timeout)
 
     def stop(self) -> None:
+        if self.gpu_monitor is not None:
+            self.gpu_monitor.stop()
         for w in list(self.workers.values()):
             w.stop()
         for w in list(self.workers.values()):
