@@ -1,9 +1,11 @@
-"""Placeholder landing page until the playground lands: engine status from the service."""
+"""Inflight's navigation: the script `streamlit run app.py` serves."""
 import streamlit as st
 
-from engine.service import get_service
-
-st.set_page_config(page_title="Inflight", layout="wide")
-st.title("Inflight")
-svc = get_service()
-st.json(svc.status())
+st.set_page_config(page_title="Inflight", page_icon="🛫", layout="wide")
+nav = st.navigation([
+    st.Page("playground.py", title="Live playground", icon="🎛️", default=True),
+    st.Page("kv_cache.py", title="KV cache", icon="🧱"),
+    st.Page("benchmark.py", title="Benchmark", icon="📊"),
+    st.Page("about.py", title="About", icon="📖"),
+], position="top")
+nav.run()

@@ -1,0 +1,49 @@
+"""About: what each picture shows, in a few sentences per view."""
+import streamlit as st
+
+st.title("What you are looking at")
+st.markdown("""
+Inflight runs a real Hugging Face model in PyTorch. Each **iteration** (one step of the engine) is one
+forward pass over a batch of requests. What the views show comes from the engine's own record of each
+iteration: nothing is simulated or interpolated.
+
+**Strategies.**
+*Continuous batching* schedules at every iteration. Finished requests leave at once, and waiting
+requests join while there is a free batch slot, token budget and KV memory. Long prompts are processed
+in chunks so they do not stall requests that are already generating.
+*Static batching* waits until it has a full batch and pads every prompt to the longest one. It then
+runs until the longest request is done and lets nobody join in the meantime. *Dynamic batching* does
+the same, but also starts a batch once the oldest request has waited long enough.
+In both, rows that have finished keep their place in the batch and are still computed.
+
+**Gantt.** One row per request, along the time axis (or iterations). *Queued* is the time spent
+waiting. *Prefill* covers the prompt, one segment per chunk. *Decode* produces one token per
+iteration. *Preempted* means its KV blocks were taken back and it waits to be *recomputed*.
+*Finished but held* is a static row that is done but still sits in its batch. The marker is the
+moment it finished.
+
+**Batch slots.** One column per iteration and one row per batch slot, coloured by the request in that
+slot. Continuous batching refills a slot as soon as it frees up. Static batching leaves grey padding
+until the whole batch is done.
+
+**KV block map.** The physical KV cache: a pool of fixed-size blocks, one cell per block, coloured by
+the request that owns it. The fill shows how many token slots hold a token. Continuous batching takes
+blocks as a request grows, so only the last block of a request is partly empty. Static batching
+reserves room for prompt + max_tokens up front; the hatching is memory reserved but never used.
+
+**Utilization.** Per iteration: how full the batch is, how much of the token budget was used, how
+much of the KV pool is held, and tokens per second.
+
+**Metric cards.** They use the same definitions as the benchmark. Throughput is output tokens per
+second of finished requests. TTFT is time to first token, queueing included. TPOT is the time per
+output token after the first. Padding waste is the share of computed token slots that were thrown
+away. KV waste is the share of allocated KV slots that hold no token.
+
+**Pause, step, slow motion.** Pause stops every engine between iterations, and Step runs exactly one
+iteration, so you can follow a schedule decision by decision. Slow motion makes each iteration last
+at least the time you set.
+
+**Talk to it from outside.** Any OpenAI client pointed at `http://<host>:8501/v1` sends requests that
+show up in these views, tagged `openai`. The README has the details, including the `/engine/ws`
+event protocol the views are built on.
+""")

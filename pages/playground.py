@@ -1,0 +1,133 @@
+"""Live playground: type prompts or generate load, watch the engines batch them."""
+from __future__ import annotations
+
+import random
+
+import streamlit as st
+
+from engine import SamplingParams
+from engine.bench.workloads import load_prompts
+from engine.service import get_service
+from ui import loadgen, sidebar
+from ui.live_view import live_view
+from ui.metrics import LiveMetrics, ratio
+from ui.status import loading_banner
+
+svc = get_service()
+opts = sidebar.view_options(svc)
+if sidebar.playback(svc):
+    st.session_state.clear_after_s = svc.clock()
+    st.session_state.metrics = None
+sidebar.engine_settings(svc)
+
+st.title("Inflight — watch an LLM engine batch requests")
+st.caption(sidebar.config_summary(svc.cfg))
+loading_banner(svc)
+
+
+# ---- inputs --------------------------------------------------------------------------------------
+@st.cache_data
+def bundled_prompts() -> list[str]:
+    return [p["prompt"] for p in load_prompts()]
+
+
+def submit(text: str, max_tokens: int, temperature: float, ignore_eos: bool = False, tag: str = "ui") -> None:
+    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, ignore_eos=ignore_eos)
+    try:
+        svc.submit(messages=[{"role": "user", "content": text}], params=params, tag=tag)
+    except (ValueError, TimeoutError) as e:
+        st.error(str(e))
+
+
+with st.container(border=True):
+    c_params, c_loads, c_gen = st.columns([1.2, 1, 1.6])
+    with c_params:
+        max_tokens = st.slider("Max new tokens", 1, 512, 96, key="max_tokens")
+        temperature = st.slider("Temperature", 0.0, 1.5, 0.0, 0.05, key="temperature")
+    with c_loads:
+        st.markdown("**One click**")
+        if st.button("1 prompt", width="stretch"):
+            submit(random.choice(bundled_prompts()), max_tokens, temperature)
+        if st.button("Burst of 8, mixed lengths", width="stretch",
+                     help="8 bundled prompts at once, output lengths 16 to 256 tokens (EOS ignored)"):
+            rng = random.Random()
+            for text in rng.sample(bundled_prompts(), 8):
+                submit(text, rng.choice([16, 32, 64, 128, 192, 256]), temperature, ignore_eos=True, tag="burst")
+    with c_gen:
+        st.markdown("**Load generator** (Poisson arrivals of bundled prompts)")
+        rate = st.slider("Arrival rate (requests/s)", 0.1, 8.0, 1.0, 0.1, key="lg_rate")
+        mean = st.slider("Output length (tokens): mean", 8, 256, 64, key="lg_mean")
+        spread = st.slider("± spread", 0, 248, 48, key="lg_spread")
+        gen = loadgen.running()
+        label = f"⏹ Stop generator ({gen.submitted} sent)" if gen else "▶ Start generator"
+        if st.button(label, width="stretch", type="primary" if gen else "secondary"):
+            if gen:
+                loadgen.stop()
+            else:
+                loadgen.start(svc, rate, mean, min(spread, mean - 1))
+            st.rerun()
+
+prompt = st.chat_input("Type a prompt; it goes to every engine shown")
+if prompt:
+    submit(prompt, max_tokens, temperature)
+
+# ---- live views (client-side, fed by /engine/ws) ---------------------------------------------------
+picked = live_view(key="live", strategies=opts["strategies"], axis=opts["axis"], large_text=opts["large_text"],
+                   clear_after_s=st.session_state.get("clear_after_s"))
+
+
+# ---- metric cards (from the same events, in Python) ----------------------------------------------
+def fmt(v, unit="", scale=1.0, digits=1):
+    return "–" if v is None else f"{v * scale:.{digits}f}{unit}"
+
+
+@st.fragment(run_every=1.0)
+def metric_cards() -> None:
+    m = st.session_state.get("metrics")
+    if m is None:
+        m = st.session_state.metrics = LiveMetrics()
+        m.since_s = st.session_state.get("clear_after_s") or 0.0
+    m.consume(svc.hub)
+    summary = m.summary()
+    shown = [s for s in opts["strategies"] if s in summary] or list(summary)
+    if not shown:
+        st.info("Metrics appear as soon as the first request finishes.")
+        return
+    cols = st.columns(len(shown))
+    base = summary.get(shown[-1]) if len(shown) == 2 else None
+    for col, s in zip(cols, shown):
+        r = summary[s]
+        other = base if base is not r else None
+        with col.container(border=True):
+            st.markdown(f"#### {s}")
+            tput = r["output_tokens_per_s"]
+            cards = [
+                ("Throughput", fmt(tput, " tok/s"), _vs(tput, other and other["output_tokens_per_s"]),
+                 "Output tokens per second of finished requests, since the first arrival"),
+                ("Requests done", f"{r['completed']}", f"{r['in_flight']} in flight", None),
+                ("TTFT p50", fmt(r["ttft_p50_s"], " s", digits=2), None, "Time to first token, queueing included"),
+                ("TTFT p99", fmt(r["ttft_p99_s"], " s", digits=2), None, None),
+                ("TPOT p50", fmt(r["tpot_p50_s"], " ms", 1000, 0), None, "Time per output token after the first"),
+                ("TPOT p99", fmt(r["tpot_p99_s"], " ms", 1000, 0), None, None),
+                ("Padding waste", fmt(r["padding_waste_pct"], " %"), None,
+                 "Computed token slots that were padding, or rows that had already finished"),
+                ("KV waste", fmt(r["kv_waste_pct"], " %"), None,
+                 "Allocated KV slots holding no token (static reserves prompt + max_tokens up front)"),
+                ("Mean batch", fmt(r["mean_batch_size"]), None, "Rows per forward pass"),
+                ("Mean step", fmt(r["mean_step_ms"], " ms", digits=0), None, None),
+            ]
+            for i in range(0, len(cards), 2):
+                pair = st.columns(2)
+                for c, (label, value, delta, help_) in zip(pair, cards[i:i + 2]):
+                    c.metric(label, value, delta, help=help_,
+                             delta_color="off" if label == "Requests done" else "normal")
+    if m.skipped:
+        st.caption(f"{m.skipped} events left the ring buffer before this tab read them.")
+
+
+def _vs(a, b):
+    r = ratio(a, b)
+    return None if r is None else f"{r:.2f}x vs {opts['strategies'][-1]}"
+
+
+metric_cards()

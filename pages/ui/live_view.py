@@ -1,0 +1,80 @@
+"""The live views: one keyed Streamlit v2 component that follows /engine/ws in the browser.
+
+The component draws from the engine's own events (Gantt, batch slots, KV block map, utilization,
+generated text, or one request's block table in ``mode="kv_detail"``). It keeps its socket and state
+across reruns; Python only passes configuration and reads back the request the user picked.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import streamlit as st
+
+COMPONENT_NAME = "inflight_live_view"
+VIEWS = ("gantt", "slots", "kv", "util", "text")
+AXES = ("time", "iterations")
+MODES = ("live", "kv_detail")
+
+_ASSETS = Path(__file__).resolve().parents[2] / "assets" / "live"
+
+
+def _read(name: str) -> str:
+    # Inline strings (they contain line breaks, so Streamlit does not take them for asset paths).
+    return (_ASSETS / name).read_text(encoding="utf-8")
+
+
+# Registered once, at import. Not style-isolated: plotly.js puts its own CSS in the document head,
+# which a shadow root would not see; our CSS is scoped under .ifl-root instead.
+_COMPONENT = st.components.v2.component(
+    COMPONENT_NAME,
+    html=_read("live_view.html"),
+    css=_read("live_view.css"),
+    js=_read("live_view.js"),
+    isolate_styles=False,
+)
+
+
+def live_view(*, key: str, strategies: list[str], axis: str = "time",
+              views: Sequence[str] = VIEWS, large_text: bool = False,
+              clear_after_s: float | None = None, selected: int | None = None,
+              height: int | None = None, mode: str = "live"):
+    """Mount the live views (one column per strategy, sharing the time axis).
+
+    key: the element key (required: it keeps the component, its socket and state, across reruns).
+    strategies: the engines to show, e.g. ["continuous", "static"].
+    axis: "time" (service seconds) or "iterations".
+    views: any of "gantt", "slots", "kv", "util", "text", in display order.
+    large_text: fonts and lines about 1.5x, for a projector.
+    clear_after_s: ignore events older than this service-clock time (the "clear" button).
+    selected: a request id to highlight (None: none); the user's own picks come back in the result.
+    height: fixed height in px (views share it); None sizes to content (about 1750 px with all views).
+    mode: "live", or "kv_detail" for one request's logical blocks -> block table -> physical pool.
+
+    Returns the component result; ``result.selected`` is the request id the user picked (or None).
+    """
+    if not strategies or not all(isinstance(s, str) and s for s in strategies):
+        raise ValueError(f"strategies must be a non-empty list of strategy names, got {strategies!r}")
+    if axis not in AXES:
+        raise ValueError(f"axis must be one of {', '.join(AXES)}, got {axis!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    views = list(views)
+    unknown = [v for v in views if v not in VIEWS]
+    if unknown:
+        raise ValueError(f"unknown view {unknown[0]!r}; known: {', '.join(VIEWS)}")
+    if height is not None and (not isinstance(height, int) or height < 200):
+        raise ValueError(f"height must be None or an integer >= 200 (px), got {height!r}")
+    if selected is not None and (not isinstance(selected, int) or isinstance(selected, bool)):
+        raise ValueError(f"selected must be None or a request id, got {selected!r}")
+    data = {
+        "strategies": list(strategies), "axis": axis, "views": views, "large_text": bool(large_text),
+        "clear_after_s": None if clear_after_s is None else float(clear_after_s),
+        "selected": selected, "height": height, "mode": mode,
+    }
+    return _COMPONENT(key=key, data=data, default={"selected": None}, on_selected_change=_noop,
+                      height=height if height is not None else "content")
+
+
+def _noop() -> None:
+    pass

@@ -1,0 +1,23 @@
+"""Engine status banners: model loading progress on a first start, load and configure errors."""
+from __future__ import annotations
+
+import streamlit as st
+
+
+def loading_banner(svc) -> None:
+    @st.fragment(run_every=1.0)
+    def banner():
+        engines = svc.status()["engines"]
+        for s, e in engines.items():
+            if e["error"]:
+                st.error(f"Engine **{s}** could not start: {e['error']}")
+        loading = [s for s, e in engines.items() if not e["ready"] and not e["error"]]
+        if loading:
+            with st.status(f"Loading the model for {', '.join(loading)}…", expanded=True):
+                st.write(svc.last_progress or "Reading weights…")
+                st.caption("A first start fetches and converts the default model once (about a minute "
+                           "on a laptop CPU); later starts take seconds.")
+        busy = [s for s, e in engines.items() if e["reconfiguring"]]
+        if busy:
+            st.info(f"Applying new settings to {', '.join(busy)}: finishing in-flight requests first.")
+    banner()
