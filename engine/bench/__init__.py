@@ -1,0 +1,20 @@
+"""Inflight's benchmark: workloads, our strategies and peers on the same workload, metrics, report.
+
+From Python (e.g. a page running it in a background thread):
+
+    from engine.bench import BenchConfig, preset, make_workload, run_benchmark
+    res = run_benchmark(make_workload(preset("quick")), "continuous,static", BenchConfig(device="cpu"),
+                        progress=lambda p: ..., cancel=threading.Event())
+    res.results   # one metrics dict per strategy (see engine.bench.metrics)
+"""
+from .config import ALL_STRATEGIES, BenchConfig
+from .control import Cancelled, Progress
+from .metrics import summarize
+from .records import RequestRecord, StepSample, StrategyRun
+from .suite import BenchmarkResult, run_benchmark
+from .workloads import (PRESETS, Lengths, RequestSpec, Workload, WorkloadSpec, load_trace, make_workload,
+                        materialize, preset, save_trace)
+
+__all__ = ["ALL_STRATEGIES", "BenchConfig", "BenchmarkResult", "Cancelled", "Lengths", "PRESETS", "Progress",
+           "RequestRecord", "RequestSpec", "StepSample", "StrategyRun", "Workload", "WorkloadSpec", "load_trace",
+           "make_workload", "materialize", "preset", "run_benchmark", "save_trace", "summarize"]

@@ -1,0 +1,127 @@
+"""Benchmark metrics: pure functions of a StrategyRun (request records and step samples).
+
+Definitions (every time is a difference of one clock; t0 is when the workload started,
+i.e. when requests with arrival offset 0 arrive):
+
+- completed: requests that finished with reason "length" or "stop". Only they count below.
+- duration_s: last completed finish - t0.
+- output_tokens_per_s: useful output tokens of completed requests / duration_s. Tokens a
+  padded batch computes past a request's own max_tokens are not counted.
+- requests_per_s: completed / duration_s.
+- TTFT (time to first token) = first_token_s - arrival_s, queueing included.
+- TPOT (time per output token) = (finish_s - first_token_s) / (output_tokens - 1), for
+  requests with at least 2 output tokens (the mean inter-token gap after the first).
+- e2e latency = finish_s - arrival_s.
+- queue wait = scheduled_s - arrival_s (until the request first entered a batch).
+- Percentiles p50/p90/p99 are numpy's linear-interpolation percentiles over requests.
+- padding_waste_pct = 100 * padding token slots / all computed token slots (prefill +
+  decode + padding) over the run. Padding: static's left padding of short prompts, and the
+  rows of requests that already finished but are still computed until their batch ends.
+- kv_waste_pct = 100 * mean over busy steps (steps that allocate any KV) of
+  kv_unused_slots / kv_allocated_slots, measured after each step: slots held by requests
+  (allocated blocks x block size, or a generate() batch's padded cache) that hold no useful
+  token. Paged continuous batching wastes only the unfilled tail of each request's last
+  block; static batching reserves prompt + max_tokens per row up front.
+- mean_batch_size: mean over busy steps of the rows in the forward pass (finished rows that
+  static batching still computes included); mean_active_batch_size counts only rows that
+  computed a useful token.
+- goodput: completed requests meeting the SLO (TTFT <= slo_ttft_s and TPOT <= slo_tpot_s; an
+  unset SLO always holds, a 1-token request has no TPOT and meets that part) per second of
+  duration_s; goodput_output_tokens_per_s counts their output tokens; slo_attainment_pct is
+  their share of all requests.
+Metrics that need step samples are None for runs without them (hf-cb).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .records import RequestRecord, StepSample, StrategyRun
+
+PERCENTILES = (50, 90, 99)
+DONE = ("length", "stop")
+
+
+def percentiles(values: list[float], prefix: str) -> dict[str, float | None]:
+    """{prefix_p50_s, prefix_p90_s, prefix_p99_s, prefix_mean_s}; None when there are no values."""
+    out: dict[str, float | None] = {}
+    arr = np.asarray(values, dtype=float)
+    for p in PERCENTILES:
+        out[f"{prefix}_p{p}_s"] = float(np.percentile(arr, p)) if arr.size else None
+    out[f"{prefix}_mean_s"] = float(arr.mean()) if arr.size else None
+    return out
+
+
+def ttft(r: RequestRecord) -> float | None:
+    return None if r.first_token_s is None else r.first_token_s - r.arrival_s
+
+
+def tpot(r: RequestRecord) -> float | None:
+    if r.first_token_s is None or r.finish_s is None or r.output_tokens < 2:
+        return None
+    return (r.finish_s - r.first_token_s) / (r.output_tokens - 1)
+
+
+def e2e(r: RequestRecord) -> float | None:
+    return None if r.finish_s is None else r.finish_s - r.arrival_s
+
+
+def queue_wait(r: RequestRecord) -> float | None:
+    return None if r.scheduled_s is None else r.scheduled_s - r.arrival_s
+
+
+def meets_slo(r: RequestRecord, slo_ttft_s: float | None, slo_tpot_s: float | None) -> bool:
+    t, p = ttft(r), tpot(r)
+    ok_ttft = slo_ttft_s is None or (t is not None and t <= slo_ttft_s)
+    ok_tpot = slo_tpot_s is None or p is None or p <= slo_tpot_s
+    return ok_ttft and ok_tpot
+
+
+def padding_waste_pct(steps: list[StepSample]) -> float | None:
+    total = sum(s.computed_tokens for s in steps)
+    return 100.0 * sum(s.padding_tokens for s in steps) / total if total else None
+
+
+def kv_waste_pct(steps: list[StepSample]) -> float | None:
+    ratios = [s.kv_unused_slots / s.kv_allocated_slots for s in steps
+              if s.kv_allocated_slots and s.kv_unused_slots is not None]
+    return 100.0 * float(np.mean(ratios)) if ratios else None
+
+
+def summarize(run: StrategyRun, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None) -> dict:
+    """Every metric of one run as a flat JSON-ready dict (see the module docstring)."""
+    done = [r for r in run.requests if r.finish_reason in DONE and r.finish_s is not None]
+    duration = max((r.finish_s for r in done), default=run.t0) - run.t0
+    rate = (lambda x: x / duration) if duration > 0 else (lambda x: None)
+    out_tokens = sum(r.output_tokens for r in done)
+    good = [r for r in done if meets_slo(r, slo_ttft_s, slo_tpot_s)]
+    steps = run.steps
+    res = {
+        "strategy": run.strategy,
+        "num_requests": len(run.requests),
+        "completed": len(done),
+        "failed": len(run.requests) - len(done),
+        "duration_s": duration,
+        "output_tokens": out_tokens,
+        "prompt_tokens": sum(r.prompt_tokens for r in done),
+        "output_tokens_per_s": rate(out_tokens),
+        "requests_per_s": rate(len(done)),
+    }
+    res.update(percentiles([v for v in map(ttft, done) if v is not None], "ttft"))
+    res.update(percentiles([v for v in map(tpot, done) if v is not None], "tpot"))
+    res.update(percentiles([v for v in map(e2e, done) if v is not None], "e2e"))
+    res.update(percentiles([v for v in map(queue_wait, done) if v is not None], "queue_wait"))
+    res.update({
+        "padding_waste_pct": padding_waste_pct(steps),
+        "kv_waste_pct": kv_waste_pct(steps),
+        "mean_batch_size": float(np.mean([s.rows for s in steps])) if steps else None,
+        "mean_active_batch_size": float(np.mean([s.active_rows for s in steps])) if steps else None,
+        "num_steps": len(steps) if steps else None,
+        "mean_step_ms": 1000.0 * float(np.mean([s.t_end - s.t_start for s in steps])) if steps else None,
+        "busy_s": float(sum(s.t_end - s.t_start for s in steps)) if steps else None,
+        "slo_ttft_s": slo_ttft_s,
+        "slo_tpot_s": slo_tpot_s,
+        "goodput_requests_per_s": rate(len(good)),
+        "goodput_output_tokens_per_s": rate(sum(r.output_tokens for r in good)),
+        "slo_attainment_pct": 100.0 * len(good) / len(run.requests) if run.requests else None,
+    })
+    return res

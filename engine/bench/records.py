@@ -1,0 +1,93 @@
+"""What one strategy run leaves behind: a record per request and a sample per busy step.
+
+Every strategy (ours and the peers) reduces its run to these, and `metrics.py`
+computes every number from them alone. Times are seconds on one monotonic clock
+(`time.perf_counter` unless a run says otherwise); only differences are used.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from ..request import RequestOutput
+from ..telemetry import StepEvent
+
+
+@dataclass
+class RequestRecord:
+    """One request's life.
+
+    scheduled_s: when it first entered a batch (admission); None if never.
+    output_tokens: useful tokens it received (a padded batch may compute more).
+    """
+    index: int
+    arrival_s: float
+    scheduled_s: float | None
+    first_token_s: float | None
+    finish_s: float | None
+    prompt_tokens: int
+    output_tokens: int
+    finish_reason: str | None = None
+
+    def to_dict(self, t0: float = 0.0) -> dict:
+        d = asdict(self)
+        for k in ("arrival_s", "scheduled_s", "first_token_s", "finish_s"):
+            if d[k] is not None:
+                d[k] -= t0
+        return d
+
+
+@dataclass
+class StepSample:
+    """One forward pass that computed something.
+
+    rows: requests that had a row in the batch (static's finished rows included);
+    active_rows: rows that computed at least one useful token.
+    *_tokens: token slots computed this step, by kind (padding is computed and discarded).
+    kv_allocated_slots: KV slots held by requests after the step (blocks x block size, or
+    the padded cache of a generate() batch); kv_unused_slots: those holding no useful token.
+    """
+    t_start: float
+    t_end: float
+    rows: int
+    active_rows: int
+    prefill_tokens: int
+    decode_tokens: int
+    padding_tokens: int
+    kv_allocated_slots: int | None = None
+    kv_unused_slots: int | None = None
+
+    @property
+    def computed_tokens(self) -> int:
+        return self.prefill_tokens + self.decode_tokens + self.padding_tokens
+
+
+@dataclass
+class StrategyRun:
+    """A strategy's run of one workload. steps is empty when the strategy cannot be observed
+    per step (hf-cb); metrics that need steps are then None."""
+    strategy: str
+    requests: list[RequestRecord]
+    steps: list[StepSample] = field(default_factory=list)
+    t0: float = 0.0                      # when the workload started (arrival offsets count from here)
+    info: dict = field(default_factory=dict)
+
+
+def step_sample(ev: StepEvent) -> StepSample | None:
+    """Reduce a StepEvent to a StepSample; None for an idle step (nothing computed)."""
+    if not ev.entries:
+        return None
+    tokens = {"prefill": 0, "decode": 0, "padding": 0}
+    rows, active = set(), set()
+    for e in ev.entries:
+        tokens[e.phase] += e.num_tokens
+        rows.add(e.request_id)
+        if e.phase != "padding" and e.num_tokens:
+            active.add(e.request_id)
+    return StepSample(ev.t_start, ev.t_end, len(rows), len(active), tokens["prefill"], tokens["decode"],
+                      tokens["padding"], kv_allocated_slots=ev.used_blocks * ev.block_size,
+                      kv_unused_slots=ev.reserved_unused_slots)
+
+
+def request_record(index: int, out: RequestOutput, scheduled_s: float | None) -> RequestRecord:
+    return RequestRecord(index, out.arrival_s, scheduled_s, out.first_token_s, out.finish_s,
+                         len(out.prompt_token_ids), len(out.output_token_ids), out.finish_reason)

@@ -1,0 +1,120 @@
+"""Benchmark output: a plain-text table with speedups against baselines, JSON and CSV files."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+BASELINES = ("static", "hf-generate")
+
+# (header, key, format, scale)
+COLUMNS = [
+    ("strategy", "strategy", "{}", None),
+    ("out tok/s", "output_tokens_per_s", "{:.1f}", 1),
+    ("req/s", "requests_per_s", "{:.2f}", 1),
+    ("TTFT p50", "ttft_p50_s", "{:.2f}s", 1),
+    ("TTFT p99", "ttft_p99_s", "{:.2f}s", 1),
+    ("TPOT p50", "tpot_p50_s", "{:.0f}ms", 1000),
+    ("E2E p50", "e2e_p50_s", "{:.2f}s", 1),
+    ("E2E p99", "e2e_p99_s", "{:.2f}s", 1),
+    ("queue p50", "queue_wait_p50_s", "{:.2f}s", 1),
+    ("pad %", "padding_waste_pct", "{:.1f}", 1),
+    ("KV waste %", "kv_waste_pct", "{:.1f}", 1),
+    ("batch", "mean_batch_size", "{:.1f}", 1),
+    ("goodput r/s", "goodput_requests_per_s", "{:.2f}", 1),
+]
+
+# Speedups: (header, key, higher_is_better)
+RATIOS = [
+    ("out tok/s", "output_tokens_per_s", True),
+    ("req/s", "requests_per_s", True),
+    ("TTFT p50", "ttft_p50_s", False),
+    ("TPOT p50", "tpot_p50_s", False),
+    ("E2E p50", "e2e_p50_s", False),
+]
+
+
+def _cell(value, fmt: str, scale) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return fmt.format(value * scale if scale else value)
+
+
+def _grid(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def speedup(result: dict, base: dict, key: str, higher_is_better: bool) -> float | None:
+    """How many times better `result` is than `base` on `key` (> 1 is better)."""
+    a, b = result.get(key), base.get(key)
+    if a is None or b is None or a <= 0 or b <= 0:
+        return None
+    return a / b if higher_is_better else b / a
+
+
+def _groups(results: list[dict]) -> list[tuple[object, list[dict]]]:
+    groups: dict = {}
+    for r in results:
+        groups.setdefault(r.get("rate"), []).append(r)
+    return list(groups.items())
+
+
+def format_table(results: list[dict]) -> str:
+    """One block per arrival rate: the metrics table, then speedups against each baseline present."""
+    out = []
+    for rate, rows in _groups(results):
+        title = "offline (all requests at t=0)" if not rate else f"online: {rate:g} requests/s"
+        out.append(f"== {rows[0].get('workload', 'workload')}, {title} ==")
+        out.append(_grid([c[0] for c in COLUMNS], [[_cell(r.get(k), f, s) for _, k, f, s in COLUMNS] for r in rows]))
+        for base_name in BASELINES:
+            base = next((r for r in rows if r["strategy"] == base_name), None)
+            others = [r for r in rows if r["strategy"] != base_name]
+            if base is None or not others:
+                continue
+            out.append(f"\nspeedup vs {base_name} (x, > 1 is better; latency ratios are {base_name}/strategy)")
+            body = [[r["strategy"]] + [_cell(speedup(r, base, k, hib), "{:.2f}x", 1) for _, k, hib in RATIOS]
+                    for r in others]
+            out.append(_grid(["strategy"] + [h for h, _, _ in RATIOS], body))
+        out.append("")
+    return "\n".join(out)
+
+
+def add_ratios(results: list[dict]) -> None:
+    """Add vs_<baseline>_output_tokens_per_s (and the other RATIOS) to each result, in place."""
+    for _, rows in _groups(results):
+        for base_name in BASELINES:
+            base = next((r for r in rows if r["strategy"] == base_name), None)
+            if base is None:
+                continue
+            tag = base_name.replace("-", "_")
+            for r in rows:
+                for _, key, hib in RATIOS:
+                    r[f"vs_{tag}_{key}"] = speedup(r, base, key, hib)
+
+
+def write_json(data: dict, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
+
+
+def _json_default(x):
+    if hasattr(x, "item"):
+        return x.item()
+    if isinstance(x, Path):
+        return str(x)
+    raise TypeError(f"cannot write {type(x).__name__} to JSON")
+
+
+def write_csv(results: list[dict], path: str | Path) -> None:
+    """One row per result; nested fields (info) are written as JSON strings."""
+    keys: list[str] = []
+    for r in results:
+        keys.extend(k for k in r if k not in keys)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        for r in results:
+            w.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in r.items()})

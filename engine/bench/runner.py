@@ -1,0 +1,112 @@
+"""Run one of our strategies (continuous, static, dynamic) on workloads, through the public engine API.
+
+Arrivals follow the engine's clock: requests whose arrival time has come are added
+(with their scheduled arrival time, so time spent waiting for a step to end counts as
+queueing), the engine steps while it has work, and sleeps until the next arrival
+otherwise. Once every request has arrived `draining` is set, so static/dynamic launch
+their last partial batch. A warm-up (a few short requests, discarded) runs first.
+"""
+from __future__ import annotations
+
+import gc
+import time
+from collections import deque
+
+from ..llm_engine import LLMEngine
+from ..request import SamplingParams
+from .config import BenchConfig
+from .control import Cancelled, check_cancel, is_cancelled, CpuShare, report
+from .records import RequestRecord, StepSample, StrategyRun, request_record, step_sample
+from .workloads import Workload
+
+IDLE_TICK_S = 0.002  # sleep between idle steps (static waiting for a full batch, dynamic for its timeout)
+WARMUP_TOKENS = 4
+
+
+def run_engine(workloads: list[Workload], strategy: str, cfg: BenchConfig, progress=None, cancel=None,
+               sleep=time.sleep) -> list[StrategyRun]:
+    """One engine for `strategy`, warmed up, then each (materialized) workload in turn."""
+    report(progress, strategy=strategy, stage="load", message=f"loading {cfg.model}")
+    eng = LLMEngine(cfg.engine_config(strategy))
+    try:
+        check_cancel(cancel)
+        report(progress, strategy=strategy, stage="warmup")
+        warmup(eng, workloads[0], cfg.warmup_requests)
+        return [run_workload(eng, w, strategy, progress, cancel, sleep) for w in workloads]
+    finally:
+        del eng
+        gc.collect()
+
+
+def warmup(eng: LLMEngine, workload: Workload, n: int) -> None:
+    if n <= 0:
+        return
+    prompts = [r.prompt_token_ids for r in workload.requests[:n]]
+    eng.generate(prompts, SamplingParams(max_tokens=WARMUP_TOKENS, temperature=0.0, ignore_eos=True))
+
+
+def run_workload(eng: LLMEngine, workload: Workload, strategy: str, progress=None, cancel=None,
+                 sleep=time.sleep) -> StrategyRun:
+    if not workload.materialized:
+        raise ValueError("materialize() the workload for the model's tokenizer first")
+    clock = eng.clock
+    pending = deque(sorted(workload.requests, key=lambda r: (r.arrival_s, r.index)))
+    rate = workload.params.get("rate")
+    total = len(pending)
+    specs, scheduled = {}, {}
+    steps: list[StepSample] = []
+    done = 0
+    gc.collect()
+    eng.draining = False
+    report(progress, strategy=strategy, stage="run", done=0, total=total, rate=rate)
+    cpu = CpuShare()
+    t0 = clock()
+    try:
+        while True:
+            if is_cancelled(cancel):
+                raise Cancelled("benchmark cancelled")
+            now = clock()
+            while pending and t0 + pending[0].arrival_s <= now:
+                spec = pending.popleft()
+                params = SamplingParams(max_tokens=spec.max_tokens, temperature=0.0,
+                                        ignore_eos=workload.ignore_eos)
+                specs[eng.add_request(spec.prompt_token_ids, params, arrival_s=t0 + spec.arrival_s)] = spec
+            if not pending:
+                eng.draining = True
+            if eng.has_unfinished():
+                ev = eng.step()
+                for rid in ev.admitted:
+                    scheduled.setdefault(rid, ev.t_start)
+                sample = step_sample(ev)
+                if sample is not None:
+                    steps.append(sample)
+                else:  # nothing to compute yet: wait for an arrival or a dynamic batch's timeout
+                    wait = IDLE_TICK_S if not pending else min(IDLE_TICK_S, t0 + pending[0].arrival_s - clock())
+                    if wait > 0:
+                        sleep(wait)
+                finished = sum(1 for rid in ev.finished if rid in specs)
+                if finished:
+                    done += finished
+                    report(progress, strategy=strategy, stage="run", done=done, total=total, rate=rate)
+            elif pending:
+                wait = t0 + pending[0].arrival_s - clock()
+                if wait > 0:
+                    sleep(min(wait, 0.1))  # short naps keep the cancel flag responsive
+            else:
+                break
+    except BaseException:
+        for rid in specs:
+            eng.abort(rid)
+        eng.draining = False
+        raise
+    eng.draining = False
+    records: list[RequestRecord] = []
+    for rid, spec in specs.items():
+        records.append(request_record(spec.index, eng.pop_output(rid), scheduled.get(rid)))
+    records.sort(key=lambda r: r.index)
+    info = {"kv_blocks": eng.kv_capacity_tokens // eng.cfg.block_size, "block_size": eng.cfg.block_size,
+            "kv_capacity_tokens": eng.kv_capacity_tokens, "device": str(eng.runner.device),
+            "dtype": str(eng.runner.dtype).replace("torch.", ""), "rate": rate,
+            "other_cpu_pct": cpu.other_cpu_pct()}
+    report(progress, strategy=strategy, stage="done", done=done, total=total, rate=rate)
+    return StrategyRun(strategy, records, steps, t0, info)

@@ -1,0 +1,104 @@
+"""The benchmark end to end on a tiny model: CLI, JSON/CSV output, rate sweeps, Python API, cancel."""
+from __future__ import annotations
+
+import csv
+import json
+import threading
+
+import pytest
+
+from engine.bench import BenchConfig, Cancelled, make_workload, preset, run_benchmark
+from engine.bench.__main__ import main
+
+KEYS = ("strategy", "output_tokens_per_s", "requests_per_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "e2e_p50_s",
+        "padding_waste_pct", "kv_waste_pct", "mean_batch_size", "goodput_requests_per_s", "queue_wait_p50_s")
+
+
+def _tiny_args(model_dir, workload="tiny"):
+    return ["--model", str(model_dir), "--device", "cpu", "--dtype", "float32", "--workload", str(workload),
+            "--block-size", "4", "--kv-blocks", "64", "--max-model-len", "128", "--max-num-seqs", "4",
+            "--static-batch-size", "3", "--warmup", "1", "--no-progress"]
+
+
+def _cfg(model_dir, **kw):
+    return BenchConfig(model=str(model_dir), device="cpu", dtype="float32", block_size=4, num_kv_blocks=64,
+                       max_model_len=128, max_num_seqs=4, static_batch_size=3, warmup_requests=1, **kw)
+
+
+def test_cli_all_strategies_end_to_end(tiny_llama_dir, tmp_path, capsys):
+    out_json, out_csv, trace = tmp_path / "out.json", tmp_path / "out.csv", tmp_path / "trace.jsonl"
+    rc = main(_tiny_args(tiny_llama_dir) + [
+        "--strategies", "continuous,static,dynamic,hf-generate,hf-cb", "--json", str(out_json),
+        "--csv", str(out_csv), "--save-trace", str(trace), "--slo-ttft", "30"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "speedup vs static" in printed and "speedup vs hf-generate" in printed
+    data = json.loads(out_json.read_text())
+    assert data["config"]["workload"]["num_requests"] == 8
+    assert data["config"]["bench"]["slo_ttft_s"] == 30
+    results = data["results"]
+    assert [r["strategy"] for r in results] == ["continuous", "static", "dynamic", "hf-generate", "hf-cb"]
+    expected_tokens = data["config"]["workload"]["output_tokens_total"]
+    for r in results:
+        for k in KEYS:
+            assert k in r, (r["strategy"], k)
+        assert r["completed"] == 8 and r["failed"] == 0, r["strategy"]
+        assert r["output_tokens"] == expected_tokens, r["strategy"]  # same workload, EOS ignored
+        assert r["output_tokens_per_s"] > 0 and r["ttft_p50_s"] > 0 and r["e2e_p99_s"] >= r["e2e_p50_s"]
+        assert "vs_static_output_tokens_per_s" in r and "vs_hf_generate_output_tokens_per_s" in r
+    by = {r["strategy"]: r for r in results}
+    assert by["continuous"]["padding_waste_pct"] == 0
+    assert by["static"]["padding_waste_pct"] > 0 and by["hf-generate"]["padding_waste_pct"] > 0
+    assert by["static"]["kv_waste_pct"] > by["continuous"]["kv_waste_pct"]
+    assert by["hf-cb"]["kv_waste_pct"] is None
+    assert by["hf-cb"]["info"]["continuous_batching_config"]["max_batch_tokens"] == 512
+    assert by["hf-cb"]["info"]["kv_blocks"] == 64
+    rows = list(csv.DictReader(out_csv.open()))
+    assert [r["strategy"] for r in rows] == [r["strategy"] for r in results]
+    assert trace.read_text().count("\n") == 9  # header + 8 requests, replayable:
+    assert main(_tiny_args(tiny_llama_dir, workload=trace) + ["--strategies", "continuous"]) == 0
+
+
+def test_cli_rate_sweep(tiny_llama_dir, tmp_path):
+    out = tmp_path / "sweep.json"
+    assert main(_tiny_args(tiny_llama_dir) + ["--strategies", "continuous,static", "--rates", "0,40",
+                                              "--json", str(out), "--details"]) == 0
+    data = json.loads(out.read_text())
+    assert [(r["strategy"], r["rate"]) for r in data["results"]] == [
+        ("continuous", None), ("static", None), ("continuous", 40.0), ("static", 40.0)]
+    online = [run for run in data["runs"] if run["rate"] == 40.0]
+    for run in online:
+        arrivals = sorted(q["arrival_s"] for q in run["requests"])
+        assert arrivals[-1] > 0
+        for q in run["requests"]:
+            assert q["scheduled_s"] >= q["arrival_s"] - 1e-9 and q["first_token_s"] >= q["scheduled_s"]
+    assert all(run["steps"] for run in data["runs"])
+
+
+def test_cli_rejects_bad_input(tiny_llama_dir, capsys):
+    assert main(_tiny_args(tiny_llama_dir) + ["--strategies", "continuous,turbo"]) == 2
+    assert "unknown strategy turbo" in capsys.readouterr().err
+    assert main(_tiny_args(tiny_llama_dir) + ["--rates", "fast"]) == 2
+
+
+def test_python_api_progress_and_cancel(tiny_llama_dir):
+    seen = []
+    res = run_benchmark(make_workload(preset("tiny", num_requests=4)), ["continuous", "hf-generate"],
+                        _cfg(tiny_llama_dir), repeat=2, progress=seen.append)
+    assert [r["strategy"] for r in res.results] == ["continuous", "hf-generate"]
+    for r in res.results:  # the best of two interleaved runs is kept, both are listed
+        tries = r["info"]["repeats"]
+        assert len(tries) == 2 and r["output_tokens_per_s"] == max(t["output_tokens_per_s"] for t in tries)
+    for name in ("continuous", "hf-generate"):
+        runs = [p for p in seen if p.strategy == name and p.stage in ("run", "done")]
+        assert runs[-1].stage == "done" and runs[-1].done == runs[-1].total == 4
+
+    cancel = threading.Event()
+
+    def stop_after_first(p):
+        if p.stage == "run" and p.done >= 1:
+            cancel.set()
+
+    with pytest.raises(Cancelled):
+        run_benchmark(make_workload(preset("tiny")), "static", _cfg(tiny_llama_dir), progress=stop_after_first,
+                      cancel=cancel)
