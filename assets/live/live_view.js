@@ -13,16 +13,16 @@ const PLOTLY_URL = "/assets/plotly.min.js";
 const MAX_STEPS = 300;          // iterations kept per strategy (slots grid, utilization)
 const MAX_REQS = 160;           // requests kept per strategy; finished ones past the window go first
 const MAX_SEGS = 64;            // segments kept per request before old ones are trimmed
-const MAX_ROWS = 22;            // Gantt rows: the newest requests that touch the visible window
+const MAX_ROWS = 26;            // Gantt rows: the newest requests that touch the visible window
 const MIN_ROWS = 8;             // Gantt rows are never taller than 1/MIN_ROWS of the plot
 const MAX_CARDS = 24;           // generated-text cards per strategy
 const WINDOW_S = 20;            // sliding window on the time axis (s)
 const WINDOW_IT = 90;           // sliding window on the iteration axis
 const RATE_WINDOW_S = 1.0;      // tokens/s: rolling window over step events
 const STATUS_POLL_MS = 2000;    // status refresh (paused, queue, last step ms, clock sync)
-const OPEN_TICK_MS = 100;       // redraw rate while a queued/preempted bar is still growing
+const OPEN_TICK_MS = 200;       // redraw rate while a queued/preempted bar is still growing
 const VIEWS = ["gantt", "slots", "kv", "util", "text"];
-const VIEW_HEIGHT = { gantt: 400, slots: 240, kv: 300, util: 200, text: 360, detail: 340 };
+const VIEW_HEIGHT = { gantt: 400, slots: 240, kv: 300, util: 220, text: 360, detail: 340 };
 const VIEW_TITLE = {
   gantt: "Requests", slots: "Batch slots", kv: "KV cache — physical blocks", util: "Utilization",
   text: "Generated text", detail: "One request's KV: logical blocks → block table → physical pool",
@@ -41,8 +41,8 @@ const FONT = "Inter, 'Source Sans Pro', 'Segoe UI', Roboto, Helvetica, Arial, sa
 
 /* ================================ small helpers ================================ */
 
-const reqColor = (rid) => PALETTE[((rid % PALETTE.length) + PALETTE.length) % PALETTE.length];
 const paletteIndex = (rid) => ((rid % PALETTE.length) + PALETTE.length) % PALETTE.length;
+const reqColor = (rid) => PALETTE[paletteIndex(rid)];  // the same request id: the same color, everywhere
 const clamp = (x, a, b) => Math.min(b, Math.max(a, x));
 const perfNow = () => performance.now() / 1000;
 const sameList = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
@@ -100,7 +100,7 @@ function loadPlotly() {
 
 function newState(strategies) {
   return { by: new Map(strategies.map((s) => [s, newStrategy(s)])), coalesced: 0, latestT: null,
-           progress: null, rev: 0 };
+           progress: null };
 }
 
 function newStrategy(name) {
@@ -130,7 +130,6 @@ function ingest(inst, ev) {
   const tEnd = ev.type === "step" ? ev.t_end : t;
   if (tEnd != null) st.latestT = st.latestT == null ? tEnd : Math.max(st.latestT, tEnd);
   S.rev++;
-  st.rev++;
   return true;
 }
 
@@ -319,11 +318,9 @@ function onFinished(S, ev) {
   if (R.nPrompt == null) R.nPrompt = ev.num_prompt_tokens ?? null;
   if (typeof ev.num_output_tokens === "number") R.nOut = ev.num_output_tokens;
   if (R.arrival == null && ev.arrival_s != null) R.arrival = ev.arrival_s;
-  if (typeof ev.text === "string" && ev.text !== R.text) {
-    R.text = ev.text;  // the final text is authoritative (covers deltas lost to coalescing)
-    R.textRev++;
-    S.textRev++;
-  }
+  if (typeof ev.text === "string") R.text = ev.text;  // authoritative (covers deltas lost to coalescing)
+  R.textRev++;
+  S.textRev++;
   const t = ev.finish_s ?? S.lastT;
   closeOpen(R, t, S.lastIt + 0.5);  // aborted while queued or preempted
   if (R.finishT == null) {
@@ -390,7 +387,12 @@ function applyServiceStatus(inst, status) {
   if (!status || typeof status !== "object") return;
   inst.service = status;
   if (typeof status.t === "number") inst.clockOffset = status.t - perfNow();
-  inst.statusRev++;
+  const c = status.config || {};
+  const limits = `${c.max_num_seqs}|${c.static_batch_size}`;  // what the charts depend on
+  if (limits !== inst.limits) {
+    inst.limits = limits;
+    inst.statusRev++;
+  }
 }
 
 /* ================================ socket module ================================ */
@@ -503,8 +505,8 @@ function createInstance(root) {
           fps: q(".ifl-fps"), body: q(".ifl-body"), tip: q(".ifl-tip") },
     cols: new Map(), sizes: new WeakMap(), drawn: new WeakMap(), Plotly: null, plotlyError: null,
     ws: null, conn: "connecting", retries: 0, accepting: false, subRef: null, refSeq: 0, closed: false,
-    sel: null, lastDataSel: undefined, zoom: {}, raf: 0, frames: 0, fpsCount: 0, frameMs: 0, drewThisFrame: false,
-    timers: {}, setStateValue: () => {},
+    sel: null, lastDataSel: undefined, zoom: {}, zoomEpoch: 0, raf: 0, frames: 0, fpsCount: 0, frameMs: 0, drewThisFrame: false,
+    timers: {}, tlReadyAt: 0, setStateValue: () => {},
   };
   inst.cleanup = () => destroyInstance(inst);
   inst.resizeObs = new ResizeObserver((entries) => {
@@ -653,7 +655,10 @@ function buildTimeline(inst, views) {
     heads.set(v, head);
   }
   sec.appendChild(wrap);
-  if (inst.cfg.height) sec.style.flex = `${views.reduce((a, v) => a + VIEW_HEIGHT[v], 0)} 1 0px`;
+  // fixed height: plots share what is left once headers and axis bands (about 100 px a view) are paid
+  if (inst.cfg.height) {
+    sec.style.flex = `${views.reduce((a, v) => a + VIEW_HEIGHT[v], 0)} 1 ${Math.round(100 * inst.scale * views.length)}px`;
+  }
   inst.el.body.appendChild(sec);
   inst.resizeObs.observe(wrap);
   inst.timeline = { sec, wrap, plot, heads, views, ready: false, geom: null, geomKey: "" };
@@ -663,7 +668,7 @@ function buildSection(inst, v) {
   const sec = el("section", `ifl-section ifl-sec-${v}`);
   sec.appendChild(sectionHead(v));
   const grid = el("div", "ifl-grid ifl-view-grid");
-  if (inst.cfg.height) sec.style.flex = `${VIEW_HEIGHT[v]} 1 0px`;
+  if (inst.cfg.height) sec.style.flex = `${VIEW_HEIGHT[v]} 1 ${Math.round(40 * inst.scale)}px`;
   else if (v !== "detail") grid.style.height = `${Math.round(VIEW_HEIGHT[v] * (inst.cfg.large ? 1.15 : 1))}px`;
   for (const col of inst.cols.values()) {
     const cell = el("div", `ifl-cell ifl-cell-${v}`);
@@ -720,13 +725,13 @@ function buildViewCell(inst, v, cell, name) {
 const LEGENDS = {
   gantt: [["queued", "queued (arrival → first scheduled)"], ["prefill", "prefill chunk (one bar per iteration)"],
           ["decode", "decode"], ["preempted", "preempted"], ["recompute", "recomputed prefill"],
-          ["held", "finished, still held in the batch"], ["finish", "finished"], ["abort", "aborted / error"]],
+          ["held", "padding: finished, still held in the batch"], ["finish", "finished"], ["abort", "aborted / error"]],
   slots: [["prefill-cell", "prefill"], ["decode", "decode"], ["held-cell", "padding: finished row still computed"],
           ["idle", "empty slot"]],
   kv: [["kvfull", "tokens held (fill = tokens / block size)"], ["kvpart", "allocated, not yet written"],
        ["reserved", "reserved, unused (static reserves prompt + max_tokens)"], ["free", "free block"]],
   util: [["l-busy", "busy slots ÷ max batch"], ["l-budget", "tokens computed ÷ token budget"],
-         ["l-kv", "KV blocks used ÷ pool"], ["l-tps", "tokens/s (1 s rolling, right axis)"]],
+         ["l-kv", "KV blocks used ÷ pool"], ["l-tps", "tokens/s, prefill + decode (1 s rolling; lower band)"]],
   text: [["decode", "border color = request (the same in every view)"]],
   detail: [["kvfull", "tokens held"], ["kvpart", "slots allocated, empty"], ["reserved", "reserved, unused"],
            ["free", "free"]],
@@ -767,8 +772,9 @@ function timelineGeometry(inst) {
   const cols = [...Array(n).keys()].map((c) => [(c * (pw + gap)) / paperW, (c * (pw + gap) + pw) / paperW]);
   const axisBand = Math.round(34 * k), sep = Math.round(16 * k), lastBand = Math.round(54 * k);
   const heads = tl.views.map((v) => tl.heads.get(v).offsetHeight + 6);
-  const fixed = heads.reduce((a, b) => a + b, 0) + axisBand * (tl.views.length - 1) + lastBand
-    + sep * (tl.views.length - 1);
+  // under each band: time labels (the Gantt's own axis, and the shared one at the bottom) or a gap
+  const below = tl.views.map((v, j) => (j === tl.views.length - 1 ? lastBand : v === "gantt" ? axisBand + sep : sep));
+  const fixed = heads.reduce((a, b) => a + b, 0) + below.reduce((a, b) => a + b, 0);
   const weights = tl.views.map((v) => VIEW_HEIGHT[v] * (inst.cfg.large ? 1.15 : 1));
   const wsum = weights.reduce((a, b) => a + b, 0);
   const avail = inst.cfg.height ? Math.max(120, size.h - fixed) : wsum;
@@ -779,11 +785,19 @@ function timelineGeometry(inst) {
     y += heads[j];
     const ph = Math.round((avail * weights[j]) / wsum);
     const row = { view: v, top: y, ph };
-    y += ph + (j === tl.views.length - 1 ? lastBand : axisBand + sep);
+    y += ph + below[j];
     return row;
   });
   const H = y;
-  for (const r of rows) r.domain = [1 - (r.top + r.ph) / H, 1 - r.top / H];
+  const dom = (top, h) => [1 - (top + h) / H, 1 - top / H];
+  for (const r of rows) {
+    r.domain = dom(r.top, r.ph);
+    if (r.view === "util") {  // percentages above, tokens/s below, one shared time axis
+      const gapPx = Math.round(16 * k), h1 = Math.round((r.ph - gapPx) * 0.6);
+      r.domain = dom(r.top, h1);
+      r.domain2 = dom(r.top + h1 + gapPx, r.ph - h1 - gapPx);
+    }
+  }
   if (!inst.cfg.height) tl.wrap.style.height = `${H}px`;
   tl.geom = { W, H, L, R, cols, rows, pw };
   tl.geomKey = key;
@@ -818,12 +832,30 @@ function frame(inst) {
     if (col.text) drawText(inst, S, col.text);
     if (col.detail) drawDetail(inst, S, col.detail);
   }
-  if (inst.timeline && inst.Plotly) drawTimeline(inst, fc);
+  if (inst.timeline && inst.Plotly) timelineWithBudget(inst, fc);
   if (inst.drewThisFrame) {
     inst.frames++;
     inst.fpsCount++;
     inst.frameMs += performance.now() - t0;
   }
+}
+
+// The timeline is the one expensive view (a full plotly redraw). On a slow machine it could take
+// the whole main thread; after a draw of d ms the next waits d * (1 - TIMELINE_SHARE) / TIMELINE_SHARE
+// ms, so hover, clicks and the other views stay responsive. A fast machine never waits.
+const TIMELINE_SHARE = 0.7;
+
+function timelineWithBudget(inst, fc) {
+  const now = performance.now();
+  if (now < inst.tlReadyAt) {
+    if (!inst.timers.tl) {
+      inst.timers.tl = setTimeout(() => { inst.timers.tl = null; markDirty(inst); }, inst.tlReadyAt - now);
+    }
+    return;
+  }
+  drawTimeline(inst, fc);
+  const d = performance.now() - now;
+  inst.tlReadyAt = performance.now() + (d * (1 - TIMELINE_SHARE)) / TIMELINE_SHARE;
 }
 
 // Only redraw a view when its inputs changed (signature differs from the last draw).
@@ -862,14 +894,16 @@ function frameContext(inst) {
   const fc = { axis, now, open, time: null, it: new Map(), rows: new Map() };
   if (axis === "time") {
     const right = now == null ? (inst.clockOffset != null ? perfNow() + inst.clockOffset : WINDOW_S) : now;
-    const follow = [right - WINDOW_S * 0.96, right + WINDOW_S * 0.04];
+    const left = Math.max(-0.3, right - WINDOW_S * 0.96);  // the service clock starts at 0
+    const follow = [left, left + WINDOW_S];
     fc.time = inst.zoom.time || follow;
     const rows = ganttRows([...inst.state.by.values()], fc.time, "time", fc);
     for (const name of inst.state.by.keys()) fc.rows.set(name, rows);
   } else {
     for (const S of inst.state.by.values()) {
       const right = S.lastIt + 1;
-      const follow = [right - WINDOW_IT * 0.96, right + WINDOW_IT * 0.04];
+      const left = Math.max(-0.5, right - WINDOW_IT * 0.96);
+      const follow = [left, left + WINDOW_IT];
       const range = inst.zoom[`it:${S.name}`] || follow;
       fc.it.set(S.name, range);
       fc.rows.set(S.name, ganttRows([S], range, "iterations", fc));
@@ -932,23 +966,41 @@ function titled(inst, text) {
 const axisId = (p, n) => (n === 1 ? p : `${p}${n}`);
 const axisKey = (p, n) => (n === 1 ? `${p}axis` : `${p}axis${n}`);
 
-// One subplot per (strategy column, view row); util's tokens/s gets an extra overlaying y axis.
-function subplotAxes(inst, g, c, j) {
-  const nv = inst.timeline.views.length, nc = inst.cfg.strategies.length;
-  const n = c * nv + j + 1;
-  return { n, x: axisId("x", n), y: axisId("y", n), xk: axisKey("x", n), yk: axisKey("y", n),
-           y2n: nv * nc + c + 1, xdom: g.cols[c], ydom: g.rows[j].domain, last: j === nv - 1,
-           firstX: inst.cfg.axis === "time" ? "x" : axisId("x", c * nv + 1), col: c };
+// Axes of one strategy column. Every band (a view's subplot; utilization has two: percentages and
+// tokens/s) has its own y axis. The Gantt has its own x axis, labelled right under it; the other
+// bands share one, labelled at the bottom: fewer axes to redraw. Time axis: every x axis matches the
+// first, so both columns scroll and zoom together; iteration axis: only within a column.
+function columnAxes(inst, g, c) {
+  const tl = inst.timeline;
+  const perCol = tl.views.length + (tl.views.includes("util") ? 1 : 0);
+  let n = c * perCol;
+  const bands = [];
+  tl.views.forEach((v, j) => {
+    bands.push({ view: v, n: ++n, ydom: g.rows[j].domain, row: g.rows[j] });
+    if (v === "util") bands.push({ view: "tps", n: ++n, ydom: g.rows[j].domain2, row: g.rows[j] });
+  });
+  const shared = bands.find((b) => b.view !== "gantt");
+  for (const b of bands) {
+    b.xn = b.view === "gantt" || !shared ? b.n : shared.n;
+    Object.assign(b, { x: axisId("x", b.xn), y: axisId("y", b.n), xk: axisKey("x", b.xn), yk: axisKey("y", b.n),
+                       xdom: g.cols[c] });
+  }
+  const last = bands[bands.length - 1];
+  const firstX = inst.cfg.axis === "time" ? 1 : bands[0].xn;
+  const xaxes = [...new Set(bands.map((b) => b.xn))].map((xn) => ({
+    xn, key: axisKey("x", xn), anchor: xn === last.xn ? last.y : axisId("y", xn), title: xn === last.xn,
+    matches: xn === firstX ? undefined : axisId("x", firstX),
+  }));
+  return { bands, xaxes };
 }
 
-function xAxisLayout(inst, fc, S, ax, px) {
+function xAxisLayout(inst, fc, S, xa, xdom, px) {
   const timeMode = fc.axis === "time";
-  const a = axisStyle(inst, {
-    domain: ax.xdom, anchor: ax.y, range: xRange(fc, S).slice(), autorange: false, nticks: Math.max(4, Math.round(px / 110)),
-    title: titled(inst, ax.last ? (timeMode ? "service time (s)" : "iteration (published steps)") : ""),
+  return axisStyle(inst, {
+    domain: xdom, anchor: xa.anchor, range: xRange(fc, S).slice(), autorange: false, matches: xa.matches,
+    nticks: Math.max(4, Math.round(px / 110)),
+    title: titled(inst, xa.title ? (timeMode ? "service time (s)" : "iteration (published steps)") : ""),
   });
-  if (ax.x !== ax.firstX) a.matches = ax.firstX;
-  return a;
 }
 
 function drawTimeline(inst, fc) {
@@ -964,20 +1016,25 @@ function drawTimeline(inst, fc) {
   const layout = {
     width: g.W, height: g.H, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: C.plot,
     font: { family: FONT, size: 13 * k, color: C.text }, showlegend: false, dragmode: "zoom",
-    hovermode: "closest", uirevision: inst.cfg.axis, barmode: "overlay", bargap: 0, shapes: [],
+    // uirevision: plotly keeps UI state (hover, zoom) across updates; a new epoch hands the ranges
+    // back to us (after a double-click, the window follows "now" again)
+    hovermode: "closest", uirevision: `${inst.cfg.axis}|${inst.zoomEpoch}`, barmode: "overlay", bargap: 0, shapes: [],
     hoverlabel: { bgcolor: "#05070C", bordercolor: C.axis, font: { family: FONT, size: 14 * k, color: C.text } },
     margin: { l: g.L, r: g.R, t: 0, b: 0, pad: 0 },
   };
+  tl.axisCol = new Map();
   inst.cfg.strategies.forEach((name, c) => {
     const S = inst.state.by.get(name);
-    tl.views.forEach((v, j) => {
-      const ax = subplotAxes(inst, g, c, j);
-      const row = g.rows[j];
-      layout[ax.xk] = xAxisLayout(inst, fc, S, ax, g.pw);
-      if (v === "gantt") ganttTraces(inst, S, fc, ax, traces, layout);
-      else if (v === "slots") slotsTraces(inst, S, fc, ax, traces, layout, g.pw, row.ph);
-      else if (v === "util") utilTraces(inst, S, fc, ax, traces, layout);
-    });
+    const { bands, xaxes } = columnAxes(inst, g, c);
+    for (const xa of xaxes) {
+      layout[xa.key] = xAxisLayout(inst, fc, S, xa, g.cols[c], g.pw);
+      tl.axisCol.set(xa.xn, name);
+    }
+    for (const b of bands) {
+      if (b.view === "gantt") ganttTraces(inst, S, fc, b, traces, layout, b.row.ph, g.pw);
+      else if (b.view === "slots") slotsTraces(inst, S, fc, b, traces, layout, g.pw, b.row.ph);
+      else if (b.view === "util") utilTraces(inst, S, fc, b, bands.find((t) => t.view === "tps"), traces, layout);
+    }
   });
   inst.Plotly.react(tl.plot, traces, layout, PLOT_CONFIG);
   if (!tl.ready) {
@@ -993,17 +1050,17 @@ function drawTimeline(inst, fc) {
 
 // A user zoom (drag) freezes the window; double-click goes back to following "now".
 function onZoom(inst, e) {
-  if (!e || !inst.timeline) return;
-  const nv = inst.timeline.views.length;
-  for (const [key, val] of Object.entries(e)) {
+  if (!e || !inst.timeline || !inst.timeline.axisCol) return;
+  for (const key of Object.keys(e)) {
     const m = /^xaxis(\d*)\.(range|autorange)/.exec(key);
     if (!m) continue;
-    const n = m[1] ? Number(m[1]) : 1;
-    const name = inst.cfg.strategies[Math.floor((n - 1) / nv)];
+    const name = inst.timeline.axisCol.get(m[1] ? Number(m[1]) : 1);
     if (!name) continue;
     const zk = inst.cfg.axis === "time" ? "time" : `it:${name}`;
-    if (m[2] === "autorange") delete inst.zoom[zk];
-    else {
+    if (m[2] === "autorange") {
+      delete inst.zoom[zk];
+      inst.zoomEpoch++;
+    } else {
       const base = `xaxis${m[1]}.range`;
       const r = Array.isArray(e[base]) ? e[base] : [e[`${base}[0]`], e[`${base}[1]`]];
       if (r[0] !== undefined && r[1] !== undefined) inst.zoom[zk] = [Number(r[0]), Number(r[1])];
@@ -1014,24 +1071,18 @@ function onZoom(inst, e) {
 
 /* ================================ view: Gantt ================================ */
 
-const SEG_STYLE = {
-  queued:    { h: 0.26, shape: "" },
-  prefill:   { h: 0.78, shape: "/" },
-  decode:    { h: 0.78, shape: "" },
-  preempted: { h: 0.34, shape: "" },
-  recompute: { h: 0.78, shape: "x" },
-  held:      { h: 0.78, shape: "/" },
-};
-const NO_FG = "rgba(0,0,0,0)";
+const SEG_H = { queued: 0.24, preempted: 0.34, prefill: 0.8, recompute: 0.8, decode: 0.8, held: 0.8, finish: 0.92 };
 
-function segColors(kind, color) {
+// Phase shading, the same language as the slots grid: decode = the request's color, prefill = a light
+// tint of it, padding (finished, still held) = grey tinted by it; waits are thin bars.
+function segFill(kind, color, reason) {
   switch (kind) {
-    case "queued": return { fill: rgba(color, 0.42), fg: NO_FG };
-    case "prefill": return { fill: color, fg: "rgba(8,11,18,0.8)" };
-    case "recompute": return { fill: color, fg: C.preempt };
-    case "preempted": return { fill: C.preempt, fg: NO_FG };
-    case "held": return { fill: C.held, fg: color };
-    default: return { fill: color, fg: NO_FG };
+    case "queued": return rgba(color, 0.5);
+    case "prefill": case "recompute": return mix(color, C.white, 0.5);
+    case "preempted": return C.preempt;
+    case "held": return mix(C.held, color, 0.25);
+    case "finish": return reason === "abort" || reason === "error" ? C.preempt : C.white;
+    default: return color;
   }
 }
 
@@ -1044,74 +1095,64 @@ function segHover(R, s) {
   return `<b>#${R.rid}</b> ${SEG_LABEL[s.kind]}<br>${span}${its}${s.open ? " · still waiting" : ""}`;
 }
 
+function finishHover(R) {
+  return `<b>#${R.rid}</b> finished${R.reason ? ` (${R.reason})` : ""} at ${fmt(R.finishT)} s`
+    + (R.nOut ? ` · ${R.nOut} tokens` : "") + (R.error ? `<br>${escapeHover(R.error)}` : "");
+}
+
 function escapeHover(s) {  // plotly hover text is HTML-ish: show error messages literally
   return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 }
 
-function ganttTraces(inst, S, fc, ax, traces, layout) {
+// One bar trace for the whole Gantt of a strategy (segments and finish ticks): plotly's cost is
+// per trace and per styled feature, so everything shares one.
+function ganttTraces(inst, S, fc, ax, traces, layout, plotH, plotW) {
   const k = inst.scale;
   const timeMode = fc.axis === "time";
   const range = xRange(fc, S);
+  const tickW = (3.5 * k * (range[1] - range[0])) / Math.max(plotW, 1);  // a finish tick is ~3.5 px wide
   const rows = fc.rows.get(S.name) || [];
   const rowSet = new Set(rows);
-  const dim = (rid) => inst.sel != null && rid !== inst.sel;
-  const b = { base: [], x: [], y: [], width: [], color: [], fg: [], shape: [], opacity: [], lw: [], lc: [], text: [],
-              rid: [] };
-  const fin = { x: [], y: [], color: [], symbol: [], text: [], rid: [], opacity: [] };
+  const b = { base: [], x: [], y: [], width: [], color: [], opacity: [], lw: [], lc: [], text: [], rid: [] };
+  const add = (R, x0, x1, kind, text) => {
+    const dim = inst.sel != null && R.rid !== inst.sel;
+    const chunk = kind === "prefill" || kind === "recompute";  // outlines show chunk boundaries
+    b.base.push(x0);
+    b.x.push(Math.max(x1 - x0, 1e-4));
+    b.y.push(R.rid);
+    b.width.push(SEG_H[kind]);
+    b.color.push(segFill(kind, reqColor(R.rid), R.reason));
+    b.opacity.push(dim ? 0.16 : 1);
+    b.lw.push(inst.sel === R.rid && kind !== "finish" ? 2 * k : kind === "recompute" ? 2 * k : chunk ? 1 : 0);
+    b.lc.push(inst.sel === R.rid ? C.white : kind === "recompute" ? C.preempt : C.plot);
+    b.text.push(text);
+    b.rid.push(R.rid);
+  };
   for (const R of S.reqs.values()) {
     if (!rowSet.has(R.rid)) continue;
-    const color = reqColor(R.rid);
     const segs = R.open ? [...R.segs, { kind: R.open.kind, t0: R.open.t0, t1: fc.now, x0: R.open.x0,
                                         x1: S.lastIt + 0.5, it0: null, open: true }] : R.segs;
-    for (const s of segs) {
-      const x0 = timeMode ? s.t0 : s.x0, x1 = timeMode ? s.t1 : s.x1;
+    for (const sg of segs) {
+      const x0 = timeMode ? sg.t0 : sg.x0, x1 = timeMode ? sg.t1 : sg.x1;
       if (x0 == null || x1 == null || x1 < range[0] || x0 > range[1]) continue;
-      const st = SEG_STYLE[s.kind] || SEG_STYLE.decode;
-      const col = segColors(s.kind, color);
-      b.base.push(x0);
-      b.x.push(Math.max(x1 - x0, 1e-4));
-      b.y.push(R.rid);
-      b.width.push(st.h);
-      b.color.push(col.fill);
-      b.fg.push(col.fg);
-      b.shape.push(st.shape);
-      b.opacity.push(dim(R.rid) ? 0.16 : 1);
-      const chunk = s.kind === "prefill" || s.kind === "recompute";  // outline shows chunk boundaries
-      b.lw.push(inst.sel === R.rid ? 2 * k : chunk ? 1 : 0);
-      b.lc.push(inst.sel === R.rid ? C.white : C.plot);
-      b.text.push(segHover(R, s));
-      b.rid.push(R.rid);
+      add(R, x0, x1, sg.kind, segHover(R, sg));
     }
     const fx = timeMode ? R.finishT : R.finishX;
-    if (fx != null && fx >= range[0] && fx <= range[1]) {
-      const bad = R.reason === "abort" || R.reason === "error";
-      fin.x.push(fx);
-      fin.y.push(R.rid);
-      fin.color.push(bad ? C.preempt : color);
-      fin.symbol.push(bad ? "x" : "diamond");
-      fin.opacity.push(dim(R.rid) ? 0.2 : 1);
-      fin.text.push(`<b>#${R.rid}</b> finished${R.reason ? ` (${R.reason})` : ""} at ${fmt(R.finishT)} s`
-        + (R.nOut ? ` · ${R.nOut} tokens` : "") + (R.error ? `<br>${escapeHover(R.error)}` : ""));
-      fin.rid.push(R.rid);
-    }
+    if (fx != null && fx >= range[0] && fx <= range[1]) add(R, fx - tickW / 2, fx + tickW / 2, "finish", finishHover(R));
   }
   traces.push({
     type: "bar", orientation: "h", xaxis: ax.x, yaxis: ax.y, base: b.base, x: b.x, y: b.y, width: b.width,
     customdata: b.rid, hovertext: b.text, hoverinfo: "text",
-    marker: { color: b.color, opacity: b.opacity, line: { width: b.lw, color: b.lc },
-              pattern: { shape: b.shape, fgcolor: b.fg, bgcolor: b.color, size: 9 * k, solidity: 0.34 } },
-  }, {
-    type: "scatter", mode: "markers", xaxis: ax.x, yaxis: ax.y, x: fin.x, y: fin.y, customdata: fin.rid,
-    hovertext: fin.text, hoverinfo: "text",
-    marker: { symbol: fin.symbol, size: 13 * k, color: fin.color, opacity: fin.opacity,
-              line: { width: 2 * k, color: C.bg } },
+    marker: { color: b.color, opacity: b.opacity, line: { width: b.lw, color: b.lc } },
   });
   const top = rows.length ? rows[0] : 0;
   const bottom = rows.length ? Math.min(rows[rows.length - 1], top - MIN_ROWS + 1) : -MIN_ROWS + 1;
+  const every = Math.max(1, Math.ceil((15 * k) / (plotH / Math.max(top - bottom + 1, 1))));  // labels fit
+  const labelled = rows.filter((r) => r % every === 0 || r === inst.sel);
   layout[ax.yk] = axisStyle(inst, {
     domain: ax.ydom, anchor: ax.x, range: [bottom - 0.5, top + 0.5], fixedrange: true, showgrid: false,
-    tickmode: "array", tickvals: rows, ticktext: rows.map((r) => `#${r}`),
-    tickfont: { size: (rows.length > 16 ? 11.5 : 13) * k, color: C.muted, family: FONT },
+    tickmode: "array", tickvals: labelled, ticktext: labelled.map((r) => `#${r}`),
+    tickfont: { size: 13 * k, color: C.muted, family: FONT },
   });
   if (inst.sel != null && rowSet.has(inst.sel)) {
     layout.shapes.push({ type: "rect", xref: `${ax.x} domain`, yref: ax.y, x0: 0, x1: 1, y0: inst.sel - 0.5,
@@ -1243,7 +1284,6 @@ function slotsTraces(inst, S, fc, ax, traces, layout, plotW, plotH) {
     hovertemplate: "%{text}<extra></extra>", colorscale: CODE_SCALE, zmin: 0, zmax: NCODES - 1, zauto: false,
     showscale: false, hoverongaps: false, ygap: plotH / nSlots > 8 ? 1.5 : 0,
   });
-  layout[ax.xk].showgrid = false;
   layout[ax.yk] = axisStyle(inst, {
     domain: ax.ydom, anchor: ax.x, range: [-0.5, nSlots - 0.5], fixedrange: true, showgrid: false,
     title: titled(inst, "slot"), dtick: nSlots > 12 ? 2 : 1,
@@ -1256,54 +1296,60 @@ const UTIL_LINES = [
   { key: "busy", name: "busy slots", color: "#F8FAFC", dash: "solid" },
   { key: "budget", name: "token budget", color: "#FBBF24", dash: "dot" },
   { key: "kv", name: "KV blocks", color: "#22D3EE", dash: "dash" },
-  { key: "tps", name: "tokens/s", color: "#C084FC", dash: "solid", y2: true },
 ];
+const TPS_COLOR = "#C084FC";
 
-function utilTraces(inst, S, fc, ax, traces, layout) {
-  const k = inst.scale;
+// Per-iteration series inside the window (plus one point either side so lines reach the edges);
+// an idle gap over 1 s breaks the lines instead of bridging it.
+function utilSeries(inst, S, fc, range) {
   const timeMode = fc.axis === "time";
-  const range = xRange(fc, S);
   const maxB = maxBatch(inst, S);
-  const xs = [], ys = { busy: [], budget: [], kv: [], tps: [] };
-  let yTop = 100, tpsTop = 1, prev = null;
+  const out = { x: [], busy: [], budget: [], kv: [], tps: [], top: 100, tpsTop: 10 };
   const steps = S.steps;
+  let prev = null;
   for (let i = 0; i < steps.length; i++) {
     const st = steps[i];
     const x = timeMode ? st.t1 : st.it;
     const nextX = i + 1 < steps.length ? (timeMode ? steps[i + 1].t1 : steps[i + 1].it) : x;
     if (nextX < range[0] || (prev && (timeMode ? prev.t1 : prev.it) > range[1])) continue;  // off screen
-    if (prev && timeMode && st.t0 - prev.t1 > 1.0) {  // idle gap: break the lines, do not bridge it
-      xs.push(null);
-      for (const key in ys) ys[key].push(null);
+    if (prev && timeMode && st.t0 - prev.t1 > 1.0) {
+      out.x.push(null);
+      for (const key of ["busy", "budget", "kv", "tps"]) out[key].push(null);
     }
     prev = st;
-    xs.push(x);
-    const busy = pct(st.busy, maxB || Math.max(st.rows, 1));
-    const budget = pct(st.used, st.budget);
-    const kvp = pct(st.kvUsed, st.kvBlocks);
-    ys.busy.push(busy);
-    ys.budget.push(budget);
-    ys.kv.push(kvp);
-    ys.tps.push(st.tps);
+    const v = { busy: pct(st.busy, maxB || Math.max(st.rows, 1)), budget: pct(st.used, st.budget),
+                kv: pct(st.kvUsed, st.kvBlocks), tps: st.tps };
+    out.x.push(x);
+    for (const key in v) out[key].push(v[key]);
     if (x >= range[0] && x <= range[1]) {
-      yTop = Math.max(yTop, busy, budget, kvp);
-      tpsTop = Math.max(tpsTop, st.tps);
+      out.top = Math.max(out.top, v.busy, v.budget, v.kv);
+      out.tpsTop = Math.max(out.tpsTop, v.tps);
     }
   }
-  const y2 = axisId("y", ax.y2n);
+  return out;
+}
+
+function utilTraces(inst, S, fc, ax, tps, traces, layout) {
+  const k = inst.scale;
+  const u = utilSeries(inst, S, fc, xRange(fc, S));
   for (const l of UTIL_LINES) {
     traces.push({
-      type: "scatter", mode: "lines", xaxis: ax.x, yaxis: l.y2 ? y2 : ax.y, x: xs, y: ys[l.key], name: l.name,
+      type: "scatter", mode: "lines", xaxis: ax.x, yaxis: ax.y, x: u.x, y: u[l.key], name: l.name,
       line: { color: l.color, width: (l.key === "busy" ? 2.8 : 2.3) * k, dash: l.dash, shape: "hv" },
-      hovertemplate: l.y2 ? `${l.name}: %{y:.0f}<extra></extra>` : `${l.name}: %{y:.0f}%<extra></extra>`,
+      hovertemplate: `${l.name}: %{y:.0f}%<extra></extra>`,
     });
   }
-  layout[ax.yk] = axisStyle(inst, {
-    domain: ax.ydom, anchor: ax.x, range: [0, yTop * 1.06], fixedrange: true, ticksuffix: "%", nticks: 5,
+  traces.push({
+    type: "scatter", mode: "lines", xaxis: tps.x, yaxis: tps.y, x: u.x, y: u.tps, name: "tokens/s",
+    line: { color: TPS_COLOR, width: 2.4 * k, shape: "hv" }, fill: "tozeroy", fillcolor: rgba(TPS_COLOR, 0.12),
+    hovertemplate: "%{y:.0f} tokens/s<extra></extra>",
   });
-  layout[axisKey("y", ax.y2n)] = axisStyle(inst, {
-    overlaying: ax.y, side: "right", anchor: ax.x, range: [0, tpsTop * 1.12], fixedrange: true,
-    showgrid: false, nticks: 5, title: titled(inst, "tok/s"),
+  layout[ax.yk] = axisStyle(inst, {
+    domain: ax.ydom, anchor: ax.x, range: [0, u.top * 1.06], fixedrange: true, ticksuffix: "%", nticks: 4,
+  });
+  layout[tps.yk] = axisStyle(inst, {
+    domain: tps.ydom, anchor: tps.x, range: [0, u.tpsTop * 1.15], fixedrange: true, nticks: 3,
+    title: titled(inst, "tok/s"),
   });
 }
 
@@ -1349,12 +1395,35 @@ function canvasContext(inst, view) {
   return { ctx, W, H };
 }
 
-// Square cells filling the box: the largest cell size that fits all blocks.
+// Square cells filling the box: the largest cell size that fits all blocks. A pool too big for
+// 3 px cells is drawn with `group` consecutive blocks per cell (said in the caption).
 function kvGeometry(n, W, H) {
-  let s = Math.max(2, Math.floor(Math.sqrt((W * H) / Math.max(n, 1))));
-  while (s > 2 && Math.floor(W / s) * Math.floor(H / s) < n) s--;
+  const MIN = 3;
+  const group = Math.max(1, Math.ceil(n / (Math.floor(W / MIN) * Math.floor(H / MIN))));
+  const cells = Math.ceil(n / group);
+  let s = Math.max(MIN, Math.floor(Math.sqrt((W * H) / Math.max(cells, 1))));
+  while (s > MIN && Math.floor(W / s) * Math.floor(H / s) < cells) s--;
   const cols = Math.max(1, Math.floor(W / s));
-  return { s, cols, rows: Math.ceil(n / cols), gap: s >= 7 ? 1 : 0, ox: Math.floor((W - cols * s) / 2) };
+  return { s, cols, cells, group, gap: s >= 7 ? 1 : 0, ox: Math.floor((W - cols * s) / 2) };
+}
+
+// One cell's content: its block, or for a grouped cell the most common owner (the picked request
+// wins) and the tokens held in the group.
+function kvCell(kc, g, c, sel) {
+  if (g.group === 1) return { owner: kc.owner[c], tokens: kc.tokens[c], cap: kc.bs, first: c, last: c };
+  const first = c * g.group, last = Math.min(kc.n, first + g.group) - 1;
+  const count = new Map();
+  let tokens = 0, used = 0;
+  for (let i = first; i <= last; i++) {
+    const o = kc.owner[i];
+    if (o < 0) continue;
+    used++;
+    tokens += kc.tokens[i];
+    count.set(o, (count.get(o) || 0) + 1);
+  }
+  let owner = -1, best = 0;
+  for (const [o, k] of count) if (k > best || o === sel) { owner = o; best = o === sel ? Infinity : k; }
+  return { owner, tokens, cap: (last - first + 1) * kc.bs, first, last, used };
 }
 
 const hatchCache = new Map();
@@ -1401,13 +1470,15 @@ function drawKV(inst, S, view) {
   view.geom = g;
   ctx.clearRect(0, 0, W, H);
   const inner = g.s - g.gap;
-  for (let i = 0; i < kc.n; i++) {
-    const x = g.ox + (i % g.cols) * g.s, y = Math.floor(i / g.cols) * g.s;
-    drawBlock(ctx, inst, x, y, inner, kc.owner[i], kc.tokens[i], kc.bs);
+  for (let c = 0; c < g.cells; c++) {
+    const x = g.ox + (c % g.cols) * g.s, y = Math.floor(c / g.cols) * g.s;
+    const cell = kvCell(kc, g, c, inst.sel);
+    drawBlock(ctx, inst, x, y, inner, cell.owner, cell.tokens, cell.cap);
   }
   setText(view.caption, `${kc.used} / ${kc.n} blocks used (${fmt(pct(kc.used, kc.n), 1)}%) · `
     + `${kc.held.toLocaleString()} tokens in ${kc.slots.toLocaleString()} slots`
-    + (kc.slots ? ` (${fmt(pct(kc.held, kc.slots), 0)}% full)` : "") + ` · ${kc.bs} tokens/block`);
+    + (kc.slots ? ` (${fmt(pct(kc.held, kc.slots), 0)}% full)` : "") + ` · ${kc.bs} tokens/block`
+    + (g.group > 1 ? ` · 1 cell = ${g.group} blocks` : ""));
 }
 
 function drawBlock(ctx, inst, x, y, s, owner, tokens, bs) {
@@ -1446,18 +1517,25 @@ function kvBlockAt(inst, name, view, e) {
   const g = view.geom;
   const cx = Math.floor((e.clientX - r.left - g.ox) / g.s), cy = Math.floor((e.clientY - r.top) / g.s);
   if (cx < 0 || cx >= g.cols || cy < 0) return null;
-  const i = cy * g.cols + cx;
+  const c = cy * g.cols + cx;
+  if (c >= g.cells) return null;
   const kc = kvCells(S);
-  if (i >= kc.n) return null;
-  return { i, owner: kc.owner[i], logical: kc.logical[i], tokens: kc.tokens[i], bs: kc.bs };
+  const cell = kvCell(kc, g, c, inst.sel);
+  return { ...cell, i: cell.first, logical: kc.logical[cell.first], bs: kc.bs, group: g.group };
 }
 
 function kvHover(inst, name, view, e) {
   const b = kvBlockAt(inst, name, view, e);
   if (!b) return hideTip(inst);
-  const lines = b.owner < 0 ? [`block ${b.i}`, "free"]
-    : [`block ${b.i} · request #${b.owner}`, `logical block ${b.logical}`,
-       b.tokens > 0 ? `${b.tokens} / ${b.bs} tokens held` : `0 / ${b.bs} tokens (reserved, unused)`];
+  let lines;
+  if (b.group > 1) {
+    lines = [`blocks ${b.first}–${b.last}`, b.owner < 0 ? "all free"
+      : `${b.used} used · mostly request #${b.owner}`, `${b.tokens} / ${b.cap} token slots held`];
+  } else {
+    lines = b.owner < 0 ? [`block ${b.i}`, "free"]
+      : [`block ${b.i} · request #${b.owner}`, `logical block ${b.logical}`,
+         b.tokens > 0 ? `${b.tokens} / ${b.bs} tokens held` : `0 / ${b.bs} tokens (reserved, unused)`];
+  }
   showTip(inst, e, lines, b.owner >= 0 ? reqColor(b.owner) : C.muted);
 }
 
@@ -1485,6 +1563,9 @@ function hideTip(inst) {
 /* ================================ view: generated text ================================ */
 
 function reqStatusLabel(R, S) {
+  if (R.lost) return "ended unseen (events coalesced)";
+  if (R.reason === "abort") return "aborted";
+  if (R.reason === "error") return "error";
   if (R.state === "finished") {
     const held = R.lastKind === "held" && R.lastIt === S.lastIt && S.kv && S.kv.block_tables
       && String(R.rid) in S.kv.block_tables;
@@ -1814,7 +1895,6 @@ export default function liveView(component) {
   if (!inst) {
     inst = createInstance(root);
     inst.owner = parentElement;
-    if (window.__IFL_DEBUG) { root.__ifl = inst; inst.__frame = () => frame(inst); } // DEBUG
     store().set(parentElement, inst);
   }
   inst.setStateValue = setStateValue;
