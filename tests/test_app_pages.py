@@ -95,3 +95,21 @@ def test_metric_cards_computed_from_events(svc):
 @pytest.mark.parametrize("page", ["about.py", "kv_cache.py", "benchmark.py"])
 def test_other_pages_render(svc, page):
     app(page)
+
+
+def test_benchmark_page_runs_in_background_and_shows_results(svc):
+    at = app("benchmark.py")
+    at.selectbox[0].set_value("tiny")
+    at.multiselect[0].set_value(["continuous", "static"])
+    next(b for b in at.button if b.label == "Run benchmark").click().run()
+    assert not at.exception
+    from ui import bench_job
+    job = bench_job.current()
+    job.join(120)
+    assert job.error is None and job.result is not None
+    assert [r["strategy"] for r in job.result["results"]] == ["continuous", "static"]
+    assert not svc.paused.is_set()  # the live engines resume after the run
+    at.run()
+    assert not at.exception
+    assert any("Results" in h.value for h in at.subheader)
+    assert len(at.dataframe) == 1
