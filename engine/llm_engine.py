@@ -189,6 +189,12 @@ class LLMEngine:
             return self._finished[request_id]
         raise KeyError(f"unknown request id {request_id}")
 
+    def live_text(self, request_id: int) -> str | None:
+        """Text so far of an unfinished request (None once it finished), without copying its
+        token lists: streaming reads it every step."""
+        req = self.requests.get(request_id)
+        return None if req is None else req.text
+
     def pop_output(self, request_id: int) -> RequestOutput:
         out = self.get_output(request_id)
         self._finished.pop(request_id, None)

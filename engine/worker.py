@@ -169,9 +169,10 @@ class EngineWorker(threading.Thread):
             h = self.handles.get(rid)
             if h is None:
                 continue
-            out = self.engine.get_output(rid)
-            if out.finished:
-                d = h.finish(self.engine.pop_output(rid))
+            text = self.engine.live_text(rid)
+            if text is None:
+                out = self.engine.pop_output(rid)
+                d = h.finish(out)
                 del self.handles[rid]
                 done.append({"type": "finished", "request_id": rid, "finish_reason": out.finish_reason,
                                "error": out.error, "text": out.text,
@@ -179,7 +180,7 @@ class EngineWorker(threading.Thread):
                                "num_output_tokens": len(out.output_token_ids), "arrival_s": out.arrival_s,
                                "first_token_s": out.first_token_s, "finish_s": out.finish_s})
             else:
-                d = h.update(out.text)
+                d = h.update(text)
             if d:
                 deltas[rid] = d
         if step_item is not None:

@@ -16,8 +16,8 @@ st.markdown(
     "**physical block** anywhere in the pool, so memory is taken as the request grows and returned the "
     "moment it finishes. Pick a request in the playground (or here) to follow it.")
 
-picked = live_view(key="kv_detail", strategies=svc.strategies, mode="kv_detail",
-                   selected=st.session_state.get("kv_selected"))
+live_view(key="kv_detail", strategies=svc.strategies, mode="kv_detail",
+          selected=st.session_state.get("kv_selected"))
 
 
 @st.fragment(run_every=1.0)

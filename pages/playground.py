@@ -74,6 +74,7 @@ if prompt:
 # ---- live views (client-side, fed by /engine/ws) ---------------------------------------------------
 picked = live_view(key="live", strategies=opts["strategies"], axis=opts["axis"], large_text=opts["large_text"],
                    clear_after_s=st.session_state.get("clear_after_s"))
+st.session_state.kv_selected = picked.selected  # the KV cache page follows the same request
 
 
 # ---- metric cards (from the same events, in Python) ----------------------------------------------
