@@ -65,7 +65,8 @@ class StepEvent:
         return sum(e.num_tokens for e in self.entries if e.phase == "padding")
 
     def to_dict(self) -> dict:
-        """Compact JSON-ready form (the websocket's shape)."""
+        """Compact JSON-ready form (the websocket's shape). Block owners are left out: they are the
+        block tables' inverse, and a list as long as the pool would grow every event with the pool."""
         return {
             "type": "step",
             "step": self.step,
@@ -84,7 +85,6 @@ class StepEvent:
                 "num_blocks": self.num_blocks,
                 "block_size": self.block_size,
                 "used": self.used_blocks,
-                "block_owner": self.block_owner.tolist(),
                 "block_tables": {str(k): v for k, v in self.block_tables.items()},
                 "kv_tokens": {str(k): v for k, v in self.kv_tokens.items()},
                 "reserved_unused_slots": self.reserved_unused_slots,

@@ -34,6 +34,10 @@ reserves room for prompt + max_tokens up front; the hatching is memory reserved 
 **Utilization.** Per iteration: how full the batch is, how much of the token budget was used, how
 much of the KV pool is held, and tokens per second.
 
+**Reading the charts.** Hover any bar, slot cell or block for its numbers. Click one to pick its
+request: it is highlighted in every view, its text card included, and the KV cache page follows it.
+Drag across a chart to zoom in on a stretch of time; double-click to follow "now" again.
+
 **Metric cards.** They use the same definitions as the benchmark. Throughput is output tokens per
 second of finished requests. TTFT is time to first token, queueing included. TPOT is the time per
 output token after the first. Padding waste is the share of computed token slots that were thrown

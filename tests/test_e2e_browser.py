@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from engine.bench.app_process import CHROMIUM_ARGS, running_app
 from service_helpers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,50 +32,32 @@ if sync_playwright is None or not Path(CHROMIUM).exists():
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dirs):
-    port = free_port()
     env = {**os.environ, "INFLIGHT_MODEL": str(tiny_model_dirs["llama"]), "INFLIGHT_DEVICE": "cpu"}
-    log = open(ARTIFACTS.mkdir(parents=True, exist_ok=True) or ARTIFACTS / "streamlit.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-                             "--server.port", str(port)], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(url, proc)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with open(ARTIFACTS / "streamlit.log", "w") as log, running_app(free_port(), env, log, timeout=90) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-
-
-def _wait_healthy(url: str, proc, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"streamlit exited with {proc.returncode}; see {ARTIFACTS / 'streamlit.log'}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise TimeoutError("streamlit did not become healthy")
 
 
 @pytest.fixture(scope="module")
 def page(server):
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         pg = browser.new_page(viewport={"width": 1600, "height": 1400})
         pg.dialogs = []
         pg.on("dialog", lambda d: (pg.dialogs.append(d.message), d.dismiss()))
         pg.goto(server, wait_until="domcontentloaded")
         yield pg
         browser.close()
+
+
+GANTT_HAS_ROW = """rid => { const c = document.querySelector('.ifl-timeline-canvas');
+                              return !!c && Object.values(JSON.parse(c.dataset.rows || '{}')).some(r => r.includes(rid)); }"""
+# Page coordinates of the first Gantt bar drawn (from the live view's own hit list).
+FIRST_BAR_CENTER = """() => { const root = document.querySelector('.ifl-root');
+    const inst = root.inflight;
+    const h = inst.timeline.cols[0].bands.find(b => b.view === 'gantt').hits[0];
+    const r = inst.timeline.canvas.getBoundingClientRect();
+    return [r.left + (h.xa + h.xb) / 2, r.top + (h.ya + h.yb) / 2]; }"""
 
 
 def shot(page, name: str) -> None:
@@ -99,10 +78,17 @@ def test_prompt_streams_into_gantt_and_text(page):
     card = page.locator(".ifl-card", has_text="tell me a story").first
     card.wait_for(timeout=60_000)
     expect(card).to_contain_text(XSS)                              # shown literally, as text
-    expect(page.locator(".ifl-root .ytick text", has_text="#0").first).to_be_visible(timeout=30_000)
+    page.wait_for_function(GANTT_HAS_ROW, arg=0, timeout=30_000)  # its Gantt row, drawn on the canvas
     page.wait_for_function("() => document.querySelector('.ifl-card [data-state]')?.dataset.state === 'finished'",
                            timeout=60_000)
     shot(page, "1-continuous-prompt")
+    # hover its bar: a tooltip names it; click: it is picked (its text card is highlighted)
+    page.locator(".ifl-timeline-canvas").scroll_into_view_if_needed()
+    x, y = page.evaluate(FIRST_BAR_CENTER)
+    page.mouse.move(x, y)
+    expect(page.locator(".ifl-tip")).to_contain_text("#0", timeout=5_000)
+    page.mouse.click(x, y)
+    expect(page.locator(".ifl-card.ifl-sel")).to_contain_text("tell me a story", timeout=5_000)
     assert page.dialogs == [], "the prompt ran script"
     assert page.locator(".ifl-root img[src='x']").count() == 0
     no_exception(page)

@@ -1,5 +1,5 @@
 // Inflight live views: one Streamlit v2 component that follows the engine's /engine/ws event stream
-// and draws it with plotly.js (Gantt, batch slots, utilization) and canvas (KV blocks, block table).
+// and draws it on canvas: Gantt, batch slots and utilization (timeline.js), KV blocks, block table.
 // Every mark comes from an engine event; nothing is simulated or interpolated.
 //
 // Lifecycle: Streamlit runs this module's default export on mount and again on every data change.
@@ -9,7 +9,6 @@
 /* ================================ constants ================================ */
 
 const STORE_KEY = "__inflightLiveViews";
-const PLOTLY_URL = "/assets/plotly.min.js";
 const MAX_STEPS = 300;          // iterations kept per strategy (slots grid, utilization)
 const MAX_REQS = 160;           // requests kept per strategy; finished ones past the window go first
 const MAX_SEGS = 64;            // segments kept per request before old ones are trimmed
@@ -20,7 +19,8 @@ const WINDOW_S = 20;            // sliding window on the time axis (s)
 const WINDOW_IT = 90;           // sliding window on the iteration axis
 const RATE_WINDOW_S = 1.0;      // tokens/s: rolling window over step events
 const STATUS_POLL_MS = 2000;    // status refresh (paused, queue, last step ms, clock sync)
-const OPEN_TICK_MS = 200;       // redraw rate while a queued/preempted bar is still growing
+const MAX_FPS = 30;             // redraws per second at most: smooth, and the engine keeps its CPU
+const FRAME_SHARE = 0.5;        // a slow machine: drawing takes at most this share of the main thread
 const VIEWS = ["gantt", "slots", "kv", "util", "text"];
 const VIEW_HEIGHT = { gantt: 400, slots: 240, kv: 300, util: 220, text: 360, detail: 340 };
 const VIEW_TITLE = {
@@ -70,28 +70,6 @@ function el(tag, cls, text) {  // DOM node; text goes in with textContent only
 }
 function setText(node, text) {
   if (node.textContent !== text) node.textContent = text;
-}
-
-/* ================================ plotly loader (shared) ================================ */
-
-// One <script> tag for the whole page, whatever the number of instances.
-function loadPlotly() {
-  if (window.Plotly) return Promise.resolve(window.Plotly);
-  if (!window.__inflightPlotly) {
-    window.__inflightPlotly = new Promise((resolve, reject) => {
-      const s = document.createElement("script");
-      s.src = PLOTLY_URL;
-      s.async = true;
-      s.onload = () => (window.Plotly ? resolve(window.Plotly) : reject(new Error("plotly.js did not load")));
-      s.onerror = () => {
-        window.__inflightPlotly = null;
-        s.remove();
-        reject(new Error(`could not load ${PLOTLY_URL}`));
-      };
-      document.head.appendChild(s);
-    });
-  }
-  return window.__inflightPlotly;
 }
 
 /* ================================ state module ================================ */
@@ -503,23 +481,26 @@ function createInstance(root) {
     root, cfg: null, state: null, service: null, statusRev: 0, clockOffset: null,
     el: { banner: q(".ifl-banner"), conn: q(".ifl-conn"), follow: q(".ifl-follow"), note: q(".ifl-note"),
           fps: q(".ifl-fps"), body: q(".ifl-body"), tip: q(".ifl-tip") },
-    cols: new Map(), sizes: new WeakMap(), drawn: new WeakMap(), Plotly: null, plotlyError: null,
+    cols: new Map(), sizes: new WeakMap(), drawn: new WeakMap(), nextFrameAt: 0,
     ws: null, conn: "connecting", retries: 0, accepting: false, subRef: null, refSeq: 0, closed: false,
-    sel: null, lastDataSel: undefined, zoom: {}, zoomEpoch: 0, raf: 0, frames: 0, fpsCount: 0, frameMs: 0, drewThisFrame: false,
-    timers: {}, tlReadyAt: 0, setStateValue: () => {},
+    sel: null, lastDataSel: undefined, zoom: {}, raf: 0, frames: 0, fpsCount: 0, frameMs: 0, drewThisFrame: false,
+    timers: {}, setStateValue: () => {},
   };
   inst.cleanup = () => destroyInstance(inst);
+  root.inflight = inst;  // reachable from the console and the browser tests
+  // Views scrolled out of sight are not drawn (the same engine may be sharing this CPU).
+  inst.onscreen = new WeakMap();
+  inst.viewObs = new IntersectionObserver((entries) => {
+    for (const e of entries) inst.onscreen.set(e.target, e.isIntersecting);
+    markDirty(inst);
+  });
   inst.resizeObs = new ResizeObserver((entries) => {
     for (const e of entries) inst.sizes.set(e.target, { w: e.contentRect.width, h: e.contentRect.height });
     markDirty(inst);
   });
-  loadPlotly().then(
-    (P) => { inst.Plotly = P; markDirty(inst); },
-    (err) => { inst.plotlyError = err.message; markDirty(inst); },
-  );
   inst.timers.fps = setInterval(() => tickFps(inst), 1000);
   inst.timers.status = setInterval(() => requestStatus(inst), STATUS_POLL_MS);
-  inst.timers.open = setInterval(() => { if (hasOpenWork(inst)) markDirty(inst); }, OPEN_TICK_MS);
+  inst.timers.open = setInterval(() => { if (following(inst)) markDirty(inst); }, 1000 / MAX_FPS);
   return inst;
 }
 
@@ -535,7 +516,7 @@ function destroyInstance(inst) {
     ws.close();
   }
   inst.resizeObs.disconnect();
-  purgePlots(inst);
+  inst.viewObs.disconnect();
   if (inst.owner) store().delete(inst.owner);
 }
 
@@ -600,20 +581,12 @@ function pick(inst, rid) {
 }
 
 /* ================================ layout ================================ */
-// Status row, then one plotly figure for every time-based view (Gantt, batch slots, utilization:
-// one column of subplots per strategy, sharing the time axis), then the KV maps and the text.
-// One figure instead of six halves the redraw cost; the section headers are HTML laid over it.
-
-const TIMELINE_VIEWS = ["gantt", "slots", "util"];
-
-function purgePlots(inst) {
-  if (inst.timeline && inst.Plotly) inst.Plotly.purge(inst.timeline.plot);
-  inst.timeline = null;
-  inst.cols = new Map();
-}
+// Status row, then one canvas for every time-based view (Gantt, batch slots, utilization: one
+// column per strategy, sharing the time axis; timeline.js), then the KV maps and the text.
 
 function buildLayout(inst) {
-  purgePlots(inst);
+  inst.timeline = null;
+  inst.cols = new Map();
   const body = inst.el.body;
   body.textContent = "";
   const cfg = inst.cfg;
@@ -642,27 +615,12 @@ function sectionHead(v) {
   return head;
 }
 
-function buildTimeline(inst, views) {
-  const sec = el("section", "ifl-section ifl-timeline");
-  const wrap = el("div", "ifl-timeline-wrap");
-  const plot = el("div", "ifl-timeline-plot");
-  wrap.appendChild(plot);
-  const heads = new Map();
-  for (const v of views) {
-    const head = sectionHead(v);
-    head.classList.add("ifl-overlay-head");
-    wrap.appendChild(head);
-    heads.set(v, head);
-  }
-  sec.appendChild(wrap);
-  // fixed height: plots share what is left once headers and axis bands (about 100 px a view) are paid
-  if (inst.cfg.height) {
-    sec.style.flex = `${views.reduce((a, v) => a + VIEW_HEIGHT[v], 0)} 1 ${Math.round(100 * inst.scale * views.length)}px`;
-  }
-  inst.el.body.appendChild(sec);
-  inst.resizeObs.observe(wrap);
-  inst.timeline = { sec, wrap, plot, heads, views, ready: false, geom: null, geomKey: "" };
+function observeView(inst, node) {
+  inst.resizeObs.observe(node);
+  inst.viewObs.observe(node);
 }
+
+const offscreen = (inst, node) => inst.onscreen.get(node) === false;
 
 function buildSection(inst, v) {
   const sec = el("section", `ifl-section ifl-sec-${v}`);
@@ -695,7 +653,7 @@ function buildViewCell(inst, v, cell, name) {
     const canvas = el("canvas", "ifl-canvas");
     wrap.appendChild(canvas);
     cell.append(caption, wrap);
-    inst.resizeObs.observe(wrap);
+    observeView(inst, wrap);
     const view = { cell, caption, wrap, canvas, geom: null };
     canvas.onmousemove = (e) => kvHover(inst, name, view, e);
     canvas.onmouseleave = () => hideTip(inst);
@@ -715,7 +673,7 @@ function buildViewCell(inst, v, cell, name) {
     wrap.appendChild(canvas);
     const stats = el("div", "ifl-detail-stats");
     cell.append(head, wrap, stats);
-    inst.resizeObs.observe(wrap);
+    observeView(inst, wrap);
     return { cell, head, wrap, canvas, stats };
   }
   return { cell };
@@ -757,53 +715,6 @@ function buildLegend(v) {
   return box;
 }
 
-// Pixel geometry of the timeline figure: header overlays (measured), one plot band per view and
-// an axis band under each; columns side by side with room for their own y labels.
-function timelineGeometry(inst) {
-  const tl = inst.timeline;
-  const size = inst.sizes.get(tl.wrap);
-  if (!size || size.w < 50) return null;
-  const k = inst.scale;
-  const key = `${Math.round(size.w)}|${inst.cfg.height ? Math.round(size.h) : ""}|${k}`;
-  if (tl.geom && tl.geomKey === key) return tl.geom;
-  const W = Math.round(size.w), n = inst.cfg.strategies.length;
-  const L = Math.round(58 * k), R = Math.round(58 * k), gap = n > 1 ? Math.round(122 * k) : 0;
-  const pw = (W - L - R - gap * (n - 1)) / n, paperW = W - L - R;
-  const cols = [...Array(n).keys()].map((c) => [(c * (pw + gap)) / paperW, (c * (pw + gap) + pw) / paperW]);
-  const axisBand = Math.round(34 * k), sep = Math.round(16 * k), lastBand = Math.round(54 * k);
-  const heads = tl.views.map((v) => tl.heads.get(v).offsetHeight + 6);
-  // under each band: time labels (the Gantt's own axis, and the shared one at the bottom) or a gap
-  const below = tl.views.map((v, j) => (j === tl.views.length - 1 ? lastBand : v === "gantt" ? axisBand + sep : sep));
-  const fixed = heads.reduce((a, b) => a + b, 0) + below.reduce((a, b) => a + b, 0);
-  const weights = tl.views.map((v) => VIEW_HEIGHT[v] * (inst.cfg.large ? 1.15 : 1));
-  const wsum = weights.reduce((a, b) => a + b, 0);
-  const avail = inst.cfg.height ? Math.max(120, size.h - fixed) : wsum;
-  let y = 0;
-  const rows = tl.views.map((v, j) => {
-    const head = tl.heads.get(v);
-    head.style.top = `${y}px`;
-    y += heads[j];
-    const ph = Math.round((avail * weights[j]) / wsum);
-    const row = { view: v, top: y, ph };
-    y += ph + below[j];
-    return row;
-  });
-  const H = y;
-  const dom = (top, h) => [1 - (top + h) / H, 1 - top / H];
-  for (const r of rows) {
-    r.domain = dom(r.top, r.ph);
-    if (r.view === "util") {  // percentages above, tokens/s below, one shared time axis
-      const gapPx = Math.round(16 * k), h1 = Math.round((r.ph - gapPx) * 0.6);
-      r.domain = dom(r.top, h1);
-      r.domain2 = dom(r.top + h1 + gapPx, r.ph - h1 - gapPx);
-    }
-  }
-  if (!inst.cfg.height) tl.wrap.style.height = `${H}px`;
-  tl.geom = { W, H, L, R, cols, rows, pw };
-  tl.geomKey = key;
-  return tl.geom;
-}
-
 /* ================================ frame loop ================================ */
 
 function markDirty(inst) {
@@ -815,10 +726,12 @@ function requestFrame(inst) {
   if (!inst.raf && !inst.closed) inst.raf = requestAnimationFrame(() => frame(inst));
 }
 
-// At most one redraw per animation frame, and only of what changed since the last one.
+// At most MAX_FPS redraws a second, and only of what changed since the last one.
 function frame(inst) {
   inst.raf = 0;
   if (!inst.dirty || !inst.state || inst.closed) return;
+  const wait = inst.nextFrameAt - performance.now();
+  if (wait > 0) return deferFrame(inst, wait);
   inst.dirty = false;
   inst.drewThisFrame = false;
   const t0 = performance.now();
@@ -832,30 +745,23 @@ function frame(inst) {
     if (col.text) drawText(inst, S, col.text);
     if (col.detail) drawDetail(inst, S, col.detail);
   }
-  if (inst.timeline && inst.Plotly) timelineWithBudget(inst, fc);
+  if (inst.timeline) drawTimeline(inst, fc);
+  const d = performance.now() - t0;
+  inst.nextFrameAt = t0 + Math.max(1000 / MAX_FPS, d / FRAME_SHARE) - 4;  // 4 ms: animation-frame jitter
   if (inst.drewThisFrame) {
     inst.frames++;
     inst.fpsCount++;
-    inst.frameMs += performance.now() - t0;
+    inst.frameMs += d;
   }
 }
 
-// The timeline is the one expensive view (a full plotly redraw). On a slow machine it could take
-// the whole main thread; after a draw of d ms the next waits d * (1 - TIMELINE_SHARE) / TIMELINE_SHARE
-// ms, so hover, clicks and the other views stay responsive. A fast machine never waits.
-const TIMELINE_SHARE = 0.7;
+function deferFrame(inst, ms) {
+  if (!inst.timers.frame) inst.timers.frame = setTimeout(() => { inst.timers.frame = null; requestFrame(inst); }, ms);
+}
 
-function timelineWithBudget(inst, fc) {
-  const now = performance.now();
-  if (now < inst.tlReadyAt) {
-    if (!inst.timers.tl) {
-      inst.timers.tl = setTimeout(() => { inst.timers.tl = null; markDirty(inst); }, inst.tlReadyAt - now);
-    }
-    return;
-  }
-  drawTimeline(inst, fc);
-  const d = performance.now() - now;
-  inst.tlReadyAt = performance.now() + (d * (1 - TIMELINE_SHARE)) / TIMELINE_SHARE;
+// The time axis follows "now" while requests are in flight: the window scrolls at MAX_FPS.
+function following(inst) {
+  return inst.cfg.axis === "time" && !inst.zoom.time && hasOpenWork(inst);
 }
 
 // Only redraw a view when its inputs changed (signature differs from the last draw).
@@ -944,415 +850,6 @@ function ganttRows(strategies, range, axis, fc) {
   return [...ids].sort((a, b) => b - a).slice(0, MAX_ROWS);
 }
 
-/* ================================ the timeline figure ================================ */
-
-const PLOT_CONFIG = { displayModeBar: false, doubleClick: "autosize", showTips: false, scrollZoom: false,
-                      responsive: false };
-
-function axisStyle(inst, extra) {
-  const k = inst.scale;
-  return Object.assign({
-    color: C.muted, gridcolor: C.grid, linecolor: C.axis, zeroline: false, showline: true,
-    ticklabeloverflow: "allow",  // skips plotly's per-frame label measuring (a forced reflow each)
-    tickfont: { size: 13 * k, color: C.muted, family: FONT }, ticks: "outside", ticklen: 4, tickcolor: C.axis,
-    title: { text: "", font: { size: 13 * k, color: C.muted, family: FONT }, standoff: 4 },
-  }, extra);
-}
-
-function titled(inst, text) {
-  return Object.assign(axisStyle(inst).title, { text });
-}
-
-const axisId = (p, n) => (n === 1 ? p : `${p}${n}`);
-const axisKey = (p, n) => (n === 1 ? `${p}axis` : `${p}axis${n}`);
-
-// Axes of one strategy column. Every band (a view's subplot; utilization has two: percentages and
-// tokens/s) has its own y axis. The Gantt has its own x axis, labelled right under it; the other
-// bands share one, labelled at the bottom: fewer axes to redraw. Time axis: every x axis matches the
-// first, so both columns scroll and zoom together; iteration axis: only within a column.
-function columnAxes(inst, g, c) {
-  const tl = inst.timeline;
-  const perCol = tl.views.length + (tl.views.includes("util") ? 1 : 0);
-  let n = c * perCol;
-  const bands = [];
-  tl.views.forEach((v, j) => {
-    bands.push({ view: v, n: ++n, ydom: g.rows[j].domain, row: g.rows[j] });
-    if (v === "util") bands.push({ view: "tps", n: ++n, ydom: g.rows[j].domain2, row: g.rows[j] });
-  });
-  const shared = bands.find((b) => b.view !== "gantt");
-  for (const b of bands) {
-    b.xn = b.view === "gantt" || !shared ? b.n : shared.n;
-    Object.assign(b, { x: axisId("x", b.xn), y: axisId("y", b.n), xk: axisKey("x", b.xn), yk: axisKey("y", b.n),
-                       xdom: g.cols[c] });
-  }
-  const last = bands[bands.length - 1];
-  const firstX = inst.cfg.axis === "time" ? 1 : bands[0].xn;
-  const xaxes = [...new Set(bands.map((b) => b.xn))].map((xn) => ({
-    xn, key: axisKey("x", xn), anchor: xn === last.xn ? last.y : axisId("y", xn), title: xn === last.xn,
-    matches: xn === firstX ? undefined : axisId("x", firstX),
-  }));
-  return { bands, xaxes };
-}
-
-function xAxisLayout(inst, fc, S, xa, xdom, px) {
-  const timeMode = fc.axis === "time";
-  return axisStyle(inst, {
-    domain: xdom, anchor: xa.anchor, range: xRange(fc, S).slice(), autorange: false, matches: xa.matches,
-    nticks: Math.max(4, Math.round(px / 110)),
-    title: titled(inst, xa.title ? (timeMode ? "service time (s)" : "iteration (published steps)") : ""),
-  });
-}
-
-function drawTimeline(inst, fc) {
-  const tl = inst.timeline;
-  const g = timelineGeometry(inst);
-  if (!g) return;
-  const revs = [...inst.state.by.values()].map((S) => S.rev).join(",");
-  const ranges = inst.cfg.strategies.map((n) => xRange(fc, inst.state.by.get(n)).join(":")).join(",");
-  const sig = `${revs}|${inst.sel}|${ranges}|${g.W}x${g.H}|${fc.axis}|${inst.statusRev}|${fc.open ? fc.now : ""}`;
-  if (!changed(inst, tl.plot, sig)) return;
-  const k = inst.scale;
-  const traces = [];
-  const layout = {
-    width: g.W, height: g.H, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: C.plot,
-    font: { family: FONT, size: 13 * k, color: C.text }, showlegend: false, dragmode: "zoom",
-    // uirevision: plotly keeps UI state (hover, zoom) across updates; a new epoch hands the ranges
-    // back to us (after a double-click, the window follows "now" again)
-    hovermode: "closest", uirevision: `${inst.cfg.axis}|${inst.zoomEpoch}`, barmode: "overlay", bargap: 0, shapes: [],
-    hoverlabel: { bgcolor: "#05070C", bordercolor: C.axis, font: { family: FONT, size: 14 * k, color: C.text } },
-    margin: { l: g.L, r: g.R, t: 0, b: 0, pad: 0 },
-  };
-  tl.axisCol = new Map();
-  inst.cfg.strategies.forEach((name, c) => {
-    const S = inst.state.by.get(name);
-    const { bands, xaxes } = columnAxes(inst, g, c);
-    for (const xa of xaxes) {
-      layout[xa.key] = xAxisLayout(inst, fc, S, xa, g.cols[c], g.pw);
-      tl.axisCol.set(xa.xn, name);
-    }
-    for (const b of bands) {
-      if (b.view === "gantt") ganttTraces(inst, S, fc, b, traces, layout, b.row.ph, g.pw);
-      else if (b.view === "slots") slotsTraces(inst, S, fc, b, traces, layout, g.pw, b.row.ph);
-      else if (b.view === "util") utilTraces(inst, S, fc, b, bands.find((t) => t.view === "tps"), traces, layout);
-    }
-  });
-  inst.Plotly.react(tl.plot, traces, layout, PLOT_CONFIG);
-  if (!tl.ready) {
-    tl.ready = true;
-    tl.plot.on("plotly_click", (e) => {
-      const p = e && e.points && e.points[0];
-      const rid = p ? p.customdata : null;
-      if (Number.isInteger(rid) && rid >= 0) pick(inst, rid);
-    });
-    tl.plot.on("plotly_relayout", (e) => onZoom(inst, e));
-  }
-}
-
-// A user zoom (drag) freezes the window; double-click goes back to following "now".
-function onZoom(inst, e) {
-  if (!e || !inst.timeline || !inst.timeline.axisCol) return;
-  for (const key of Object.keys(e)) {
-    const m = /^xaxis(\d*)\.(range|autorange)/.exec(key);
-    if (!m) continue;
-    const name = inst.timeline.axisCol.get(m[1] ? Number(m[1]) : 1);
-    if (!name) continue;
-    const zk = inst.cfg.axis === "time" ? "time" : `it:${name}`;
-    if (m[2] === "autorange") {
-      delete inst.zoom[zk];
-      inst.zoomEpoch++;
-    } else {
-      const base = `xaxis${m[1]}.range`;
-      const r = Array.isArray(e[base]) ? e[base] : [e[`${base}[0]`], e[`${base}[1]`]];
-      if (r[0] !== undefined && r[1] !== undefined) inst.zoom[zk] = [Number(r[0]), Number(r[1])];
-    }
-  }
-  markDirty(inst);
-}
-
-/* ================================ view: Gantt ================================ */
-
-const SEG_H = { queued: 0.24, preempted: 0.34, prefill: 0.8, recompute: 0.8, decode: 0.8, held: 0.8, finish: 0.92 };
-
-// Phase shading, the same language as the slots grid: decode = the request's color, prefill = a light
-// tint of it, padding (finished, still held) = grey tinted by it; waits are thin bars.
-function segFill(kind, color, reason) {
-  switch (kind) {
-    case "queued": return rgba(color, 0.5);
-    case "prefill": case "recompute": return mix(color, C.white, 0.5);
-    case "preempted": return C.preempt;
-    case "held": return mix(C.held, color, 0.25);
-    case "finish": return reason === "abort" || reason === "error" ? C.preempt : C.white;
-    default: return color;
-  }
-}
-
-const SEG_LABEL = { queued: "queued", prefill: "prefill chunk", decode: "decode", preempted: "preempted",
-                    recompute: "recompute (prefill after preemption)", held: "finished, held in batch (padding)" };
-
-function segHover(R, s) {
-  const span = `${fmt(s.t0)}–${fmt(s.t1)} s (${fmt(s.t1 - s.t0, 3)} s)`;
-  const its = s.it0 != null ? (s.it0 === s.it1 ? ` · iteration ${s.it0}` : ` · iterations ${s.it0}–${s.it1}`) : "";
-  return `<b>#${R.rid}</b> ${SEG_LABEL[s.kind]}<br>${span}${its}${s.open ? " · still waiting" : ""}`;
-}
-
-function finishHover(R) {
-  return `<b>#${R.rid}</b> finished${R.reason ? ` (${R.reason})` : ""} at ${fmt(R.finishT)} s`
-    + (R.nOut ? ` · ${R.nOut} tokens` : "") + (R.error ? `<br>${escapeHover(R.error)}` : "");
-}
-
-function escapeHover(s) {  // plotly hover text is HTML-ish: show error messages literally
-  return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-}
-
-// One bar trace for the whole Gantt of a strategy (segments and finish ticks): plotly's cost is
-// per trace and per styled feature, so everything shares one.
-function ganttTraces(inst, S, fc, ax, traces, layout, plotH, plotW) {
-  const k = inst.scale;
-  const timeMode = fc.axis === "time";
-  const range = xRange(fc, S);
-  const tickW = (3.5 * k * (range[1] - range[0])) / Math.max(plotW, 1);  // a finish tick is ~3.5 px wide
-  const rows = fc.rows.get(S.name) || [];
-  const rowSet = new Set(rows);
-  const b = { base: [], x: [], y: [], width: [], color: [], opacity: [], lw: [], lc: [], text: [], rid: [] };
-  const add = (R, x0, x1, kind, text) => {
-    const dim = inst.sel != null && R.rid !== inst.sel;
-    const chunk = kind === "prefill" || kind === "recompute";  // outlines show chunk boundaries
-    b.base.push(x0);
-    b.x.push(Math.max(x1 - x0, 1e-4));
-    b.y.push(R.rid);
-    b.width.push(SEG_H[kind]);
-    b.color.push(segFill(kind, reqColor(R.rid), R.reason));
-    b.opacity.push(dim ? 0.16 : 1);
-    b.lw.push(inst.sel === R.rid && kind !== "finish" ? 2 * k : kind === "recompute" ? 2 * k : chunk ? 1 : 0);
-    b.lc.push(inst.sel === R.rid ? C.white : kind === "recompute" ? C.preempt : C.plot);
-    b.text.push(text);
-    b.rid.push(R.rid);
-  };
-  for (const R of S.reqs.values()) {
-    if (!rowSet.has(R.rid)) continue;
-    const segs = R.open ? [...R.segs, { kind: R.open.kind, t0: R.open.t0, t1: fc.now, x0: R.open.x0,
-                                        x1: S.lastIt + 0.5, it0: null, open: true }] : R.segs;
-    for (const sg of segs) {
-      const x0 = timeMode ? sg.t0 : sg.x0, x1 = timeMode ? sg.t1 : sg.x1;
-      if (x0 == null || x1 == null || x1 < range[0] || x0 > range[1]) continue;
-      add(R, x0, x1, sg.kind, segHover(R, sg));
-    }
-    const fx = timeMode ? R.finishT : R.finishX;
-    if (fx != null && fx >= range[0] && fx <= range[1]) add(R, fx - tickW / 2, fx + tickW / 2, "finish", finishHover(R));
-  }
-  traces.push({
-    type: "bar", orientation: "h", xaxis: ax.x, yaxis: ax.y, base: b.base, x: b.x, y: b.y, width: b.width,
-    customdata: b.rid, hovertext: b.text, hoverinfo: "text",
-    marker: { color: b.color, opacity: b.opacity, line: { width: b.lw, color: b.lc } },
-  });
-  const top = rows.length ? rows[0] : 0;
-  const bottom = rows.length ? Math.min(rows[rows.length - 1], top - MIN_ROWS + 1) : -MIN_ROWS + 1;
-  const every = Math.max(1, Math.ceil((15 * k) / (plotH / Math.max(top - bottom + 1, 1))));  // labels fit
-  const labelled = rows.filter((r) => r % every === 0 || r === inst.sel);
-  layout[ax.yk] = axisStyle(inst, {
-    domain: ax.ydom, anchor: ax.x, range: [bottom - 0.5, top + 0.5], fixedrange: true, showgrid: false,
-    tickmode: "array", tickvals: labelled, ticktext: labelled.map((r) => `#${r}`),
-    tickfont: { size: 13 * k, color: C.muted, family: FONT },
-  });
-  if (inst.sel != null && rowSet.has(inst.sel)) {
-    layout.shapes.push({ type: "rect", xref: `${ax.x} domain`, yref: ax.y, x0: 0, x1: 1, y0: inst.sel - 0.5,
-                         y1: inst.sel + 0.5, fillcolor: "rgba(255,255,255,0.08)", line: { width: 0 }, layer: "below" });
-  }
-}
-
-/* ================================ view: batch slots ================================ */
-// A heatmap with one categorical color code per cell. Each iteration is drawn as two half columns, so
-// padding cells (a finished row still computed) can alternate two greys: a striped, hatched look with
-// no extra trace. Codes: 0 idle, then per palette color: prefill, decode, padding, padding (dark), and
-// the same four dimmed (another request is picked). Padding greys are tinted with the request color.
-
-const CODE_IDLE = 0, CODE_BASE = 1, CODES_PER_COLOR = 8;
-const NCODES = CODE_BASE + PALETTE.length * CODES_PER_COLOR;
-const CODE_COLORS = (() => {
-  const out = [C.idle];
-  for (const c of PALETTE) {
-    const base = [mix(c, C.white, 0.5), c, mix(C.held, c, 0.25), mix(C.heldDim, c, 0.12)];
-    out.push(...base, ...base.map((x) => mix(x, C.plot, 0.75)));
-  }
-  return out;
-})();
-const CODE_SCALE = (() => {
-  const s = [];
-  const n = NCODES - 1;
-  CODE_COLORS.forEach((c, i) => {
-    s.push([Math.max(0, (i - 0.5) / n), c], [Math.min(1, (i + 0.5) / n), c]);
-  });
-  s[0][0] = 0;
-  s[s.length - 1][0] = 1;
-  return s;
-})();
-
-function cellCode(cell, dim, half) {
-  const phase = cell.kind === "held" ? 2 + half : cell.kind === "decode" ? 1 : 0;
-  return CODE_BASE + paletteIndex(cell.rid) * CODES_PER_COLOR + phase + (dim ? 4 : 0);
-}
-
-function cellHover(cell, st) {
-  const what = cell.kind === "held" ? "padding (finished, still in the batch)"
-    : cell.kind === "recompute" ? "recompute" : cell.kind;
-  const toks = cell.real ? `${cell.real} tok` : "";
-  const pad = cell.pad ? `${toks ? " + " : ""}${cell.pad} pad` : "";
-  return `<b>#${cell.rid}</b> slot ${cell.slot} · ${what}<br>${toks}${pad} · context ${cell.ctx}`
-    + `<br>iteration ${st.it} (engine step ${st.step}) · ${fmt(1000 * (st.t1 - st.t0), 1)} ms`;
-}
-
-// The engine's batch limit. The service status reports the configured value; if the engine kept an
-// older config (a failed reconfigure), the rows it really ran are the better bound.
-function maxBatch(inst, S) {
-  const cfg = inst.service && inst.service.config;
-  const configured = cfg ? (S.name === "continuous" ? cfg.max_num_seqs : cfg.static_batch_size) : 0;
-  let seen = 0;
-  for (const st of S.steps) seen = Math.max(seen, st.rows);
-  return Math.max(configured || 0, seen) || null;
-}
-
-// Columns of the grid, as edges: one column per iteration; on the time axis each spans
-// [t_start, t_end] and idle time between iterations (e.g. a static batch filling up) is an empty
-// column, so both strategies align in time.
-function slotColumns(S, fc, range, pxPerX) {
-  const cols = [], edges = [];
-  if (fc.axis !== "time") {
-    for (const st of S.steps) {
-      if (st.it < range[0] - 1 || st.it > range[1] + 1) continue;
-      if (cols.length && st.it !== cols[cols.length - 1].it + 1) {
-        cols.push(null);
-        edges.push(st.it - 0.5);
-      }
-      if (!edges.length) edges.push(st.it - 0.5);
-      cols.push(st);
-      edges.push(st.it + 0.5);
-    }
-    return { cols, edges };
-  }
-  const minGap = 1.5 / Math.max(pxPerX, 1e-9);  // gaps under ~1.5 px are not drawn
-  for (const st of S.steps) {
-    if (st.t1 < range[0] || st.t0 > range[1]) continue;
-    if (!edges.length) edges.push(st.t0);
-    else if (st.t0 - edges[edges.length - 1] > minGap) {
-      cols.push(null);
-      edges.push(st.t0);
-    } else edges[edges.length - 1] = st.t0;
-    cols.push(st);
-    edges.push(Math.max(st.t1, edges[edges.length - 1] + 1e-6));
-  }
-  return { cols, edges };
-}
-
-function slotsTraces(inst, S, fc, ax, traces, layout, plotW, plotH) {
-  const range = xRange(fc, S);
-  const pxPerX = plotW / Math.max(range[1] - range[0], 1e-9);
-  const { cols, edges } = slotColumns(S, fc, range, pxPerX);
-  let nSlots = maxBatch(inst, S) || 1;
-  for (const st of cols) if (st) for (const c of st.cells) nSlots = Math.max(nSlots, c.slot + 1);
-  const n2 = cols.length * 2;
-  const z = [], text = [], rid = [];
-  for (let s = 0; s < nSlots; s++) {
-    z.push(new Array(n2));
-    text.push(new Array(n2));
-    rid.push(new Array(n2));
-  }
-  const x = [];
-  cols.forEach((st, j) => {
-    x.push(edges[j], (edges[j] + edges[j + 1]) / 2);
-    for (let s = 0; s < nSlots; s++) {
-      for (const h of [0, 1]) {
-        z[s][2 * j + h] = st ? CODE_IDLE : null;
-        text[s][2 * j + h] = st ? "empty slot" : "";
-        rid[s][2 * j + h] = -1;
-      }
-    }
-    if (!st) return;
-    for (const c of st.cells) {
-      if (c.slot < 0 || c.slot >= nSlots) continue;
-      const dim = inst.sel != null && c.rid !== inst.sel;
-      const hover = c.hover || (c.hover = cellHover(c, st));  // cached: cells never change
-      for (const h of [0, 1]) {
-        z[c.slot][2 * j + h] = cellCode(c, dim, h);
-        text[c.slot][2 * j + h] = hover;
-        rid[c.slot][2 * j + h] = c.rid;
-      }
-    }
-  });
-  if (cols.length) x.push(edges[edges.length - 1]);
-  traces.push({
-    type: "heatmap", xaxis: ax.x, yaxis: ax.y, x, y: [...Array(nSlots).keys()], z, text, customdata: rid,
-    hovertemplate: "%{text}<extra></extra>", colorscale: CODE_SCALE, zmin: 0, zmax: NCODES - 1, zauto: false,
-    showscale: false, hoverongaps: false, ygap: plotH / nSlots > 8 ? 1.5 : 0,
-  });
-  layout[ax.yk] = axisStyle(inst, {
-    domain: ax.ydom, anchor: ax.x, range: [-0.5, nSlots - 0.5], fixedrange: true, showgrid: false,
-    title: titled(inst, "slot"), dtick: nSlots > 12 ? 2 : 1,
-  });
-}
-
-/* ================================ view: utilization ================================ */
-
-const UTIL_LINES = [
-  { key: "busy", name: "busy slots", color: "#F8FAFC", dash: "solid" },
-  { key: "budget", name: "token budget", color: "#FBBF24", dash: "dot" },
-  { key: "kv", name: "KV blocks", color: "#22D3EE", dash: "dash" },
-];
-const TPS_COLOR = "#C084FC";
-
-// Per-iteration series inside the window (plus one point either side so lines reach the edges);
-// an idle gap over 1 s breaks the lines instead of bridging it.
-function utilSeries(inst, S, fc, range) {
-  const timeMode = fc.axis === "time";
-  const maxB = maxBatch(inst, S);
-  const out = { x: [], busy: [], budget: [], kv: [], tps: [], top: 100, tpsTop: 10 };
-  const steps = S.steps;
-  let prev = null;
-  for (let i = 0; i < steps.length; i++) {
-    const st = steps[i];
-    const x = timeMode ? st.t1 : st.it;
-    const nextX = i + 1 < steps.length ? (timeMode ? steps[i + 1].t1 : steps[i + 1].it) : x;
-    if (nextX < range[0] || (prev && (timeMode ? prev.t1 : prev.it) > range[1])) continue;  // off screen
-    if (prev && timeMode && st.t0 - prev.t1 > 1.0) {
-      out.x.push(null);
-      for (const key of ["busy", "budget", "kv", "tps"]) out[key].push(null);
-    }
-    prev = st;
-    const v = { busy: pct(st.busy, maxB || Math.max(st.rows, 1)), budget: pct(st.used, st.budget),
-                kv: pct(st.kvUsed, st.kvBlocks), tps: st.tps };
-    out.x.push(x);
-    for (const key in v) out[key].push(v[key]);
-    if (x >= range[0] && x <= range[1]) {
-      out.top = Math.max(out.top, v.busy, v.budget, v.kv);
-      out.tpsTop = Math.max(out.tpsTop, v.tps);
-    }
-  }
-  return out;
-}
-
-function utilTraces(inst, S, fc, ax, tps, traces, layout) {
-  const k = inst.scale;
-  const u = utilSeries(inst, S, fc, xRange(fc, S));
-  for (const l of UTIL_LINES) {
-    traces.push({
-      type: "scatter", mode: "lines", xaxis: ax.x, yaxis: ax.y, x: u.x, y: u[l.key], name: l.name,
-      line: { color: l.color, width: (l.key === "busy" ? 2.8 : 2.3) * k, dash: l.dash, shape: "hv" },
-      hovertemplate: `${l.name}: %{y:.0f}%<extra></extra>`,
-    });
-  }
-  traces.push({
-    type: "scatter", mode: "lines", xaxis: tps.x, yaxis: tps.y, x: u.x, y: u.tps, name: "tokens/s",
-    line: { color: TPS_COLOR, width: 2.4 * k, shape: "hv" }, fill: "tozeroy", fillcolor: rgba(TPS_COLOR, 0.12),
-    hovertemplate: "%{y:.0f} tokens/s<extra></extra>",
-  });
-  layout[ax.yk] = axisStyle(inst, {
-    domain: ax.ydom, anchor: ax.x, range: [0, u.top * 1.06], fixedrange: true, ticksuffix: "%", nticks: 4,
-  });
-  layout[tps.yk] = axisStyle(inst, {
-    domain: tps.ydom, anchor: tps.x, range: [0, u.tpsTop * 1.15], fixedrange: true, nticks: 3,
-    title: titled(inst, "tok/s"),
-  });
-}
-
 /* ================================ view: KV block map (canvas) ================================ */
 
 // Per-block owner, logical index and tokens held, recomputed once per KV snapshot.
@@ -1360,7 +857,7 @@ function kvCells(S) {
   if (S.kvCache && S.kvCache.rev === S.kvRev) return S.kvCache;
   const kv = S.kv;
   const n = kv.num_blocks, bs = kv.block_size;
-  const owner = kv.block_owner || [];
+  const owner = new Int32Array(n).fill(-1);  // the block tables' inverse (the wire carries only tables)
   const logical = new Int32Array(n).fill(-1);
   const tokens = new Int32Array(n);
   let held = 0, slots = 0;
@@ -1370,6 +867,7 @@ function kvCells(S) {
     slots += table.length * bs;
     table.forEach((b, i) => {
       if (b < 0 || b >= n) return;
+      owner[b] = Number(key);
       logical[b] = i;
       tokens[b] = clamp(kvTok - i * bs, 0, bs);
     });
@@ -1461,7 +959,7 @@ function drawKV(inst, S, view) {
     }
     return;
   }
-  if (!changed(inst, view.canvas, sig)) return;
+  if (offscreen(inst, view.wrap) || !changed(inst, view.canvas, sig)) return;
   const c = canvasContext(inst, view);
   if (!c) return;
   const { ctx, W, H } = c;
@@ -1650,7 +1148,7 @@ function drawDetail(inst, S, view) {
   const size = inst.sizes.get(view.wrap);
   const R = rid != null ? S.reqs.get(rid) : null;
   const sig = `${S.kvRev}|${rid}|${R ? R.state + R.maxTokens : ""}|${size ? size.w + "x" + size.h : ""}`;
-  if (!changed(inst, view.canvas, sig)) return;
+  if (offscreen(inst, view.wrap) || !changed(inst, view.canvas, sig)) return;
   const c = canvasContext(inst, view);
   if (!c) return;
   c.ctx.clearRect(0, 0, c.W, c.H);
@@ -1870,8 +1368,7 @@ function drawBanner(inst) {
   const failed = engines.find(([, e]) => e.error);
   const loading = engines.some(([, e]) => !e.ready && !e.error);
   let text = "", kind = "";
-  if (inst.plotlyError) { text = `Charts unavailable: ${inst.plotlyError}`; kind = "err"; }
-  else if (failed) { text = `Engine “${failed[0]}” failed to load: ${failed[1].error}`; kind = "err"; }
+  if (failed) { text = `Engine “${failed[0]}” failed to load: ${failed[1].error}`; kind = "err"; }
   else if (loading || (!svc && st && st.progress)) {
     text = `Loading the model… ${st && st.progress ? st.progress.message : ""}`;
     kind = "wait";

@@ -24,13 +24,16 @@ def _read(name: str) -> str:
     return (_ASSETS / name).read_text(encoding="utf-8")
 
 
-# Registered once, at import. Not style-isolated: plotly.js puts its own CSS in the document head,
-# which a shadow root would not see; our CSS is scoped under .ifl-root instead.
+# The module's files, concatenated (top-level declarations only; live_view.js has the entry point).
+JS_FILES = ("timeline.js", "live_view.js")
+
+# Registered once, at import. Not style-isolated: the tooltip and overlays are positioned against
+# the page; our CSS is scoped under .ifl-root instead.
 _COMPONENT = st.components.v2.component(
     COMPONENT_NAME,
     html=_read("live_view.html"),
     css=_read("live_view.css"),
-    js=_read("live_view.js"),
+    js="\n".join(_read(name) for name in JS_FILES),
     isolate_styles=False,
 )
 

@@ -1,0 +1,252 @@
+"""python -m engine.bench.ui_cost: what open browser tabs cost the engine, and their frame rate.
+
+Starts `streamlit run app.py`, then for each tab count (interleaved rounds) opens that many
+chromium tabs on the playground, runs the same fixed load through /engine/ws and records:
+the engines' step time (from their own step events), output tokens/s, each tab's frames/s and
+mean frame time (from the live view's counters), and the browser's CPU use.
+
+  python -m engine.bench.ui_cost --tabs 0,2 --rounds 2 [--model M] [--requests 8 --max-tokens 64]
+
+Needs playwright and chromium (`apt-get install chromium`); see the README.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from .app_process import CHROMIUM_ARGS, running_app
+
+PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m engine.bench.ui_cost", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tabs", default="0,2", help="comma-separated tab counts to compare")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per tab count")
+    ap.add_argument("--requests", type=int, default=8,
+                    help="requests per round, all at once (a multiple of the static batch size)")
+    ap.add_argument("--max-tokens", type=int, default=64, help="output tokens per request (EOS ignored)")
+    ap.add_argument("--model", default=None, help="default: $INFLIGHT_MODEL or the app's default model")
+    ap.add_argument("--port", type=int, default=8611)
+    ap.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
+    ap.add_argument("--json", default=None, help="write the per-round records as JSON")
+    return ap.parse_args(argv)
+
+
+# ---- the app under test ----------------------------------------------------------------------------
+
+class EngineClient:
+    """A plain /engine/ws client: submits the load and reads the engines' step events."""
+
+    def __init__(self, ws):
+        self.ws = ws
+        self.call({"cmd": "subscribe", "kv": False, "requests": []})
+
+    def call(self, msg: dict) -> dict:
+        self.ws.send(json.dumps({**msg, "ref": "bench"}))
+        while True:
+            reply = json.loads(self.ws.recv())
+            if reply.get("ref") == "bench":
+                if reply["type"] == "error":
+                    raise RuntimeError(reply["message"])
+                return reply
+
+    def wait_ready(self, timeout: float = 600) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            engines = self.call({"cmd": "status"})["status"]["engines"]
+            if engines and all(e["ready"] for e in engines.values()):
+                return list(engines)
+            time.sleep(1)
+        raise TimeoutError("engines did not become ready")
+
+    def run_load(self, n: int, max_tokens: int, on_tick=None) -> dict:
+        """Submit n requests at once; collect step events until every engine finished them all."""
+        params = {"max_tokens": max_tokens, "ignore_eos": True, "temperature": 0}
+        strategies = None
+        for _ in range(n):
+            strategies = self.call({"cmd": "submit", "prompt": PROMPT, "params": params, "tag": "bench"})["strategies"]
+        done = {s: 0 for s in strategies}
+        steps = {s: [] for s in strategies}
+        finished_at: dict[str, float] = {}   # when each engine finished the last request
+        t0 = time.monotonic()
+        last_tick = t0
+        while any(v < n for v in done.values()):
+            msg = json.loads(self.ws.recv(timeout=120))
+            for ev in msg.get("events", []) if msg.get("type") == "events" else []:
+                if ev.get("type") != "step" or ev["strategy"] not in done:
+                    continue
+                s = ev["strategy"]
+                done[s] += len(ev["finished"])
+                if done[s] >= n and s not in finished_at:
+                    finished_at[s] = time.monotonic() - t0
+                decode_only = not any(e[1] == "prefill" for e in ev["entries"])
+                steps[s].append({"ms": 1000 * (ev["t_end"] - ev["t_start"]), "decode": decode_only})
+            if on_tick and time.monotonic() - last_tick > 1.0:
+                last_tick = time.monotonic()
+                on_tick()
+        wall = time.monotonic() - t0
+        return {"wall_s": wall, "strategies": {
+            s: {"steps": len(steps[s]), "tokens": n * max_tokens, "wall_s": finished_at[s],
+                "tokens_per_s": n * max_tokens / finished_at[s],
+                "decode_step_ms_p50": _p50([x["ms"] for x in steps[s] if x["decode"]]),
+                "step_ms_mean": statistics.fmean(x["ms"] for x in steps[s]) if steps[s] else None}
+            for s in strategies}}
+
+
+def _p50(xs):
+    return statistics.median(xs) if xs else None
+
+
+# ---- the browser -------------------------------------------------------------------------------------
+
+def open_tabs(browser, url: str, n: int) -> list:
+    pages = []
+    for _ in range(n):
+        pg = browser.new_page(viewport={"width": 1600, "height": 1000})
+        pg.goto(url, wait_until="domcontentloaded")
+        pages.append(pg)
+    for pg in pages:
+        pg.locator(".ifl-root").first.wait_for(timeout=120_000)
+        pg.wait_for_function("document.querySelector('.ifl-conn')?.dataset.kind === 'live'", timeout=60_000)
+        pg.locator(".ifl-timeline-canvas").first.scroll_into_view_if_needed()  # watching the Gantt
+    return pages
+
+
+def sample_tabs(pages, samples: list) -> None:
+    """Each tab's frames in the last second and its mean frame time (the live view's own counters)."""
+    for i, pg in enumerate(pages):
+        d = pg.evaluate("(() => { const r = document.querySelector('.ifl-root');"
+                        " const c = document.querySelector('.ifl-timeline-canvas').getBoundingClientRect();"
+                        " return r ? {fps: +r.dataset.fps || 0, ms: +r.dataset.frameMs || 0,"
+                        " gantt_on_screen: c.bottom > 0 && c.top < window.innerHeight} : null; })()")
+        if d:
+            samples.append({"tab": i, **d})
+
+
+def browser_cpu_s() -> float:
+    """CPU seconds used so far by the chromium processes this benchmark started (Linux /proc)."""
+    if not Path("/proc").exists():
+        return 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            exe = (p / "cmdline").read_bytes().split(b"\0")[0]
+            fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if b"chrom" in exe and _descends_from_me(int(fields[1])):
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def _descends_from_me(pid: int) -> bool:
+    me = os.getpid()
+    for _ in range(16):
+        if pid == me:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+    return False
+
+
+# ---- one round and the report ---------------------------------------------------------------------
+
+def run_round(client, browser, url: str, n_tabs: int, args) -> dict:
+    pages = open_tabs(browser, url, n_tabs) if n_tabs else []
+    time.sleep(2)  # let the tabs settle (first draw, plotly load)
+    cpu0 = browser_cpu_s()
+    samples: list = []
+    res = client.run_load(args.requests, args.max_tokens, on_tick=lambda: sample_tabs(pages, samples))
+    res["browser_cpu_pct"] = 100 * (browser_cpu_s() - cpu0) / res["wall_s"]
+    busy = [s for s in samples if s["fps"] > 0]
+    res["fps_p50"] = _p50([s["fps"] for s in samples]) if samples else None
+    res["gantt_on_screen"] = all(s["gantt_on_screen"] for s in samples)
+    res["frame_ms_mean"] = statistics.fmean(s["ms"] for s in busy) if busy else None
+    res["tabs"] = n_tabs
+    for pg in pages:
+        pg.close()
+    return res
+
+
+def report(records: list[dict]) -> str:
+    """Each round's table, then per tab count: the median over rounds of the step time against the
+    same round's 0-tab run (rounds interleave tab counts, so drift on a noisy machine cancels)."""
+    base = {(r["round"], s): v["decode_step_ms_p50"] for r in records if r["tabs"] == 0
+            for s, v in r["strategies"].items()}
+    lines = ["round | tabs | strategy | decode step p50 (ms) | vs 0 tabs | tok/s | tab fps p50 | frame ms | browser CPU %",
+             "---|---|---|---|---|---|---|---|---"]
+    slow: dict[int, list[float]] = {}
+    for r in records:
+        for s, v in r["strategies"].items():
+            ms, b = v["decode_step_ms_p50"], base.get((r["round"], s))
+            rel = ms / b - 1 if ms and b else None
+            if rel is not None and r["tabs"]:
+                slow.setdefault(r["tabs"], []).append(rel)
+            lines.append(f"{r['round']} | {r['tabs']} | {s} | {_fmt(ms)} | {_pct(rel)} | {v['tokens_per_s']:.1f} | "
+                         f"{_fmt(r['fps_p50'])} | {_fmt(r['frame_ms_mean'])} | {r['browser_cpu_pct']:.0f}")
+    lines += ["", "tabs | decode step vs 0 tabs (median) | tab fps (median) | frame ms (mean) | browser CPU % (mean)",
+              "---|---|---|---|---"]
+    for n in sorted(slow):
+        rs = [r for r in records if r["tabs"] == n]
+        fps = [r["fps_p50"] for r in rs if r["fps_p50"] is not None]
+        ms = [r["frame_ms_mean"] for r in rs if r["frame_ms_mean"] is not None]
+        lines.append(f"{n} | {_pct(statistics.median(slow[n]))} | {_fmt(_p50(fps))} | "
+                     f"{_fmt(statistics.fmean(ms) if ms else None)} | {statistics.fmean(r['browser_cpu_pct'] for r in rs):.0f}")
+    return "\n".join(lines)
+
+
+def _pct(x):
+    return "–" if x is None else f"{100 * x:+.1f}%"
+
+
+def _fmt(x):
+    return "–" if x is None else f"{x:.1f}"
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from playwright.sync_api import sync_playwright
+    from websockets.sync.client import connect
+    tab_counts = [int(x) for x in args.tabs.split(",")]
+    env = {**os.environ, **({"INFLIGHT_MODEL": args.model} if args.model else {})}
+    records = []
+    with running_app(args.port, env) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
+        warm = open_tabs(browser, url, 1)  # the first page load starts the engines
+        with connect(f"ws://127.0.0.1:{args.port}/engine/ws", max_size=None) as ws:
+            client = EngineClient(ws)
+            client.wait_ready()
+            warm[0].close()
+            client.run_load(args.requests, 8)  # warm-up, not measured
+            for rnd in range(args.rounds):
+                for n in tab_counts:
+                    rec = run_round(client, browser, url, n, args)
+                    rec["round"] = rnd
+                    records.append(rec)
+                    print(f"round {rnd} tabs {n}: " + json.dumps(rec), file=sys.stderr)
+        browser.close()
+    print(report(records))
+    if args.json:
+        Path(args.json).write_text(json.dumps(records, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

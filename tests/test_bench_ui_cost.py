@@ -1,0 +1,19 @@
+"""The browser-cost benchmark's report: slowdowns are paired per round against that round's 0-tab run."""
+from __future__ import annotations
+
+from engine.bench.ui_cost import report
+
+
+def _rec(rnd, tabs, ms, fps=None, frame=None, cpu=0.0):
+    return {"round": rnd, "tabs": tabs, "fps_p50": fps, "frame_ms_mean": frame, "browser_cpu_pct": cpu,
+            "strategies": {"continuous": {"decode_step_ms_p50": ms, "tokens_per_s": 50.0}}}
+
+
+def test_report_pairs_rounds_and_takes_the_median():
+    recs = [_rec(0, 0, 100), _rec(0, 2, 110, 25, 4.0, 60), _rec(1, 0, 200), _rec(1, 2, 260, 21, 5.0, 80),
+            _rec(2, 0, 100), _rec(2, 2, 120, 23, 6.0, 70)]
+    out = report(recs)
+    summary = out.split("\n\n")[1].splitlines()[-1]
+    # per round: +10%, +30%, +20% -> median +20% (not the +35% the unpaired means would give)
+    assert summary == "2 | +20.0% | 23.0 | 5.0 | 70"
+    assert "1 | 2 | continuous | 260.0 | +30.0% | 50.0 | 21.0 | 5.0 | 80" in out
