@@ -9,6 +9,7 @@ from engine import SamplingParams
 from engine.bench.workloads import load_prompts
 from engine.service import get_service
 from ui import loadgen, sidebar
+from ui.cards import Card, cards_html
 from ui.live_view import live_view
 from ui.metrics import LiveMetrics, ratio
 from ui.status import loading_banner
@@ -66,10 +67,12 @@ with st.container(border=True):
             else:
                 loadgen.start(svc, rate, mean, min(spread, mean - 1))
             st.rerun()
+    # Inline (inside the container), not pinned to the page bottom: a pinned chat box makes Streamlit
+    # keep the page scrolled to its end, which would pull the view away from the charts.
+    prompt = st.chat_input("Type a prompt; it goes to every engine shown")
+    if prompt:
+        submit(prompt, max_tokens, temperature)
 
-prompt = st.chat_input("Type a prompt; it goes to every engine shown")
-if prompt:
-    submit(prompt, max_tokens, temperature)
 
 # ---- live views (client-side, fed by /engine/ws) ---------------------------------------------------
 picked = live_view(key="live", strategies=opts["strategies"], axis=opts["axis"], large_text=opts["large_text"],
@@ -94,41 +97,31 @@ def metric_cards() -> None:
     if not shown:
         st.info("Metrics appear as soon as the first request finishes.")
         return
-    cols = st.columns(len(shown))
     base = summary.get(shown[-1]) if len(shown) == 2 else None
-    for col, s in zip(cols, shown):
-        r = summary[s]
-        other = base if base is not r else None
-        with col.container(border=True):
-            st.markdown(f"#### {s}")
-            tput = r["output_tokens_per_s"]
-            cards = [
-                ("Throughput", fmt(tput, " tok/s"), _vs(tput, other and other["output_tokens_per_s"]),
-                 "Output tokens per second of finished requests, since the first arrival"),
-                ("Requests done", f"{r['completed']}", f"{r['in_flight']} in flight", None),
-                ("TTFT p50", fmt(r["ttft_p50_s"], " s", digits=2), None, "Time to first token, queueing included"),
-                ("TTFT p99", fmt(r["ttft_p99_s"], " s", digits=2), None, None),
-                ("TPOT p50", fmt(r["tpot_p50_s"], " ms", 1000, 0), None, "Time per output token after the first"),
-                ("TPOT p99", fmt(r["tpot_p99_s"], " ms", 1000, 0), None, None),
-                ("Padding waste", fmt(r["padding_waste_pct"], " %"), None,
-                 "Computed token slots that were padding, or rows that had already finished"),
-                ("KV waste", fmt(r["kv_waste_pct"], " %"), None,
-                 "Allocated KV slots holding no token (static reserves prompt + max_tokens up front)"),
-                ("Mean batch", fmt(r["mean_batch_size"]), None, "Rows per forward pass"),
-                ("Mean step", fmt(r["mean_step_ms"], " ms", digits=0), None, None),
-            ]
-            for i in range(0, len(cards), 2):
-                pair = st.columns(2)
-                for c, (label, value, delta, help_) in zip(pair, cards[i:i + 2]):
-                    c.metric(label, value, delta, help=help_,
-                             delta_color="off" if label == "Requests done" else "normal")
+    st.markdown(cards_html([(s, strategy_cards(summary[s], base if base is not summary[s] else None))
+                            for s in shown]), unsafe_allow_html=True)
     if m.skipped:
         st.caption(f"{m.skipped} events left the ring buffer before this tab read them.")
 
 
-def _vs(a, b):
-    r = ratio(a, b)
-    return None if r is None else f"{r:.2f}x vs {opts['strategies'][-1]}"
+def strategy_cards(r: dict, other: dict | None) -> list[Card]:
+    tput = r["output_tokens_per_s"]
+    vs = ratio(tput, other and other["output_tokens_per_s"])
+    return [
+        Card("Throughput", fmt(tput, " tok/s"), vs and f"{vs:.2f}x vs {opts['strategies'][-1]}",
+             "up" if vs and vs >= 1 else "down", "Output tokens per second of finished requests, since the first arrival"),
+        Card("Requests done", f"{r['completed']}", f"{r['in_flight']} in flight"),
+        Card("TTFT p50", fmt(r["ttft_p50_s"], " s", digits=2), help="Time to first token, queueing included"),
+        Card("TTFT p99", fmt(r["ttft_p99_s"], " s", digits=2)),
+        Card("TPOT p50", fmt(r["tpot_p50_s"], " ms", 1000, 0), help="Time per output token after the first"),
+        Card("TPOT p99", fmt(r["tpot_p99_s"], " ms", 1000, 0)),
+        Card("Padding waste", fmt(r["padding_waste_pct"], " %"),
+             help="Computed token slots that were padding, or rows that had already finished"),
+        Card("KV waste", fmt(r["kv_waste_pct"], " %"),
+             help="Allocated KV slots holding no token (static reserves prompt + max_tokens up front)"),
+        Card("Mean batch", fmt(r["mean_batch_size"]), help="Rows per forward pass"),
+        Card("Mean step", fmt(r["mean_step_ms"], " ms", digits=0)),
+    ]
 
 
 metric_cards()

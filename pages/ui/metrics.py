@@ -50,6 +50,7 @@ class LiveMetrics:
         self.cursor = 0          # hub sequence number of the next event to read
         self.skipped = 0         # events that left the ring buffer before we read them
         self.since_s = 0.0       # "clear": ignore what happened before this service time
+        self._summary = None     # cached until the next event
 
     def consume(self, hub, limit: int = 20000) -> None:
         batch = hub.read(self.cursor, limit=limit)
@@ -62,6 +63,7 @@ class LiveMetrics:
         if strategy is None or kind not in ("step", "request", "finished"):
             return
         w = self.windows.setdefault(strategy, _StrategyWindow())
+        self._summary = None
         if kind == "step":
             if item["event"].t_start >= self.since_s:
                 w.on_step(item["event"])
@@ -74,9 +76,13 @@ class LiveMetrics:
     def clear(self, now_s: float) -> None:
         self.windows.clear()
         self.since_s = now_s
+        self._summary = None
 
     def summary(self) -> dict[str, dict]:
-        return {s: w.summary(s) for s, w in self.windows.items()}
+        """Per strategy; recomputed only after new events (a page refreshes it every second)."""
+        if self._summary is None:
+            self._summary = {s: w.summary(s) for s, w in self.windows.items()}
+        return self._summary
 
 
 def ratio(a: float | None, b: float | None) -> float | None:

@@ -4,8 +4,16 @@ from __future__ import annotations
 import streamlit as st
 
 
+def _settling(engines: dict) -> bool:
+    return any((not e["ready"] and not e["error"]) or e["reconfiguring"] for e in engines.values())
+
+
 def loading_banner(svc) -> None:
-    @st.fragment(run_every=1.0)
+    """Polls once a second only while an engine loads or reconfigures; then one full rerun draws the
+    settled page and the poll stops (an idle tab costs the engine nothing)."""
+    polling = _settling(svc.status()["engines"])
+
+    @st.fragment(run_every=1.0 if polling else None)
     def banner():
         engines = svc.status()["engines"]
         for s, e in engines.items():
@@ -20,4 +28,6 @@ def loading_banner(svc) -> None:
         busy = [s for s, e in engines.items() if e["reconfiguring"]]
         if busy:
             st.info(f"Applying new settings to {', '.join(busy)}: finishing in-flight requests first.")
+        if polling and not _settling(engines):
+            st.rerun()
     banner()

@@ -1,0 +1,46 @@
+"""Metric cards as one HTML block: a single element per refresh instead of dozens of st.metric
+widgets, so a browser tab re-renders almost nothing each second (the engine shares its CPU)."""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+STYLE = """<style>
+.ifl-mc-row{display:grid;grid-template-columns:repeat(var(--n),minmax(0,1fr));gap:14px}
+.ifl-mc-col{border:1px solid #263042;border-radius:8px;padding:10px 14px;background:#111827}
+.ifl-mc-col h4{margin:0 0 6px;padding:0;font-size:1.15rem}
+.ifl-mc-grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(150px,1fr));gap:6px 14px}
+.ifl-mc{padding:4px 0}
+.ifl-mc-label{color:#9aa4b5;font-size:.9rem}
+.ifl-mc-value{color:#e8ecf3;font-size:1.55rem;font-weight:600;font-variant-numeric:tabular-nums;line-height:1.25}
+.ifl-mc-delta{font-size:.9rem;font-variant-numeric:tabular-nums}
+.ifl-mc-delta.up{color:#34d399}.ifl-mc-delta.down{color:#f87171}.ifl-mc-delta.off{color:#9aa4b5}
+</style>"""
+
+
+@dataclass(frozen=True)
+class Card:
+    label: str
+    value: str
+    delta: str | None = None
+    tone: str = "off"          # "up" (good), "down" (bad) or "off" (neutral)
+    help: str | None = None
+
+
+def cards_html(columns: list[tuple[str, list[Card]]]) -> str:
+    """One row of strategy columns, each a grid of cards. Every text is escaped."""
+    cols = "".join(_column(name, cards) for name, cards in columns)
+    return f'{STYLE}<div class="ifl-mc-row" style="--n:{max(len(columns), 1)}">{cols}</div>'
+
+
+def _column(name: str, cards: list[Card]) -> str:
+    return (f'<div class="ifl-mc-col"><h4>{html.escape(name)}</h4><div class="ifl-mc-grid">'
+            + "".join(_card(c) for c in cards) + "</div></div>")
+
+
+def _card(c: Card) -> str:
+    title = f' title="{html.escape(c.help)}"' if c.help else ""
+    delta = (f'<div class="ifl-mc-delta {c.tone}">{html.escape(c.delta)}</div>' if c.delta else "")
+    return (f'<div class="ifl-mc" data-label="{html.escape(c.label)}" data-value="{html.escape(c.value)}"{title}>'
+            f'<div class="ifl-mc-label">{html.escape(c.label)}</div>'
+            f'<div class="ifl-mc-value">{html.escape(c.value)}</div>{delta}</div>')
