@@ -89,6 +89,14 @@ def test_prompt_streams_into_gantt_and_text(page):
     expect(page.locator(".ifl-tip")).to_contain_text("#0", timeout=5_000)
     page.mouse.click(x, y)
     expect(page.locator(".ifl-card.ifl-sel")).to_contain_text("tell me a story", timeout=5_000)
+    # drag across the chart: the time axis zooms (the badge says so); double-click: it follows again
+    page.mouse.move(x - 60, y)
+    page.mouse.down()
+    page.mouse.move(x + 60, y, steps=4)
+    page.mouse.up()
+    expect(page.locator(".ifl-follow")).to_be_visible(timeout=5_000)
+    page.mouse.dblclick(x, y)
+    expect(page.locator(".ifl-follow")).to_be_hidden(timeout=5_000)
     assert page.dialogs == [], "the prompt ran script"
     assert page.locator(".ifl-root img[src='x']").count() == 0
     no_exception(page)

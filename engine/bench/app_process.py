@@ -1,6 +1,7 @@
 """`streamlit run app.py` as a child process, for measurements and browser tests."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -14,12 +15,14 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 
 
 @contextmanager
-def running_app(port: int, env: dict | None = None, log=None, timeout: float = 300):
-    """Start the app on 127.0.0.1:port, wait until it answers, yield its URL, stop it."""
+def running_app(port: int, env: dict | None = None, log=None, timeout: float = 300, cpus: set[int] | None = None):
+    """Start the app on 127.0.0.1:port (on the given CPUs only, if any), wait until it answers,
+    yield its URL, stop it."""
     out = log if log is not None else subprocess.DEVNULL
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
                              "--server.port", str(port)], cwd=REPO, env=env, stdout=out,
-                            stderr=subprocess.STDOUT if log is not None else subprocess.DEVNULL)
+                            stderr=subprocess.STDOUT if log is not None else subprocess.DEVNULL, preexec_fn=pin)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc, timeout)

@@ -38,6 +38,10 @@ def parse_args(argv=None):
     ap.add_argument("--model", default=None, help="default: $INFLIGHT_MODEL or the app's default model")
     ap.add_argument("--port", type=int, default=8611)
     ap.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
+    ap.add_argument("--app-cpus", default=None,
+                    help="pin the app (engines, server) to these CPUs, e.g. 0 (Linux); the browser gets "
+                         "--browser-cpus: isolates what tabs cost the server from the CPU time they draw with")
+    ap.add_argument("--browser-cpus", default=None, help="pin the browser to these CPUs, e.g. 1")
     ap.add_argument("--json", default=None, help="write the per-round records as JSON")
     return ap.parse_args(argv)
 
@@ -216,6 +220,10 @@ def _pct(x):
     return "–" if x is None else f"{100 * x:+.1f}%"
 
 
+def _cpus(spec: str | None) -> set[int] | None:
+    return {int(c) for c in spec.split(",")} if spec else None
+
+
 def _fmt(x):
     return "–" if x is None else f"{x:.1f}"
 
@@ -227,7 +235,9 @@ def main(argv=None) -> int:
     tab_counts = [int(x) for x in args.tabs.split(",")]
     env = {**os.environ, **({"INFLIGHT_MODEL": args.model} if args.model else {})}
     records = []
-    with running_app(args.port, env) as url, sync_playwright() as p:
+    with running_app(args.port, env, cpus=_cpus(args.app_cpus)) as url, sync_playwright() as p:
+        if args.browser_cpus:  # chromium and its children inherit this process's CPUs
+            os.sched_setaffinity(0, _cpus(args.browser_cpus))
         browser = p.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
         warm = open_tabs(browser, url, 1)  # the first page load starts the engines
         with connect(f"ws://127.0.0.1:{args.port}/engine/ws", max_size=None) as ws:
