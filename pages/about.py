@@ -32,7 +32,9 @@ blocks as a request grows, so only the last block of a request is partly empty. 
 reserves room for prompt + max_tokens up front; the hatching is memory reserved but never used.
 
 **Utilization.** Per iteration: how full the batch is, how much of the token budget was used, how
-much of the KV pool is held, and tokens per second.
+much of the KV pool is held, and tokens per second. On an NVIDIA GPU, the device's own utilization
+and memory (NVML, sampled twice a second beside the engines) are drawn on the same time axis and shown
+in the badge at the top.
 
 **Reading the charts.** Hover any bar, slot cell or block for its numbers. Click one to pick its
 request: it is highlighted in every view, its text card included, and the KV cache page follows it.

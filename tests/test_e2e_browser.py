@@ -102,6 +102,16 @@ def test_prompt_streams_into_gantt_and_text(page):
     no_exception(page)
 
 
+def test_gpu_samples_show_in_badge_and_legend(page):
+    # No GPU here: the service publishes NVML samples only on CUDA. Feed one as the socket would.
+    expect(page.locator(".ifl-gpu")).to_be_hidden()
+    page.evaluate("""() => { const i = document.querySelector('.ifl-root').inflight;
+        i.applyEvents([{type: 'gpu', t: i.state.latestT ?? 0, util_pct: 73, mem_used_mb: 40960, mem_total_mb: 81920}]); }""")
+    expect(page.locator(".ifl-gpu")).to_have_text("GPU 73% · 40.0 / 80.0 GiB", timeout=5_000)
+    expect(page.locator(".ifl-legend-gpu").first).to_be_visible()
+    no_exception(page)
+
+
 def test_side_by_side_both_columns_move(page):
     page.get_by_text("Side by side", exact=True).first.click()
     page.wait_for_function("() => document.querySelectorAll('.ifl-status').length === 2", timeout=60_000)

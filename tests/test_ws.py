@@ -160,3 +160,19 @@ def test_subscribe_filters_strategies_and_pause_commands(url, svc):
                         done.add(ev["strategy"])
     run(main())
     time.sleep(0.1)
+
+
+def test_gpu_samples_reach_every_subscriber(svc, url):
+    """NVML samples (published beside the engines on a GPU) go to clients whatever their strategies."""
+    async def main():
+        async with websockets.connect(url) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"cmd": "subscribe", "strategies": ["continuous"], "ref": "s"}))
+            await recv_until(ws, lambda m: m["type"] == "reply")
+            svc.hub.publish({"type": "gpu", "t": svc.clock(), "util_pct": 73, "mem_used_mb": 40960.0,
+                             "mem_total_mb": 81920.0})
+            msg, _ = await recv_until(ws, lambda m: m["type"] == "events" and any(
+                e["type"] == "gpu" for e in m["events"]))
+            ev = next(e for e in msg["events"] if e["type"] == "gpu")
+            assert ev["util_pct"] == 73 and ev["mem_total_mb"] == 81920.0
+    run(main())

@@ -18,6 +18,7 @@ const MAX_CARDS = 24;           // generated-text cards per strategy
 const WINDOW_S = 20;            // sliding window on the time axis (s)
 const WINDOW_IT = 90;           // sliding window on the iteration axis
 const RATE_WINDOW_S = 1.0;      // tokens/s: rolling window over step events
+const MAX_GPU_SAMPLES = 600;    // NVML samples kept (5 min at the monitor's 2 per second)
 const STATUS_POLL_MS = 2000;    // status refresh (paused, queue, last step ms, clock sync)
 const MAX_FPS = 30;             // redraws per second at most: smooth, and the engine keeps its CPU
 const FRAME_SHARE = 0.5;        // a slow machine: drawing takes at most this share of the main thread
@@ -78,7 +79,7 @@ function setText(node, text) {
 
 function newState(strategies) {
   return { by: new Map(strategies.map((s) => [s, newStrategy(s)])), coalesced: 0, latestT: null,
-           progress: null };
+           progress: null, gpu: [], gpuRev: 0 };
 }
 
 function newStrategy(name) {
@@ -99,6 +100,7 @@ function ingest(inst, ev) {
   const t = eventTime(ev);
   if (t != null && t < clearAfter(inst)) return false;
   if (ev.type === "status") return ingestStatus(inst, ev);
+  if (ev.type === "gpu") return ingestGpu(st, ev);
   const S = st.by.get(ev.strategy);
   if (!S) return false;
   if (ev.type === "step") onStep(S, ev);
@@ -348,6 +350,15 @@ function prune(S) {
   }
 }
 
+// NVML samples of the device the engines share (only on a GPU).
+function ingestGpu(st, ev) {
+  st.gpu.push({ t: ev.t, util: ev.util_pct, mem: pct(ev.mem_used_mb, ev.mem_total_mb),
+                usedMb: ev.mem_used_mb, totalMb: ev.mem_total_mb });
+  if (st.gpu.length > MAX_GPU_SAMPLES) st.gpu.splice(0, st.gpu.length - MAX_GPU_SAMPLES);
+  st.gpuRev++;
+  return true;
+}
+
 function ingestStatus(inst, ev) {
   const st = inst.state;
   if (ev.event === "progress") {
@@ -450,12 +461,7 @@ function onMessage(inst, raw) {
       inst.state.coalesced += msg.skipped;
       for (const S of inst.state.by.values()) S.gapPending = true;
     }
-    let changed = msg.skipped > 0;
-    for (const ev of msg.events || []) changed = ingest(inst, ev) || changed;
-    if (changed) {
-      for (const S of inst.state.by.values()) prune(S);
-      markDirty(inst);
-    }
+    applyEvents(inst, msg.events || [], msg.skipped > 0);
   } else if (msg.type === "hello") {
     applyServiceStatus(inst, msg.status);
     markDirty(inst);
@@ -465,6 +471,14 @@ function onMessage(inst, raw) {
     markDirty(inst);
   } else if (msg.type === "error") {
     console.warn("inflight /engine/ws:", msg.message);
+  }
+}
+
+function applyEvents(inst, events, changed = false) {
+  for (const ev of events) changed = ingest(inst, ev) || changed;
+  if (changed) {
+    for (const S of inst.state.by.values()) prune(S);
+    markDirty(inst);
   }
 }
 
@@ -479,7 +493,7 @@ function createInstance(root) {
   const q = (s) => root.querySelector(s);
   const inst = {
     root, cfg: null, state: null, service: null, statusRev: 0, clockOffset: null,
-    el: { banner: q(".ifl-banner"), conn: q(".ifl-conn"), follow: q(".ifl-follow"), note: q(".ifl-note"),
+    el: { banner: q(".ifl-banner"), conn: q(".ifl-conn"), follow: q(".ifl-follow"), note: q(".ifl-note"), gpu: q(".ifl-gpu"),
           fps: q(".ifl-fps"), body: q(".ifl-body"), tip: q(".ifl-tip") },
     cols: new Map(), sizes: new WeakMap(), drawn: new WeakMap(), nextFrameAt: 0,
     ws: null, conn: "connecting", retries: 0, accepting: false, subRef: null, refSeq: 0, closed: false,
@@ -488,6 +502,7 @@ function createInstance(root) {
   };
   inst.cleanup = () => destroyInstance(inst);
   root.inflight = inst;  // reachable from the console and the browser tests
+  inst.applyEvents = (events) => applyEvents(inst, events);
   // Views scrolled out of sight are not drawn (the same engine may be sharing this CPU).
   inst.onscreen = new WeakMap();
   inst.viewObs = new IntersectionObserver((entries) => {
@@ -495,7 +510,10 @@ function createInstance(root) {
     markDirty(inst);
   });
   inst.resizeObs = new ResizeObserver((entries) => {
-    for (const e of entries) inst.sizes.set(e.target, { w: e.contentRect.width, h: e.contentRect.height });
+    for (const e of entries) {
+      const box = e.borderBoxSize && e.borderBoxSize[0];
+      inst.sizes.set(e.target, { w: e.contentRect.width, h: e.contentRect.height, outerH: box ? box.blockSize : null });
+    }
     markDirty(inst);
   });
   inst.timers.fps = setInterval(() => tickFps(inst), 1000);
@@ -689,7 +707,8 @@ const LEGENDS = {
   kv: [["kvfull", "tokens held (fill = tokens / block size)"], ["kvpart", "allocated, not yet written"],
        ["reserved", "reserved, unused (static reserves prompt + max_tokens)"], ["free", "free block"]],
   util: [["l-busy", "busy slots ÷ max batch"], ["l-budget", "tokens computed ÷ token budget"],
-         ["l-kv", "KV blocks used ÷ pool"], ["l-tps", "tokens/s, prefill + decode (1 s rolling; lower band)"]],
+         ["l-kv", "KV blocks used ÷ pool"], ["l-gpu", "GPU utilization (NVML)"], ["l-gpumem", "GPU memory used"],
+         ["l-tps", "tokens/s, prefill + decode (1 s rolling; lower band)"]],
   text: [["decode", "border color = request (the same in every view)"]],
   detail: [["kvfull", "tokens held"], ["kvpart", "slots allocated, empty"], ["reserved", "reserved, unused"],
            ["free", "free"]],
@@ -708,7 +727,7 @@ function buildLegend(v) {
     box.appendChild(chips);
   }
   for (const [kind, label] of LEGENDS[v] || []) {
-    const item = el("span", "ifl-legend-item");
+    const item = el("span", kind.startsWith("l-gpu") ? "ifl-legend-item ifl-legend-gpu" : "ifl-legend-item");
     item.append(el("span", `ifl-sw ifl-sw-${kind}`), el("span", null, label));
     box.appendChild(item);
   }
@@ -1356,6 +1375,10 @@ function drawBadges(inst) {
   const zoomed = Object.keys(inst.zoom).length > 0;
   inst.el.follow.hidden = !zoomed;
   setText(inst.el.follow, "zoomed · double-click a chart to follow now");
+  const g = st && st.gpu.length ? st.gpu[st.gpu.length - 1] : null;
+  inst.root.classList.toggle("ifl-has-gpu", !!g);
+  inst.el.gpu.hidden = !g;
+  if (g) setText(inst.el.gpu, `GPU ${fmt(g.util, 0)}% · ${fmt(g.usedMb / 1024, 1)} / ${fmt(g.totalMb / 1024, 1)} GiB`);
   inst.el.note.hidden = !(st && st.coalesced > 0);
   if (st && st.coalesced > 0) setText(inst.el.note, `${st.coalesced.toLocaleString()} events coalesced`);
   drawBanner(inst);

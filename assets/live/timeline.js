@@ -15,6 +15,10 @@ const UTIL_LINES = [
   { key: "kv", name: "KV blocks", color: "#22D3EE", dash: [7, 4], width: 2.3 },
 ];
 const TPS_COLOR = "#C084FC";
+const GPU_LINES = [  // NVML samples, time axis only
+  { key: "util", name: "GPU utilization", color: "#4ADE80", dash: [], width: 2 },
+  { key: "mem", name: "GPU memory", color: "#F97316", dash: [5, 3], width: 2 },
+];
 const DRAG_MIN_PX = 5;  // a shorter drag is a click
 
 /* ---------------------------------------- layout ---------------------------------------- */
@@ -33,6 +37,7 @@ function buildTimeline(inst, views) {
     head.classList.add("ifl-overlay-head");
     wrap.appendChild(head);
     heads.set(v, head);
+    inst.resizeObs.observe(head);  // a legend that wraps (or gains the GPU lines) moves the bands
   }
   sec.appendChild(wrap);
   // fixed height: plots share what is left once headers and axis bands (about 100 px a view) are paid
@@ -57,14 +62,15 @@ function timelineGeometry(inst) {
   const size = inst.sizes.get(tl.wrap);
   if (!size || size.w < 50) return null;
   const k = inst.scale;
-  const key = `${Math.round(size.w)}|${inst.cfg.height ? Math.round(size.h) : ""}|${k}`;
+  const headH = (v) => Math.round((inst.sizes.get(tl.heads.get(v)) || {}).outerH ?? tl.heads.get(v).offsetHeight);
+  const key = `${Math.round(size.w)}|${inst.cfg.height ? Math.round(size.h) : ""}|${k}|${tl.views.map(headH)}`;
   if (tl.geom && tl.geomKey === key) return tl.geom;
   const W = Math.round(size.w), n = inst.cfg.strategies.length;
   const L = Math.round(58 * k), R = Math.round(24 * k), gap = n > 1 ? Math.round(88 * k) : 0;
   const pw = Math.floor((W - L - R - gap * (n - 1)) / n);
   const xs = [...Array(n).keys()].map((c) => L + c * (pw + gap));
   const axisBand = Math.round(30 * k), sep = Math.round(16 * k), lastBand = Math.round(54 * k);
-  const heads = tl.views.map((v) => tl.heads.get(v).offsetHeight + 6);
+  const heads = tl.views.map((v) => headH(v) + 6);
   const below = tl.views.map((v, j) => (j === tl.views.length - 1 ? lastBand : v === "gantt" ? axisBand + sep : sep));
   const fixed = heads.reduce((a, b) => a + b, 0) + below.reduce((a, b) => a + b, 0);
   const weights = tl.views.map((v) => VIEW_HEIGHT[v] * (inst.cfg.large ? 1.15 : 1));
@@ -137,7 +143,7 @@ function drawTimeline(inst, fc) {
   const tl = inst.timeline;
   const g = timelineGeometry(inst);
   if (!g || offscreen(inst, tl.wrap)) return;
-  const revs = [...inst.state.by.values()].map((S) => S.rev).join(",");
+  const revs = [...inst.state.by.values()].map((S) => S.rev).join(",") + `,${inst.state.gpuRev}`;
   const ranges = inst.cfg.strategies.map((n) => xRange(fc, inst.state.by.get(n)).join(":")).join(",");
   const sig = `${revs}|${inst.sel}|${ranges}|${g.W}x${g.H}|${fc.axis}|${inst.statusRev}|${fc.open ? fc.now : ""}`;
   if (!changed(inst, tl.canvas, sig)) return;
@@ -542,7 +548,23 @@ function drawUtil(ctx, inst, S, fc, X, band) {
     ctx.stroke();
   }
   ctx.setLineDash([]);
+  if (fc.axis === "time") drawGpu(ctx, inst, X, Y);
   band.series = u;
+}
+
+// The device's utilization and memory (shared by every engine): straight lines between samples.
+function drawGpu(ctx, inst, X, Y) {
+  const samples = inst.state.gpu;
+  if (!samples.length) return;
+  for (const l of GPU_LINES) {
+    ctx.strokeStyle = l.color;
+    ctx.lineWidth = l.width * inst.scale;
+    ctx.setLineDash(l.dash.map((d) => d * inst.scale));
+    ctx.beginPath();
+    samples.forEach((p, i) => (i ? ctx.lineTo(X(p.t), Y(p[l.key])) : ctx.moveTo(X(p.t), Y(p[l.key]))));
+    ctx.stroke();
+  }
+  ctx.setLineDash([]);
 }
 
 function drawTps(ctx, inst, S, fc, X, band) {
@@ -561,10 +583,20 @@ function drawTps(ctx, inst, S, fc, X, band) {
   band.series = u;
 }
 
-function utilTip(u, i) {
+function utilTip(inst, u, i) {
   const st = u.st[i];
-  return [`iteration ${st.it} · ${fmt(st.t1)} s`, `busy slots ${fmt(u.busy[i], 0)}% · token budget ${fmt(u.budget[i], 0)}%`,
-          `KV blocks ${fmt(u.kv[i], 0)}% · ${fmt(u.tps[i], 0)} tokens/s`];
+  const lines = [`iteration ${st.it} · ${fmt(st.t1)} s`,
+                 `busy slots ${fmt(u.busy[i], 0)}% · token budget ${fmt(u.budget[i], 0)}%`,
+                 `KV blocks ${fmt(u.kv[i], 0)}% · ${fmt(u.tps[i], 0)} tokens/s`];
+  const g = nearestGpu(inst.state.gpu, st.t1);
+  if (g) lines.push(`GPU ${fmt(g.util, 0)}% · memory ${fmt(g.mem, 0)}% (NVML at ${fmt(g.t)} s)`);
+  return lines;
+}
+
+function nearestGpu(samples, t) {
+  let best = null;
+  for (const p of samples) if (Math.abs(p.t - t) < 1 && (!best || Math.abs(p.t - t) < Math.abs(best.t - t))) best = p;
+  return best;
 }
 
 /* ---------------------------------------- pointer: hover, pick, zoom ---------------------------------------- */
@@ -607,7 +639,7 @@ function tlHit(inst, at) {
   for (let i = 0; i < u.x.length; i++) {
     if (u.x[i] != null && (best < 0 || Math.abs(u.x[i] - v) < Math.abs(u.x[best] - v))) best = i;
   }
-  return best < 0 ? null : { rid: null, tip: utilTip(u, best), color: C.muted };
+  return best < 0 ? null : { rid: null, tip: utilTip(inst, u, best), color: C.muted };
 }
 
 function tlMove(inst, e) {
