@@ -1093,9 +1093,9 @@ function reqStatusLabel(R, S) {
 }
 
 function drawText(inst, S, view) {
-  const ids = [...S.reqs.keys()].sort((a, b) => b - a).slice(0, MAX_CARDS);
   const sig = `${S.rev}|${S.textRev}|${inst.sel}`;
   if (!changed(inst, view.list, sig)) return;
+  const ids = [...S.reqs.keys()].sort((a, b) => b - a).slice(0, MAX_CARDS);
   const keep = new Set(ids);
   for (const [rid, card] of view.cards) {
     if (!keep.has(rid)) {
