@@ -58,10 +58,16 @@ function rgba(hex, a) {
   const [r, g, b] = rgb(hex);
   return `rgba(${r},${g},${b},${a})`;
 }
+const mixCache = new Map();  // a few dozen colors, asked for on every frame
 function mix(hexA, hexB, t) {  // t = share of B
-  const a = rgb(hexA), b = rgb(hexB);
-  const c = a.map((v, i) => Math.round(v + (b[i] - v) * t));
-  return "#" + c.map((v) => v.toString(16).padStart(2, "0")).join("");
+  const key = `${hexA}${hexB}${t}`;
+  let out = mixCache.get(key);
+  if (out === undefined) {
+    const a = rgb(hexA), b = rgb(hexB);
+    out = "#" + a.map((v, i) => Math.round(v + (b[i] - v) * t).toString(16).padStart(2, "0")).join("");
+    mixCache.set(key, out);
+  }
+  return out;
 }
 function el(tag, cls, text) {  // DOM node; text goes in with textContent only
   const n = document.createElement(tag);

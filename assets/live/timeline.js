@@ -417,7 +417,7 @@ function drawSlots(ctx, inst, S, fc, X, band) {
       run = null;
     };
     cols.forEach((st, j) => {
-      const cell = st && st.cells.find((c) => c.slot === s);
+      const cell = st && cellsBySlot(st)[s];
       if (!cell) return flush();
       if (run && run.rid === cell.rid && run.kind === cell.kind && run.xb === px[j]) run.xb = Math.max(px[j + 1], px[j] + 1);
       else {
@@ -433,6 +433,15 @@ function drawSlots(ctx, inst, S, fc, X, band) {
   band.yticks = [];
   for (let s = 0; s < nSlots; s += dtick) band.yticks.push({ y: Y(s) + slotH / 2, label: String(s) });
   band.ytitle = "slot";
+}
+
+// A step's cells indexed by slot (steps never change once folded in: computed once).
+function cellsBySlot(st) {
+  if (!st.bySlot) {
+    st.bySlot = [];
+    for (const c of st.cells) if (c.slot >= 0) st.bySlot[c.slot] = c;
+  }
+  return st.bySlot;
 }
 
 function drawCellRun(ctx, inst, run, y, h) {
@@ -628,7 +637,7 @@ function tlHit(inst, at) {
     const c = band.cols.find((k) => x >= k.xa && x < k.xb);
     if (!c) return null;
     const slot = Math.floor((band.y + band.h - y) / band.slotH);
-    const cell = c.st.cells.find((k) => k.slot === slot);
+    const cell = cellsBySlot(c.st)[slot];
     if (!cell) return { rid: null, tip: [`slot ${slot} · empty`, `iteration ${c.st.it}`], color: C.muted };
     return { rid: cell.rid, tip: cellTip(cell, c.st), color: reqColor(cell.rid) };
   }
