@@ -151,8 +151,12 @@ function drawTimeline(inst, fc) {
   ctx.fillStyle = C.bg;
   ctx.fillRect(0, 0, g.W, g.H);
   tl.cols = inst.cfg.strategies.map((name, c) => drawColumn(ctx, inst, fc, g, inst.state.by.get(name), g.xs[c]));
-  tl.canvas.setAttribute("aria-label", tl.cols.map((col) => `${col.name}: ${col.rows.length} requests shown`).join("; "));
-  tl.canvas.dataset.rows = JSON.stringify(Object.fromEntries(tl.cols.map((col) => [col.name, col.rows])));
+  // which requests have a row (for screen readers and tests); touched only when it changes
+  const rows = JSON.stringify(Object.fromEntries(tl.cols.map((col) => [col.name, col.rows])));
+  if (tl.canvas.dataset.rows !== rows) {
+    tl.canvas.dataset.rows = rows;
+    tl.canvas.setAttribute("aria-label", tl.cols.map((c) => `${c.name}: rows ${c.rows.map((r) => `#${r}`).join(" ")}`).join("; "));
+  }
 }
 
 // One strategy's column: every band, its axes, and what hover and clicks need to find marks again.
