@@ -1,9 +1,9 @@
 /* ================================ the timeline: Gantt, batch slots, utilization ================================ */
 // Every time-based view of every strategy column is drawn on one canvas that shares the x axis
-// (service seconds, or iterations). A frame is a handful of fillRect / stroke calls: 1-3 ms here,
-// where a plotly figure of the same views cost ~130 ms (4.5 fps, and 2 tabs made the engine's decode
-// step 2.4x slower on a 2-core machine; python -m engine.bench.ui_cost). Hover, click-to-pick,
-// drag-to-zoom and double-click-to-follow are handled here too.
+// (service seconds, or iterations). A frame is a few hundred fillRect / stroke calls: 2-4 ms of script
+// on a 2-core machine, where a plotly figure of the same views took ~130 ms (python -m
+// engine.bench.ui_cost; README). Hover, click-to-pick, drag-to-zoom and double-click-to-follow are
+// handled here too.
 
 const TIMELINE_VIEWS = ["gantt", "slots", "util"];
 const SEG_H = { queued: 0.24, preempted: 0.34, prefill: 0.8, recompute: 0.8, decode: 0.8, held: 0.8, finish: 0.92 };
