@@ -298,8 +298,7 @@ class LLMEngine:
             admitted=sched.admitted, finished=finished, preempted=sched.preempted,
             tokens_used=sched.num_tokens, token_budget=self.cfg.max_num_batched_tokens,
             num_blocks=self.cache.num_blocks, block_size=self.cfg.block_size,
-            used_blocks=self.cache.num_blocks - self.cache.num_free, block_owner=self.cache.owner.copy(),
-            block_tables=tables, kv_tokens=kv_tokens, reserved_unused_slots=held - sum(kv_tokens.values()),
+            used_blocks=self.cache.num_blocks - self.cache.num_free, block_tables=tables, kv_tokens=kv_tokens, reserved_unused_slots=held - sum(kv_tokens.values()),
             sampled=sampled,
         )
 

@@ -49,12 +49,20 @@ class StepEvent:
     num_blocks: int
     block_size: int
     used_blocks: int
-    block_owner: np.ndarray     # int32 [num_blocks], request id or -1 when free
-    block_tables: dict[int, list[int]]
+    block_tables: dict[int, list[int]]  # request id -> physical block ids (every held block is in one)
     kv_tokens: dict[int, int]   # request id -> tokens stored in its blocks
     reserved_unused_slots: int  # slots held by requests but holding no token
     # new tokens sampled this step: request id -> token id
     sampled: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def block_owner(self) -> np.ndarray:
+        """int32 [num_blocks]: the request holding each block, -1 when free (the tables' inverse,
+        derived on demand so that a step pays nothing for it)."""
+        owner = np.full(self.num_blocks, -1, dtype=np.int32)
+        for rid, table in self.block_tables.items():
+            owner[table] = rid
+        return owner
 
     @property
     def duration_s(self) -> float:
@@ -65,8 +73,8 @@ class StepEvent:
         return sum(e.num_tokens for e in self.entries if e.phase == "padding")
 
     def to_dict(self) -> dict:
-        """Compact JSON-ready form (the websocket's shape). Block owners are left out: they are the
-        block tables' inverse, and a list as long as the pool would grow every event with the pool."""
+        """Compact JSON-ready form (the websocket's shape). The derived block owners are left out: a
+        list as long as the pool would make every event grow with the pool."""
         return {
             "type": "step",
             "step": self.step,

@@ -17,8 +17,7 @@ def _event(step, t0, t1, entries, used_blocks, unused, block_size=4):
     return StepEvent(step=step, strategy="static", t_start=t0, t_end=t1,
                      entries=[StepEntry(*e) for e in entries], num_waiting=0, num_running=2, admitted=[],
                      finished=[], preempted=[], tokens_used=0, token_budget=64, num_blocks=10,
-                     block_size=block_size, used_blocks=used_blocks,
-                     block_owner=np.full(10, -1, dtype=np.int32), block_tables={}, kv_tokens={},
+                     block_size=block_size, used_blocks=used_blocks, block_tables={}, kv_tokens={},
                      reserved_unused_slots=unused)
 
 

@@ -41,8 +41,10 @@ def test_random_add_abort_step(engines, strategy, seq):
             eng.abort(added[op[1] % len(added)])
         else:
             for _ in range(op[1]):
-                eng.step()
+                ev = eng.step()
                 check_kv_invariants(eng)
+                # the event's owner map (derived from its tables) is the cache's
+                assert (ev.block_owner == eng.cache.owner).all()
     eng.draining = True
     for _ in range(500):
         if not eng.has_unfinished():
