@@ -53,16 +53,19 @@ class EngineClient:
 
     def __init__(self, ws):
         self.ws = ws
+        self.pending: list[dict] = []
         self.call({"cmd": "subscribe", "kv": False, "requests": []})
 
     def call(self, msg: dict) -> dict:
         self.ws.send(json.dumps({**msg, "ref": "bench"}))
         while True:
             reply = json.loads(self.ws.recv())
-            if reply.get("ref") == "bench":
-                if reply["type"] == "error":
-                    raise RuntimeError(reply["message"])
-                return reply
+            if reply.get("ref") != "bench":
+                self.pending.append(reply)  # events that arrived meanwhile: run_load reads them
+                continue
+            if reply["type"] == "error":
+                raise RuntimeError(reply["message"])
+            return reply
 
     def wait_ready(self, timeout: float = 600) -> list[str]:
         deadline = time.monotonic() + timeout
@@ -77,6 +80,7 @@ class EngineClient:
         """Submit n requests at once; collect step events until every engine finished them all."""
         params = {"max_tokens": max_tokens, "ignore_eos": True, "temperature": 0}
         strategies = None
+        self.pending.clear()
         for _ in range(n):
             strategies = self.call({"cmd": "submit", "prompt": PROMPT, "params": params, "tag": "bench"})["strategies"]
         done = {s: 0 for s in strategies}
@@ -85,7 +89,7 @@ class EngineClient:
         t0 = time.monotonic()
         last_tick = t0
         while any(v < n for v in done.values()):
-            msg = json.loads(self.ws.recv(timeout=120))
+            msg = self.pending.pop(0) if self.pending else json.loads(self.ws.recv(timeout=120))
             for ev in msg.get("events", []) if msg.get("type") == "events" else []:
                 if ev.get("type") != "step" or ev["strategy"] not in done:
                     continue

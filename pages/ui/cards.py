@@ -1,5 +1,5 @@
-"""Metric cards as one HTML block: a single element per refresh instead of dozens of st.metric
-widgets, so a browser tab re-renders almost nothing each second (the engine shares its CPU)."""
+"""Metric cards as one HTML block: a refresh re-renders one element instead of dozens of st.metric
+widgets and columns (the browser may share the engine's CPU)."""
 from __future__ import annotations
 
 import html

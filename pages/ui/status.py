@@ -10,7 +10,7 @@ def _settling(engines: dict) -> bool:
 
 def loading_banner(svc) -> None:
     """Polls once a second only while an engine loads or reconfigures; then one full rerun draws the
-    settled page and the poll stops (an idle tab costs the engine nothing)."""
+    settled page and the poll stops."""
     polling = _settling(svc.status()["engines"])
 
     @st.fragment(run_every=1.0 if polling else None)
