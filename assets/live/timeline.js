@@ -543,7 +543,7 @@ function yScale(band, top) {
   return (v) => band.y + band.h - (v / top) * band.h;
 }
 
-function valueTicks(band, Y, top, n, suffix) {
+function valueTicks(Y, top, n, suffix) {
   return niceTicks(0, top, n, false).map((t) => ({ y: Y(t.v), label: `${Number(t.label)}${suffix}`, v: t.v }));
 }
 
@@ -551,7 +551,7 @@ function drawUtil(ctx, inst, S, fc, X, band) {
   const k = inst.scale;
   const u = utilCache(inst, S, fc, X, band);
   const top = u.top * 1.06, Y = yScale(band, top);
-  band.yticks = valueTicks(band, Y, top, 4, "%");
+  band.yticks = valueTicks(Y, top, 4, "%");
   yGrid(ctx, band);
   for (const l of UTIL_LINES) {
     ctx.strokeStyle = l.color;
@@ -583,7 +583,7 @@ function drawGpu(ctx, inst, X, Y) {
 function drawTps(ctx, inst, S, fc, X, band) {
   const u = utilCache(inst, S, fc, X, band);
   const top = u.tpsTop * 1.15, Y = yScale(band, top);
-  band.yticks = valueTicks(band, Y, top, 3, "");
+  band.yticks = valueTicks(Y, top, 3, "");
   band.ytitle = "tok/s";
   yGrid(ctx, band);
   ctx.fillStyle = rgba(TPS_COLOR, 0.12);
