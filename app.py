@@ -6,14 +6,30 @@ the live event socket /engine/ws and the OpenAI-compatible /v1 routes, all on on
 from contextlib import asynccontextmanager
 
 import streamlit as st
+from streamlit import config
 
+from engine.access import Access
 from engine.api.server import build_routes
-from engine.service import get_service, shutdown_service
+from engine.service import EngineService, get_service, shutdown_service
+
+
+def _announce(access: Access, address: str, port: int) -> None:
+    """The presenter's link, on the console only (never on a page the room can see)."""
+    if not access.room:
+        return
+    host = "localhost" if address in ("", "0.0.0.0", "::") else address
+    print(f"\n  Inflight is in room mode: viewers watch and submit prompts within limits.\n"
+          f"  Presenter link (controls; keep it off the projector):\n"
+          f"    http://{host}:{port}/presenter?token={access.token}\n"
+          f"  (from another machine, put this server's address in place of {host})\n", flush=True)
 
 
 @asynccontextmanager
 async def lifespan(_app):
-    get_service()  # engines start loading in their own threads; pages show progress
+    address, port = config.get_option("server.address"), config.get_option("server.port")
+    access = Access.from_env(address)
+    get_service(lambda: EngineService(access=access))  # engines load in their own threads; pages show progress
+    _announce(access, address, port)
     yield
     shutdown_service()
 

@@ -12,10 +12,13 @@ import logging
 import threading
 import time
 
+from .access import LOCAL, Access, Client
 from .config import STRATEGIES, EngineConfig
 from .event_hub import EventHub
 from .gpu_monitor import start_gpu_monitor
 from .handles import RequestHandle
+from .limits import ClientLimiter, ClientLimits
+from .memory import GiB, check_kv_fits
 from .request import SamplingParams
 from .worker import EngineWorker
 
@@ -24,8 +27,16 @@ log = logging.getLogger(__name__)
 
 class EngineService:
     def __init__(self, cfg: EngineConfig | None = None, strategies=("continuous", "static"),
-                 hub_capacity: int = 2048, progress=None):
-        self.cfg = cfg or EngineConfig()
+                 hub_capacity: int = 2048, progress=None, access: Access | None = None,
+                 limits: ClientLimits | None = None):
+        """access: roles (default: from the environment, as on loopback); limits: what one viewer
+        may submit in room mode (default: ClientLimits.from_env())."""
+        self.cfg = cfg or EngineConfig()   # the settings the engines run (a failed configure leaves it)
+        self._target_cfg = self.cfg        # what configure() asked for; equal to cfg once applied
+        self._configuring: set[str] = set()
+        self.access = access or Access.from_env()
+        self.limiter = ClientLimiter(limits or ClientLimits.from_env())
+        self.step_fault = None  # chaos testing: called before each step with the strategy; may raise
         self.hub = EventHub(hub_capacity)
         self.progress = progress or self._publish_progress
         self._t0 = time.perf_counter()
@@ -78,15 +89,20 @@ class EngineService:
 
     # ---- commands ----------------------------------------------------------------------------
     def submit(self, prompt=None, params: SamplingParams | None = None, *, messages=None,
-               strategies=None, tag: str = "api", timeout: float = 60.0) -> list[RequestHandle]:
+               strategies=None, tag: str = "api", timeout: float = 60.0,
+               client: Client = LOCAL) -> list[RequestHandle]:
         """Queue one request on each strategy (default: all); returns one handle per strategy.
 
         Give `prompt` (text or token ids) or chat `messages`. Bad input raises ValueError
-        (checked by the engines themselves, so the limits are exact) and nothing is queued."""
+        (checked by the engines themselves, so the limits are exact) and nothing is queued.
+        A viewer `client` is held to the room's limits (LimitExceeded, a ValueError)."""
         if (prompt is None) == (messages is None):
             raise ValueError("give exactly one of prompt or messages")
+        _check_text(prompt, messages)
         params = params or SamplingParams()
         targets = self._targets(strategies)
+        if not client.presenter:
+            self.limiter.admit(client.key, params.max_tokens)
         with self._lock:
             rid = self._next_id
             self._next_id += 1
@@ -102,6 +118,8 @@ class EngineService:
         if rejected is not None:
             self._abort_handles(handles)
             raise ValueError(rejected.rejection)
+        if not client.presenter:
+            self.limiter.track(client.key, handles)
         return handles
 
     def _abort_handles(self, handles: list[RequestHandle]) -> None:
@@ -137,24 +155,45 @@ class EngineService:
         """Change engine settings (any EngineConfig field) and/or the set of strategies.
 
         Each engine stops admitting, finishes its in-flight requests, restarts with the new
-        settings and then takes the requests that queued meanwhile: nothing is lost."""
+        settings and then takes the requests that queued meanwhile: nothing is lost. `cfg` changes
+        once every engine runs the new settings; if one fails to start with them, every engine
+        keeps (or returns to) the old settings, and `cfg` never shows the failed ones."""
         if "strategy" in changes:
             raise ValueError("choose engines with strategies=[...], not strategy=")
-        new_cfg = dataclasses.replace(self.cfg, **changes)  # validates, naming the bad field
         with self._lock:
+            new_cfg = dataclasses.replace(self._target_cfg, **changes)  # validates, naming the bad field
+            if new_cfg.kv_cache_memory_gb is not None:
+                check_kv_fits(int(new_cfg.kv_cache_memory_gb * GiB), _device_of(new_cfg))
             wanted = self._check_strategies(strategies) if strategies is not None else self.strategies
-            self.cfg = new_cfg
+            self._target_cfg = new_cfg
             for s, w in list(self.workers.items()):
                 if s not in wanted:
                     w.stop(drain=True)
                     del self.workers[s]
-                elif changes:
+                elif w.cfg != dataclasses.replace(new_cfg, strategy=s):
+                    self._configuring.add(s)
                     w.reconfigure(dataclasses.replace(new_cfg, strategy=s))
+            self._configuring &= set(wanted)
             for s in wanted:
                 if s not in self.workers:
                     self._start_worker(s, new_cfg)
+            if not self._configuring:
+                self.cfg = new_cfg
         self._status("configured")
         return new_cfg
+
+    def _restarted(self, worker: EngineWorker, error: Exception | None) -> None:
+        """A worker finished a reconfigure (error: it kept its old engine). Called from its thread."""
+        with self._lock:
+            if error is not None:  # back to the settings every engine can run
+                self._target_cfg = self.cfg
+            target = dataclasses.replace(self._target_cfg, strategy=worker.strategy)
+            if self.workers.get(worker.strategy) is worker and worker.cfg != target:
+                worker.reconfigure(target)   # ran settings that were since withdrawn
+                return
+            self._configuring.discard(worker.strategy)
+            if not self._configuring:
+                self.cfg = self._target_cfg
 
     # ---- state ---------------------------------------------------------------------------------
     def status(self) -> dict:
@@ -189,6 +228,14 @@ class EngineService:
             raise ValueError(f"strategy {missing[0]!r} is not running; running: {', '.join(self.workers)}")
         return targets
 
+    def engine_on(self, cfg: EngineConfig):
+        """A running engine whose loaded weights an engine with cfg can share, or None."""
+        for w in list(self.workers.values()):
+            eng = w.engine
+            if eng is not None and (eng.cfg.model, eng.cfg.device, eng.cfg.dtype) == (cfg.model, cfg.device, cfg.dtype):
+                return eng
+        return None
+
     @staticmethod
     def _check_strategies(strategies) -> list[str]:
         if isinstance(strategies, str):
@@ -198,6 +245,27 @@ class EngineService:
         if bad or not out:
             raise ValueError(f"strategies must be a non-empty list of {', '.join(STRATEGIES)}; got {strategies!r}")
         return out
+
+
+def _device_of(cfg: EngineConfig):
+    import torch
+    if cfg.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(cfg.device)
+
+
+def _check_text(prompt, messages) -> None:
+    """Text that cannot be encoded (a lone surrogate such as "\\ud800" from JSON) is refused here,
+    before any tokenizer sees it."""
+    texts = [prompt] if isinstance(prompt, str) else []
+    for m in messages if isinstance(messages, list) else []:
+        if isinstance(m, dict):
+            texts += [v for v in (m.get("role"), m.get("content")) if isinstance(v, str)]
+    for t in texts:
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"the prompt is not valid Unicode text: {e.reason} at character {e.start}") from None
 
 
 # ---- one service per process ---------------------------------------------------------------------

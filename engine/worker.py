@@ -82,6 +82,7 @@ class EngineWorker(threading.Thread):
             "steps": self.steps,
             "last_step_ms": self.last_step_ms,
             "kv_blocks": None if eng is None else eng.cache.num_blocks,
+            "kv_used_blocks": None if eng is None else eng.cache.num_blocks - eng.cache.num_free,
             "max_model_len": None if eng is None else eng.max_model_len,
             "device": None if eng is None else str(eng.runner.device),
         }
@@ -96,11 +97,13 @@ class EngineWorker(threading.Thread):
             if self._weights_from is not None:
                 self._weights_from._ready.wait()
                 self._share = self._weights_from.engine
+                self._weights_from = None
             self.engine = self._build(self.cfg)
         except Exception as e:  # noqa: BLE001 - reported to every caller instead
             log.exception("engine %s failed to load", self.strategy)
             self.load_error = e
         finally:
+            self._share = None  # the weights live on in our engine; do not pin the other engine
             self._ready.set()
         self._publish({"type": "status", "event": "ready" if self.load_error is None else "load_error",
                        "error": None if self.load_error is None else str(self.load_error)})
@@ -115,6 +118,7 @@ class EngineWorker(threading.Thread):
                 self._wake.clear()
         self._run_commands()
         self._abort_all("the service stopped")
+        self.engine = None  # a stopped lane's memory (KV pool, weights if unshared) goes now
 
     def _build(self, cfg: EngineConfig) -> LLMEngine:
         return LLMEngine(cfg, progress=self.svc.progress, clock=self.svc.clock, share_weights_with=self._share)
@@ -143,6 +147,8 @@ class EngineWorker(threading.Thread):
         if self._step_credits:
             self._step_credits -= 1
         try:
+            if self.svc.step_fault is not None:
+                self.svc.step_fault(self.strategy)  # chaos testing only (tests, engine.bench.soak)
             ev = self.engine.step()
         except Exception as e:  # noqa: BLE001 - end the affected requests, restart, keep serving
             log.exception("engine %s step failed; restarting it", self.strategy)
@@ -207,6 +213,9 @@ class EngineWorker(threading.Thread):
         except ValueError as e:
             handle.reject(str(e))
             return
+        except Exception as e:  # noqa: BLE001 - a prompt the tokenizer chokes on is the caller's error too
+            handle.reject(f"the prompt could not be read: {type(e).__name__}: {e}")
+            return
         stops = params.stop_strings()
         handle.accept(hold_back=max((len(s) for s in stops), default=1) - 1)
         self.handles[handle.request_id] = handle
@@ -253,16 +262,21 @@ class EngineWorker(threading.Thread):
             self._halt.set()
             return True
         cfg, self._pending_cfg = self._pending_cfg, None
+        error = None
         try:
-            self._share = self.engine if cfg.model == self.cfg.model else None
-            self.engine = self._build(cfg)
+            self._share = self.svc.engine_on(cfg)
+            self.engine = self._build(cfg)  # the old engine, KV pool included, is released here
             self.cfg = cfg
         except Exception as e:  # noqa: BLE001 - keep the old engine, tell everyone
             log.exception("engine %s: new config failed; keeping the old one", self.strategy)
+            error = e
             self.engine.draining = False
             self._publish({"type": "status", "event": "configure_failed", "error": str(e)})
         else:
             self._publish({"type": "status", "event": "restarted"})
+        finally:
+            self._share = None
+        self.svc._restarted(self, error)
         deferred, self._deferred = self._deferred, []
         for args in deferred:
             self._add(*args)

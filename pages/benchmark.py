@@ -14,9 +14,13 @@ from engine.bench.report import write_csv
 from engine.bench.workloads import PRESETS
 from engine.service import get_service
 from ui import bench_job
+from ui.role import VIEWER_NOTE, is_presenter
 
 svc = get_service()
 st.title("Benchmark: continuous vs static vs Hugging Face")
+if not is_presenter(svc):
+    st.info(VIEWER_NOTE, icon=":material/visibility:")
+    st.stop()  # a run pauses the live engines for everyone
 st.markdown(
     "Runs a workload through each strategy in turn, on the same model, device, dtype and KV memory, "
     "warm-up excluded: the numbers `python -m engine.bench` prints. The live engines pause while it runs "

@@ -12,14 +12,19 @@ from ui import loadgen, sidebar
 from ui.cards import Card, cards_html
 from ui.live_view import live_view
 from ui.metrics import LiveMetrics, ratio
+from ui.role import VIEWER_NOTE, current_client
 from ui.status import loading_banner
 
 svc = get_service()
-opts = sidebar.view_options(svc)
-if sidebar.playback(svc):
-    st.session_state.clear_after_s = svc.clock()
-    st.session_state.metrics = None
-sidebar.engine_settings(svc)
+client = current_client(svc)
+opts = sidebar.view_options(svc, client.presenter)
+if client.presenter:
+    if sidebar.playback(svc):
+        st.session_state.clear_after_s = svc.clock()
+        st.session_state.metrics = None
+    sidebar.engine_settings(svc)
+else:
+    st.sidebar.info(VIEWER_NOTE, icon=":material/visibility:")
 
 st.title("Inflight — watch an LLM engine batch requests")
 st.caption(sidebar.config_summary(svc.cfg))
@@ -35,7 +40,7 @@ def bundled_prompts() -> list[str]:
 def submit(text: str, max_tokens: int, temperature: float, ignore_eos: bool = False, tag: str = "ui") -> None:
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, ignore_eos=ignore_eos)
     try:
-        svc.submit(messages=[{"role": "user", "content": text}], params=params, tag=tag)
+        svc.submit(messages=[{"role": "user", "content": text}], params=params, tag=tag, client=client)
     except (ValueError, TimeoutError) as e:
         st.error(str(e))
 
@@ -56,12 +61,14 @@ with st.container(border=True):
                 submit(text, rng.choice([16, 32, 64, 128, 192, 256]), temperature, ignore_eos=True, tag="burst")
     with c_gen:
         st.markdown("**Load generator** (Poisson arrivals of bundled prompts)")
+        if not client.presenter:
+            st.caption("The load generator is for the presenter.")
         rate = st.slider("Arrival rate (requests/s)", 0.1, 8.0, 1.0, 0.1, key="lg_rate")
         mean = st.slider("Output length (tokens): mean", 8, 256, 64, key="lg_mean")
         spread = st.slider("± spread", 0, 248, 48, key="lg_spread")
         gen = loadgen.running()
         label = f"⏹ Stop generator ({gen.submitted} sent)" if gen else "▶ Start generator"
-        if st.button(label, width="stretch", type="primary" if gen else "secondary"):
+        if st.button(label, width="stretch", type="primary" if gen else "secondary", disabled=not client.presenter):
             if gen:
                 loadgen.stop()
             else:

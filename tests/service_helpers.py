@@ -12,12 +12,13 @@ from engine import EngineConfig
 from engine.service import EngineService
 
 
-def make_service(model_dir, strategies=("continuous", "dynamic"), **overrides) -> EngineService:
+def make_service(model_dir, strategies=("continuous", "dynamic"), access=None, limits=None,
+                 **overrides) -> EngineService:
     kw = dict(model=str(model_dir), device="cpu", dtype="float32", block_size=4, num_kv_blocks=256,
               max_model_len=128, max_num_seqs=8, max_num_batched_tokens=64, static_batch_size=4,
               static_max_wait_s=0.05)
     kw.update(overrides)
-    svc = EngineService(EngineConfig(**kw), strategies=list(strategies))
+    svc = EngineService(EngineConfig(**kw), strategies=list(strategies), access=access, limits=limits)
     svc.wait_ready(120)
     return svc
 

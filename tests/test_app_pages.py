@@ -114,3 +114,22 @@ def test_benchmark_page_runs_in_background_and_shows_results(svc):
     assert not at.exception
     assert any("Results" in h.value for h in at.subheader)
     assert len(at.dataframe) == 1
+
+
+def test_viewer_in_a_room_gets_no_controls_but_can_submit(svc, monkeypatch):
+    """Room mode without the presenter cookie: no playback, settings, strategy change, load generator
+    or benchmark; each place says why; prompts still go in, within the viewer limits."""
+    from engine.access import Access
+    monkeypatch.setattr(svc, "access", Access(room=True, token="presenter-token-xyz"))
+    at = app("playground.py")
+    labels = {b.label for b in at.sidebar.button}
+    assert not labels & {"Pause", "Resume", "Step", "Clear views", "Apply"}
+    assert at.sidebar.radio(key="view").disabled
+    assert "viewer" in at.sidebar.info[0].value and "presenter" in at.sidebar.info[0].value
+    assert next(b for b in at.button if "generator" in b.label).disabled
+    cursor = svc.hub.head
+    next(b for b in at.button if b.label == "1 prompt").click().run()
+    assert not at.exception and len(request_events(svc, cursor, 2)) == 2
+    bench = app("benchmark.py")
+    assert "viewer" in bench.info[0].value and not any(b.label == "Run benchmark" for b in bench.button)
+    assert_all_free(svc)

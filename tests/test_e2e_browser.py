@@ -5,29 +5,19 @@ Screenshots go to test-artifacts/ (or $INFLIGHT_ARTIFACTS).
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from engine.bench.app_process import CHROMIUM_ARGS, running_app
+from browser_helpers import CHROMIUM, require_browser
 from service_helpers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("INFLIGHT_ARTIFACTS", REPO / "test-artifacts"))
 XSS = "<img src=x onerror=alert(1)> tell me a story"
 
-try:
-    from playwright.sync_api import expect, sync_playwright
-except ImportError:  # CI installs it; elsewhere the test says what is missing
-    sync_playwright = None
-
-if sync_playwright is None or not Path(CHROMIUM).exists():
-    # CI must run this test: there a missing browser is a failure, not a skip.
-    if os.environ.get("CI"):
-        raise RuntimeError("the browser test needs playwright and Debian's chromium (.ci/run installs both)")
-    pytest.skip("needs playwright and chromium (apt-get install chromium)", allow_module_level=True)
+sync_playwright, expect = require_browser()
 
 
 @pytest.fixture(scope="module")

@@ -181,7 +181,8 @@ def test_engine_error_is_500_or_error_chunk(client, svc):
 
 
 def test_oversized_chunked_body_refused(base):
-    r = httpx.post(f"{base}/v1/completions", content=iter([b'{"prompt": "', b"x" * 70_000, b'"}']), timeout=30)
+    r = httpx.post(f"{base}/v1/completions", content=iter([b'{"prompt": "', b"x" * 70_000, b'"}']),
+                   headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == 413 and "larger than" in r.json()["error"]["message"]
 
 

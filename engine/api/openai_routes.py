@@ -10,6 +10,10 @@
 - A client that goes away (mid-stream or while waiting for a whole answer) has its request
   aborted on every strategy, so its KV blocks are freed.
 - Requests are tagged "openai", or "openai:<user>" when the body names a `user`.
+- Access (engine/access.py): bodies must be `application/json` (415 otherwise: a cross-site form
+  or text/plain post never reaches the engine) and a browser Origin must be this server's own.
+  In room mode every call needs a bearer key: the presenter token, or INFLIGHT_API_KEY (whose
+  holders are held to the per-client limits: 429 past them).
 """
 from __future__ import annotations
 
@@ -25,14 +29,15 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..access import Client, client_key
 from ..handles import RequestHandle
+from ..limits import LimitExceeded
 from .openai_schema import (
     MAX_BODY_BYTES,
     ApiError,
     ApiRequest,
     chunk_body,
     completion_body,
-    error_body,
     parse_json,
     parse_request,
 )
@@ -44,7 +49,12 @@ def openai_routes(get_service) -> list[Route]:
     created = int(time.time())
 
     async def models(request: Request) -> Response:
-        model = get_service().cfg.model
+        svc = get_service()
+        try:
+            _client(request, svc)
+        except ApiError as e:
+            return _error(e)
+        model = svc.cfg.model
         return JSONResponse({"object": "list", "data": [
             {"id": model, "object": "model", "created": created, "owned_by": "inflight"}]})
 
@@ -59,13 +69,35 @@ def openai_routes(get_service) -> list[Route]:
             Route("/v1/chat/completions", chat_completions, methods=["POST"])]
 
 
+def _client(request: Request, svc) -> Client:
+    """Who calls: refuses foreign browser origins (403) and, in room mode, calls without a key (401)."""
+    if not svc.access.origin_allowed(request.headers.get("origin"), request.headers.get("host")):
+        raise ApiError("cross-origin requests are not accepted", status=403, type="permission_error")
+    client = svc.access.api_client(client_key(request.client and request.client.host), request.headers.get("authorization"))
+    if client is None:
+        raise ApiError("this server is shared with a room: send the presenter token or the API key "
+                       "as a bearer key (Authorization: Bearer ...)", status=401, type="authentication_error")
+    return client
+
+
+def _require_json(request: Request) -> None:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":
+        raise ApiError(f"the request body must be application/json, got {kind or 'no content type'!r}",
+                       status=415)
+
+
 async def _serve(request: Request, svc, chat: bool) -> Response:
     try:
+        client = _client(request, svc)
+        _require_json(request)
         req = parse_request(parse_json(await _read_body(request)), chat)
         handles = await run_in_threadpool(svc.submit, req.prompt, req.params, messages=req.messages,
-                                          strategies=req.strategies, tag=req.tag)
+                                          strategies=req.strategies, tag=req.tag, client=client)
     except ApiError as e:
         return _error(e)
+    except LimitExceeded as e:
+        return _error(ApiError(str(e), status=429, type="rate_limit_error"))
     except ValueError as e:  # the engines' own checks (prompt too long, unknown strategy, ...)
         return _error(ApiError(str(e)))
     except TimeoutError as e:

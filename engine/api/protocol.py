@@ -10,8 +10,9 @@ Client -> server, one JSON object per message (at most 64 KiB), "cmd" names it;
   {"cmd": "pause"} {"cmd": "resume"} {"cmd": "step"} {"cmd": "status"}
   {"cmd": "slow_motion", "interval_s": 0.5}
   {"cmd": "configure", "changes": {"block_size": 8, ...}, "strategies": [...]}
+  {"cmd": "auth", "token": "..."}   (room mode: the presenter token unlocks the control commands)
 Server -> client:
-  {"type": "hello", "status": {...}}
+  {"type": "hello", "status": {...}, "role": "presenter" | "viewer", "room": bool}
   {"type": "reply", "ref": ..., "ok": true, ...}   {"type": "error", "ref": ..., "message": "..."}
   {"type": "events", "first_seq": n, "last_seq": m, "skipped": k, "events": [...]}
 """
@@ -22,7 +23,9 @@ import json
 from ..request import SamplingParams
 
 MAX_MESSAGE_BYTES = 64 * 1024
-COMMANDS = ("subscribe", "submit", "abort", "pause", "resume", "step", "status", "slow_motion", "configure")
+COMMANDS = ("subscribe", "submit", "abort", "pause", "resume", "step", "status", "slow_motion", "configure",
+            "auth")
+CONTROL_COMMANDS = ("pause", "resume", "step", "slow_motion", "configure")  # presenter only in room mode
 PARAM_FIELDS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "stop_token_ids", "ignore_eos")
 
 

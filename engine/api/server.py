@@ -1,7 +1,6 @@
 """Routes and lifespan shared by `streamlit run app.py` and by tests (a plain Starlette app)."""
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
 from starlette.applications import Starlette
@@ -9,13 +8,15 @@ from starlette.routing import BaseRoute, WebSocketRoute
 
 from ..service import EngineService
 from .openai_routes import openai_routes
+from .presenter import presenter_route
 from .ws import engine_ws_endpoint
 
 ServiceGetter = Callable[[], EngineService]
 
 
 def build_routes(get_service: ServiceGetter) -> list[BaseRoute]:
-    return [WebSocketRoute("/engine/ws", engine_ws_endpoint(get_service)), *openai_routes(get_service)]
+    return [WebSocketRoute("/engine/ws", engine_ws_endpoint(get_service)), presenter_route(get_service),
+            *openai_routes(get_service)]
 
 
 def create_app(service: EngineService) -> Starlette:

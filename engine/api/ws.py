@@ -1,4 +1,8 @@
-"""/engine/ws: live engine events out (at most 60 messages/s per client), commands in."""
+"""/engine/ws: live engine events out (at most 60 messages/s per client), commands in.
+
+Each connection is a client with a role (engine/access.py): control commands need the presenter
+token in room mode; viewers watch, submit within the limits and abort their own requests.
+"""
 from __future__ import annotations
 
 import asyncio
@@ -7,40 +11,71 @@ import logging
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from .protocol import ProtocolError, Subscription, parse_command, sampling_params
+from ..access import PRESENTER_COOKIE, NotPresenter, client_key
+from .protocol import CONTROL_COMMANDS, ProtocolError, Subscription, parse_command, sampling_params
 
 log = logging.getLogger(__name__)
 MAX_RATE_HZ = 60
 MAX_EVENTS_PER_MESSAGE = 512
+# A client whose socket has not taken a message for this long has stopped reading (its buffers
+# are full): it is disconnected and its requests aborted, instead of pinning them forever.
+SEND_TIMEOUT_S = 10.0
+POLICY_VIOLATION = 1008
 
 
 def engine_ws_endpoint(get_service):
     async def endpoint(ws: WebSocket) -> None:
+        svc = get_service()
+        if not svc.access.origin_allowed(ws.headers.get("origin"), ws.headers.get("host")):
+            log.warning("refused /engine/ws from origin %r", ws.headers.get("origin"))
+            await ws.close(code=POLICY_VIOLATION)  # before accept: the handshake gets HTTP 403
+            return
         await ws.accept()
-        await _Connection(ws, get_service()).serve()
+        await _Connection(ws, svc).serve()
     return endpoint
 
 
 class _Connection:
     def __init__(self, ws: WebSocket, service):
         self.ws, self.svc = ws, service
+        token = ws.query_params.get("token") or ws.cookies.get(PRESENTER_COOKIE)
+        self.client = service.access.client(client_key(ws.client and ws.client.host), token)
         self.sub = Subscription()
         self.cursor = service.hub.head
         self.mine: dict[int, set[str]] = {}  # this client's unfinished requests -> strategies; aborted if it leaves
 
     async def serve(self) -> None:
-        await self.ws.send_json({"type": "hello", "status": self.svc.status(), "cursor": self.cursor})
-        sender = asyncio.create_task(self._send_loop())
+        await self.ws.send_json({"type": "hello", "status": self.svc.status(), "cursor": self.cursor,
+                                 "role": self.role, "room": self.svc.access.room})
+        tasks = [asyncio.create_task(self._receive_loop()), asyncio.create_task(self._send_loop())]
         try:
-            while True:
-                text = await self.ws.receive_text()
-                await self._handle(text)
-        except WebSocketDisconnect:
-            pass
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                if not t.cancelled() and isinstance(t.exception(), Exception):
+                    log.info("websocket client dropped: %r", t.exception())
         finally:
-            sender.cancel()
+            for t in tasks:
+                t.cancel()
             for rid in self.mine:
                 self.svc.abort(rid)
+
+    @property
+    def role(self) -> str:
+        return "presenter" if self.client.presenter else "viewer"
+
+    async def _receive_loop(self) -> None:
+        while True:
+            msg = await self.ws.receive()
+            if msg["type"] == "websocket.disconnect":
+                return
+            if msg.get("text") is not None:
+                await self._handle(msg["text"])
+            else:  # a binary frame: say so and keep the connection
+                await self._send({"type": "error", "ref": None,
+                                  "message": "binary frames are not accepted: send each command as JSON text"})
+
+    async def _send(self, message: dict) -> None:
+        await asyncio.wait_for(self.ws.send_json(message), SEND_TIMEOUT_S)
 
     async def _send_loop(self) -> None:
         period = 1 / MAX_RATE_HZ
@@ -52,12 +87,15 @@ class _Connection:
                     events = [v for _, item in batch.events if (v := self.sub.view(item)) is not None]
                     self._forget_finished(batch.events)
                     if events or batch.skipped:
-                        await self.ws.send_json({"type": "events", "first_seq": batch.events[0][0],
-                                                 "last_seq": batch.events[-1][0], "skipped": batch.skipped,
-                                                 "events": events})
+                        await self._send({"type": "events", "first_seq": batch.events[0][0],
+                                          "last_seq": batch.events[-1][0], "skipped": batch.skipped,
+                                          "events": events})
                 await asyncio.sleep(period)
+        except TimeoutError:
+            log.warning("disconnecting a websocket client that stopped reading (%d requests aborted)",
+                        len(self.mine))
         except (WebSocketDisconnect, RuntimeError):
-            return  # the client went away; the receive side cleans up
+            return  # the client went away; serve() cleans up
 
     def _forget_finished(self, events) -> None:
         for _, item in events:
@@ -73,15 +111,22 @@ class _Connection:
             msg = parse_command(text)
             ref = msg.get("ref")
             reply = await self._run(msg)
-            await self.ws.send_json({"type": "reply", "ref": ref, "ok": True, **reply})
-        except (ProtocolError, ValueError, TypeError, TimeoutError) as e:
-            await self.ws.send_json({"type": "error", "ref": ref, "message": str(e)})
+            await self._send({"type": "reply", "ref": ref, "ok": True, **reply})
+        except (ProtocolError, ValueError, TypeError, TimeoutError, NotPresenter) as e:
+            await self._send({"type": "error", "ref": ref, "message": str(e)})
         except Exception as e:  # noqa: BLE001 - one bad command must not end the connection
             log.exception("websocket command failed")
-            await self.ws.send_json({"type": "error", "ref": ref, "message": f"internal error: {e}"})
+            await self._send({"type": "error", "ref": ref, "message": f"internal error: {e}"})
 
     async def _run(self, msg: dict) -> dict:
         cmd, svc = msg["cmd"], self.svc
+        if cmd in CONTROL_COMMANDS:
+            svc.access.require_presenter(self.client, cmd)
+        if cmd == "auth":
+            if not svc.access.is_token(msg.get("token")):
+                raise NotPresenter("wrong presenter token")
+            self.client = svc.access.client(self.client.key, msg["token"])
+            return {"cmd": cmd, "role": self.role}
         if cmd == "subscribe":
             from_seq = self.sub.update(msg)
             if from_seq is not None:
@@ -90,10 +135,7 @@ class _Connection:
         if cmd == "submit":
             return await self._submit(msg)
         if cmd == "abort":
-            rid = msg.get("request_id")
-            if not isinstance(rid, int) or isinstance(rid, bool):
-                raise ProtocolError("abort needs an integer request_id")
-            svc.abort(rid)
+            self._abort(msg.get("request_id"))
         elif cmd == "pause":
             svc.pause()
         elif cmd == "resume":
@@ -107,7 +149,14 @@ class _Connection:
             if not isinstance(changes, dict):
                 raise ProtocolError("changes must be an object of EngineConfig fields")
             await run_in_threadpool(svc.configure, msg.get("strategies"), **changes)
-        return {"cmd": cmd, "status": svc.status()}
+        return {"cmd": cmd, "status": svc.status(), "role": self.role}
+
+    def _abort(self, rid) -> None:
+        if not isinstance(rid, int) or isinstance(rid, bool):
+            raise ProtocolError("abort needs an integer request_id")
+        if rid not in self.mine:
+            self.svc.access.require_presenter(self.client, "abort others")
+        self.svc.abort(rid)
 
     async def _submit(self, msg: dict) -> dict:
         prompt, messages = msg.get("prompt"), msg.get("messages")
@@ -116,7 +165,7 @@ class _Connection:
             raise ProtocolError("tag must be a string of at most 64 characters")
         params = sampling_params(msg.get("params"))
         handles = await run_in_threadpool(self.svc.submit, prompt, params, messages=messages,
-                                          strategies=msg.get("strategies"), tag=tag)
+                                          strategies=msg.get("strategies"), tag=tag, client=self.client)
         rid = handles[0].request_id
         self.mine[rid] = {h.strategy for h in handles if not h.finished}
         return {"cmd": "submit", "request_id": rid, "strategies": [h.strategy for h in handles]}

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..memory import check_kv_fits
+
 
 @dataclass(frozen=True)
 class KVShape:
@@ -34,6 +36,7 @@ class KVPool:
                  device: torch.device):
         self.shape, self.num_blocks, self.block_size = shape, num_blocks, block_size
         dims = (num_blocks, block_size, shape.kv_heads, shape.head_dim)
+        check_kv_fits(kv_bytes_per_token(shape, dtype) * num_blocks * block_size, torch.device(device))
         self.k = [torch.zeros(dims, dtype=dtype, device=device) for _ in range(shape.num_layers)]
         self.v = [torch.zeros(dims, dtype=dtype, device=device) for _ in range(shape.num_layers)]
 

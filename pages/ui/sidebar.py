@@ -39,17 +39,22 @@ def _apply_view(svc) -> None:
         st.session_state.view_error = str(e)
 
 
-def view_options(svc) -> dict:
+def view_options(svc, presenter: bool) -> dict:
     """Strategy toggle and display options. Only a change of the toggle reconfigures the service,
-    so several open tabs never fight over it."""
+    so several open tabs never fight over it; a viewer sees the toggle but cannot move it."""
     view, baseline = current_view(svc.strategies)
+    if not presenter:  # follow what the presenter runs
+        st.session_state.view, st.session_state.baseline = view, baseline
     st.session_state.setdefault("view", view)
     st.session_state.setdefault("baseline", baseline)
     st.sidebar.header("View")
     options = [*VIEWS, "Side by side"]
-    st.sidebar.radio("Strategy", options, key="view", on_change=_apply_view, args=(svc,))
+    locked = None if presenter else "The presenter chooses the engines"
+    st.sidebar.radio("Strategy", options, key="view", on_change=_apply_view, args=(svc,),
+                     disabled=not presenter, help=locked)
     st.sidebar.radio("Baseline beside continuous", BASELINES, horizontal=True, key="baseline",
-                     on_change=_apply_view, args=(svc,), disabled=st.session_state.view != "Side by side")
+                     on_change=_apply_view, args=(svc,),
+                     disabled=not presenter or st.session_state.view != "Side by side")
     axis = st.sidebar.radio("Time axis", ["seconds", "iterations"], horizontal=True, key="axis")
     large = st.sidebar.toggle("Presentation mode (large text)", key="large_text")
     return {"strategies": svc.strategies, "axis": "time" if axis == "seconds" else "iterations",

@@ -1,0 +1,25 @@
+"""GET /presenter?token=...: the presenter's link. A right token becomes a session cookie (it lasts
+until the browser closes; the pages and the socket read it) and the browser goes on to the app,
+so the token leaves the address bar before the screen is shown to a room."""
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from ..access import PRESENTER_COOKIE
+
+
+def presenter_route(get_service) -> Route:
+    async def presenter(request: Request) -> Response:
+        access = get_service().access
+        token = request.query_params.get("token")
+        if not access.room:
+            return RedirectResponse("/", status_code=303)
+        if not access.is_token(token):
+            return PlainTextResponse("Wrong or missing presenter token. Use the presenter link printed on the "
+                                     "server's console.", status_code=403)
+        response = RedirectResponse("/", status_code=303)
+        response.set_cookie(PRESENTER_COOKIE, token, httponly=True, samesite="strict", path="/")
+        return response
+    return Route("/presenter", presenter, methods=["GET"])

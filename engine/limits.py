@@ -1,0 +1,107 @@
+"""Per-client submission limits for a room: rate, requests in flight, output length.
+
+They apply to viewers only (the presenter and in-process callers are not limited). A client is
+keyed by its IP address, so opening more sockets or tabs does not multiply its share. Defaults
+(override with the environment variables named in `ClientLimits.from_env`): bursts of 8, then
+30 submissions a minute, 8 requests in flight, 512 new tokens per request.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+MAX_TRACKED_CLIENTS = 10_000  # idle entries are dropped beyond this
+
+
+class LimitExceeded(ValueError):
+    """A viewer went over a limit (HTTP 429)."""
+
+
+@dataclass(frozen=True)
+class ClientLimits:
+    burst: int = 8                # submissions allowed at once
+    per_minute: float = 30.0      # sustained submission rate
+    max_in_flight: int = 8        # unfinished requests at a time
+    max_tokens: int = 512         # max_tokens per request
+
+    def __post_init__(self):
+        for name in ("burst", "max_in_flight", "max_tokens"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"ClientLimits.{name} must be an integer >= 1, got {v!r}")
+        if not isinstance(self.per_minute, (int, float)) or not self.per_minute > 0:
+            raise ValueError(f"ClientLimits.per_minute must be a number > 0, got {self.per_minute!r}")
+
+    @classmethod
+    def from_env(cls, environ=os.environ) -> ClientLimits:
+        names = {"burst": "INFLIGHT_SUBMIT_BURST", "per_minute": "INFLIGHT_SUBMITS_PER_MINUTE",
+                 "max_in_flight": "INFLIGHT_MAX_IN_FLIGHT", "max_tokens": "INFLIGHT_MAX_TOKENS"}
+        kw = {}
+        for field, var in names.items():
+            raw = environ.get(var)
+            if raw:
+                try:
+                    kw[field] = float(raw) if field == "per_minute" else int(raw)
+                except ValueError:
+                    raise ValueError(f"{var} must be a number, got {raw!r}") from None
+        return cls(**kw)
+
+
+class ClientLimiter:
+    """A token bucket and an in-flight count per client key. Thread-safe."""
+
+    def __init__(self, limits: ClientLimits | None = None, clock=time.monotonic):
+        self.limits = limits or ClientLimits()
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._buckets: dict[str, tuple[float, float]] = {}   # key -> (tokens, last refill time)
+        self._in_flight: dict[str, list] = {}                # key -> handles not yet finished
+
+    def admit(self, key: str, max_tokens: int) -> None:
+        """Take one submission from `key`'s allowance, or raise LimitExceeded saying which limit."""
+        lim = self.limits
+        if max_tokens > lim.max_tokens:
+            raise LimitExceeded(f"max_tokens is limited to {lim.max_tokens} per request in this room "
+                                f"(asked for {max_tokens})")
+        with self._lock:
+            running = self._running(key)
+            if running >= lim.max_in_flight:
+                raise LimitExceeded(f"{running} of your requests are still running (the limit is "
+                                    f"{lim.max_in_flight}); wait for one to finish")
+            tokens = self._refill(key)
+            if tokens < 1:
+                wait = (1 - tokens) * 60 / lim.per_minute
+                raise LimitExceeded(f"too many submissions: at most {lim.burst} at once and "
+                                    f"{lim.per_minute:g} a minute; try again in {wait:.1f} s")
+            self._buckets[key] = (tokens - 1, self.clock())
+            self._prune()
+
+    def track(self, key: str, handles) -> None:
+        """Count a submission's handles as in flight until they finish."""
+        with self._lock:
+            self._in_flight.setdefault(key, []).append(handles)
+
+    def in_flight(self, key: str) -> int:
+        with self._lock:
+            return self._running(key)
+
+    def _running(self, key: str) -> int:
+        live = [hs for hs in self._in_flight.get(key, ()) if not all(h.finished for h in hs)]
+        if live:
+            self._in_flight[key] = live
+        else:
+            self._in_flight.pop(key, None)
+        return len(live)
+
+    def _refill(self, key: str) -> float:
+        tokens, last = self._buckets.get(key, (float(self.limits.burst), self.clock()))
+        return min(float(self.limits.burst), tokens + (self.clock() - last) * self.limits.per_minute / 60)
+
+    def _prune(self) -> None:
+        if len(self._buckets) <= MAX_TRACKED_CLIENTS:
+            return
+        for key in list(self._buckets):
+            if self._refill(key) >= self.limits.burst and not self._running(key):
+                del self._buckets[key]

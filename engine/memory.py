@@ -1,0 +1,39 @@
+"""How much memory a KV pool may take: an upper bound from what the device has free right now.
+
+A pool larger than this would push the machine into swap (CPU) or fail half way (GPU), taking the
+other lanes and the server down with it; refusing it up front, naming both numbers, is kinder.
+"""
+from __future__ import annotations
+
+import torch
+
+GiB = 1 << 30
+USABLE_SHARE = 0.8  # of what is free: the rest is left for activations, the tokenizer, the browser...
+
+
+def free_bytes(device: torch.device) -> int | None:
+    """Memory free on the device now (CPU: MemAvailable), or None where it cannot be read."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def check_kv_fits(nbytes: int, device: torch.device) -> None:
+    """Raise ValueError if a KV pool of nbytes would not fit in USABLE_SHARE of the free memory."""
+    free = free_bytes(device)
+    if free is None:
+        return
+    bound = int(free * USABLE_SHARE)
+    if nbytes > bound:
+        raise ValueError(
+            f"the KV pool would take {nbytes / GiB:.2f} GiB, but at most {bound / GiB:.2f} GiB can be used on "
+            f"{device.type} ({USABLE_SHARE:.0%} of the {free / GiB:.2f} GiB free now); lower kv_cache_memory_gb "
+            f"or num_kv_blocks")

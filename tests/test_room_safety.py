@@ -1,0 +1,344 @@
+"""Safe in front of a room: roles, origins, content types, limits, and the faults found by probing.
+
+A service in room mode (as when the server listens beyond loopback) on a tiny model; the loopback
+default is covered by the other service, socket and API tests, which run without any token."""
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import socket
+import time
+import tomllib
+import weakref
+from pathlib import Path
+
+import httpx
+import pytest
+import websockets
+
+from engine import SamplingParams
+from engine.access import Access, is_loopback
+from engine.api import ws as ws_module
+from engine.api.server import create_app
+from engine.limits import ClientLimiter, ClientLimits
+from service_helpers import assert_all_free, make_service, serve, wait_idle
+
+TOKEN, API_KEY = "presenter-token-123", "audience-key-456"
+LIMITS = ClientLimits(burst=3, per_minute=60, max_in_flight=2, max_tokens=40)
+CONTROL = [{"cmd": "pause"}, {"cmd": "resume"}, {"cmd": "step"}, {"cmd": "slow_motion", "interval_s": 5},
+           {"cmd": "configure", "changes": {"num_kv_blocks": 1}}]
+
+
+@pytest.fixture(scope="module")
+def svc(tiny_model_dirs):
+    s = make_service(tiny_model_dirs["llama"], access=Access(room=True, token=TOKEN, api_key=API_KEY,
+                                                             origins=frozenset({"https://slides.example"})),
+                     limits=LIMITS)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def base(svc):
+    with serve(create_app(svc)) as b:
+        yield b
+
+
+@pytest.fixture(autouse=True)
+def _clean(svc):
+    svc.limiter = ClientLimiter(LIMITS)  # every test starts with a full allowance
+    yield
+    svc.resume()
+    assert_all_free(svc)
+
+
+def run(coro, timeout=60):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+async def command(ws, msg: dict) -> dict:
+    """Send one command; return its reply or error (events in between are skipped)."""
+    await ws.send(json.dumps(msg))
+    while True:
+        m = json.loads(await ws.recv())
+        if m["type"] in ("reply", "error"):
+            return m
+
+
+def greedy(n):
+    return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+
+
+# ---- roles ---------------------------------------------------------------------------------------
+def test_room_mode_follows_the_listening_address():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not any(is_loopback(a) for a in ("0.0.0.0", "::", "", "192.168.1.20", "myhost"))
+    assert not Access.from_env("127.0.0.1", environ={}).room
+    assert Access.from_env("0.0.0.0", environ={}).room
+    assert Access.from_env("127.0.0.1", environ={"INFLIGHT_ROOM": "1"}).room
+    a, b = Access.from_env("0.0.0.0", environ={}), Access.from_env("0.0.0.0", environ={})
+    assert a.token != b.token and len(a.token) >= 20  # random per start
+    assert Access.from_env("0.0.0.0", environ={"INFLIGHT_TOKEN": "chosen-token"}).token == "chosen-token"
+
+
+def test_viewer_is_refused_every_control_command_then_auth_unlocks(base, svc):
+    async def main():
+        async with websockets.connect(f"ws://{base}/engine/ws") as ws:
+            hello = json.loads(await ws.recv())
+            assert hello["role"] == "viewer" and hello["room"] is True
+            for msg in CONTROL:
+                err = await command(ws, msg)
+                assert err["type"] == "error" and "for the presenter" in err["message"], msg
+            assert not svc.paused.is_set() and svc.min_interval_s == 0 and svc.cfg.num_kv_blocks == 256
+            err = await command(ws, {"cmd": "auth", "token": "guess"})
+            assert err["type"] == "error" and "wrong presenter token" in err["message"]
+            ok = await command(ws, {"cmd": "auth", "token": TOKEN})
+            assert ok["type"] == "reply" and ok["role"] == "presenter"
+            ok = await command(ws, {"cmd": "pause"})
+            assert ok["type"] == "reply" and ok["status"]["paused"] is True
+            await command(ws, {"cmd": "resume"})
+    run(main())
+
+
+def test_token_in_the_socket_url_or_presenter_cookie(base, svc):
+    async def main():
+        async with websockets.connect(f"ws://{base}/engine/ws?token={TOKEN}") as ws:
+            assert json.loads(await ws.recv())["role"] == "presenter"
+        r = httpx.get(f"http://{base}/presenter", params={"token": TOKEN}, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/"
+        cookie = r.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "samesite=strict" in cookie.lower()
+        async with websockets.connect(f"ws://{base}/engine/ws",
+                                      additional_headers={"Cookie": cookie.split(";")[0]}) as ws:
+            assert json.loads(await ws.recv())["role"] == "presenter"
+    run(main())
+    assert httpx.get(f"http://{base}/presenter", params={"token": "nope"}).status_code == 403
+
+
+def test_viewer_aborts_only_its_own_requests(base, svc):
+    other = svc.submit([5] * 8, greedy(60))  # the presenter's (in-process) request
+    async def main():
+        async with websockets.connect(f"ws://{base}/engine/ws") as ws:
+            await ws.recv()
+            err = await command(ws, {"cmd": "abort", "request_id": other[0].request_id})
+            assert err["type"] == "error" and "for the presenter" in err["message"]
+            mine = await command(ws, {"cmd": "submit", "prompt": [5, 6], "params": {"max_tokens": 30,
+                                                                                   "ignore_eos": True}})
+            ok = await command(ws, {"cmd": "abort", "request_id": mine["request_id"]})
+            assert ok["type"] == "reply"
+    run(main())
+    assert all(h.result(30).finish_reason == "length" for h in other)
+
+
+def test_viewer_submissions_are_limited_and_others_keep_being_served(base, svc):
+    async def main():
+        async with websockets.connect(f"ws://{base}/engine/ws") as ws:
+            await ws.recv()
+            err = await command(ws, {"cmd": "submit", "prompt": [5], "params": {"max_tokens": 41}})
+            assert err["type"] == "error" and "limited to 40" in err["message"]
+            svc.pause()  # keep the first two in flight
+            for _ in range(2):
+                assert (await command(ws, {"cmd": "submit", "prompt": [5], "params": {"max_tokens": 5}}))["type"] == "reply"
+            err = await command(ws, {"cmd": "submit", "prompt": [5], "params": {"max_tokens": 5}})
+            assert err["type"] == "error" and "still running" in err["message"]
+            # the presenter is not limited
+            assert len(svc.submit([7], greedy(3))) == 2
+            svc.resume()
+            await asyncio.sleep(0.5)
+            err = await command(ws, {"cmd": "submit", "prompt": [5], "params": {"max_tokens": 5}})
+            assert err["type"] == "reply"  # burst of 3 used, in-flight back under the cap
+            err = await command(ws, {"cmd": "submit", "prompt": [5], "params": {"max_tokens": 5}})
+            assert err["type"] == "error" and "too many submissions" in err["message"]
+    run(main())
+    wait_idle(svc)
+
+
+# ---- origins and content types -------------------------------------------------------------------
+@pytest.mark.parametrize("origin,ok", [("http://evil.example", False), ("null", False),
+                                       ("http://{base}", True), ("https://slides.example", True), (None, True)])
+def test_socket_checks_origin(base, origin, ok):
+    async def main():
+        headers = {} if origin is None else {"Origin": origin.format(base=base)}
+        async with websockets.connect(f"ws://{base}/engine/ws", origin=None, additional_headers=headers) as ws:
+            return json.loads(await ws.recv())["type"]
+    if ok:
+        assert run(main()) == "hello"
+    else:
+        with pytest.raises(websockets.exceptions.InvalidStatus, match="403"):
+            run(main())
+
+
+def test_api_refuses_wrong_content_type_foreign_origin_and_missing_key(base):
+    url = f"http://{base}/v1/chat/completions"
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    r = httpx.post(url, content=body, headers={**auth, "Content-Type": "text/plain"})
+    assert r.status_code == 415 and "application/json" in r.json()["error"]["message"]
+    r = httpx.post(url, content=body, headers={**auth, "Content-Type": "application/json",
+                                                "Origin": "http://evil.example"})
+    assert r.status_code == 403
+    r = httpx.post(url, content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 401 and "bearer" in r.json()["error"]["message"].lower()
+    assert httpx.get(f"http://{base}/v1/models").status_code == 401
+    for key in (API_KEY, TOKEN):
+        r = httpx.post(url, content=body, headers={"Authorization": f"Bearer {key}",
+                                                   "Content-Type": "application/json"})
+        assert r.status_code == 200, r.text
+
+
+def test_api_key_holders_are_limited(base, svc):
+    r = httpx.post(f"http://{base}/v1/completions", json={"prompt": "hi", "max_tokens": 400},
+                   headers={"Authorization": f"Bearer {API_KEY}"})
+    assert r.status_code == 429 and "limited to 40" in r.json()["error"]["message"]
+    r = httpx.post(f"http://{base}/v1/completions", json={"prompt": "hi", "max_tokens": 400},
+                   headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 400 and "max_model_len" in r.json()["error"]["message"]  # not limited: the engine's own check
+
+
+# ---- the faults found by probing -----------------------------------------------------------------
+def test_lone_surrogate_prompt_is_a_quick_clear_error(base, svc):
+    t0 = time.monotonic()
+    r = httpx.post(f"http://{base}/v1/completions", content=b'{"prompt": "\\ud800 hi", "max_tokens": 2}',
+                   headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+    assert r.status_code == 400 and "not valid Unicode" in r.json()["error"]["message"]
+    with pytest.raises(ValueError, match="not valid Unicode"):
+        svc.submit(messages=[{"role": "user", "content": "\ud800"}])
+    assert time.monotonic() - t0 < 5
+
+
+def test_tokenizer_failure_of_any_kind_rejects_at_once(svc):
+    """Whatever a tokenizer raises (TypeError here, as for lone surrogates) ends the submit at once."""
+    w = svc.workers["continuous"]
+    real = w.engine.tokenizer.encode
+
+    def broken(*a, **k):
+        raise TypeError("tokenizer choked")
+
+    w.engine.tokenizer.encode = broken
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ValueError, match="could not be read: TypeError: tokenizer choked"):
+            svc.submit("hello", greedy(2))
+        assert time.monotonic() - t0 < 5
+    finally:
+        w.engine.tokenizer.encode = real
+    assert svc.submit("hello", greedy(2))[0].result(30).finish_reason == "length"
+
+
+def test_binary_and_oversized_frames_get_errors_and_socket_stays_open(base):
+    async def main():
+        async with websockets.connect(f"ws://{base}/engine/ws?token={TOKEN}", max_size=2**22) as ws:
+            await ws.recv()
+            await ws.send(b"\x00\x01binary")
+            err = json.loads(await ws.recv())
+            assert err["type"] == "error" and "binary frames" in err["message"]
+            err = await command(ws, {"cmd": "status", "pad": "x" * 70_000})
+            assert err["type"] == "error" and "64 KiB" in err["message"]
+            assert (await command(ws, {"cmd": "status", "ref": 1}))["ref"] == 1
+    run(main())
+
+
+def test_streamlit_refuses_large_frames_before_buffering():
+    cfg = tomllib.loads((Path(__file__).resolve().parents[1] / ".streamlit" / "config.toml").read_text())
+    assert cfg["server"]["maxMessageSize"] <= 2  # MB; Streamlit's default (200) buffered 200 MB frames
+
+
+def test_failed_configure_changes_nothing_and_next_configure_works(base, svc):
+    before = svc.cfg
+    svc.configure(model="/nonexistent/model/dir")
+    deadline = time.monotonic() + 30
+    while (svc._configuring or any(w.status()["reconfiguring"] for w in svc.workers.values())) \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert svc.cfg == before and svc.status()["config"]["model"] == before.model
+    models = httpx.get(f"http://{base}/v1/models", headers={"Authorization": f"Bearer {TOKEN}"}).json()
+    assert models["data"][0]["id"] == before.model
+    svc.configure(max_num_seqs=4)
+    _wait_applied(svc)
+    assert svc.cfg.model == before.model and svc.cfg.max_num_seqs == 4
+    assert all(w.engine.cfg.max_num_seqs == 4 for w in svc.workers.values())
+    svc.configure(max_num_seqs=8)
+    _wait_applied(svc)
+
+
+def _wait_applied(svc, timeout=60):
+    deadline = time.monotonic() + timeout
+    while svc.cfg != svc._target_cfg or any(w.cfg != svc.workers[s].engine.cfg for s, w in svc.workers.items()):
+        assert time.monotonic() < deadline, "configure did not apply"
+        time.sleep(0.05)
+
+
+def test_reconfigure_releases_the_old_engine_but_keeps_shared_weights(svc):
+    old = {s: weakref.ref(w.engine) for s, w in svc.workers.items()}
+    model = svc.workers["continuous"].engine.runner.model
+    svc.configure(block_size=8)
+    _wait_applied(svc)
+    gc.collect()
+    assert all(ref() is None for ref in old.values()), "an old engine (and its KV pool) is still alive"
+    assert all(w.engine.runner.model is model for w in svc.workers.values())
+    svc.configure(block_size=4)
+    _wait_applied(svc)
+
+
+def test_kv_pool_bound_names_both_numbers(svc):
+    with pytest.raises(ValueError, match=r"would take 100000\.00 GiB, but at most [\d.]+ GiB can be used"):
+        svc.configure(kv_cache_memory_gb=100_000)
+    assert svc.cfg.kv_cache_memory_gb is None
+
+
+def test_reader_that_never_reads_is_dropped_and_its_requests_aborted(base, svc, monkeypatch):
+    monkeypatch.setattr(ws_module, "SEND_TIMEOUT_S", 0.5)
+    while svc.hub.head < svc.hub.capacity:  # a full ring to replay: more than the socket buffers hold
+        for h in svc.submit([6] * 30, greedy(60)):
+            h.result(30)
+    svc.pause()  # the stuck client's request stays in flight until it is aborted
+    stuck = _never_reading_client(base)
+    try:
+        stuck.sendall(_client_frame(json.dumps({"cmd": "submit", "prompt": [5] * 20, "tag": "stuck",
+                                                "params": {"max_tokens": 50}})))
+        try:
+            for _ in range(12):  # replay the ring again and again: more than the kernel's buffers take
+                time.sleep(0.1)
+                stuck.sendall(_client_frame(json.dumps({"cmd": "subscribe", "from_seq": "oldest"})))
+        except OSError:
+            pass  # already dropped
+        deadline, aborted = time.monotonic() + 20, False
+        while not aborted and time.monotonic() < deadline:
+            time.sleep(0.1)
+            ended = {item["request_id"]: item["finish_reason"] for _, item in svc.hub.read(0, limit=10**6).events
+                     if item["type"] == "finished"}
+            stuck_ids = _tagged(svc, "stuck")
+            aborted = bool(stuck_ids) and all(ended.get(r) == "abort" for r in stuck_ids)
+        assert aborted, "the stuck client's request was not aborted"
+    finally:
+        stuck.close()
+        svc.resume()
+
+
+def _tagged(svc, tag) -> set[int]:
+    return {item["request_id"] for _, item in svc.hub.read(0, limit=10**6).events
+            if item["type"] == "request" and item.get("tag") == tag}
+
+
+def _never_reading_client(base) -> socket.socket:
+    """A websocket client that completes the handshake, then never reads again (tiny receive buffer)."""
+    host, port = base.split(":")
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect((host, int(port)))
+    s.sendall(f"GET /engine/ws?token={TOKEN} HTTP/1.1\r\nHost: {base}\r\nUpgrade: websocket\r\n"
+              "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+              "Sec-WebSocket-Version: 13\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:  # the 101 answer; frames sent before it would be lost
+        head += s.recv(1)
+    return s
+
+
+def _client_frame(text: str) -> bytes:
+    """One masked text frame, as a client must send it (RFC 6455)."""
+    payload, mask = text.encode(), b"\x01\x02\x03\x04"
+    n = len(payload)
+    head = bytes([0x81, 0x80 | n]) if n < 126 else bytes([0x81, 0x80 | 126]) + n.to_bytes(2, "big")
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
