@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 
 import uvicorn
 
 from engine import EngineConfig
+from engine.bench.app_process import free_port  # noqa: F401 - the tests take it from here
 from engine.service import EngineService
 
 
@@ -41,12 +41,6 @@ def assert_all_free(svc: EngineService) -> None:
         cache = w.engine.cache
         assert not w.engine.has_unfinished(), f"{s}: requests left in the engine"
         assert cache.num_free == cache.num_blocks, f"{s}: {cache.num_blocks - cache.num_free} KV blocks not freed"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

@@ -1,0 +1,184 @@
+"""Chaos and soak harness: a server in room mode under Poisson load, random disconnects and aborts,
+malformed frames, settings changes and injected step faults; then the books are checked.
+
+    python -m engine.bench.soak --minutes 30                 # the default model
+    python -m engine.bench.soak --minutes 0.5 --model DIR    # a tiny model (what the test suite runs)
+
+Reports requests submitted / completed / aborted / errored / refused / lost (lost must be 0: every
+request ends with an outcome its client saw, and every request the server accepted ends in a
+`finished` event), KV blocks still in use once idle (must be 0), the server's RSS over time and
+latency percentiles. Exit status 1 if anything was lost or leaked.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import secrets
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+import numpy as np
+
+from .app_process import free_port
+from .soak_clients import Load, Monitor, SocketClient, Tally, http_load, presenter_changes, \
+    server_status, viewer_tries_controls
+from .workloads import load_prompts
+from ..api.protocol import MAX_MESSAGE_BYTES
+
+IDLE_TIMEOUT_S = 300.0
+SETTINGS = [{"max_num_seqs": 8}, {"block_size": 32}, {"max_num_seqs": 16}, {"block_size": 16}]
+
+
+@contextmanager
+def soak_server(model: str | None, port: int, token: str, fault_rate: float, log, **engine_flags):
+    cmd = [sys.executable, "-m", "engine.bench.soak_server", "--port", str(port), "--token", token,
+           "--fault-rate", str(fault_rate)]
+    if model:
+        cmd += ["--model", model]
+    for name, value in engine_flags.items():
+        if value is not None:
+            cmd += [f"--{name.replace('_', '-')}", str(value)]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        _wait_port(port, proc)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _wait_port(port: int, proc, timeout: float = 900) -> None:
+    import socket
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the soak server exited with {proc.returncode} (see its log)")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.5)
+    raise TimeoutError("the soak server did not start")
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def _sample_rss(pid: int, every_s: float, t0: float, out: list, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        out.append((round(time.monotonic() - t0, 1), round(rss_mb(pid), 1)))
+        try:
+            await asyncio.wait_for(stop.wait(), every_s)
+        except TimeoutError:
+            pass
+
+
+async def drive(base: str, token: str, pid: int, seconds: float, rate: float, seed: int,
+                max_tokens: tuple, config_every_s: float) -> dict:
+    t0 = time.monotonic()
+    load = Load(base, token, [p["prompt"] for p in load_prompts()], random.Random(seed), Tally(),
+                t0 + seconds, rate, max_tokens)
+    monitor, rss, stop = Monitor(base, token), [], asyncio.Event()
+    watchers = [asyncio.create_task(monitor.run()),
+                asyncio.create_task(_sample_rss(pid, max(1.0, seconds / 60), t0, rss, stop))]
+    await asyncio.sleep(0.5)  # the monitor subscribes before the first request
+    await asyncio.gather(http_load(load, 0.5), *(SocketClient(load, 0.25).run() for _ in range(2)),
+                         presenter_changes(load, config_every_s, SETTINGS),
+                         viewer_tries_controls(load, max(2.0, seconds / 20)))
+    status = await _wait_idle(base, token)
+    await asyncio.sleep(1.0)  # the monitor reads the last finished events
+    stop.set()
+    for w in watchers:
+        w.cancel()
+    return _report(load.tally, monitor, status, rss, time.monotonic() - t0)
+
+
+async def _wait_idle(base: str, token: str) -> dict:
+    deadline = time.monotonic() + IDLE_TIMEOUT_S
+    while True:
+        status = await server_status(base, token)
+        busy = any(e["in_flight"] or e["kv_used_blocks"] or e["reconfiguring"] for e in status["engines"].values())
+        if not busy or time.monotonic() > deadline:
+            return status
+        await asyncio.sleep(0.5)
+
+
+def _report(t: Tally, monitor: Monitor, status: dict, rss: list, elapsed: float) -> dict:
+    lat = np.array(t.latencies_s) if t.latencies_s else np.array([np.nan])
+    unfinished = monitor.unfinished()
+    warm = [mb for s, mb in rss if s >= elapsed * 0.2] or [mb for _, mb in rss]
+    return {
+        "elapsed_s": round(elapsed, 1), "submitted": t.submitted, "completed": t.completed, "aborted": t.aborted,
+        "errored": t.errored, "refused": t.refused, "lost": t.lost + len(unfinished),
+        "lost_client_side": t.lost, "unfinished_on_server": [list(u) for u in unfinished[:20]],
+        "server_requests": len(monitor.accepted), "monitor_skipped_events": monitor.skipped,
+        "kv_blocks_leaked": sum(e["kv_used_blocks"] or 0 for e in status["engines"].values()),
+        "in_flight_after": sum(e["in_flight"] for e in status["engines"].values()),
+        "latency_p50_s": round(float(np.nanpercentile(lat, 50)), 3),
+        "latency_p99_s": round(float(np.nanpercentile(lat, 99)), 3),
+        "malformed_sent": t.malformed_sent, "malformed_answered": t.malformed_answered,
+        "controls_refused": t.controls_refused, "configures": t.configures, "reconnects": t.reconnects,
+        "rss_mb_after_warmup": warm[0] if warm else None, "rss_mb_end": rss[-1][1] if rss else None,
+        "rss_mb_max_after_warmup": max(warm) if warm else None, "rss_samples": rss,
+    }
+
+
+def table(r: dict) -> str:
+    cols = ["submitted", "completed", "aborted", "errored", "refused", "lost", "kv_blocks_leaked",
+            "latency_p50_s", "latency_p99_s", "rss_mb_after_warmup", "rss_mb_max_after_warmup", "rss_mb_end"]
+    return ("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n| "
+            + " | ".join(str(r[c]) for c in cols) + " |")
+
+
+def run_soak(minutes: float, model: str | None = None, rate: float = 0.7, seed: int = 0,
+             fault_rate: float = 0.002, max_tokens: tuple = (8, 48), config_every_s: float | None = None,
+             num_kv_blocks: int | None = None, log_path: str = os.devnull, port: int | None = None) -> dict:
+    port = port or free_port()
+    token = secrets.token_urlsafe(18)
+    seconds = minutes * 60
+    with open(log_path, "w") as log, soak_server(model, port, token, fault_rate, log,
+                                                  num_kv_blocks=num_kv_blocks) as proc:
+        result = asyncio.run(drive(f"127.0.0.1:{port}", token, proc.pid, seconds, rate, seed, max_tokens,
+                                   config_every_s or max(5.0, seconds / 8)))
+    result.update(minutes=minutes, model=model or "default", rate=rate, fault_rate=fault_rate, seed=seed)
+    return result
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, required=True)
+    ap.add_argument("--model", default=None, help="hub id or local directory (default: the default model)")
+    ap.add_argument("--rate", type=float, default=0.7, help="submissions per second over all clients")
+    ap.add_argument("--fault-rate", type=float, default=0.002, help="share of engine steps that raise")
+    ap.add_argument("--max-tokens", default="8,48", help="output length range, e.g. 8,48")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", default=None, help="write the full result here")
+    ap.add_argument("--log", default=os.devnull, help="the server's log")
+    args = ap.parse_args(argv)
+    lo, hi = (int(x) for x in args.max_tokens.split(","))
+    r = run_soak(args.minutes, args.model, args.rate, args.seed, args.fault_rate, (lo, hi), log_path=args.log)
+    print(table(r))
+    print(f"RSS MB over time (s, MB): {r['rss_samples'][:: max(1, len(r['rss_samples']) // 12)]}")
+    print(f"malformed frames answered {r['malformed_answered']}/{r['malformed_sent']}, viewer controls refused "
+          f"{r['controls_refused']}, settings changes {r['configures']}, reconnects {r['reconnects']}, "
+          f"monitor skipped {r['monitor_skipped_events']} events")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(r, f, indent=2)
+    return 1 if r["lost"] or r["kv_blocks_leaked"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

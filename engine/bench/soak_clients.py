@@ -1,0 +1,261 @@
+"""What the soak harness's clients do: OpenAI calls (whole, streamed, dropped mid-stream), socket
+clients (submit, abort, malformed frames, reconnects), a presenter changing settings, a viewer
+trying controls, and a monitor that sees every request the server accepted."""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+
+import httpx
+import websockets
+
+REQUEST_TIMEOUT_S = 300.0   # an answer later than this counts as lost
+MALFORMED = (b"\x00\x01 binary frame", "{not json", json.dumps({"cmd": "explode"}),
+             json.dumps({"cmd": "status", "pad": "x" * 100_000}), json.dumps({"cmd": "abort", "request_id": "x"}))
+
+
+@dataclass
+class Tally:
+    submitted: int = 0
+    completed: int = 0
+    aborted: int = 0          # by our own abort or disconnect, on purpose
+    errored: int = 0          # finish_reason "error" (injected step faults) or HTTP 5xx
+    refused: int = 0          # 4xx: the room's limits, a prompt too long
+    lost: int = 0             # no outcome at all: must stay 0
+    latencies_s: list = field(default_factory=list)
+    malformed_sent: int = 0
+    malformed_answered: int = 0
+    controls_refused: int = 0
+    configures: int = 0
+    reconnects: int = 0
+
+    def outcome(self, reason: str | None, t0: float | None = None) -> None:
+        if reason in ("stop", "length"):
+            self.completed += 1
+            if t0 is not None:
+                self.latencies_s.append(time.monotonic() - t0)
+        elif reason == "abort":
+            self.aborted += 1
+        elif reason == "error":
+            self.errored += 1
+        else:
+            self.lost += 1
+
+
+@dataclass
+class Load:
+    base: str                 # host:port
+    token: str
+    prompts: list
+    rng: random.Random
+    tally: Tally
+    stop_at: float            # time.monotonic() when submissions stop
+    rate: float               # requests/s over all clients
+    max_tokens: tuple = (8, 48)
+
+    def params(self) -> dict:
+        return {"max_tokens": self.rng.randint(*self.max_tokens), "temperature": 0.0,
+                "ignore_eos": self.rng.random() < 0.5}
+
+    def gap(self, share: float) -> float:
+        return self.rng.expovariate(self.rate * share)
+
+
+# ---- OpenAI API ----------------------------------------------------------------------------------
+async def http_load(load: Load, share: float) -> None:
+    headers = {"Authorization": f"Bearer {load.token}"}
+    async with httpx.AsyncClient(base_url=f"http://{load.base}", headers=headers, timeout=REQUEST_TIMEOUT_S) as c:
+        tasks = []
+        while time.monotonic() < load.stop_at:
+            await asyncio.sleep(load.gap(share))
+            kind = load.rng.choices(("whole", "stream", "drop"), (0.4, 0.4, 0.2))[0]
+            tasks.append(asyncio.create_task(_http_one(c, load, kind)))
+        await asyncio.gather(*tasks)
+
+
+async def _http_one(c: httpx.AsyncClient, load: Load, kind: str) -> None:
+    t = load.tally
+    t.submitted += 1
+    t0 = time.monotonic()
+    body = {"messages": [{"role": "user", "content": load.rng.choice(load.prompts)}], **load.params()}
+    try:
+        if kind == "whole":
+            r = await c.post("/v1/chat/completions", json=body)
+            _http_outcome(t, r.status_code, r.json(), t0)
+        else:
+            await _http_stream(c, load, body, t0, drop_after=load.rng.randint(1, 4) if kind == "drop" else None)
+    except (httpx.HTTPError, ValueError):
+        t.lost += 1
+
+
+def _http_outcome(t: Tally, status: int, body: dict, t0: float) -> None:
+    if status == 200:
+        t.outcome(body["choices"][0]["finish_reason"], t0)
+    elif status >= 500:
+        t.errored += 1
+    else:
+        t.refused += 1
+
+
+async def _http_stream(c, load: Load, body: dict, t0: float, drop_after: int | None) -> None:
+    t, chunks, reason = load.tally, 0, None
+    async with c.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+        if r.status_code != 200:
+            await r.aread()
+            return _http_outcome(t, r.status_code, {}, t0)
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                reason = "error"
+                continue
+            reason = chunk["choices"][0]["finish_reason"] if chunk["choices"] else reason
+            chunks += 1
+            if drop_after is not None and chunks >= drop_after and reason is None:
+                t.aborted += 1  # we leave mid-stream: the server must abort it
+                return
+    t.outcome(reason, t0)
+
+
+# ---- the socket ----------------------------------------------------------------------------------
+class SocketClient:
+    """Submits over /engine/ws, aborts some of its requests, sends malformed frames, reconnects."""
+
+    def __init__(self, load: Load, share: float):
+        self.load, self.share = load, share
+        self.pending: dict[int, float] = {}   # request id -> submit time
+        self.ended: dict[int, str] = {}       # finished events that came before their submit's reply
+        self.replies: asyncio.Queue = asyncio.Queue()
+
+    async def run(self) -> None:
+        while time.monotonic() < self.load.stop_at:
+            async with websockets.connect(f"ws://{self.load.base}/engine/ws?token={self.load.token}",
+                                          max_size=2**24) as ws:
+                reader = asyncio.create_task(self._read(ws))
+                try:
+                    await self._act_until_reconnect(ws)
+                    if time.monotonic() >= self.load.stop_at:
+                        await self._wait_pending(REQUEST_TIMEOUT_S)
+                finally:
+                    reader.cancel()
+            self.load.tally.aborted += len(self.pending)  # dropped with the socket: the server aborts them
+            self.pending.clear()
+
+    async def _act_until_reconnect(self, ws) -> None:
+        load, t = self.load, self.load.tally
+        while time.monotonic() < load.stop_at:
+            await asyncio.sleep(load.gap(self.share))
+            action = load.rng.choices(("submit", "abort", "malformed", "reconnect"), (0.75, 0.1, 0.1, 0.05))[0]
+            if action == "submit":
+                await self._submit(ws)
+            elif action == "abort" and self.pending:
+                await self._command(ws, {"cmd": "abort", "request_id": load.rng.choice(list(self.pending))})
+            elif action == "malformed":
+                t.malformed_sent += 1
+                await ws.send(load.rng.choice(MALFORMED))
+                reply = await asyncio.wait_for(self.replies.get(), 60)
+                t.malformed_answered += reply["type"] == "error"
+            elif action == "reconnect":
+                t.reconnects += 1
+                return
+
+    async def _submit(self, ws) -> None:
+        t = self.load.tally
+        t.submitted += 1
+        reply = await self._command(ws, {"cmd": "submit", "prompt": self.load.rng.choice(self.load.prompts),
+                                         "params": self.load.params(), "tag": "soak-ws"})
+        if reply["type"] == "reply":
+            rid = reply["request_id"]
+            if rid in self.ended:  # a short request can finish before its reply is read
+                t.outcome(self.ended.pop(rid), time.monotonic())
+            else:
+                self.pending[rid] = time.monotonic()
+        else:
+            t.refused += 1
+
+    async def _command(self, ws, msg: dict) -> dict:
+        await ws.send(json.dumps(msg))
+        return await asyncio.wait_for(self.replies.get(), 60)
+
+    async def _read(self, ws) -> None:
+        async for raw in ws:
+            msg = json.loads(raw)
+            if msg["type"] in ("reply", "error"):
+                self.replies.put_nowait(msg)
+            for ev in msg.get("events", ()):
+                if ev["type"] != "finished" or ev["strategy"] != "continuous":
+                    continue
+                if ev["request_id"] in self.pending:
+                    self.load.tally.outcome(ev["finish_reason"], self.pending.pop(ev["request_id"]))
+                else:
+                    self.ended[ev["request_id"]] = ev["finish_reason"]
+                    if len(self.ended) > 10_000:  # everyone's requests end here: keep the recent ones
+                        del self.ended[next(iter(self.ended))]
+
+    async def _wait_pending(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.pending and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        self.load.tally.lost += len(self.pending)
+        self.pending.clear()
+
+
+# ---- control ---------------------------------------------------------------------------------------
+async def presenter_changes(load: Load, every_s: float, changes: list[dict]) -> None:
+    """Applies each of `changes` in turn, every `every_s` seconds, as the presenter."""
+    async with websockets.connect(f"ws://{load.base}/engine/ws?token={load.token}") as ws:
+        await ws.recv()
+        i = 0
+        while time.monotonic() + every_s < load.stop_at:
+            await asyncio.sleep(every_s)
+            await ws.send(json.dumps({"cmd": "configure", "changes": changes[i % len(changes)], "ref": i}))
+            while (msg := json.loads(await ws.recv()))["type"] not in ("reply", "error"):
+                pass
+            load.tally.configures += msg["type"] == "reply"
+            i += 1
+
+
+async def viewer_tries_controls(load: Load, every_s: float) -> None:
+    """Someone in the room without the token: every control command must be refused."""
+    async with websockets.connect(f"ws://{load.base}/engine/ws") as ws:
+        await ws.recv()
+        while time.monotonic() < load.stop_at:
+            await asyncio.sleep(every_s)
+            await ws.send(json.dumps({"cmd": load.rng.choice(("pause", "step", "configure")), "changes": {}}))
+            while (msg := json.loads(await ws.recv()))["type"] not in ("reply", "error"):
+                pass
+            load.tally.controls_refused += msg["type"] == "error" and "presenter" in msg["message"]
+
+
+class Monitor:
+    """Every request the server accepted, per lane, and how it ended (from the event stream)."""
+
+    def __init__(self, base: str, token: str):
+        self.url = f"ws://{base}/engine/ws?token={token}"
+        self.accepted: set[tuple[str, int]] = set()
+        self.ended: dict[tuple[str, int], str] = {}
+        self.skipped = 0
+
+    async def run(self) -> None:
+        async with websockets.connect(self.url, max_size=2**24) as ws:
+            await ws.send(json.dumps({"cmd": "subscribe", "kv": False, "requests": []}))
+            async for raw in ws:
+                msg = json.loads(raw)
+                self.skipped += msg.get("skipped", 0)
+                for ev in msg.get("events", ()):
+                    if ev["type"] == "request":
+                        self.accepted.add((ev["strategy"], ev["request_id"]))
+                    elif ev["type"] == "finished":
+                        self.ended[(ev["strategy"], ev["request_id"])] = ev["finish_reason"]
+
+    def unfinished(self) -> list:
+        return sorted(self.accepted - set(self.ended))
+
+
+async def server_status(base: str, token: str) -> dict:
+    async with websockets.connect(f"ws://{base}/engine/ws?token={token}") as ws:
+        return json.loads(await ws.recv())["status"]
