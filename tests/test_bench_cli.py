@@ -51,6 +51,9 @@ def test_cli_all_strategies_end_to_end(tiny_llama_dir, tmp_path, capsys):
     assert by["static"]["padding_waste_pct"] > 0 and by["hf-generate"]["padding_waste_pct"] > 0
     assert by["static"]["kv_waste_pct"] > by["continuous"]["kv_waste_pct"]
     assert by["hf-cb"]["kv_waste_pct"] is None
+    for name in ("continuous", "static", "dynamic"):  # our engine reports its telemetry's cost
+        assert 0 < by[name]["telemetry_pct"] < 100, name
+    assert by["hf-generate"]["telemetry_pct"] is None and "telem %" in printed
     assert by["hf-cb"]["info"]["continuous_batching_config"]["max_batch_tokens"] == 512
     assert by["hf-cb"]["info"]["kv_blocks"] == 64
     rows = list(csv.DictReader(out_csv.open()))

@@ -23,6 +23,7 @@ COLUMNS = [
     ("KV waste %", "kv_waste_pct", "{:.1f}", 1),
     ("batch", "mean_batch_size", "{:.1f}", 1),
     ("goodput r/s", "goodput_requests_per_s", "{:.2f}", 1),
+    ("telem %", "telemetry_pct", "{:.1f}", 1),
 ]
 
 # Speedups: (header, key, higher_is_better)

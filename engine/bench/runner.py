@@ -38,6 +38,10 @@ def run_engine(workloads: list[Workload], strategy: str, cfg: BenchConfig, progr
         gc.collect()
 
 
+def share_pct(part: float, whole: float) -> float | None:
+    return 100.0 * part / whole if whole > 0 else None
+
+
 def warmup(eng: LLMEngine, workload: Workload, n: int) -> None:
     if n <= 0:
         return
@@ -60,6 +64,7 @@ def run_workload(eng: LLMEngine, workload: Workload, strategy: str, progress=Non
     eng.draining = False
     report(progress, strategy=strategy, stage="run", done=0, total=total, rate=rate)
     cpu = CpuShare()
+    step_s0, telemetry_s0 = eng.step_s, eng.telemetry_s
     t0 = clock()
     try:
         while True:
@@ -107,6 +112,7 @@ def run_workload(eng: LLMEngine, workload: Workload, strategy: str, progress=Non
     info = {"kv_blocks": eng.kv_capacity_tokens // eng.cfg.block_size, "block_size": eng.cfg.block_size,
             "kv_capacity_tokens": eng.kv_capacity_tokens, "device": str(eng.runner.device),
             "dtype": str(eng.runner.dtype).replace("torch.", ""), "rate": rate,
-            "other_cpu_pct": cpu.other_cpu_pct()}
+            "other_cpu_pct": cpu.other_cpu_pct(),
+            "telemetry_pct": share_pct(eng.telemetry_s - telemetry_s0, eng.step_s - step_s0)}
     report(progress, strategy=strategy, stage="done", done=done, total=total, rate=rate)
     return StrategyRun(strategy, records, steps, t0, info)
