@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer, find_stop
 from .kv import KVCacheManager
-from .kv.pool import kv_bytes_per_token
+from .kv.sizing import GiB, kv_block_bytes, num_kv_blocks
 from .model.runner import ModelRunner
 from .model.sampler import make_generator
 from .request import Request, RequestOutput, RequestStatus, SamplingParams
@@ -17,7 +17,6 @@ from .scheduler import SchedulerOutput, make_scheduler
 from .telemetry import StepEntry, StepEvent
 
 log = logging.getLogger(__name__)
-GiB = 1 << 30
 KEEP_FINISHED = 10_000  # finished outputs kept for get_output(), oldest dropped first
 
 
@@ -72,26 +71,14 @@ class LLMEngine:
 
     def _num_kv_blocks(self) -> int:
         bs = self.cfg.block_size
-        per_block = kv_bytes_per_token(self.runner.kv_shape, self.runner.dtype) * bs
-        if self.cfg.num_kv_blocks is not None:
-            n = self.cfg.num_kv_blocks
-        else:
-            n = int(self._kv_budget_bytes() // per_block)
+        n = num_kv_blocks(self.cfg, self.runner.kv_shape, self.runner.dtype, self.runner.device)
         if n * bs < self.max_model_len:
+            per_block = kv_block_bytes(self.cfg, self.runner.kv_shape, self.runner.dtype)
             raise ValueError(
                 f"the KV pool ({n} blocks x {bs} tokens = {n * bs} tokens, {n * per_block / GiB:.2f} GiB) "
                 f"cannot hold one request of max_model_len={self.max_model_len} tokens; raise num_kv_blocks "
                 f"or kv_cache_memory_gb, or lower max_model_len")
         return n
-
-    def _kv_budget_bytes(self) -> float:
-        if self.cfg.kv_cache_memory_gb is not None:
-            return self.cfg.kv_cache_memory_gb * GiB
-        if self.runner.device.type == "cuda":
-            import torch
-            free, _ = torch.cuda.mem_get_info(self.runner.device)
-            return 0.6 * free
-        return 1.0 * GiB
 
     @property
     def kv_capacity_tokens(self) -> int:
