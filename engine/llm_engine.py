@@ -12,7 +12,7 @@ from .kv import KVCacheManager
 from .kv.sizing import GiB, kv_block_bytes, num_kv_blocks
 from .model.runner import ModelRunner
 from .model.sampler import make_generator
-from .request import Request, RequestOutput, RequestStatus, SamplingParams
+from .request import Request, RequestOutput, SamplingParams
 from .scheduler import SchedulerOutput, make_scheduler
 from .telemetry import StepEntry, StepEvent
 
@@ -54,10 +54,7 @@ class LLMEngine:
         now, ended = self.clock(), list(self.requests)
         draining = self.scheduler.draining
         for rid in ended:
-            req = self.requests.pop(rid)
-            req.status, req.finish_reason, req.finish_s, req.error = RequestStatus.FINISHED, "error", now, reason
-            self._remember(req)
-            self._just_finished.append(rid)
+            self._finish(self.requests[rid], "error", now, error=reason)
         self._fresh_state()
         self.scheduler.draining = draining
         return ended
@@ -213,22 +210,12 @@ class LLMEngine:
 
     def _update(self, sched: SchedulerOutput, tokens: list[int], sampled: dict[int, int]) -> None:
         now = self.clock()
-        it = iter(tokens)
-        for row in sched.rows:
-            req = row.request
-            if req.is_finished:
-                continue
-            samples = row.samples
-            req.num_computed_tokens += row.num_new
-            if samples:
-                tok = next(it)
-                sampled[req.request_id] = tok
-                self._append_token(req, tok, now)
+        for req, tok in self.scheduler.update(sched, tokens, now):
+            sampled[req.request_id] = tok
+            self._process_token(req, tok, now)
 
-    def _append_token(self, req: Request, tok: int, now: float) -> None:
-        req.output_token_ids.append(tok)
-        if req.first_token_s is None:
-            req.first_token_s = now
+    def _process_token(self, req: Request, tok: int, now: float) -> None:
+        """Detokenize a request's new token and end the request if it stops here."""
         p = req.params
         before = len(req.text)
         req.text += req.detok.push(tok)
@@ -249,9 +236,7 @@ class LLMEngine:
                 flush: bool = True) -> None:
         if flush:  # text held back for an unfinished character; not after a stop-string cut
             req.text += req.detok.finish()
-        req.status = RequestStatus.FINISHED
-        req.finish_reason, req.finish_s, req.error = reason, now, error
-        self.scheduler.on_finished(req)
+        self.scheduler.finish(req, reason, now, error)
         del self.requests[req.request_id]
         self._remember(req)
         self._just_finished.append(req.request_id)
