@@ -121,6 +121,7 @@ def test_cli_lanes_side_by_side_with_a_peer(tiny_llama_dir, tmp_path, capsys):
     assert rc == 0
     printed = capsys.readouterr().out
     assert "speedup vs big blocks" in printed and "speedup vs hf-generate" in printed
+    assert "lanes: small.4 (base); big blocks (static, block 8)" in printed
     data = json.loads(out_json.read_text())
     assert data["config"]["lanes"] == {"small.4": {}, "big blocks": {"strategy": "static", "block_size": 8}}
     results = data["results"]

@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from ..config import EngineConfig
-from ..lanes import load_lanes, parse_lane
+from ..lanes import describe_difference, load_lanes, parse_lane
 from .config import ALL_STRATEGIES, BenchConfig
 from .control import Cancelled, Progress
 from .report import add_ratios, format_table, write_csv, write_json
@@ -120,6 +120,12 @@ def parse_lanes(specs: list[str], base: EngineConfig) -> dict[str, EngineConfig]
     return lanes
 
 
+def lanes_line(lanes: dict[str, EngineConfig], base: EngineConfig) -> str:
+    """Each lane and how it differs from the engine flags, e.g. 'lanes: a (base), b (block 128)'."""
+    parts = [f"{name} ({', '.join(describe_difference(cfg, base)) or 'base'})" for name, cfg in lanes.items()]
+    return "lanes: " + "; ".join(parts) if parts else ""
+
+
 def parse_rates(text: str | None) -> list[float | None] | None:
     if text is None:
         return None
@@ -189,7 +195,7 @@ def main(argv=None) -> int:
         engine = base_engine_config(args)
         lanes = parse_lanes(args.lanes, engine)
         strategies = args.strategies if args.strategies is not None else "" if lanes else DEFAULT_STRATEGIES
-        plan_lanes(strategies, lanes, engine)  # reject bad names before anything loads
+        ours, _ = plan_lanes(strategies, lanes, engine)  # reject bad names before anything loads
         rates = parse_rates(args.rates)
         workload = build_workload(args)
         cfg = BenchConfig(engine=engine, warmup_requests=args.warmup, threads=args.threads,
@@ -215,7 +221,8 @@ def main(argv=None) -> int:
     print(f"\nmodel {engine.model} on {result.results[0]['info'].get('device', engine.device)}, workload "
           f"{w['name']}: {w['num_requests']} requests, prompts {w['prompt_tokens_mean']:.0f} tokens on average, "
           f"{w['output_tokens_total']} output tokens (mean {w['output_tokens_mean']:.0f}, "
-          f"max {w['output_tokens_max']})\n")
+          f"max {w['output_tokens_max']})")
+    print(lanes_line(ours, engine) + "\n")
     print(format_table(result.results))
     print(cpu_note(result.results))
     if args.save_trace:
