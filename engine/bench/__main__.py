@@ -121,7 +121,7 @@ def parse_lanes(specs: list[str], base: EngineConfig) -> dict[str, EngineConfig]
 
 
 def lanes_line(lanes: dict[str, EngineConfig], base: EngineConfig) -> str:
-    """Each lane and how it differs from the engine flags, e.g. 'lanes: a (base), b (block 128)'."""
+    """Each lane and how it differs from the engine flags, e.g. 'lanes: a (base); b (block 128)'."""
     parts = [f"{name} ({', '.join(describe_difference(cfg, base)) or 'base'})" for name, cfg in lanes.items()]
     return "lanes: " + "; ".join(parts) if parts else ""
 
