@@ -9,15 +9,14 @@ from collections.abc import Sequence
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer, find_stop
 from .kv import KVCacheManager
-from .kv.pool import kv_bytes_per_token
+from .kv.sizing import GiB, kv_block_bytes, num_kv_blocks
 from .model.runner import ModelRunner
 from .model.sampler import make_generator
-from .request import Request, RequestOutput, RequestStatus, SamplingParams
+from .request import Request, RequestOutput, SamplingParams
 from .scheduler import SchedulerOutput, make_scheduler
 from .telemetry import StepEntry, StepEvent
 
 log = logging.getLogger(__name__)
-GiB = 1 << 30
 KEEP_FINISHED = 10_000  # finished outputs kept for get_output(), oldest dropped first
 
 
@@ -39,8 +38,10 @@ class LLMEngine:
         self._just_finished: list[int] = []  # reported by the next StepEvent
         self._next_id = 0
         self.step_count = 0
-        self.telemetry_s = 0.0  # time spent building StepEvents
-        self.busy_s = 0.0       # time spent in steps that computed something
+        # Cumulative: whole steps, and the part of them spent building StepEvents (the
+        # telemetry's cost, reported by the benchmark as a share of step time).
+        self.step_s = 0.0
+        self.telemetry_s = 0.0
 
     # ---- setup -------------------------------------------------------------------------------
     def _fresh_state(self) -> None:
@@ -53,10 +54,7 @@ class LLMEngine:
         now, ended = self.clock(), list(self.requests)
         draining = self.scheduler.draining
         for rid in ended:
-            req = self.requests.pop(rid)
-            req.status, req.finish_reason, req.finish_s, req.error = RequestStatus.FINISHED, "error", now, reason
-            self._remember(req)
-            self._just_finished.append(rid)
+            self._finish(self.requests[rid], "error", now, error=reason)
         self._fresh_state()
         self.scheduler.draining = draining
         return ended
@@ -70,26 +68,14 @@ class LLMEngine:
 
     def _num_kv_blocks(self) -> int:
         bs = self.cfg.block_size
-        per_block = kv_bytes_per_token(self.runner.kv_shape, self.runner.dtype) * bs
-        if self.cfg.num_kv_blocks is not None:
-            n = self.cfg.num_kv_blocks
-        else:
-            n = int(self._kv_budget_bytes() // per_block)
+        n = num_kv_blocks(self.cfg, self.runner.kv_shape, self.runner.dtype, self.runner.device)
         if n * bs < self.max_model_len:
+            per_block = kv_block_bytes(self.cfg, self.runner.kv_shape, self.runner.dtype)
             raise ValueError(
                 f"the KV pool ({n} blocks x {bs} tokens = {n * bs} tokens, {n * per_block / GiB:.2f} GiB) "
                 f"cannot hold one request of max_model_len={self.max_model_len} tokens; raise num_kv_blocks "
                 f"or kv_cache_memory_gb, or lower max_model_len")
         return n
-
-    def _kv_budget_bytes(self) -> float:
-        if self.cfg.kv_cache_memory_gb is not None:
-            return self.cfg.kv_cache_memory_gb * GiB
-        if self.runner.device.type == "cuda":
-            import torch
-            free, _ = torch.cuda.mem_get_info(self.runner.device)
-            return 0.6 * free
-        return 1.0 * GiB
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -216,30 +202,20 @@ class LLMEngine:
         self.scheduler.on_step_done()
         t_end = self.clock()
         ev = self._event(sched, sampled, t_start, t_end)
-        self.telemetry_s += self.clock() - t_end
-        if sched.rows:
-            self.busy_s += t_end - t_start
+        t_done = self.clock()
+        self.telemetry_s += t_done - t_end
+        self.step_s += t_done - t_start
         self.step_count += 1
         return ev
 
     def _update(self, sched: SchedulerOutput, tokens: list[int], sampled: dict[int, int]) -> None:
         now = self.clock()
-        it = iter(tokens)
-        for row in sched.rows:
-            req = row.request
-            if req.is_finished:
-                continue
-            samples = row.samples
-            req.num_computed_tokens += row.num_new
-            if samples:
-                tok = next(it)
-                sampled[req.request_id] = tok
-                self._append_token(req, tok, now)
+        for req, tok in self.scheduler.update(sched, tokens, now):
+            sampled[req.request_id] = tok
+            self._process_token(req, tok, now)
 
-    def _append_token(self, req: Request, tok: int, now: float) -> None:
-        req.output_token_ids.append(tok)
-        if req.first_token_s is None:
-            req.first_token_s = now
+    def _process_token(self, req: Request, tok: int, now: float) -> None:
+        """Detokenize a request's new token and end the request if it stops here."""
         p = req.params
         before = len(req.text)
         req.text += req.detok.push(tok)
@@ -260,9 +236,7 @@ class LLMEngine:
                 flush: bool = True) -> None:
         if flush:  # text held back for an unfinished character; not after a stop-string cut
             req.text += req.detok.finish()
-        req.status = RequestStatus.FINISHED
-        req.finish_reason, req.finish_s, req.error = reason, now, error
-        self.scheduler.on_finished(req)
+        self.scheduler.finish(req, reason, now, error)
         del self.requests[req.request_id]
         self._remember(req)
         self._just_finished.append(req.request_id)

@@ -91,7 +91,8 @@ class RequestOutput:
 
 @dataclass
 class Request:
-    """Mutable per-request state owned by the engine."""
+    """Mutable per-request state. Its lifecycle (status, token counts, timings, finish) is changed
+    only by the scheduler; the engine adds the text (detokenizer) and decides when it stops."""
     request_id: int
     prompt_token_ids: list[int]
     params: SamplingParams

@@ -1,6 +1,7 @@
 """Benchmark: the same workload through every strategy, measured side by side (engine.bench)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from pathlib import Path
@@ -44,10 +45,9 @@ if submitted:
         rates = [float(r) for r in rates_text.split(",") if r.strip()] or None
         if not strategies:
             raise ValueError("pick at least one strategy")
-        cfg = BenchConfig(model=svc.cfg.model, device=svc.cfg.device, block_size=svc.cfg.block_size,
-                          max_num_seqs=svc.cfg.max_num_seqs, max_num_batched_tokens=svc.cfg.max_num_batched_tokens,
-                          static_batch_size=svc.cfg.static_batch_size, static_max_wait_s=svc.cfg.static_max_wait_s,
-                          slo_ttft_s=slo_ttft or None, slo_tpot_s=slo_tpot or None)
+        # The live engines' configuration (a copy: the service may be reconfigured meanwhile).
+        cfg = BenchConfig(engine=dataclasses.replace(svc.cfg), slo_ttft_s=slo_ttft or None,
+                          slo_tpot_s=slo_tpot or None)
         job = bench_job.start(bench_job.BenchJob(workload, scale, strategies, rates, cfg, service=svc))
         running = True
     except (ValueError, RuntimeError) as e:
@@ -77,17 +77,17 @@ progress_panel()
 if job is not None and job.result is not None and not job.is_alive():
     res = job.result
     table = pd.DataFrame(res["results"])
-    cols = [c for c in ("strategy", "rate", "output_tokens_per_s", "requests_per_s", "ttft_p50_s", "ttft_p99_s",
-                        "tpot_p50_s", "e2e_p50_s", "padding_waste_pct", "kv_waste_pct", "mean_batch_size",
-                        "goodput_requests_per_s", "vs_static_output_tokens_per_s",
-                        "vs_hf_generate_output_tokens_per_s") if c in table]
+    cols = [c for c in ("lane", "strategy", "rate", "output_tokens_per_s", "requests_per_s", "ttft_p50_s",
+                        "ttft_p99_s", "tpot_p50_s", "e2e_p50_s", "padding_waste_pct", "kv_waste_pct",
+                        "mean_batch_size", "goodput_requests_per_s", "telemetry_pct") if c in table]
+    cols += [c for c in table if c.startswith("vs_") and c.endswith("_output_tokens_per_s")]
     st.subheader("Results")
     st.dataframe(table[cols].round(3), width="stretch", hide_index=True)
 
     runs = res.get("runs", [])
     if res["config"].get("rates"):
         fig = go.Figure()
-        for s, g in table.groupby("strategy"):
+        for s, g in table.groupby("lane"):
             fig.add_scatter(x=g["rate"], y=g["output_tokens_per_s"], mode="lines+markers", name=s)
         fig.update_layout(title="Throughput vs arrival rate", xaxis_title="arrival rate (requests/s)",
                           yaxis_title="output tokens/s", template="plotly_dark")
@@ -99,7 +99,7 @@ if job is not None and job.result is not None and not job.is_alive():
         lat = sorted(q["first_token_s"] - q["arrival_s"] for q in r["requests"] if q["first_token_s"] is not None)
         if lat:
             fig.add_scatter(x=lat, y=[(i + 1) / len(lat) for i in range(len(lat))], mode="lines",
-                            name=f"{r['strategy']}" + (f" @ {r['rate']}/s" if r.get("rate") else ""))
+                            name=f"{r['lane']}" + (f" @ {r['rate']}/s" if r.get("rate") else ""))
     fig.update_layout(title="TTFT, cumulative distribution", xaxis_title="seconds", yaxis_title="share of requests",
                       template="plotly_dark")
     c1.plotly_chart(fig, width="stretch")
@@ -107,7 +107,7 @@ if job is not None and job.result is not None and not job.is_alive():
     for r in runs:
         if r["steps"]:
             fig.add_scatter(x=[s["t_start"] for s in r["steps"]], y=[s["rows"] for s in r["steps"]], mode="lines",
-                            name=r["strategy"], line_shape="hv")
+                            name=r["lane"], line_shape="hv")
     fig.update_layout(title="Batch size over time", xaxis_title="seconds since the workload started",
                       yaxis_title="rows in the forward pass", template="plotly_dark")
     c2.plotly_chart(fig, width="stretch")

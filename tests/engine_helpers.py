@@ -27,17 +27,20 @@ def greedy(max_tokens: int, **kw) -> SamplingParams:
 
 
 def check_kv_invariants(eng: LLMEngine) -> None:
-    """free + used == total, no block owned twice, tables match the owner map."""
+    """free + used == total, no block in two tables, no used block on the free list, refs match."""
     cache = eng.cache
     alloc = cache.allocator
     owned = [b for t in cache.block_tables.values() for b in t]
     assert len(owned) == len(set(owned)), "a block appears in two block tables"
     assert alloc.num_free + len(owned) == cache.num_blocks, "free + used != total"
-    for rid, table in cache.block_tables.items():
-        assert all(cache.owner[b] == rid for b in table), f"owner map disagrees with request {rid}'s table"
-    assert (cache.owner >= 0).sum() == len(owned)
+    assert all(alloc.ref_count(b) == 1 for b in owned), "a held block's reference count is not 1"
     free = set(alloc._free)
     assert len(free) == alloc.num_free and not (free & set(owned)), "a used block is on the free list"
+
+
+def owner_of_blocks(eng: LLMEngine) -> dict[int, int]:
+    """Physical block -> request id, read from the cache's block tables."""
+    return {b: rid for rid, table in eng.cache.block_tables.items() for b in table}
 
 
 def check_drained(eng: LLMEngine) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from engine.bench import BenchConfig, Cancelled, make_workload, preset, run_benchmark
 from engine.bench.__main__ import main
+from engine.config import EngineConfig
 
 KEYS = ("strategy", "output_tokens_per_s", "requests_per_s", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "e2e_p50_s",
         "padding_waste_pct", "kv_waste_pct", "mean_batch_size", "goodput_requests_per_s", "queue_wait_p50_s")
@@ -20,9 +21,13 @@ def _tiny_args(model_dir, workload="tiny"):
             "--static-batch-size", "3", "--warmup", "1", "--no-progress"]
 
 
+def _engine(model_dir, **kw):
+    return EngineConfig(model=str(model_dir), device="cpu", dtype="float32", block_size=4, num_kv_blocks=64,
+                        max_model_len=128, max_num_seqs=4, static_batch_size=3, **kw)
+
+
 def _cfg(model_dir, **kw):
-    return BenchConfig(model=str(model_dir), device="cpu", dtype="float32", block_size=4, num_kv_blocks=64,
-                       max_model_len=128, max_num_seqs=4, static_batch_size=3, warmup_requests=1, **kw)
+    return BenchConfig(engine=_engine(model_dir), warmup_requests=1, **kw)
 
 
 def test_cli_all_strategies_end_to_end(tiny_llama_dir, tmp_path, capsys):
@@ -51,6 +56,9 @@ def test_cli_all_strategies_end_to_end(tiny_llama_dir, tmp_path, capsys):
     assert by["static"]["padding_waste_pct"] > 0 and by["hf-generate"]["padding_waste_pct"] > 0
     assert by["static"]["kv_waste_pct"] > by["continuous"]["kv_waste_pct"]
     assert by["hf-cb"]["kv_waste_pct"] is None
+    for name in ("continuous", "static", "dynamic"):  # our engine reports its telemetry's cost
+        assert 0 < by[name]["telemetry_pct"] < 100, name
+    assert by["hf-generate"]["telemetry_pct"] is None and "telem %" in printed
     assert by["hf-cb"]["info"]["continuous_batching_config"]["max_batch_tokens"] == 512
     assert by["hf-cb"]["info"]["kv_blocks"] == 64
     rows = list(csv.DictReader(out_csv.open()))
@@ -102,3 +110,39 @@ def test_python_api_progress_and_cancel(tiny_llama_dir):
     with pytest.raises(Cancelled):
         run_benchmark(make_workload(preset("tiny")), "static", _cfg(tiny_llama_dir), progress=stop_after_first,
                       cancel=cancel)
+
+
+def test_cli_lanes_side_by_side_with_a_peer(tiny_llama_dir, tmp_path, capsys):
+    lanes_file, out_json, out_csv = tmp_path / "lanes.json", tmp_path / "out.json", tmp_path / "out.csv"
+    lanes_file.write_text(json.dumps({"big blocks": {"strategy": "static", "block_size": 8}}))
+    rc = main(_tiny_args(tiny_llama_dir) + ["--num-requests", "4", "--lanes", "small.4:block_size=4",
+                                            "--lanes", str(lanes_file), "--strategies", "hf-generate",
+                                            "--json", str(out_json), "--csv", str(out_csv)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "speedup vs big blocks" in printed and "speedup vs hf-generate" in printed
+    assert "lanes: small.4 (base); big blocks (static, block 8)" in printed
+    data = json.loads(out_json.read_text())
+    assert data["config"]["lanes"] == {"small.4": {}, "big blocks": {"strategy": "static", "block_size": 8}}
+    results = data["results"]
+    assert [(r["lane"], r["strategy"]) for r in results] == [
+        ("small.4", "continuous"), ("big blocks", "static"), ("hf-generate", "hf-generate")]
+    by = {r["lane"]: r for r in results}
+    assert by["small.4"]["info"]["block_size"] == 4 and by["big blocks"]["info"]["block_size"] == 8
+    for r in results:  # ratios against the static lane and against hf-generate, whatever the names
+        assert r["completed"] == 4
+        assert r["vs_big_blocks_output_tokens_per_s"] > 0 and r["vs_hf_generate_output_tokens_per_s"] > 0
+    assert by["big blocks"]["vs_big_blocks_output_tokens_per_s"] == 1.0
+    assert [r["lane"] for r in csv.DictReader(out_csv.open())] == ["small.4", "big blocks", "hf-generate"]
+
+
+@pytest.mark.parametrize("lane, message", [
+    ("a:blok_size=4", "unknown EngineConfig field 'blok_size'"),
+    ("a:block_size=big", "EngineConfig.block_size"),
+    ("a/b:block_size=4", "lane name 'a/b'"),
+    ("turbo", "lane 'turbo' has no settings"),
+    ("static", "'static' is used twice"),
+])
+def test_cli_rejects_bad_lanes(tiny_llama_dir, capsys, lane, message):
+    assert main(_tiny_args(tiny_llama_dir) + ["--strategies", "static", "--lanes", lane]) == 2
+    assert message in capsys.readouterr().err

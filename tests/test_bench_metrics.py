@@ -133,9 +133,9 @@ def test_generate_batch_padding_matches_our_static_engine(tiny_llama_dir):
 
 
 def test_speedups_and_table():
-    rows = [{"strategy": "continuous", "output_tokens_per_s": 30.0, "requests_per_s": 1.0, "ttft_p50_s": 0.5,
+    rows = [{"lane": "continuous", "strategy": "continuous", "output_tokens_per_s": 30.0, "requests_per_s": 1.0, "ttft_p50_s": 0.5,
              "tpot_p50_s": 0.1, "e2e_p50_s": 2.0, "rate": None, "workload": "w"},
-            {"strategy": "static", "output_tokens_per_s": 10.0, "requests_per_s": 0.5, "ttft_p50_s": 2.0,
+            {"lane": "static", "strategy": "static", "output_tokens_per_s": 10.0, "requests_per_s": 0.5, "ttft_p50_s": 2.0,
              "tpot_p50_s": 0.1, "e2e_p50_s": 4.0, "rate": None, "workload": "w"}]
     assert speedup(rows[0], rows[1], "output_tokens_per_s", True) == pytest.approx(3.0)
     assert speedup(rows[0], rows[1], "ttft_p50_s", False) == pytest.approx(4.0)
@@ -145,3 +145,14 @@ def test_speedups_and_table():
     table = format_table(rows)
     assert "speedup vs static" in table and "3.00x" in table and "4.00x" in table
     assert "speedup vs hf-generate" not in table
+
+
+def test_ratios_against_the_first_lane_when_no_lane_is_static():
+    rows = [{"lane": "Block 16", "strategy": "continuous", "output_tokens_per_s": 20.0, "rate": None},
+            {"lane": "block.128", "strategy": "continuous", "output_tokens_per_s": 10.0, "rate": None},
+            {"lane": "hf-generate", "strategy": "hf-generate", "output_tokens_per_s": 5.0, "rate": None}]
+    add_ratios(rows)
+    assert [r["vs_block_16_output_tokens_per_s"] for r in rows] == [1.0, 0.5, 0.25]
+    assert [r["vs_hf_generate_output_tokens_per_s"] for r in rows] == [4.0, 2.0, 1.0]
+    table = format_table(rows)
+    assert "speedup vs Block 16" in table and "speedup vs hf-generate" in table

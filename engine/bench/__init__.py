@@ -1,11 +1,14 @@
-"""Inflight's benchmark: workloads, our strategies and peers on the same workload, metrics, report.
+"""Inflight's benchmark: workloads, lanes of our engine and peers on the same workload, metrics, report.
 
 From Python (e.g. a page running it in a background thread):
 
+    from engine import EngineConfig
     from engine.bench import BenchConfig, preset, make_workload, run_benchmark
-    res = run_benchmark(make_workload(preset("quick")), "continuous,static", BenchConfig(device="cpu"),
+    base = EngineConfig(device="cpu")
+    res = run_benchmark(make_workload(preset("quick")), "continuous,hf-generate", BenchConfig(engine=base),
+                        lanes={"block 128": dataclasses.replace(base, block_size=128)},
                         progress=lambda p: ..., cancel=threading.Event())
-    res.results   # one metrics dict per strategy (see engine.bench.metrics)
+    res.results   # one metrics dict per lane and peer (see engine.bench.metrics)
 """
 from .config import ALL_STRATEGIES, BenchConfig
 from .control import Cancelled, Progress

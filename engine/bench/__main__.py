@@ -1,19 +1,26 @@
-"""python -m engine.bench: run strategies on one workload and compare them.
+"""python -m engine.bench: run lanes of our engine and peers on one workload and compare them.
 
   python -m engine.bench --workload quick --strategies continuous,static,dynamic,hf-generate,hf-cb \\
       --json out.json [--csv out.csv] [--rates 1,2,4] [--model M] [--device cpu]
+  python -m engine.bench --lanes 'small:block_size=16' --lanes 'big:block_size=128' --strategies hf-generate
+  python -m engine.bench --lanes lanes.json     # {"lane name": {"strategy": "static", "block_size": 128}}
+
+A lane is a name and an engine configuration: the engine flags below with the lane's overrides.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
+from ..config import EngineConfig
+from ..lanes import describe_difference, load_lanes, parse_lane
 from .config import ALL_STRATEGIES, BenchConfig
 from .control import Cancelled, Progress
 from .report import add_ratios, format_table, write_csv, write_json
 from .workloads import PRESETS, Lengths, load_trace, make_workload, preset, save_trace
 
 
+DEFAULT_STRATEGIES = "continuous,static,hf-generate"
 QUIET_PCT = 10.0  # other processes' CPU share above which a run's timings are flagged
 
 
@@ -23,11 +30,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--model", default=None,
                     help="hub id or local directory (default: $INFLIGHT_MODEL or SmolLM2-135M-Instruct)")
     ap.add_argument("--device", default=None, help="auto | cpu | cuda (default: $INFLIGHT_DEVICE or auto)")
-    ap.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    ap.add_argument("--dtype", default=None, help="auto | float32 | bfloat16 | float16")
     ap.add_argument("--workload", default="quick",
                     help=f"a preset ({', '.join(PRESETS)}) or a JSONL trace file to replay")
-    ap.add_argument("--strategies", default="continuous,static,hf-generate",
-                    help=f"comma-separated, from {', '.join(ALL_STRATEGIES)}")
+    ap.add_argument("--strategies", default=None,
+                    help=f"comma-separated, from {', '.join(ALL_STRATEGIES)}; each of ours is a lane named after "
+                         "it (default: continuous,static,hf-generate, or none when --lanes is given)")
+    ap.add_argument("--lanes", action="append", default=[],
+                    help="a lane 'name:key=value,...' (EngineConfig fields) or a JSON file of lanes; repeatable")
     ap.add_argument("--rates", default=None,
                     help="comma-separated arrival rates (requests/s) to sweep; 0 = offline")
     ap.add_argument("--burst", type=int, default=None, help="requests per arrival burst (online)")
@@ -38,20 +48,23 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="'real' (bundled prompts) or a synthetic length: N | uniform:LO:HI")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--save-trace", default=None, help="write the workload (token ids included) as JSONL")
-    ap.add_argument("--block-size", type=int, default=16)
+    # Engine flags default to None: EngineConfig's own defaults apply.
+    ap.add_argument("--attention-backend", default=None, help="auto | torch | triton")
+    ap.add_argument("--block-size", type=int, default=None)
     ap.add_argument("--kv-blocks", type=int, default=None, help="KV pool size in blocks (default: 1 GiB on CPU)")
     ap.add_argument("--kv-memory-gb", type=float, default=None)
     ap.add_argument("--max-model-len", type=int, default=None, help="default: the model's context length")
-    ap.add_argument("--max-num-seqs", type=int, default=16)
-    ap.add_argument("--max-num-batched-tokens", type=int, default=512)
-    ap.add_argument("--static-batch-size", type=int, default=8)
-    ap.add_argument("--static-max-wait", type=float, default=0.5, help="dynamic batching's max wait (s)")
+    ap.add_argument("--max-num-seqs", type=int, default=None)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=None)
+    ap.add_argument("--no-chunked-prefill", action="store_true", help="admit whole prompts only")
+    ap.add_argument("--static-batch-size", type=int, default=None)
+    ap.add_argument("--static-max-wait", type=float, default=None, help="dynamic batching's max wait (s)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch CPU threads (default: torch's, one per core); 1 is steadier on a shared CPU")
     ap.add_argument("--repeat", type=int, default=1,
-                    help="run every strategy N times in interleaved rounds and keep each one's best run "
+                    help="run every lane and peer N times in interleaved rounds and keep each one's best run "
                          "(steadier numbers on a shared CPU)")
-    ap.add_argument("--warmup", type=int, default=2, help="warm-up requests per strategy (not measured)")
+    ap.add_argument("--warmup", type=int, default=2, help="warm-up requests per lane and peer (not measured)")
     ap.add_argument("--slo-ttft", type=float, default=None, help="goodput SLO on TTFT, seconds")
     ap.add_argument("--slo-tpot", type=float, default=None, help="goodput SLO on TPOT, seconds")
     ap.add_argument("--json", default=None, help="write results as JSON")
@@ -79,6 +92,40 @@ def build_workload(args):
     return load_trace(args.workload)
 
 
+# engine flag -> EngineConfig field
+ENGINE_FLAGS = {"model": "model", "device": "device", "dtype": "dtype", "attention_backend": "attention_backend",
+                "block_size": "block_size", "kv_blocks": "num_kv_blocks", "kv_memory_gb": "kv_cache_memory_gb",
+                "max_model_len": "max_model_len", "max_num_seqs": "max_num_seqs",
+                "max_num_batched_tokens": "max_num_batched_tokens", "static_batch_size": "static_batch_size",
+                "static_max_wait": "static_max_wait_s"}
+
+
+def base_engine_config(args) -> EngineConfig:
+    """The engine flags given on the command line over EngineConfig's defaults."""
+    kw = {field: getattr(args, flag) for flag, field in ENGINE_FLAGS.items() if getattr(args, flag) is not None}
+    if args.no_chunked_prefill:
+        kw["enable_chunked_prefill"] = False
+    return EngineConfig(**kw)
+
+
+def parse_lanes(specs: list[str], base: EngineConfig) -> dict[str, EngineConfig]:
+    """--lanes values in order: JSON files (a path ending in .json) or 'name:key=value,...'."""
+    lanes: dict[str, EngineConfig] = {}
+    for spec in specs:
+        more = load_lanes(spec, base) if spec.endswith(".json") else dict([parse_lane(spec, base)])
+        twice = lanes.keys() & more.keys()
+        if twice:
+            raise ValueError(f"lane {sorted(twice)[0]!r} is given twice")
+        lanes.update(more)
+    return lanes
+
+
+def lanes_line(lanes: dict[str, EngineConfig], base: EngineConfig) -> str:
+    """Each lane and how it differs from the engine flags, e.g. 'lanes: a (base); b (block 128)'."""
+    parts = [f"{name} ({', '.join(describe_difference(cfg, base)) or 'base'})" for name, cfg in lanes.items()]
+    return "lanes: " + "; ".join(parts) if parts else ""
+
+
 def parse_rates(text: str | None) -> list[float | None] | None:
     if text is None:
         return None
@@ -98,7 +145,7 @@ def cpu_note(results: list[dict]) -> str:
         pct = r["info"].get("other_cpu_pct")
         if pct is None:
             continue
-        parts.append(r["strategy"] + ("" if not r.get("rate") else f"@{r['rate']:g}") + f" {pct:.0f}%")
+        parts.append(r["lane"] + ("" if not r.get("rate") else f"@{r['rate']:g}") + f" {pct:.0f}%")
         busy = busy or pct > QUIET_PCT
     if not parts:
         return ""
@@ -110,7 +157,7 @@ def cpu_note(results: list[dict]) -> str:
 
 
 class _Bars:
-    """tqdm bars on stderr, one per (strategy, rate) run."""
+    """tqdm bars on stderr, one per (lane, rate) run."""
 
     def __init__(self, enabled: bool):
         self.enabled, self.bar, self.key = enabled, None, None
@@ -140,29 +187,26 @@ class _Bars:
 
 
 def main(argv=None) -> int:
-    from .suite import parse_strategies, run_benchmark
+    from .suite import plan_lanes, run_benchmark
 
     args = parse_args(argv)
     bars = _Bars(not args.no_progress)
     try:
-        strategies = parse_strategies(args.strategies)
+        engine = base_engine_config(args)
+        lanes = parse_lanes(args.lanes, engine)
+        strategies = args.strategies if args.strategies is not None else "" if lanes else DEFAULT_STRATEGIES
+        ours, _ = plan_lanes(strategies, lanes, engine)  # reject bad names before anything loads
         rates = parse_rates(args.rates)
         workload = build_workload(args)
-        cfg = BenchConfig(model=args.model, device=args.device, dtype=args.dtype, block_size=args.block_size,
-                          num_kv_blocks=args.kv_blocks, kv_cache_memory_gb=args.kv_memory_gb,
-                          max_model_len=args.max_model_len,
-                          max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                          static_batch_size=args.static_batch_size, static_max_wait_s=args.static_max_wait,
-                          warmup_requests=args.warmup, threads=args.threads, slo_ttft_s=args.slo_ttft,
-                          slo_tpot_s=args.slo_tpot)
+        cfg = BenchConfig(engine=engine, warmup_requests=args.warmup, threads=args.threads,
+                          slo_ttft_s=args.slo_ttft, slo_tpot_s=args.slo_tpot)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     cmd = "python -m engine.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     try:
         result = run_benchmark(workload, strategies, cfg, rates=rates, burst=args.burst, repeat=args.repeat,
-                               progress=bars,
-                               extra_config={"command": cmd})
+                               progress=bars, extra_config={"command": cmd}, lanes=lanes)
     except ValueError as e:
         bars.close()
         print(f"error: {e}", file=sys.stderr)
@@ -174,16 +218,17 @@ def main(argv=None) -> int:
     bars.close()
     add_ratios(result.results)
     w = result.config["workload"]
-    print(f"\nmodel {cfg.model} on {result.results[0]['info'].get('device', cfg.device)}, workload "
+    print(f"\nmodel {engine.model} on {result.results[0]['info'].get('device', engine.device)}, workload "
           f"{w['name']}: {w['num_requests']} requests, prompts {w['prompt_tokens_mean']:.0f} tokens on average, "
           f"{w['output_tokens_total']} output tokens (mean {w['output_tokens_mean']:.0f}, "
-          f"max {w['output_tokens_max']})\n")
+          f"max {w['output_tokens_max']})")
+    print(lanes_line(ours, engine) + "\n")
     print(format_table(result.results))
     print(cpu_note(result.results))
     if args.save_trace:
         from .suite import load_tokenizer
         from .workloads import materialize
-        tok, ctx = load_tokenizer(cfg)
+        tok, ctx = load_tokenizer(engine)
         save_trace(materialize(workload, tok, ctx), args.save_trace)
     if args.json:
         write_json(result.to_dict(details=args.details), args.json)

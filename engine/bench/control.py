@@ -11,7 +11,8 @@ class Cancelled(Exception):
 
 @dataclass
 class Progress:
-    """stage: "load" | "warmup" | "run" | "done"; done/total: finished requests of this run."""
+    """strategy: the lane's name (a peer's name for a peer); stage: "load" | "warmup" | "run" | "done";
+    done/total: finished requests of this run."""
     strategy: str
     stage: str
     done: int = 0

@@ -29,6 +29,8 @@ i.e. when requests with arrival offset 0 arrive):
   unset SLO always holds, a 1-token request has no TPOT and meets that part) per second of
   duration_s; goodput_output_tokens_per_s counts their output tokens; slo_attainment_pct is
   their share of all requests.
+- telemetry_pct: 100 * time our engine spent building StepEvents / its whole step time
+  (telemetry included) during the run; None for peers.
 Metrics that need step samples are None for runs without them (hf-cb).
 """
 from __future__ import annotations
@@ -118,6 +120,8 @@ def summarize(run: StrategyRun, slo_ttft_s: float | None = None, slo_tpot_s: flo
         "num_steps": len(steps) if steps else None,
         "mean_step_ms": 1000.0 * float(np.mean([s.t_end - s.t_start for s in steps])) if steps else None,
         "busy_s": float(sum(s.t_end - s.t_start for s in steps)) if steps else None,
+        # share of our engine's step time spent building StepEvents (None for peers)
+        "telemetry_pct": run.info.get("telemetry_pct"),
         "slo_ttft_s": slo_ttft_s,
         "slo_tpot_s": slo_tpot_s,
         "goodput_requests_per_s": rate(len(good)),

@@ -36,17 +36,19 @@ import threading
 import time
 from pathlib import Path
 
+from ..config import EngineConfig
+from ..kv.pool import kv_shape
+from ..kv.sizing import num_kv_blocks
+from ..model.tokens import eos_token_ids, pad_token_id
 from .config import BenchConfig
 from .control import Cancelled, check_cancel, is_cancelled, CpuShare, report
 from .records import RequestRecord, StepSample, StrategyRun
 from .workloads import RequestSpec, Workload, load_trace, save_trace
 
-GiB = 1 << 30
-
 
 # ---------------------------------------------------------------------------- shared loading
 
-def _load_hf(cfg: BenchConfig, attn_implementation: str | None = None):
+def _load_hf(cfg: EngineConfig, attn_implementation: str | None = None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -64,31 +66,8 @@ def _load_hf(cfg: BenchConfig, attn_implementation: str | None = None):
 
 
 def _pad_id(model, tok) -> int:
-    """The engine's rule: the tokenizer's pad token, else the smallest EOS id, else 0."""
-    if tok.pad_token_id is not None:
-        return int(tok.pad_token_id)
-    eos = model.generation_config.eos_token_id
-    eos = [eos] if isinstance(eos, int) else list(eos or [])
-    if tok.eos_token_id is not None:
-        eos.append(tok.eos_token_id)
-    return int(min(eos, default=0))
-
-
-def default_kv_blocks(cfg: BenchConfig, hf_config, dtype, device) -> int:
-    """Our engine's KV pool size for cfg, without building an engine (mirrors its rule)."""
-    from ..kv.pool import kv_bytes_per_token, kv_shape
-
-    if cfg.num_kv_blocks is not None:
-        return cfg.num_kv_blocks
-    per_block = kv_bytes_per_token(kv_shape(hf_config), dtype) * cfg.block_size
-    if cfg.kv_cache_memory_gb is not None:
-        budget = cfg.kv_cache_memory_gb * GiB
-    elif device.type == "cuda":
-        import torch
-        budget = 0.6 * torch.cuda.mem_get_info(device)[0]
-    else:
-        budget = 1.0 * GiB
-    return int(budget // per_block)
+    """The engine's pad token (read before a peer clears the model's EOS)."""
+    return pad_token_id(tok, eos_token_ids(model.generation_config, tok))
 
 
 def _sleep_until(deadline: float, clock, sleep, cancel) -> None:
@@ -122,10 +101,10 @@ def run_hf_generate(workloads: list[Workload], cfg: BenchConfig, progress=None, 
                     clock=time.perf_counter, sleep=time.sleep) -> list[StrategyRun]:
     import gc
 
-    report(progress, strategy="hf-generate", stage="load", message=f"loading {cfg.model}")
-    model, tok, device, dtype = _load_hf(cfg)
-    model.generation_config.eos_token_id = None  # else generate() stops at EOS despite max_new_tokens
+    report(progress, strategy="hf-generate", stage="load", message=f"loading {cfg.engine.model}")
+    model, tok, device, dtype = _load_hf(cfg.engine)
     pad = _pad_id(model, tok)
+    model.generation_config.eos_token_id = None  # else generate() stops at EOS despite max_new_tokens
     attn = model.config._attn_implementation
     try:
         check_cancel(cancel)
@@ -138,7 +117,7 @@ def run_hf_generate(workloads: list[Workload], cfg: BenchConfig, progress=None, 
             gc.collect()
             run = _hf_generate_workload(model, w, cfg, pad, device, clock, sleep, progress, cancel)
             run.info.update({"device": str(device), "dtype": str(dtype).replace("torch.", ""),
-                             "attn_implementation": attn, "batch_size": cfg.static_batch_size})
+                             "attn_implementation": attn, "batch_size": cfg.engine.static_batch_size})
             runs.append(run)
         return runs
     finally:
@@ -149,7 +128,7 @@ def run_hf_generate(workloads: list[Workload], cfg: BenchConfig, progress=None, 
 def _hf_generate_workload(model, w: Workload, cfg: BenchConfig, pad: int, device, clock, sleep, progress,
                           cancel) -> StrategyRun:
     specs = sorted(w.requests, key=lambda r: (r.arrival_s, r.index))
-    rate, total, bs = w.params.get("rate"), len(specs), cfg.static_batch_size
+    rate, total, bs = w.params.get("rate"), len(specs), cfg.engine.static_batch_size
     records: list[RequestRecord] = []
     steps: list[StepSample] = []
     report(progress, strategy="hf-generate", stage="run", done=0, total=total, rate=rate)
@@ -233,7 +212,7 @@ def generate_steps(group: list[RequestSpec], t_launch: float, times: list[float]
 def run_hf_cb(workloads: list[Workload], cfg: BenchConfig, kv_blocks: int | None = None, progress=None,
               cancel=None) -> list[StrategyRun]:
     """Run transformers' continuous batching in a child process on each workload."""
-    report(progress, strategy="hf-cb", stage="load", message=f"starting a process for {cfg.model}")
+    report(progress, strategy="hf-cb", stage="load", message=f"starting a process for {cfg.engine.model}")
     with tempfile.TemporaryDirectory(prefix="inflight-hfcb-") as tmp:
         traces = []
         for i, w in enumerate(workloads):
@@ -290,7 +269,7 @@ def _relay_progress(stream, workloads, progress) -> None:
 
 # ---------------------------------------------------------------------------- hf-cb (child side)
 
-def _cb_config(cfg: BenchConfig, kv_blocks: int, device):
+def _cb_config(cfg: EngineConfig, kv_blocks: int, device):
     """An explicit ContinuousBatchingConfig matching our engine's limits and KV budget."""
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
@@ -312,14 +291,15 @@ def _child_main(job_path: str) -> int:
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
     job = json.loads(Path(job_path).read_text())
-    cfg = BenchConfig(**job["config"])
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    bench = BenchConfig.from_dict(job["config"])
+    cfg = bench.engine
+    if bench.threads:
+        torch.set_num_threads(bench.threads)
     names = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
     # 5.23 accepts "sdpa" (it switches to a paged path itself); 5.17 needs "paged|sdpa" pinned.
     attn = "sdpa" if "page_size" in names else "paged|sdpa"
     model, tok, device, dtype = _load_hf(cfg, attn_implementation=attn)
-    kv_blocks = job["kv_blocks"] or default_kv_blocks(cfg, model.config, dtype, device)
+    kv_blocks = job["kv_blocks"] or num_kv_blocks(cfg, kv_shape(model.config), dtype, device)
     cb_cfg, cb_kw = _cb_config(cfg, kv_blocks, device)
     gen = GenerationConfig(do_sample=False, eos_token_id=None, pad_token_id=_pad_id(model, tok), max_new_tokens=16)
     workloads = [load_trace(p) for p in job["traces"]]
@@ -327,7 +307,7 @@ def _child_main(job_path: str) -> int:
     with model.continuous_batching_context_manager(generation_config=gen, continuous_batching_config=cb_cfg,
                                                    block=True, timeout=30, warmup=False) as manager:
         _emit("warmup", 0, 0)
-        warm = workloads[0].requests[:cfg.warmup_requests]
+        warm = workloads[0].requests[:bench.warmup_requests]
         if warm:
             _cb_run(manager, [dataclasses.replace(r, arrival_s=0.0, max_tokens=4) for r in warm], None, "warmup")
         for i, w in enumerate(workloads):

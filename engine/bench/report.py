@@ -4,13 +4,14 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
-BASELINES = ("static", "hf-generate")
+PEER_BASELINE = "hf-generate"
 
 # (header, key, format, scale)
 COLUMNS = [
-    ("strategy", "strategy", "{}", None),
+    ("lane", "lane", "{}", None),
     ("out tok/s", "output_tokens_per_s", "{:.1f}", 1),
     ("req/s", "requests_per_s", "{:.2f}", 1),
     ("TTFT p50", "ttft_p50_s", "{:.2f}s", 1),
@@ -23,6 +24,7 @@ COLUMNS = [
     ("KV waste %", "kv_waste_pct", "{:.1f}", 1),
     ("batch", "mean_batch_size", "{:.1f}", 1),
     ("goodput r/s", "goodput_requests_per_s", "{:.2f}", 1),
+    ("telem %", "telemetry_pct", "{:.1f}", 1),
 ]
 
 # Speedups: (header, key, higher_is_better)
@@ -63,37 +65,46 @@ def _groups(results: list[dict]) -> list[tuple[object, list[dict]]]:
     return list(groups.items())
 
 
+def baselines(rows: list[dict]) -> list[dict]:
+    """The rows the others are compared with: the first static lane (else the first lane), and
+    hf-generate when present."""
+    first = next((r for r in rows if r.get("strategy") == "static"), rows[0])
+    peer = next((r for r in rows if r["lane"] == PEER_BASELINE), None)
+    return [first] + ([peer] if peer is not None and peer is not first else [])
+
+
+def ratio_key(base_lane: str, key: str) -> str:
+    """vs_<lane>_<key>, the lane's name in lower case with other characters as '_'."""
+    return f"vs_{re.sub(r'[^a-z0-9]+', '_', base_lane.lower()).strip('_')}_{key}"
+
+
 def format_table(results: list[dict]) -> str:
-    """One block per arrival rate: the metrics table, then speedups against each baseline present."""
+    """One block per arrival rate: the metrics table, then speedups against each baseline."""
     out = []
     for rate, rows in _groups(results):
         title = "offline (all requests at t=0)" if not rate else f"online: {rate:g} requests/s"
         out.append(f"== {rows[0].get('workload', 'workload')}, {title} ==")
         out.append(_grid([c[0] for c in COLUMNS], [[_cell(r.get(k), f, s) for _, k, f, s in COLUMNS] for r in rows]))
-        for base_name in BASELINES:
-            base = next((r for r in rows if r["strategy"] == base_name), None)
-            others = [r for r in rows if r["strategy"] != base_name]
-            if base is None or not others:
+        for base in baselines(rows):
+            others = [r for r in rows if r is not base]
+            if not others:
                 continue
-            out.append(f"\nspeedup vs {base_name} (x, > 1 is better; latency ratios are {base_name}/strategy)")
-            body = [[r["strategy"]] + [_cell(speedup(r, base, k, hib), "{:.2f}x", 1) for _, k, hib in RATIOS]
+            name = base["lane"]
+            out.append(f"\nspeedup vs {name} (x, > 1 is better; latency ratios are {name}/lane)")
+            body = [[r["lane"]] + [_cell(speedup(r, base, k, hib), "{:.2f}x", 1) for _, k, hib in RATIOS]
                     for r in others]
-            out.append(_grid(["strategy"] + [h for h, _, _ in RATIOS], body))
+            out.append(_grid(["lane"] + [h for h, _, _ in RATIOS], body))
         out.append("")
     return "\n".join(out)
 
 
 def add_ratios(results: list[dict]) -> None:
-    """Add vs_<baseline>_output_tokens_per_s (and the other RATIOS) to each result, in place."""
+    """Add vs_<baseline lane>_output_tokens_per_s (and the other RATIOS) to each result, in place."""
     for _, rows in _groups(results):
-        for base_name in BASELINES:
-            base = next((r for r in rows if r["strategy"] == base_name), None)
-            if base is None:
-                continue
-            tag = base_name.replace("-", "_")
+        for base in baselines(rows):
             for r in rows:
                 for _, key, hib in RATIOS:
-                    r[f"vs_{tag}_{key}"] = speedup(r, base, key, hib)
+                    r[ratio_key(base["lane"], key)] = speedup(r, base, key, hib)
 
 
 def write_json(data: dict, path: str | Path) -> None:

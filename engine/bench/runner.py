@@ -1,4 +1,4 @@
-"""Run one of our strategies (continuous, static, dynamic) on workloads, through the public engine API.
+"""Run our engine, one lane (a name and an EngineConfig), on workloads, through the public engine API.
 
 Arrivals follow the engine's clock: requests whose arrival time has come are added
 (with their scheduled arrival time, so time spent waiting for a step to end counts as
@@ -12,9 +12,9 @@ import gc
 import time
 from collections import deque
 
+from ..config import EngineConfig
 from ..llm_engine import LLMEngine
 from ..request import SamplingParams
-from .config import BenchConfig
 from .control import Cancelled, check_cancel, is_cancelled, CpuShare, report
 from .records import RequestRecord, StepSample, StrategyRun, request_record, step_sample
 from .workloads import Workload
@@ -23,19 +23,23 @@ IDLE_TICK_S = 0.002  # sleep between idle steps (static waiting for a full batch
 WARMUP_TOKENS = 4
 
 
-def run_engine(workloads: list[Workload], strategy: str, cfg: BenchConfig, progress=None, cancel=None,
-               sleep=time.sleep) -> list[StrategyRun]:
-    """One engine for `strategy`, warmed up, then each (materialized) workload in turn."""
-    report(progress, strategy=strategy, stage="load", message=f"loading {cfg.model}")
-    eng = LLMEngine(cfg.engine_config(strategy))
+def run_engine(workloads: list[Workload], lane: str, engine_cfg: EngineConfig, warmup_requests: int,
+               progress=None, cancel=None, sleep=time.sleep) -> list[StrategyRun]:
+    """One engine for the lane, warmed up, then each (materialized) workload in turn."""
+    report(progress, strategy=lane, stage="load", message=f"loading {engine_cfg.model}")
+    eng = LLMEngine(engine_cfg)
     try:
         check_cancel(cancel)
-        report(progress, strategy=strategy, stage="warmup")
-        warmup(eng, workloads[0], cfg.warmup_requests)
-        return [run_workload(eng, w, strategy, progress, cancel, sleep) for w in workloads]
+        report(progress, strategy=lane, stage="warmup")
+        warmup(eng, workloads[0], warmup_requests)
+        return [run_workload(eng, w, lane, progress, cancel, sleep) for w in workloads]
     finally:
         del eng
         gc.collect()
+
+
+def share_pct(part: float, whole: float) -> float | None:
+    return 100.0 * part / whole if whole > 0 else None
 
 
 def warmup(eng: LLMEngine, workload: Workload, n: int) -> None:
@@ -45,7 +49,7 @@ def warmup(eng: LLMEngine, workload: Workload, n: int) -> None:
     eng.generate(prompts, SamplingParams(max_tokens=WARMUP_TOKENS, temperature=0.0, ignore_eos=True))
 
 
-def run_workload(eng: LLMEngine, workload: Workload, strategy: str, progress=None, cancel=None,
+def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, cancel=None,
                  sleep=time.sleep) -> StrategyRun:
     if not workload.materialized:
         raise ValueError("materialize() the workload for the model's tokenizer first")
@@ -58,8 +62,9 @@ def run_workload(eng: LLMEngine, workload: Workload, strategy: str, progress=Non
     done = 0
     gc.collect()
     eng.draining = False
-    report(progress, strategy=strategy, stage="run", done=0, total=total, rate=rate)
+    report(progress, strategy=lane, stage="run", done=0, total=total, rate=rate)
     cpu = CpuShare()
+    step_s0, telemetry_s0 = eng.step_s, eng.telemetry_s
     t0 = clock()
     try:
         while True:
@@ -87,7 +92,7 @@ def run_workload(eng: LLMEngine, workload: Workload, strategy: str, progress=Non
                 finished = sum(1 for rid in ev.finished if rid in specs)
                 if finished:
                     done += finished
-                    report(progress, strategy=strategy, stage="run", done=done, total=total, rate=rate)
+                    report(progress, strategy=lane, stage="run", done=done, total=total, rate=rate)
             elif pending:
                 wait = t0 + pending[0].arrival_s - clock()
                 if wait > 0:
@@ -107,6 +112,7 @@ def run_workload(eng: LLMEngine, workload: Workload, strategy: str, progress=Non
     info = {"kv_blocks": eng.kv_capacity_tokens // eng.cfg.block_size, "block_size": eng.cfg.block_size,
             "kv_capacity_tokens": eng.kv_capacity_tokens, "device": str(eng.runner.device),
             "dtype": str(eng.runner.dtype).replace("torch.", ""), "rate": rate,
-            "other_cpu_pct": cpu.other_cpu_pct()}
-    report(progress, strategy=strategy, stage="done", done=done, total=total, rate=rate)
-    return StrategyRun(strategy, records, steps, t0, info)
+            "other_cpu_pct": cpu.other_cpu_pct(),
+            "telemetry_pct": share_pct(eng.telemetry_s - telemetry_s0, eng.step_s - step_s0)}
+    report(progress, strategy=lane, stage="done", done=done, total=total, rate=rate)
+    return StrategyRun(lane, records, steps, t0, info)

@@ -1,17 +1,20 @@
-"""run_benchmark(): every requested strategy on the same workload (and arrival rates), in one call.
+"""run_benchmark(): every lane of our engine and every peer on the same workload (and arrival rates).
 
 Callable from a UI thread: `progress(Progress)` is called as requests finish, and the
 `cancel` flag (a threading.Event or a callable) stops the run within about one step,
-raising `Cancelled`. Our strategies run first so the peers are given the exact KV pool
-size our engine chose; results come back in the requested order.
+raising `Cancelled`. Our lanes run first so hf-cb is given the KV pool size our engine
+chose; results come back in the requested order.
 """
 from __future__ import annotations
 
+import dataclasses
 import platform
 import time
 from dataclasses import dataclass, field
 
-from .config import ALL_STRATEGIES, OUR_STRATEGIES, BenchConfig
+from ..config import EngineConfig
+from ..lanes import check_lane_name, lane_overrides
+from .config import ALL_STRATEGIES, OUR_STRATEGIES, PEER_STRATEGIES, BenchConfig
 from .control import check_cancel
 from .metrics import summarize
 from .records import StrategyRun
@@ -27,7 +30,7 @@ class BenchmarkResult:
     def to_dict(self, details: bool = False) -> dict:
         d = {"config": self.config, "results": self.results}
         if details:
-            d["runs"] = [{"strategy": r.strategy, "rate": r.info.get("rate"),
+            d["runs"] = [{"lane": r.strategy, "rate": r.info.get("rate"),
                           "requests": [q.to_dict(r.t0) for q in r.requests],
                           "steps": [{**s.__dict__, "t_start": s.t_start - r.t0, "t_end": s.t_end - r.t0}
                                     for s in r.steps]} for r in self.runs]
@@ -37,13 +40,29 @@ class BenchmarkResult:
 def parse_strategies(text: str | list[str]) -> list[str]:
     names = [s.strip() for s in (text.split(",") if isinstance(text, str) else text) if s.strip()]
     bad = [s for s in names if s not in ALL_STRATEGIES]
-    if bad or not names:
-        raise ValueError(f"unknown strategy {', '.join(bad) or '(none given)'}; "
-                         f"choose from {', '.join(ALL_STRATEGIES)}")
+    if bad:
+        raise ValueError(f"unknown strategy {', '.join(bad)}; choose from {', '.join(ALL_STRATEGIES)}")
     return list(dict.fromkeys(names))
 
 
-def load_tokenizer(cfg: BenchConfig):
+def plan_lanes(strategies: str | list[str], lanes: dict[str, EngineConfig] | None,
+               base: EngineConfig) -> tuple[dict[str, EngineConfig], list[str]]:
+    """Our lanes (each of our strategies named in `strategies` becomes a lane named after it, then
+    `lanes`) and the peers named in `strategies`."""
+    names = parse_strategies(strategies)
+    ours = {n: dataclasses.replace(base, strategy=n) for n in names if n in OUR_STRATEGIES}
+    peers = [n for n in names if n not in OUR_STRATEGIES]
+    for name, cfg in (lanes or {}).items():
+        check_lane_name(name)
+        if name in ours or name in PEER_STRATEGIES:
+            raise ValueError(f"lane name {name!r} is used twice (by --strategies or a peer)")
+        ours[name] = cfg
+    if not ours and not peers:
+        raise ValueError(f"nothing to run: name a strategy ({', '.join(ALL_STRATEGIES)}) or a lane")
+    return ours, peers
+
+
+def load_tokenizer(cfg: EngineConfig):
     """The model's tokenizer and context length, without loading the weights."""
     from transformers import AutoConfig, AutoTokenizer
 
@@ -55,24 +74,32 @@ def load_tokenizer(cfg: BenchConfig):
     return AutoTokenizer.from_pretrained(model_dir), ctx
 
 
-def run_benchmark(workload: Workload, strategies: str | list[str], cfg: BenchConfig | None = None,
+def run_benchmark(workload: Workload, strategies: str | list[str] = (), cfg: BenchConfig | None = None,
                   rates: list[float | None] | None = None, burst: int | None = None, repeat: int = 1,
-                  progress=None, cancel=None, extra_config: dict | None = None) -> BenchmarkResult:
-    """Run each strategy on the workload (or on one copy per arrival rate in `rates`;
-    None/0 in it means offline). Returns summaries (and raw runs) in requested order.
+                  progress=None, cancel=None, extra_config: dict | None = None,
+                  lanes: dict[str, EngineConfig] | None = None) -> BenchmarkResult:
+    """Run each lane and peer on the workload (or on one copy per arrival rate in `rates`;
+    None/0 in it means offline). `strategies` names peers and our strategies (each a lane on
+    cfg.engine); `lanes` adds named engine configurations. Every lane must use cfg.engine's model
+    (one tokenization of the workload). Returns summaries (and raw runs) in that order, each
+    labelled by its lane name ("lane") and its strategy.
 
-    repeat > 1 runs every strategy that many times, in interleaved rounds (all strategies,
-    then all again), and keeps each strategy's run with the highest output tokens/s: on a
-    shared machine other processes only ever slow a run down, so the best of several is the
-    least disturbed. Every repeat's throughput is kept in the result's info["repeats"]."""
+    repeat > 1 runs every lane that many times, in interleaved rounds (all lanes, then all
+    again), and keeps each lane's run with the highest output tokens/s: on a shared machine
+    other processes only ever slow a run down, so the best of several is the least disturbed.
+    Every repeat's throughput is kept in the result's info["repeats"]."""
     import torch
 
     cfg = cfg or BenchConfig()
-    strategies = parse_strategies(strategies)
+    ours, peers = plan_lanes(strategies, lanes, cfg.engine)
+    other_models = sorted({c.model for c in ours.values()} - {cfg.engine.model})
+    if other_models:
+        raise ValueError(f"every lane must use the benchmark's model {cfg.engine.model}, not {other_models[0]}")
     if not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat must be an integer >= 1, got {repeat!r}")
-    tokenizer, ctx = load_tokenizer(cfg)
-    mat = materialize(workload, tokenizer, min(ctx, cfg.max_model_len or ctx) if ctx else cfg.max_model_len)
+    tokenizer, ctx = load_tokenizer(cfg.engine)
+    limits = [c.max_model_len for c in (cfg.engine, *ours.values()) if c.max_model_len] + ([ctx] if ctx else [])
+    mat = materialize(workload, tokenizer, min(limits, default=None))  # every lane must fit each request
     burst = burst or workload.params.get("burst", 1) or 1
     workloads = [mat] if not rates else [mat.with_rate(r or None, burst) for r in rates]
     started = time.time()
@@ -84,7 +111,7 @@ def run_benchmark(workload: Workload, strategies: str | list[str], cfg: BenchCon
     try:
         kv_blocks = None
         for _ in range(repeat):
-            rounds.append(_one_round(workloads, strategies, cfg, progress, cancel, kv_blocks))
+            rounds.append(_one_round(workloads, ours, peers, cfg, progress, cancel, kv_blocks))
             kv_blocks = rounds[0].get("_kv_blocks")
         host = host_info()
     finally:
@@ -92,35 +119,40 @@ def run_benchmark(workload: Workload, strategies: str | list[str], cfg: BenchCon
 
     results, ordered = [], []
     for i, w in enumerate(workloads):
-        for name in strategies:
+        for name in [*ours, *peers]:
             tries = [(summarize(rnd[name][i], cfg.slo_ttft_s, cfg.slo_tpot_s), rnd[name][i]) for rnd in rounds]
             summary, run = max(tries, key=lambda t: t[0]["output_tokens_per_s"] or 0.0)
             if repeat > 1:
                 run.info["repeats"] = [{"output_tokens_per_s": s["output_tokens_per_s"], "ttft_p50_s": s["ttft_p50_s"],
                                         "other_cpu_pct": r.info.get("other_cpu_pct")} for s, r in tries]
+            summary = {"lane": name, **summary, "strategy": ours[name].strategy if name in ours else name}
             summary["rate"] = w.params.get("rate")
             summary["workload"] = w.name
             summary["info"] = run.info
             results.append(summary)
             ordered.append(run)
-    config = {"model": cfg.model, "strategies": strategies, "rates": rates, "repeat": repeat,
+    config = {"model": cfg.engine.model, "lanes": {n: lane_overrides(c, cfg.engine) for n, c in ours.items()},
+              "peers": peers, "rates": rates, "repeat": repeat,
               "bench": cfg.to_dict(), "workload": mat.summary(), "started_unix": started,
               "wall_s": time.time() - started, "host": host, **(extra_config or {})}
     return BenchmarkResult(config, results, ordered)
 
 
-def _one_round(workloads, strategies, cfg, progress, cancel, kv_blocks) -> dict:
-    """Every strategy once on every workload. Ours run first, so the peers get our KV pool size."""
+def _one_round(workloads, ours: dict[str, EngineConfig], peers: list[str], cfg: BenchConfig, progress, cancel,
+               kv_blocks) -> dict:
+    """Every lane, then every peer, once on every workload. Lanes run first so that hf-cb gets as many
+    KV slots as the first lane's pool."""
     from .peers import run_hf_cb, run_hf_generate
     from .runner import run_engine
 
     runs: dict = {}
-    for name in sorted(strategies, key=lambda s: (s not in OUR_STRATEGIES, strategies.index(s))):
+    for name, engine_cfg in ours.items():
         check_cancel(cancel)
-        if name in OUR_STRATEGIES:
-            runs[name] = run_engine(workloads, name, cfg, progress, cancel)
-            kv_blocks = kv_blocks or runs[name][0].info.get("kv_blocks")
-        elif name == "hf-generate":
+        runs[name] = run_engine(workloads, name, engine_cfg, cfg.warmup_requests, progress, cancel)
+        kv_blocks = kv_blocks or runs[name][0].info["kv_capacity_tokens"] // cfg.engine.block_size
+    for name in peers:
+        check_cancel(cancel)
+        if name == "hf-generate":
             runs[name] = run_hf_generate(workloads, cfg, progress, cancel)
         else:
             runs[name] = run_hf_cb(workloads, cfg, kv_blocks, progress, cancel)

@@ -26,10 +26,6 @@ class BlockAllocator:
     def num_free(self) -> int:
         return len(self._free)
 
-    @property
-    def num_used(self) -> int:
-        return self.num_blocks - len(self._free)
-
     def allocate(self, n: int) -> list[int]:
         if n > len(self._free):
             raise OutOfBlocks(f"asked for {n} KV blocks, {len(self._free)} free")

@@ -15,6 +15,7 @@ from . import attention
 from .attention import META_KWARG, BatchMeta, PrefillSeq
 from .loader import resolve_model_dir
 from .sampler import sample
+from .tokens import eos_token_ids, pad_token_id
 
 
 def resolve_device(name: str) -> torch.device:
@@ -65,9 +66,8 @@ class ModelRunner:
         self.kv_shape = kv_shape(self.hf_config)
         self.vocab_size = self.hf_config.vocab_size
         self.max_positions = self.hf_config.max_position_embeddings
-        self.eos_token_ids = self._eos_ids()
-        pad = self.tokenizer.pad_token_id
-        self.pad_token_id = pad if pad is not None else min(self.eos_token_ids, default=0)
+        self.eos_token_ids = eos_token_ids(self.model.generation_config, self.tokenizer)
+        self.pad_token_id = pad_token_id(self.tokenizer, self.eos_token_ids)
         self.pool: KVPool | None = None
 
     def _load(self, cfg: EngineConfig, progress) -> None:
@@ -85,15 +85,6 @@ class ModelRunner:
             raise ValueError(f"{cfg.model}: cannot be loaded as a causal language model with "
                              f"Inflight's attention ({e})") from e
         self.model = model.to(self.device).eval()
-
-    def _eos_ids(self) -> frozenset[int]:
-        ids = set()
-        gen_eos = getattr(self.model.generation_config, "eos_token_id", None)
-        for e in ([gen_eos] if isinstance(gen_eos, int) else gen_eos or []):
-            ids.add(int(e))
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(int(self.tokenizer.eos_token_id))
-        return frozenset(ids)
 
     def allocate_kv(self, num_blocks: int, block_size: int) -> None:
         self.pool = KVPool(self.kv_shape, num_blocks, block_size, self.dtype, self.device)

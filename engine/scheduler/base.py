@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..config import EngineConfig
@@ -42,7 +43,9 @@ class SchedulerOutput:
 
 
 class Scheduler(ABC):
-    """Owns the waiting queue and the running set; the engine owns the requests' lifecycle."""
+    """Owns the waiting queue, the running set and the requests' lifecycle: every change of a
+    request's status, token counts and timings is made here (admit, preempt, update, finish).
+    The engine runs the model, turns tokens into text and decides when a request stops."""
 
     def __init__(self, cfg: EngineConfig, cache: KVCacheManager, clock):
         self.cfg, self.cache, self.clock = cfg, cache, clock
@@ -57,9 +60,34 @@ class Scheduler(ABC):
     @abstractmethod
     def schedule(self) -> SchedulerOutput: ...
 
+    def update(self, out: SchedulerOutput, tokens: Sequence[int], now: float) -> list[tuple[Request, int]]:
+        """Apply one forward pass: every row's tokens are now in the KV cache, and each sampling row
+        (in row order) gets its token from `tokens`. Returns (request, token) per sampled token."""
+        it = iter(tokens)
+        sampled = []
+        for row in out.rows:
+            req = row.request
+            if req.is_finished:  # a static padding row, or a row failed this step
+                continue
+            samples = row.samples  # read before the count moves
+            req.num_computed_tokens += row.num_new
+            if samples:
+                tok = next(it)
+                req.output_token_ids.append(tok)
+                if req.first_token_s is None:
+                    req.first_token_s = now
+                sampled.append((req, tok))
+        return sampled
+
+    def finish(self, request: Request, reason: str, now: float, error: str | None = None) -> None:
+        """End a request (stop, length, abort or error) and release what it holds."""
+        request.status = RequestStatus.FINISHED
+        request.finish_reason, request.finish_s, request.error = reason, now, error
+        self._release(request)
+
     @abstractmethod
-    def on_finished(self, request: Request) -> None:
-        """A request just finished (stop, length, abort or error)."""
+    def _release(self, request: Request) -> None:
+        """A request just finished: drop it from the queues and free its KV (as the strategy says)."""
 
     def on_step_done(self) -> None:
         """Called after every step's update."""
@@ -89,3 +117,11 @@ class Scheduler(ABC):
 
     def _start(self, request: Request) -> None:
         request.status = RequestStatus.RUNNING
+
+    def _preempt(self, request: Request) -> None:
+        """Free the request's KV and queue it first; it recomputes prompt + output so far."""
+        self.cache.free(request.request_id)
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        request.status = RequestStatus.WAITING
+        self.waiting.appendleft(request)

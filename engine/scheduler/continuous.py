@@ -1,7 +1,7 @@
 """Iteration-level (continuous) scheduling with chunked prefill and preemption by recompute."""
 from __future__ import annotations
 
-from ..request import Request, RequestStatus
+from ..request import Request
 from .base import ScheduledRow, Scheduler, SchedulerOutput
 
 
@@ -37,13 +37,6 @@ class ContinuousScheduler(Scheduler):
                 return False
         return True
 
-    def _preempt(self, req: Request) -> None:
-        self.cache.free(req.request_id)
-        req.num_computed_tokens = 0
-        req.num_preemptions += 1
-        req.status = RequestStatus.WAITING
-        self.waiting.appendleft(req)
-
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             req = self.waiting[0]
@@ -60,7 +53,7 @@ class ContinuousScheduler(Scheduler):
             out.rows.append(ScheduledRow(req, self.phase_of(req, n), n, slot=len(out.rows)))
             budget -= n
 
-    def on_finished(self, request: Request) -> None:
+    def _release(self, request: Request) -> None:
         if not self.remove_waiting(request):
             self.running.remove(request)
         self.cache.free(request.request_id)

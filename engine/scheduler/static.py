@@ -58,7 +58,7 @@ class StaticScheduler(Scheduler):
             out.rows.append(ScheduledRow(req, "prefill", req.num_tokens, num_pad=longest - req.num_tokens,
                                          slot=slot))
 
-    def on_finished(self, request: Request) -> None:
+    def _release(self, request: Request) -> None:
         # A finished row keeps its slot and KV until the whole batch is done.
         if request not in self.batch:
             self.remove_waiting(request)

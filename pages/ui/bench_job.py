@@ -5,6 +5,7 @@ import threading
 import traceback
 
 from engine.bench.config import BenchConfig
+from engine.config import EngineConfig
 from engine.bench.control import Cancelled, Progress
 from engine.bench.report import add_ratios
 from engine.bench.suite import run_benchmark
@@ -13,28 +14,32 @@ from engine.bench.workloads import make_workload, preset
 
 class BenchJob(threading.Thread):
     def __init__(self, workload: str, scale: float, strategies: list[str], rates: list[float | None] | None,
-                 cfg: BenchConfig, service=None):
+                 cfg: BenchConfig, service=None, lanes: dict[str, EngineConfig] | None = None):
+        """strategies: peers and our strategies (each a lane on cfg.engine); lanes: more named engine
+        configurations."""
         super().__init__(daemon=True, name="inflight-bench")
         self.workload = make_workload(preset(workload, scale))
         self.strategies, self.rates, self.cfg, self.svc = strategies, rates, cfg, service
+        self.lanes = lanes or {}
         self.cancel = threading.Event()
         self.progress: Progress | None = None
-        self.done_per_strategy: dict[str, int] = {}
+        self.done_per_lane: dict[str, int] = {}
         self.result: dict | None = None
         self.error: str | None = None
 
     @property
     def total(self) -> int:
-        return len(self.workload) * len(self.strategies) * max(1, len(self.rates or [None]))
+        runs = len(self.strategies) + len(self.lanes)
+        return len(self.workload) * runs * max(1, len(self.rates or [None]))
 
     def on_progress(self, p: Progress) -> None:
         self.progress = p
         if p.stage == "run":
-            self.done_per_strategy[f"{p.strategy}@{p.rate}"] = p.done
+            self.done_per_lane[f"{p.strategy}@{p.rate}"] = p.done
 
     @property
     def fraction(self) -> float:
-        return min(1.0, sum(self.done_per_strategy.values()) / max(1, self.total))
+        return min(1.0, sum(self.done_per_lane.values()) / max(1, self.total))
 
     def run(self) -> None:
         # The live engines would compete for the same cores: pause them for clean numbers.
@@ -43,7 +48,7 @@ class BenchJob(threading.Thread):
             self.svc.pause()
         try:
             res = run_benchmark(self.workload, self.strategies, self.cfg, rates=self.rates,
-                                progress=self.on_progress, cancel=self.cancel)
+                                progress=self.on_progress, cancel=self.cancel, lanes=self.lanes)
             add_ratios(res.results)
             self.result = res.to_dict(details=True)
         except Cancelled:

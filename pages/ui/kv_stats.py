@@ -28,6 +28,7 @@ class KVStats:
         for strategy, ev in self.latest.items():
             allocated = ev.used_blocks * ev.block_size
             holding = sum(ev.kv_tokens.values())
+            unused = ev.reserved_unused_slots  # the engine's definition, not recomputed here
             reserved = sum(self.max_total.get(rid, n) for rid, n in ev.kv_tokens.items())
             capacity = ev.num_blocks * ev.block_size
             rows.append({
@@ -36,8 +37,8 @@ class KVStats:
                 "blocks used / pool": f"{ev.used_blocks} / {ev.num_blocks}",
                 "allocated slots": allocated,
                 "holding tokens": holding,
-                "unused": allocated - holding,
-                "unused %": round(100 * (allocated - holding) / allocated, 1) if allocated else 0.0,
+                "unused": unused,
+                "unused %": round(100 * unused / allocated, 1) if allocated else 0.0,
                 "contiguous reservation (slots)": reserved,
                 "reservation unused %": round(100 * (reserved - holding) / reserved, 1) if reserved else 0.0,
                 "pool used %": round(100 * allocated / capacity, 1),
