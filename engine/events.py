@@ -78,8 +78,13 @@ class StepMessage(Event):
         return {**self.event.to_dict(), **self.source(), "deltas": {str(k): v for k, v in self.deltas.items()}}
 
     def hub_item(self) -> dict:
-        # JSON is built later, once, by the readers that need it (engine.api.protocol.encode_event)
-        return {"type": self.TYPE, **self.source(), "message": self}
+        # the hub keeps the StepEvent (Python readers use it as is); JSON is built later, once, by the
+        # readers that need it (engine.api.protocol.encode_event)
+        return {"type": self.TYPE, **self.source(), "event": self.event, "deltas": self.deltas}
+
+    @classmethod
+    def from_hub_item(cls, item: dict) -> StepMessage:
+        return cls(event=item["event"], deltas=item["deltas"], **{f.name: item.get(f.name) for f in fields(Event)})
 
 
 @dataclass(kw_only=True)

@@ -61,9 +61,10 @@ def test_step_message_is_the_step_event_plus_text_deltas():
     entry = dict(zip(ENTRY_FIELDS, wire["entries"][1]))
     assert entry == {"request_id": 8, "phase": "padding", "num_tokens": 3, "context_len": 5, "slot": 1}
     assert wire["kv"]["block_tables"] == {"7": [0, 1, 2], "8": [3, 4]} and wire["kv"]["reserved_unused_slots"] == 3
-    # the hub keeps the object; JSON is built by the readers that need it
+    # the hub keeps the StepEvent; JSON is built by the readers that need it
     item = msg.hub_item()
-    assert item["type"] == "step" and item["strategy"] == "continuous" and item["message"] is msg
+    assert item["type"] == "step" and item["strategy"] == "continuous" and item["event"] is msg.event
+    assert StepMessage.from_hub_item(item) == msg
 
 
 def test_finished_event_of_an_output():

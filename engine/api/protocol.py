@@ -64,8 +64,8 @@ def encode_event(item: dict) -> dict:
     """Hub item -> JSON-ready dict (cached on the item: several clients share the work)."""
     enc = item.get("_encoded")
     if enc is None:
-        if item["type"] == StepMessage.TYPE:  # encoded here, once (StepMessage.hub_item)
-            enc = item["message"].to_dict()
+        if item["type"] == StepMessage.TYPE:  # the hub holds the StepEvent: encoded here, once
+            enc = StepMessage.from_hub_item(item).to_dict()
         else:
             enc = {k: v for k, v in item.items() if not k.startswith("_")}
         item["_encoded"] = enc
