@@ -154,4 +154,4 @@ EVENTS = (StepMessage, RequestEvent, FinishedEvent, StatusEvent, GpuEvent, Lanes
 
 def wire_contract() -> dict:
     """What a client needs to read events without hard-coding them (the live view gets this)."""
-    return {"entry_fields": list(ENTRY_FIELDS), "phases": list(PHASES), "event_types": [e.TYPE for e in EVENTS]}
+    return {"entry_fields": list(ENTRY_FIELDS), "phases": list(PHASES)}

@@ -85,4 +85,4 @@ def test_wire_contract_names_entry_fields_and_phases():
     c = json.loads(json.dumps(wire_contract()))
     assert c["entry_fields"] == list(ENTRY_FIELDS) == [f.name for f in dataclasses.fields(StepEntry)]
     assert c["phases"] == list(PHASES) == ["prefill", "decode", "padding"]
-    assert set(c["event_types"]) == {"step", "request", "finished", "status", "gpu", "lanes"}
+    assert {e.TYPE for e in EVENTS} == {"step", "request", "finished", "status", "gpu", "lanes"}

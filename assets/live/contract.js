@@ -6,7 +6,7 @@ const Contract = (() => {
   const PHASE_NAMES = { prefill: "prefill", decode: "decode", padding: "padding" };
 
   // -> { entry: { rid, phase, tokens, ctx, slot } (indexes into an entry list), phase: { prefill, decode,
-  // padding } (names), types: [...] }. Throws if the engine's contract lacks a field the views read.
+  // padding } (names) }. Throws if the engine's contract lacks a field the views read.
   function fromWire(wire) {
     const fields = (wire && wire.entry_fields) || [];
     const phases = (wire && wire.phases) || [];
@@ -19,7 +19,7 @@ const Contract = (() => {
       if (!phases.includes(name)) throw new Error(`event contract: no phase "${name}"`);
       phase[key] = name;
     }
-    return Object.freeze({ entry: Object.freeze(entry), phase: Object.freeze(phase), types: [...(wire.event_types || [])] });
+    return Object.freeze({ entry: Object.freeze(entry), phase: Object.freeze(phase) });
   }
 
   return { fromWire };

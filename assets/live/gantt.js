@@ -68,7 +68,6 @@ const Gantt = (() => {
     const bottom = ids.length ? Math.min(ids[ids.length - 1], top - MIN_ROWS + 1) : -MIN_ROWS + 1;
     const rowH = band.h / (top - bottom + 1);
     const Y = (rid) => band.y + (top + 0.5 - rid) * rowH;  // the row's center; newest on top
-    band.hits = [];
     if (inst.sel != null && rowSet.has(inst.sel)) {
       ctx.fillStyle = "rgba(255,255,255,0.08)";
       ctx.fillRect(band.x, Y(inst.sel) - rowH / 2, band.w, rowH);

@@ -27,9 +27,20 @@ function createInstance(root, owner) {
           gpu: q(".ifl-gpu"), fps: q(".ifl-fps"), body: q(".ifl-body") },
     tip: Common.tooltip(root, q(".ifl-tip")), cols: new Map(), timeline: null, sizes: new WeakMap(),
     onscreen: new WeakMap(), sel: null, lastDataSel: undefined, zoom: {}, closed: false, timers: {},
-    setStateValue: () => {}, loop: null, resizeObs: null, viewObs: null,
+    setStateValue: () => {}, loop: FrameLoop.create(() => drawFrame(inst), (s) => showFps(inst, s)),
+    resizeObs: null, viewObs: null,
+    // what the views call back into
+    markDirty: () => inst.loop.markDirty(),
+    changed: (node, sig) => inst.loop.changed(node, sig),
+    offscreen: (node) => inst.onscreen.get(node) === false,
+    observe: (node) => { inst.resizeObs.observe(node); inst.viewObs.observe(node); },
+    observeSize: (node) => inst.resizeObs.observe(node),
+    pick: (rid) => pick(inst, rid),
+    serviceClock: () => (inst.clockOffset != null ? Common.perfNow() + inst.clockOffset : null),
+    // for the console and the browser tests
+    applyEvents: (events) => applyEvents(inst, { skipped: 0, events }),
+    cleanup: () => destroyInstance(inst),
   };
-  inst.loop = FrameLoop.create(() => drawFrame(inst), (s) => showFps(inst, s));
   // Views scrolled out of sight are not drawn (the same engine may be sharing this CPU).
   inst.viewObs = new IntersectionObserver((entries) => {
     for (const e of entries) inst.onscreen.set(e.target, e.isIntersecting);
@@ -42,27 +53,11 @@ function createInstance(root, owner) {
     }
     inst.markDirty();
   });
-  Object.assign(inst, viewServices(inst));
-  inst.cleanup = () => destroyInstance(inst);
-  inst.applyEvents = (events) => applyEvents(inst, { skipped: 0, events });  // the console and browser tests
   inst.timers.status = setInterval(() => requestStatus(inst), STATUS_POLL_MS);
   inst.timers.follow = setInterval(() => { if (inst.state && Timeline.following(inst)) inst.markDirty(); },
                                    1000 / FrameLoop.MAX_FPS);
   root.inflight = inst;  // reachable from the console and the browser tests
   return inst;
-}
-
-// What the views call back into.
-function viewServices(inst) {
-  return {
-    markDirty: () => inst.loop.markDirty(),
-    changed: (node, sig) => inst.loop.changed(node, sig),
-    offscreen: (node) => inst.onscreen.get(node) === false,
-    observe: (node) => { inst.resizeObs.observe(node); inst.viewObs.observe(node); },
-    observeSize: (node) => inst.resizeObs.observe(node),
-    pick: (rid) => pick(inst, rid),
-    serviceClock: () => (inst.clockOffset != null ? Common.perfNow() + inst.clockOffset : null),
-  };
 }
 
 function destroyInstance(inst) {

@@ -50,7 +50,6 @@ const Slots = (() => {
     const slotH = band.h / nSlots, gapY = slotH > 8 ? 1.5 : 0;
     const Y = (s) => band.y + band.h - (s + 1) * slotH;
     const px = edges.map((e) => Math.round(X(e)));
-    band.cols = [];
     ctx.fillStyle = C.idle;  // iterations that ran: empty slots first
     cols.forEach((st, j) => {
       if (!st) return;
@@ -74,7 +73,6 @@ const Slots = (() => {
       });
       flush();
     }
-    band.nSlots = nSlots;
     band.slotH = slotH;
     const dtick = nSlots > 12 ? 2 : 1;
     band.yticks = [];

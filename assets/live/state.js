@@ -351,7 +351,7 @@ const LiveState = (() => {
     return Math.max(configured || 0, seen) || null;
   }
 
-  return { KIND, newState, applyBatch, ingest, hasOpenWork, maxBatch };
+  return { KIND, newState, applyBatch, hasOpenWork, maxBatch };
 })();
 
 if (typeof module !== "undefined") module.exports = LiveState;
