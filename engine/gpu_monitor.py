@@ -1,12 +1,14 @@
 """GPU utilization and memory from NVML, sampled in its own thread beside the engines.
 
-Published to the EventHub as {"type": "gpu", "t", "util_pct", "mem_used_mb", "mem_total_mb"}.
+Published to the EventHub as GpuEvent (engine.events).
 On a machine without an NVIDIA GPU (or without nvidia-ml-py) nothing starts.
 """
 from __future__ import annotations
 
 import logging
 import threading
+
+from .events import GpuEvent
 
 log = logging.getLogger(__name__)
 
@@ -18,16 +20,16 @@ class GpuMonitor(threading.Thread):
         self.handle = nvml.nvmlDeviceGetHandleByIndex(device_index)
         self.halt = threading.Event()
 
-    def sample(self) -> dict:
+    def sample(self) -> GpuEvent:
         util = self.nvml.nvmlDeviceGetUtilizationRates(self.handle)
         mem = self.nvml.nvmlDeviceGetMemoryInfo(self.handle)
-        return {"type": "gpu", "t": self.clock(), "util_pct": util.gpu,
-                "mem_used_mb": mem.used / 2**20, "mem_total_mb": mem.total / 2**20}
+        return GpuEvent(t=self.clock(), util_pct=util.gpu,
+                        mem_used_mb=mem.used / 2**20, mem_total_mb=mem.total / 2**20)
 
     def run(self) -> None:
         while not self.halt.wait(self.period_s):
             try:
-                self.hub.publish(self.sample())
+                self.hub.publish(self.sample().hub_item())
             except Exception as e:  # noqa: BLE001 - a monitoring hiccup must not matter
                 log.warning("NVML sample failed: %s", e)
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer, find_stop
+from .events import PADDING
 from .kv import KVCacheManager
 from .kv.sizing import GiB, kv_block_bytes, num_kv_blocks
 from .model.runner import ModelRunner
@@ -260,7 +261,7 @@ class LLMEngine:
             if row.num_new:
                 entries.append(StepEntry(req.request_id, row.phase, row.num_new, req.num_computed_tokens, row.slot))
             if row.num_pad:
-                entries.append(StepEntry(req.request_id, "padding", row.num_pad, req.num_computed_tokens, row.slot))
+                entries.append(StepEntry(req.request_id, PADDING, row.num_pad, req.num_computed_tokens, row.slot))
         tables = {rid: list(t) for rid, t in self.cache.block_tables.items()}
         # Every block holder is in the scheduler's running set (static: finished rows included).
         kv_tokens = {r.request_id: r.num_computed_tokens for r in self.scheduler.running}

@@ -15,6 +15,7 @@ import time
 from .access import LOCAL, Access, Client
 from .config import STRATEGIES, EngineConfig
 from .event_hub import EventHub
+from .events import StatusEvent
 from .gpu_monitor import start_gpu_monitor
 from .handles import RequestHandle
 from .limits import ClientLimiter, ClientLimits
@@ -214,10 +215,10 @@ class EngineService:
         """Model download / conversion progress, for pages waiting on a first start."""
         log.info("%s", message)
         self.last_progress = message
-        self.hub.publish({"type": "status", "event": "progress", "message": message, "t": self.clock()})
+        self.hub.publish(StatusEvent(event="progress", message=message, t=self.clock()).hub_item())
 
     def _status(self, what: str) -> None:
-        self.hub.publish({"type": "status", "event": what, "t": self.clock()})
+        self.hub.publish(StatusEvent(event=what, t=self.clock()).hub_item())
 
     def _targets(self, strategies) -> list[str]:
         if strategies is None:

@@ -9,26 +9,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-PHASES = ("prefill", "decode", "padding")
+from .events import PADDING, StepEntry, StepMessage
 
-
-@dataclass
-class StepEntry:
-    """One scheduled row of a step.
-
-    phase: "prefill" (a prompt chunk, or a recompute after preemption),
-    "decode" (one new token), or "padding" (computed but discarded: static
-    batching's pad tokens and rows that already finished but still hold a slot).
-    context_len: tokens in this request's KV cache after the step.
-    """
-    request_id: int
-    phase: str
-    num_tokens: int
-    context_len: int
-    slot: int = -1  # static/dynamic: the row in the launched batch; continuous: position in the batch
-
-    def to_list(self) -> list:
-        return [self.request_id, self.phase, self.num_tokens, self.context_len, self.slot]
+__all__ = ["StepEntry", "StepEvent"]
 
 
 @dataclass
@@ -70,13 +53,13 @@ class StepEvent:
 
     @property
     def num_padding_tokens(self) -> int:
-        return sum(e.num_tokens for e in self.entries if e.phase == "padding")
+        return sum(e.num_tokens for e in self.entries if e.phase == PADDING)
 
     def to_dict(self) -> dict:
         """Compact JSON-ready form (the websocket's shape). The derived block owners are left out: a
         list as long as the pool would make every event grow with the pool."""
         return {
-            "type": "step",
+            "type": StepMessage.TYPE,
             "step": self.step,
             "strategy": self.strategy,
             "t_start": self.t_start,

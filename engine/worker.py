@@ -11,6 +11,7 @@ import threading
 import time
 
 from .config import EngineConfig
+from .events import FinishedEvent, RequestEvent, StatusEvent, StepMessage
 from .handles import RequestHandle
 from .llm_engine import LLMEngine
 
@@ -105,8 +106,8 @@ class EngineWorker(threading.Thread):
         finally:
             self._share = None  # the weights live on in our engine; do not pin the other engine
             self._ready.set()
-        self._publish({"type": "status", "event": "ready" if self.load_error is None else "load_error",
-                       "error": None if self.load_error is None else str(self.load_error)})
+        self._publish(StatusEvent(event="ready" if self.load_error is None else "load_error",
+                                  error=None if self.load_error is None else str(self.load_error)))
         while not self._halt.is_set():
             self._run_commands()
             if self.engine is None or self._maybe_finish_drain():
@@ -153,7 +154,7 @@ class EngineWorker(threading.Thread):
         except Exception as e:  # noqa: BLE001 - end the affected requests, restart, keep serving
             log.exception("engine %s step failed; restarting it", self.strategy)
             ended = self.engine.reset(f"engine step failed: {type(e).__name__}: {e}")
-            self._publish({"type": "status", "event": "engine_restarted", "error": str(e)})
+            self._publish(StatusEvent(event="engine_restarted", error=str(e)))
             self._stream(ended, [])
             return
         if not ev.entries and not ev.finished:
@@ -162,12 +163,12 @@ class EngineWorker(threading.Thread):
             return
         self.steps += 1
         self.last_step_ms = 1000 * ev.duration_s
-        self._stream(list(ev.sampled), ev.finished, {"type": "step", "event": ev})
+        self._stream(list(ev.sampled), ev.finished, StepMessage(event=ev))
         rest = self.svc.min_interval_s - (time.perf_counter() - t0)
         if rest > 0:
             self._halt.wait(rest)  # slow motion
 
-    def _stream(self, sampled: list[int], finished: list[int], step_item: dict | None = None) -> None:
+    def _stream(self, sampled: list[int], finished: list[int], step_item: StepMessage | None = None) -> None:
         """Push new text to the handles and hand over final outputs; publish the step (with
         its text deltas) before the requests it finished, so a client sees the last delta first."""
         deltas, done = {}, []
@@ -180,24 +181,20 @@ class EngineWorker(threading.Thread):
                 out = self.engine.pop_output(rid)
                 d = h.finish(out)
                 del self.handles[rid]
-                done.append({"type": "finished", "request_id": rid, "finish_reason": out.finish_reason,
-                               "error": out.error, "text": out.text,
-                               "num_prompt_tokens": len(out.prompt_token_ids),
-                               "num_output_tokens": len(out.output_token_ids), "arrival_s": out.arrival_s,
-                               "first_token_s": out.first_token_s, "finish_s": out.finish_s})
+                done.append(FinishedEvent.of(out))
             else:
                 d = h.update(text)
             if d:
                 deltas[rid] = d
         if step_item is not None:
-            step_item["deltas"] = deltas
+            step_item.deltas = deltas
             self._publish(step_item)
         for item in done:
             self._publish(item)
 
-    def _publish(self, item: dict) -> None:
-        item["strategy"] = self.strategy
-        self.svc.hub.publish(item)
+    def _publish(self, event) -> None:
+        event.strategy = self.strategy
+        self.svc.hub.publish(event.hub_item())
 
     # ---- submissions -------------------------------------------------------------------------
     def _add(self, handle: RequestHandle, prompt, messages, params, arrival_s: float) -> None:
@@ -220,10 +217,10 @@ class EngineWorker(threading.Thread):
         handle.accept(hold_back=max((len(s) for s in stops), default=1) - 1)
         self.handles[handle.request_id] = handle
         out = self.engine.get_output(handle.request_id)
-        self._publish({"type": "request", "request_id": handle.request_id, "tag": handle.tag,
-                       "prompt": prompt if isinstance(prompt, str) else None, "messages": messages,
-                       "num_prompt_tokens": len(out.prompt_token_ids), "max_tokens": params.max_tokens,
-                       "arrival_s": arrival_s})
+        self._publish(RequestEvent(request_id=handle.request_id, tag=handle.tag,
+                                   prompt=prompt if isinstance(prompt, str) else None, messages=messages,
+                                   num_prompt_tokens=len(out.prompt_token_ids), max_tokens=params.max_tokens,
+                                   arrival_s=arrival_s))
 
     def _abort(self, request_id: int) -> None:
         parked = [d for d in self._deferred if d[0].request_id == request_id]
@@ -247,7 +244,7 @@ class EngineWorker(threading.Thread):
     def _start_reconfigure(self, cfg: EngineConfig) -> None:
         self._pending_cfg = cfg
         self.engine.draining = True  # static: launch the partial batch instead of waiting for more
-        self._publish({"type": "status", "event": "reconfiguring"})
+        self._publish(StatusEvent(event="reconfiguring"))
 
     def _start_drain_stop(self) -> None:
         self._drain_then_stop = True
@@ -271,9 +268,9 @@ class EngineWorker(threading.Thread):
             log.exception("engine %s: new config failed; keeping the old one", self.strategy)
             error = e
             self.engine.draining = False
-            self._publish({"type": "status", "event": "configure_failed", "error": str(e)})
+            self._publish(StatusEvent(event="configure_failed", error=str(e)))
         else:
-            self._publish({"type": "status", "event": "restarted"})
+            self._publish(StatusEvent(event="restarted"))
         finally:
             self._share = None
         self.svc._restarted(self, error)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 
@@ -9,6 +10,7 @@ import pytest
 import websockets
 
 from engine.api.server import create_app
+from engine.events import ENTRY_FIELDS, PHASES, FinishedEvent, RequestEvent
 from service_helpers import assert_all_free, make_service, serve
 
 
@@ -78,7 +80,8 @@ def test_submit_streams_tokens_and_steps_in_order(url):
     run(main())
 
 
-def test_step_event_shape(url):
+def one_short_request(url) -> list[dict]:
+    """Submit "hi" (2 tokens) to the continuous engine; the events received until it finished."""
     async def main():
         async with websockets.connect(url) as ws:
             await ws.recv()
@@ -86,15 +89,30 @@ def test_step_event_shape(url):
                                       "params": {"max_tokens": 2}}))
             _, seen = await recv_until(ws, lambda m: m["type"] == "events" and any(
                 e["type"] == "finished" for e in m["events"]))
-            ev = next(e for m in seen if m["type"] == "events" for e in m["events"] if e["type"] == "step")
-            for key in ("step", "strategy", "t_start", "t_end", "entries", "num_waiting", "num_running",
-                        "admitted", "finished", "preempted", "tokens_used", "token_budget", "kv", "deltas"):
-                assert key in ev
-            kv = ev["kv"]
-            # tables, not a per-block owner list: the event's size follows the blocks in use, not the pool
-            assert "block_owner" not in kv and kv["used"] >= 1
-            assert sum(len(t) for t in kv["block_tables"].values()) == kv["used"]
-    run(main())
+            return [e for m in seen if m["type"] == "events" for e in m["events"]]
+    return run(main())
+
+
+def test_step_event_shape(url):
+    ev = next(e for e in one_short_request(url) if e["type"] == "step")
+    for key in ("step", "strategy", "t_start", "t_end", "entries", "num_waiting", "num_running",
+                "admitted", "finished", "preempted", "tokens_used", "token_budget", "kv", "deltas"):
+        assert key in ev
+    kv = ev["kv"]
+    # tables, not a per-block owner list: the event's size follows the blocks in use, not the pool
+    assert "block_owner" not in kv and kv["used"] >= 1
+    assert sum(len(t) for t in kv["block_tables"].values()) == kv["used"]
+
+
+def test_events_on_the_socket_follow_the_contract(url):
+    """request and finished carry their dataclass's fields; step entries are ENTRY_FIELDS-ordered lists."""
+    events = one_short_request(url)
+    by_type = {e["type"]: e for e in events}
+    for cls in (RequestEvent, FinishedEvent):
+        assert set(by_type[cls.TYPE]) == {"type"} | {f.name for f in dataclasses.fields(cls)}
+    entries = [dict(zip(ENTRY_FIELDS, e)) for ev in events if ev["type"] == "step" for e in ev["entries"]]
+    assert entries and all(len(e) == len(ENTRY_FIELDS) and e["phase"] in PHASES for e in entries)
+    assert {e["request_id"] for e in entries} == {by_type["request"]["request_id"]}
 
 
 @pytest.mark.parametrize("message,error", [

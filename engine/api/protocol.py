@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 
+from ..events import StepMessage
 from ..request import SamplingParams
 
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -66,9 +67,8 @@ def encode_event(item: dict) -> dict:
     """Hub item -> JSON-ready dict (cached on the item: several clients share the work)."""
     enc = item.get("_encoded")
     if enc is None:
-        if item["type"] == "step":
-            enc = item["event"].to_dict()
-            enc["deltas"] = {str(k): v for k, v in item["deltas"].items()}
+        if item["type"] == StepMessage.TYPE:  # the hub holds the StepEvent: encoded here, once
+            enc = StepMessage.from_hub_item(item).to_dict()
         else:
             enc = {k: v for k, v in item.items() if not k.startswith("_")}
         item["_encoded"] = enc

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..events import DECODE, PADDING, PHASES, PREFILL
 from ..request import RequestOutput
 from ..telemetry import StepEvent
 
@@ -76,15 +77,15 @@ def step_sample(ev: StepEvent) -> StepSample | None:
     """Reduce a StepEvent to a StepSample; None for an idle step (nothing computed)."""
     if not ev.entries:
         return None
-    tokens = {"prefill": 0, "decode": 0, "padding": 0}
+    tokens = dict.fromkeys(PHASES, 0)
     rows, active = set(), set()
     for e in ev.entries:
         tokens[e.phase] += e.num_tokens
         rows.add(e.request_id)
-        if e.phase != "padding" and e.num_tokens:
+        if e.phase != PADDING and e.num_tokens:
             active.add(e.request_id)
-    return StepSample(ev.t_start, ev.t_end, len(rows), len(active), tokens["prefill"], tokens["decode"],
-                      tokens["padding"], kv_allocated_slots=ev.used_blocks * ev.block_size,
+    return StepSample(ev.t_start, ev.t_end, len(rows), len(active), tokens[PREFILL], tokens[DECODE],
+                      tokens[PADDING], kv_allocated_slots=ev.used_blocks * ev.block_size,
                       kv_unused_slots=ev.reserved_unused_slots)
 
 

@@ -22,8 +22,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+from ..events import ENTRY_FIELDS, PREFILL, StepMessage
 from .app_process import CHROMIUM_ARGS, running_app
 
+PHASE = ENTRY_FIELDS.index("phase")  # a step entry is a list in ENTRY_FIELDS order
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
 
@@ -91,13 +93,13 @@ class EngineClient:
         while any(v < n for v in done.values()):
             msg = self.pending.pop(0) if self.pending else json.loads(self.ws.recv(timeout=120))
             for ev in msg.get("events", []) if msg.get("type") == "events" else []:
-                if ev.get("type") != "step" or ev["strategy"] not in done:
+                if ev.get("type") != StepMessage.TYPE or ev["strategy"] not in done:
                     continue
                 s = ev["strategy"]
                 done[s] += len(ev["finished"])
                 if done[s] >= n and s not in finished_at:
                     finished_at[s] = time.monotonic() - t0
-                decode_only = not any(e[1] == "prefill" for e in ev["entries"])
+                decode_only = not any(e[PHASE] == PREFILL for e in ev["entries"])
                 steps[s].append({"ms": 1000 * (ev["t_end"] - ev["t_start"]), "decode": decode_only})
             if on_tick and time.monotonic() - last_tick > 1.0:
                 last_tick = time.monotonic()

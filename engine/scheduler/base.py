@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..config import EngineConfig
+from ..events import DECODE, PREFILL
 from ..kv import KVCacheManager
 from ..request import Request, RequestStatus
 
@@ -20,7 +21,7 @@ class ScheduledRow:
     prompt, or one token for a row that already finished but still holds its slot).
     """
     request: Request
-    phase: str            # "prefill" | "decode" | "padding"
+    phase: str            # one of engine.events.PHASES
     num_new: int
     num_pad: int = 0
     slot: int = -1
@@ -113,7 +114,7 @@ class Scheduler(ABC):
     @staticmethod
     def phase_of(request: Request, num_new: int) -> str:
         decoding = request.output_token_ids and request.num_computed_tokens == request.num_tokens - 1
-        return "decode" if decoding and num_new == 1 else "prefill"
+        return DECODE if decoding and num_new == 1 else PREFILL
 
     def _start(self, request: Request) -> None:
         request.status = RequestStatus.RUNNING

@@ -10,6 +10,7 @@ padded batch.
 """
 from __future__ import annotations
 
+from ..events import PADDING, PREFILL
 from ..request import Request
 from .base import ScheduledRow, Scheduler, SchedulerOutput
 
@@ -28,7 +29,7 @@ class StaticScheduler(Scheduler):
             return out
         for slot, req in enumerate(self.batch):
             if req.is_finished:
-                out.rows.append(ScheduledRow(req, "padding", 0, num_pad=1, slot=slot))
+                out.rows.append(ScheduledRow(req, PADDING, 0, num_pad=1, slot=slot))
             else:
                 out.rows.append(ScheduledRow(req, self.phase_of(req, 1), 1, slot=slot))
         return out
@@ -55,7 +56,7 @@ class StaticScheduler(Scheduler):
             return
         longest = max(r.num_tokens for r in self.batch)
         for slot, req in enumerate(self.batch):
-            out.rows.append(ScheduledRow(req, "prefill", req.num_tokens, num_pad=longest - req.num_tokens,
+            out.rows.append(ScheduledRow(req, PREFILL, req.num_tokens, num_pad=longest - req.num_tokens,
                                          slot=slot))
 
     def _release(self, request: Request) -> None:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import streamlit as st
 
+from engine.events import wire_contract
+
 COMPONENT_NAME = "inflight_live_view"
 VIEWS = ("gantt", "slots", "kv", "util", "text")
 AXES = ("time", "iterations")
@@ -24,8 +26,11 @@ def _read(name: str) -> str:
     return (_ASSETS / name).read_text(encoding="utf-8")
 
 
-# The module's files, concatenated (top-level declarations only; live_view.js has the entry point).
-JS_FILES = ("timeline.js", "live_view.js")
+# The module's files, concatenated in this order (each declares one namespace object that the later ones
+# use; live_view.js has the entry point). state.js and contract.js also load in node (tests/js/).
+JS_FILES = ("common.js", "contract.js", "state.js", "socket.js", "frame.js", "layout.js", "axes.js", "gantt.js",
+            "slots.js", "util_view.js", "timeline.js", "status_view.js", "kv_map.js", "text_view.js",
+            "kv_detail.js", "live_view.js")
 
 # Registered once, at import. Not style-isolated: the tooltip and overlays are positioned against
 # the page; our CSS is scoped under .ifl-root instead.
@@ -74,6 +79,7 @@ def live_view(*, key: str, strategies: list[str], axis: str = "time",
         "strategies": list(strategies), "axis": axis, "views": views, "large_text": bool(large_text),
         "clear_after_s": None if clear_after_s is None else float(clear_after_s),
         "selected": selected, "height": height, "mode": mode,
+        "contract": wire_contract(),  # how to read the events: step entry fields, phase names
     }
     return _COMPONENT(key=key, data=data, default={"selected": None}, on_selected_change=_noop,
                       height=height if height is not None else "content")

@@ -1,0 +1,28 @@
+// The event contract as the engine states it (engine/events.py wire_contract(), handed over in the
+// component's data): turned into index constants once, so no view hard-codes a step entry's layout.
+
+const Contract = (() => {
+  const ENTRY_NAMES = { rid: "request_id", phase: "phase", tokens: "num_tokens", ctx: "context_len", slot: "slot" };
+  const PHASE_NAMES = { prefill: "prefill", decode: "decode", padding: "padding" };
+
+  // -> { entry: { rid, phase, tokens, ctx, slot } (indexes into an entry list), phase: { prefill, decode,
+  // padding } (names) }. Throws if the engine's contract lacks a field the views read.
+  function fromWire(wire) {
+    const fields = (wire && wire.entry_fields) || [];
+    const phases = (wire && wire.phases) || [];
+    const entry = {}, phase = {};
+    for (const [key, name] of Object.entries(ENTRY_NAMES)) {
+      entry[key] = fields.indexOf(name);
+      if (entry[key] < 0) throw new Error(`event contract: step entries have no "${name}"`);
+    }
+    for (const [key, name] of Object.entries(PHASE_NAMES)) {
+      if (!phases.includes(name)) throw new Error(`event contract: no phase "${name}"`);
+      phase[key] = name;
+    }
+    return Object.freeze({ entry: Object.freeze(entry), phase: Object.freeze(phase) });
+  }
+
+  return { fromWire };
+})();
+
+if (typeof module !== "undefined") module.exports = Contract;

@@ -1,0 +1,125 @@
+// Timeline band: the Gantt chart, one row per request (newest on top), one bar per phase run.
+
+const Gantt = (() => {
+  const { C, fmt, rgba, mix, reqColor } = Common;
+  const MAX_ROWS = 26;  // rows: the newest requests that touch the visible window
+  const MIN_ROWS = 8;   // rows are never taller than 1/MIN_ROWS of the plot
+  const SEG_H = { queued: 0.24, preempted: 0.34, prefill: 0.8, recompute: 0.8, decode: 0.8, held: 0.8, finish: 0.92 };
+  const SEG_LABEL = { queued: "queued", prefill: "prefill chunk", decode: "decode", preempted: "preempted",
+                      recompute: "recompute (prefill after preemption)", held: "finished, held in batch (padding)" };
+
+  // Extent of a request on the x axis, open waits extended to "now" (time) / the latest iteration.
+  function reqExtent(R, axis, fc, S) {
+    const first = R.segs[0];
+    if (axis === "time") {
+      const a = R.arrival ?? first?.t0 ?? R.open?.t0;
+      const b = R.open ? fc.now : Math.max(R.endT ?? -Infinity, R.finishT ?? -Infinity);
+      return [a, b];
+    }
+    const a = first ? first.x0 : R.open?.x0;
+    const b = R.open ? S.lastIt + 0.5 : Math.max(R.segs.length ? R.segs[R.segs.length - 1].x1 : -Infinity,
+                                                R.finishX ?? -Infinity);
+    return [a, b];
+  }
+
+  // Rows: the newest requests that touch the window (shared by both columns on the time axis, so a
+  // request sits at the same height on both sides). Rows are request ids: a row never moves.
+  function rows(strategies, range, axis, fc) {
+    const ids = new Set();
+    for (const S of strategies) {
+      for (const R of S.reqs.values()) {
+        const [a, b] = reqExtent(R, axis, fc, S);
+        if (a == null || b == null) continue;
+        if (b >= range[0] && a <= range[1]) ids.add(R.rid);
+      }
+    }
+    return [...ids].sort((a, b) => b - a).slice(0, MAX_ROWS);
+  }
+
+  // Phase shading, the same language as the slots grid: decode = the request's color, prefill = a light
+  // tint of it, padding (finished, still held) = grey tinted by it; waits are thin bars.
+  function segFill(kind, color, reason) {
+    switch (kind) {
+      case "queued": return rgba(color, 0.5);
+      case "prefill": case "recompute": return mix(color, C.white, 0.5);
+      case "preempted": return C.preempt;
+      case "held": return mix(C.held, color, 0.25);
+      case "finish": return reason === "abort" || reason === "error" ? C.preempt : C.white;
+      default: return color;
+    }
+  }
+
+  function segTip(R, s) {
+    const its = s.it0 != null ? (s.it0 === s.it1 ? `iteration ${s.it0}` : `iterations ${s.it0}–${s.it1}`) : "";
+    return [`#${R.rid} · ${SEG_LABEL[s.kind]}`, `${fmt(s.t0)}–${fmt(s.t1)} s (${fmt(s.t1 - s.t0, 3)} s)`,
+            s.open ? "still waiting" : its].filter(Boolean);
+  }
+
+  function finishTip(R) {
+    return [`#${R.rid} · finished${R.reason ? ` (${R.reason})` : ""}`, `at ${fmt(R.finishT)} s`
+      + (R.nOut ? ` · ${R.nOut} tokens` : ""), R.error ? String(R.error) : ""].filter(Boolean);
+  }
+
+  function draw(ctx, inst, S, fc, X, band, col) {
+    const k = inst.scale, timeMode = fc.axis === "time";
+    const ids = fc.rows.get(S.name) || [];
+    const rowSet = new Set(ids);
+    const top = ids.length ? ids[0] : 0;
+    const bottom = ids.length ? Math.min(ids[ids.length - 1], top - MIN_ROWS + 1) : -MIN_ROWS + 1;
+    const rowH = band.h / (top - bottom + 1);
+    const Y = (rid) => band.y + (top + 0.5 - rid) * rowH;  // the row's center; newest on top
+    if (inst.sel != null && rowSet.has(inst.sel)) {
+      ctx.fillStyle = "rgba(255,255,255,0.08)";
+      ctx.fillRect(band.x, Y(inst.sel) - rowH / 2, band.w, rowH);
+    }
+    const bar = (R, a, b, kind, tip) => {
+      const h = SEG_H[kind] * rowH, y = Y(R.rid) - h / 2;
+      const xa = X(a), xb = Math.max(X(b), xa + 1);
+      const picked = inst.sel === R.rid;
+      ctx.globalAlpha = inst.sel != null && !picked ? 0.16 : 1;
+      ctx.fillStyle = segFill(kind, reqColor(R.rid), R.reason);
+      ctx.fillRect(xa, y, xb - xa, h);
+      const lw = picked && kind !== "finish" ? 2 * k : kind === "recompute" ? 2 * k
+        : kind === "prefill" && xb - xa > 3 ? 1 : 0;  // outlines show chunk boundaries
+      if (lw) {
+        ctx.strokeStyle = picked ? C.white : kind === "recompute" ? C.preempt : C.plot;
+        ctx.lineWidth = lw;
+        ctx.strokeRect(xa + lw / 2, y + lw / 2, Math.max(xb - xa - lw, 0), Math.max(h - lw, 0));
+      }
+      band.hits.push({ xa, xb, ya: y, yb: y + h, rid: R.rid, tip, color: reqColor(R.rid) });
+    };
+    const range = col.range;
+    for (const rid of ids) {
+      const R = S.reqs.get(rid);
+      if (!R) continue;
+      const segs = R.open ? [...R.segs, { kind: R.open.kind, t0: R.open.t0, t1: fc.now, x0: R.open.x0,
+                                          x1: S.lastIt + 0.5, it0: null, open: true }] : R.segs;
+      for (const sg of segs) {
+        const a = timeMode ? sg.t0 : sg.x0, b = timeMode ? sg.t1 : sg.x1;
+        if (a == null || b == null || b < range[0] || a > range[1]) continue;
+        bar(R, a, b, sg.kind, () => segTip(R, sg));
+      }
+      const fx = timeMode ? R.finishT : R.finishX;
+      if (fx != null && fx >= range[0] && fx <= range[1]) {
+        const half = X.invert(X(fx) + 1.75 * k) - fx;  // a finish tick is ~3.5 px wide
+        bar(R, fx - half, fx + half, "finish", () => finishTip(R));
+      }
+    }
+    ctx.globalAlpha = 1;
+    const every = Math.max(1, Math.ceil((15 * k) / rowH));  // labels that fit
+    band.yticks = ids.filter((r) => r % every === 0 || r === inst.sel)
+      .map((r) => ({ y: Y(r), label: `#${r}`, strong: r === inst.sel }));
+    col.rows = ids.slice();
+  }
+
+  // The bar under (x, y): { rid, tip: [lines], color } or null.
+  function hit(inst, band, x, y) {
+    for (let i = band.hits.length - 1; i >= 0; i--) {
+      const h = band.hits[i];
+      if (x >= h.xa - 1 && x <= h.xb + 1 && y >= h.ya && y <= h.yb) return { rid: h.rid, tip: h.tip(), color: h.color };
+    }
+    return null;
+  }
+
+  return { rows, draw, hit };
+})();

@@ -1,0 +1,200 @@
+// View (mode "kv_detail"): one request's logical blocks -> block table -> physical pool, and how much
+// of its allocation is unused, paged vs a contiguous reservation.
+
+const KvDetail = (() => {
+  const { C, FONT, clamp, fmt, pct, rgba, reqColor, el, hatchPattern, canvasContext } = Common;
+
+  function build(inst, cell) {
+    const head = el("div", "ifl-detail-head");
+    const wrap = el("div", "ifl-canvas-wrap ifl-detail-canvas");
+    wrap.style.height = `${Math.round(230 * inst.scale)}px`;
+    const canvas = el("canvas", "ifl-canvas");
+    wrap.appendChild(canvas);
+    const stats = el("div", "ifl-detail-stats");
+    cell.append(head, wrap, stats);
+    inst.observe(wrap);
+    return { cell, head, wrap, canvas, stats };
+  }
+
+  function detailRid(inst, S) {
+    const tables = (S.kv && S.kv.block_tables) || {};
+    if (inst.sel != null) return inst.sel;
+    const live = Object.keys(tables).map(Number).filter((r) => tables[r].length);
+    return live.length ? Math.max(...live) : null;
+  }
+
+  function draw(inst, S, view) {
+    const rid = detailRid(inst, S);
+    const size = inst.sizes.get(view.wrap);
+    const R = rid != null ? S.reqs.get(rid) : null;
+    const sig = `${S.kvRev}|${rid}|${R ? R.state + R.maxTokens : ""}|${size ? size.w + "x" + size.h : ""}`;
+    if (inst.offscreen(view.wrap) || !inst.changed(view.canvas, sig)) return;
+    const c = canvasContext(inst.sizes, view);
+    if (!c) return;
+    c.ctx.clearRect(0, 0, c.W, c.H);
+    view.head.textContent = "";
+    view.stats.textContent = "";
+    const table = rid != null && S.kv ? (S.kv.block_tables || {})[String(rid)] : null;
+    if (rid == null || !table) {
+      view.head.appendChild(el("span", "ifl-muted", rid == null
+        ? "No request holds KV blocks right now. Submit one, or pick one in any view."
+        : `Request #${rid} holds no KV blocks right now${R && R.done ? " (finished: its blocks were freed)" : ""}.`));
+      return;
+    }
+    const kc = KvMap.cells(S.kv);
+    const held = (S.kv.kv_tokens || {})[String(rid)] ?? 0;
+    head(view.head, rid, R, S);
+    drawBlockTable(c, inst, kc, rid, table, held);
+    detailStats(view.stats, kc, rid, R, table, held, S);
+  }
+
+  function head(box, rid, R, S) {
+    const chip = el("span", "ifl-chip", `#${rid}`);
+    chip.style.background = reqColor(rid);
+    box.append(chip, el("span", "ifl-state", R ? TextView.statusLabel(R, S) : ""));
+    if (R && R.prompt) box.appendChild(el("span", "ifl-detail-prompt", R.prompt));
+  }
+
+  // Three aligned rows: logical blocks (fill = tokens), the block table (physical ids), and the
+  // physical pool as a strip, with a line from each table entry to where its block really lives.
+  function drawBlockTable(c, inst, kc, rid, table, held) {
+    const { ctx, W, H } = c;
+    const k = inst.scale;
+    const color = reqColor(rid);
+    const L = Math.round(150 * k), R = 16, n = table.length, bs = kc.bs;
+    const span = W - L - R;
+    const w = Math.min(64 * k, span / Math.max(n, 1));
+    const boxW = Math.max(2, w - (w > 10 ? 4 : 1));
+    const rowH = Math.round(34 * k);
+    const yA = Math.round(22 * k), yB = yA + rowH + Math.round(26 * k), yC = H - Math.round(58 * k);
+    const poolH = Math.round(26 * k);
+    ctx.font = `${Math.round(14 * k)}px ${FONT}`;
+    ctx.textBaseline = "middle";
+    ctx.fillStyle = C.muted;
+    ctx.fillText("logical blocks", 0, yA + rowH / 2);
+    ctx.fillText("block table", 0, yB + rowH / 2);
+    ctx.fillText("physical pool", 0, yC + poolH / 2);
+    const xOf = (i) => L + i * w;
+    const physX = (b) => L + ((b + 0.5) / kc.n) * span;
+    // links: logical -> table (straight), table -> pool (curves)
+    ctx.strokeStyle = rgba(color, 0.55);
+    ctx.lineWidth = 1.2 * k;
+    for (let i = 0; i < n; i++) {
+      const cx = xOf(i) + boxW / 2;
+      ctx.beginPath();
+      ctx.moveTo(cx, yA + rowH);
+      ctx.lineTo(cx, yB);
+      ctx.moveTo(cx, yB + rowH);
+      const px = physX(table[i]);
+      ctx.bezierCurveTo(cx, (yB + rowH + yC) / 2, px, (yB + rowH + yC) / 2, px, yC);
+      ctx.stroke();
+    }
+    ctx.textAlign = "center";
+    for (let i = 0; i < n; i++) {
+      const x = xOf(i), tokens = clamp(held - i * bs, 0, bs);
+      // logical block: fill level = tokens held
+      if (tokens > 0) {
+        ctx.fillStyle = rgba(color, 0.25);
+        ctx.fillRect(x, yA, boxW, rowH);
+        const h = Math.round((rowH * tokens) / bs);
+        ctx.fillStyle = color;
+        ctx.fillRect(x, yA + rowH - h, boxW, h);
+      } else {
+        ctx.fillStyle = C.idle;
+        ctx.fillRect(x, yA, boxW, rowH);
+        ctx.fillStyle = hatchPattern(ctx, color, k);
+        ctx.fillRect(x, yA, boxW, rowH);
+      }
+      if (boxW >= 26 * k) {
+        ctx.fillStyle = tokens > bs / 2 ? C.bg : C.text;
+        ctx.fillText(`${tokens}`, x + boxW / 2, yA + rowH / 2);
+      }
+      // table entry: the physical block id
+      ctx.fillStyle = "#1B2334";
+      ctx.fillRect(x, yB, boxW, rowH);
+      ctx.strokeStyle = color;
+      ctx.lineWidth = 1.5 * k;
+      ctx.strokeRect(x + 0.5, yB + 0.5, boxW - 1, rowH - 1);
+      if (boxW >= 30 * k) {
+        ctx.fillStyle = C.text;
+        ctx.fillText(String(table[i]), x + boxW / 2, yB + rowH / 2);
+      }
+    }
+    if (w >= 18 * k) {  // logical indices above the first row
+      ctx.fillStyle = C.muted;
+      ctx.font = `${Math.round(12 * k)}px ${FONT}`;
+      for (let i = 0; i < n; i++) ctx.fillText(String(i), xOf(i) + boxW / 2, yA - 9 * k);
+    }
+    drawPoolStrip(ctx, inst, kc, rid, L, yC, span, poolH);
+    ctx.textAlign = "left";
+  }
+
+  function drawPoolStrip(ctx, inst, kc, rid, L, y, span, h) {
+    const color = reqColor(rid);
+    const bw = span / kc.n;
+    ctx.fillStyle = C.free;
+    ctx.fillRect(L, y, span, h);
+    for (let b = 0; b < kc.n; b++) {
+      const o = kc.owner[b];
+      if (o < 0) continue;
+      ctx.fillStyle = o === rid ? color : rgba(reqColor(o), 0.35);
+      ctx.fillRect(L + b * bw, y + (o === rid ? 0 : h * 0.3), Math.max(bw, o === rid ? 2 : 1), o === rid ? h : h * 0.7);
+    }
+    ctx.fillStyle = C.muted;
+    ctx.font = `${Math.round(12 * inst.scale)}px ${FONT}`;
+    ctx.textBaseline = "top";
+    ctx.textAlign = "left";
+    ctx.fillText("block 0", L, y + h + 6);
+    ctx.textAlign = "right";
+    ctx.fillText(`block ${kc.n - 1}`, L + span, y + h + 6);
+    ctx.textBaseline = "middle";
+  }
+
+  // Fragmentation: tokens held vs slots allocated (paged) vs a contiguous prompt + max_tokens reservation.
+  function detailStats(box, kc, rid, R, table, held, S) {
+    const bs = kc.bs, allocated = table.length * bs;
+    const contiguous = R && R.nPrompt != null && R.maxTokens != null ? R.nPrompt + R.maxTokens : null;
+    const rows = [
+      ["tokens held", held, `${held.toLocaleString()} tokens in KV`, "held"],
+      ["paged", allocated, `${table.length} blocks × ${bs} = ${allocated.toLocaleString()} slots · `
+        + `${(allocated - held).toLocaleString()} unused (${fmt(pct(allocated - held, allocated), 1)}%)`
+        + (allocated - held < bs ? " — only in the last block" : " — reserved ahead"), "paged"],
+    ];
+    if (contiguous != null) {
+      rows.push(["contiguous", contiguous, `prompt ${R.nPrompt} + max_tokens ${R.maxTokens} = `
+        + `${contiguous.toLocaleString()} slots · ${Math.max(0, contiguous - held).toLocaleString()} unused `
+        + `(${fmt(pct(Math.max(0, contiguous - held), contiguous), 1)}%)`, "contig"]);
+    }
+    const top = Math.max(...rows.map((r) => r[1]), 1);
+    for (const [label, value, note, kind] of rows) {
+      const row = el("div", "ifl-frag-row");
+      const bar = el("div", "ifl-frag-bar");
+      const fillEl = el("div", `ifl-frag-fill ifl-frag-${kind}`);
+      fillEl.style.width = `${(100 * value) / top}%`;
+      fillEl.style.setProperty("--c", reqColor(rid));
+      bar.appendChild(fillEl);
+      row.append(el("div", "ifl-frag-label", label), bar, el("div", "ifl-frag-note", note));
+      box.appendChild(row);
+    }
+    box.appendChild(poolTotals(kc, S));
+  }
+
+  function poolTotals(kc, S) {
+    let contiguous = 0, known = 0, count = 0;
+    for (const key of Object.keys(kc.tables)) {
+      count++;
+      const R = S.reqs.get(Number(key));
+      if (R && R.nPrompt != null && R.maxTokens != null) {
+        contiguous += R.nPrompt + R.maxTokens;
+        known++;
+      }
+    }
+    const text = `Whole pool (${S.name}, ${count} requests holding KV): ${kc.held.toLocaleString()} tokens held in `
+      + `${kc.slots.toLocaleString()} paged slots (${fmt(pct(kc.reservedUnused, kc.slots), 1)}% unused)`
+      + (known === count && count ? ` · a contiguous prompt + max_tokens reservation would take `
+        + `${contiguous.toLocaleString()} slots (${fmt(pct(Math.max(0, contiguous - kc.held), contiguous), 1)}% unused)` : "");
+    return el("div", "ifl-frag-pool", text);
+  }
+
+  return { build, draw };
+})();

@@ -1,0 +1,97 @@
+// The page structure: a status row, then one canvas for every time-based view (Gantt, batch slots,
+// utilization: one column per strategy sharing the time axis), then the per-strategy sections (KV map,
+// text, or the KV detail), each with a title and a legend.
+
+const Layout = (() => {
+  const { PALETTE, el } = Common;
+  const TIMELINE_VIEWS = ["gantt", "slots", "util"];
+  const VIEW_HEIGHT = { gantt: 400, slots: 240, kv: 300, util: 220, text: 360, detail: 340 };
+  const VIEW_TITLE = {
+    gantt: "Requests", slots: "Batch slots", kv: "KV cache — physical blocks", util: "Utilization",
+    text: "Generated text", detail: "One request's KV: logical blocks → block table → physical pool",
+  };
+  // Legends explain every color and shading used by a view.
+  const LEGENDS = {
+    gantt: [["queued", "queued (arrival → first scheduled)"], ["prefill", "prefill chunk (one bar per iteration)"],
+            ["decode", "decode"], ["preempted", "preempted"], ["recompute", "recomputed prefill"],
+            ["held", "padding: finished, still held in the batch"], ["finish", "finished"], ["abort", "aborted / error"]],
+    slots: [["prefill-cell", "prefill"], ["decode", "decode"], ["held-cell", "padding: finished row still computed"],
+            ["idle", "empty slot"]],
+    kv: [["kvfull", "tokens held (fill = tokens / block size)"], ["kvpart", "allocated, not yet written"],
+         ["reserved", "reserved, unused (static reserves prompt + max_tokens)"], ["free", "free block"]],
+    util: [["l-busy", "busy slots ÷ max batch"], ["l-budget", "tokens computed ÷ token budget"],
+           ["l-kv", "KV blocks used ÷ pool"], ["l-gpu", "GPU utilization (NVML)"], ["l-gpumem", "GPU memory used"],
+           ["l-tps", "tokens/s, prefill + decode (1 s rolling; lower band)"]],
+    text: [["decode", "border color = request (the same in every view)"]],
+    detail: [["kvfull", "tokens held"], ["kvpart", "slots allocated, empty"], ["reserved", "reserved, unused"],
+             ["free", "free"]],
+  };
+
+  // views: { timeline, status, <view name>: module with build(inst, cell, strategy) }.
+  // Returns { cols: Map(strategy -> { name, status, <view>: view state }), timeline }.
+  function build(inst, views) {
+    const body = inst.el.body, cfg = inst.cfg;
+    body.textContent = "";
+    body.style.setProperty("--ifl-cols", String(cfg.strategies.length));
+    const cols = new Map(cfg.strategies.map((n) => [n, { name: n, status: null, kv: null, text: null, detail: null }]));
+    const statusGrid = el("div", "ifl-grid ifl-status-row");
+    for (const col of cols.values()) {
+      col.status = views.status.build(col.name);
+      statusGrid.appendChild(col.status.node);
+    }
+    body.appendChild(statusGrid);
+    const out = { cols, timeline: null };
+    if (cfg.mode === "kv_detail") {
+      section(inst, cols, views, "detail");
+      if (cfg.views.includes("kv")) section(inst, cols, views, "kv");
+      return out;
+    }
+    const tviews = cfg.views.filter((v) => TIMELINE_VIEWS.includes(v));
+    if (tviews.length) out.timeline = views.timeline.build(inst, tviews);
+    for (const v of cfg.views) if (!TIMELINE_VIEWS.includes(v)) section(inst, cols, views, v);
+    return out;
+  }
+
+  function section(inst, cols, views, v) {
+    const sec = el("section", `ifl-section ifl-sec-${v}`);
+    sec.appendChild(sectionHead(v));
+    const grid = el("div", "ifl-grid ifl-view-grid");
+    if (inst.cfg.height) sec.style.flex = `${VIEW_HEIGHT[v]} 1 ${Math.round(40 * inst.scale)}px`;
+    else if (v !== "detail") grid.style.height = `${Math.round(VIEW_HEIGHT[v] * (inst.cfg.large ? 1.15 : 1))}px`;
+    for (const col of cols.values()) {
+      const cell = el("div", `ifl-cell ifl-cell-${v}`);
+      grid.appendChild(cell);
+      col[v] = views[v].build(inst, cell, col.name);
+    }
+    sec.appendChild(grid);
+    inst.el.body.appendChild(sec);
+  }
+
+  function sectionHead(v) {
+    const head = el("div", "ifl-section-head");
+    head.append(el("div", "ifl-title", VIEW_TITLE[v]), legend(v));
+    return head;
+  }
+
+  function legend(v) {
+    const box = el("div", "ifl-legend");
+    if (v === "gantt" || v === "slots" || v === "kv") {
+      const chips = el("span", "ifl-legend-item ifl-legend-palette");
+      for (const c of PALETTE.slice(0, 5)) {
+        const sw = el("span", "ifl-sw ifl-sw-dot");
+        sw.style.background = c;
+        chips.appendChild(sw);
+      }
+      chips.appendChild(el("span", null, "request"));
+      box.appendChild(chips);
+    }
+    for (const [kind, label] of LEGENDS[v] || []) {
+      const item = el("span", kind.startsWith("l-gpu") ? "ifl-legend-item ifl-legend-gpu" : "ifl-legend-item");
+      item.append(el("span", `ifl-sw ifl-sw-${kind}`), el("span", null, label));
+      box.appendChild(item);
+    }
+    return box;
+  }
+
+  return { VIEW_HEIGHT, build, sectionHead };
+})();

@@ -1,0 +1,114 @@
+// Timeline band: batch slots. Slot x iteration: each cell is the request in that batch slot in that
+// iteration, shaded by phase (prefill light, decode full, padding hatched grey); runs of the same request
+// and phase are drawn as one rectangle. On the time axis an iteration spans [t_start, t_end]; idle time
+// stays empty.
+
+const Slots = (() => {
+  const { C, fmt, mix, reqColor, hatchPattern } = Common;
+  const { KIND, maxBatch } = LiveState;
+
+  // Columns of the grid, as edges: one column per iteration; on the time axis idle time between
+  // iterations (e.g. a static batch filling up) is an empty column, so both strategies align in time.
+  function slotColumns(S, fc, range, pxPerX) {
+    const cols = [], edges = [];
+    if (fc.axis !== "time") {
+      for (const st of S.steps) {
+        if (st.it < range[0] - 1 || st.it > range[1] + 1) continue;
+        if (cols.length && st.it !== cols[cols.length - 1].it + 1) {
+          cols.push(null);
+          edges.push(st.it - 0.5);
+        }
+        if (!edges.length) edges.push(st.it - 0.5);
+        cols.push(st);
+        edges.push(st.it + 0.5);
+      }
+      return { cols, edges };
+    }
+    const minGap = 1.5 / Math.max(pxPerX, 1e-9);  // gaps under ~1.5 px are not drawn
+    for (const st of S.steps) {
+      if (st.t1 < range[0] || st.t0 > range[1]) continue;
+      if (!edges.length) edges.push(st.t0);
+      else if (st.t0 - edges[edges.length - 1] > minGap) {
+        cols.push(null);
+        edges.push(st.t0);
+      } else edges[edges.length - 1] = st.t0;
+      cols.push(st);
+      edges.push(Math.max(st.t1, edges[edges.length - 1] + 1e-6));
+    }
+    return { cols, edges };
+  }
+
+  function cellFill(kind, color) {
+    return kind === KIND.held ? mix(C.held, color, 0.25) : kind === KIND.decode ? color : mix(color, C.white, 0.5);
+  }
+
+  function draw(ctx, inst, S, fc, X, band) {
+    const range = [X.invert(band.x), X.invert(band.x + band.w)];
+    const { cols, edges } = slotColumns(S, fc, range, band.w / Math.max(range[1] - range[0], 1e-9));
+    let nSlots = maxBatch(S, inst.service && inst.service.config) || 1;
+    for (const st of cols) if (st) for (const c of st.cells) nSlots = Math.max(nSlots, c.slot + 1);
+    const slotH = band.h / nSlots, gapY = slotH > 8 ? 1.5 : 0;
+    const Y = (s) => band.y + band.h - (s + 1) * slotH;
+    const px = edges.map((e) => Math.round(X(e)));
+    ctx.fillStyle = C.idle;  // iterations that ran: empty slots first
+    cols.forEach((st, j) => {
+      if (!st) return;
+      ctx.fillRect(px[j], band.y, Math.max(px[j + 1] - px[j], 1), band.h);
+      band.cols.push({ xa: px[j], xb: Math.max(px[j + 1], px[j] + 1), st });
+    });
+    for (let s = 0; s < nSlots; s++) {  // then runs of one request and phase per slot
+      let run = null;
+      const flush = () => {
+        if (run) drawCellRun(ctx, inst, run, Y(s) + gapY / 2, slotH - gapY);
+        run = null;
+      };
+      cols.forEach((st, j) => {
+        const cell = st && st.bySlot[s];
+        if (!cell) return flush();
+        if (run && run.rid === cell.rid && run.kind === cell.kind && run.xb === px[j]) run.xb = Math.max(px[j + 1], px[j] + 1);
+        else {
+          flush();
+          run = { rid: cell.rid, kind: cell.kind, xa: px[j], xb: Math.max(px[j + 1], px[j] + 1) };
+        }
+      });
+      flush();
+    }
+    band.slotH = slotH;
+    const dtick = nSlots > 12 ? 2 : 1;
+    band.yticks = [];
+    for (let s = 0; s < nSlots; s += dtick) band.yticks.push({ y: Y(s) + slotH / 2, label: String(s) });
+    band.ytitle = "slot";
+  }
+
+  function drawCellRun(ctx, inst, run, y, h) {
+    const color = reqColor(run.rid);
+    ctx.globalAlpha = inst.sel != null && run.rid !== inst.sel ? 0.25 : 1;
+    ctx.fillStyle = cellFill(run.kind, color);
+    ctx.fillRect(run.xa, y, run.xb - run.xa, h);
+    if (run.kind === KIND.held) {
+      ctx.fillStyle = hatchPattern(ctx, mix(C.heldDim, color, 0.12), inst.scale);
+      ctx.fillRect(run.xa, y, run.xb - run.xa, h);
+    }
+    ctx.globalAlpha = 1;
+  }
+
+  function cellTip(cell, st) {
+    const what = cell.kind === KIND.held ? "padding (finished, still in the batch)" : cell.kind;
+    const toks = cell.real ? `${cell.real} tok` : "";
+    const pad = cell.pad ? `${toks ? " + " : ""}${cell.pad} pad` : "";
+    return [`#${cell.rid} · slot ${cell.slot} · ${what}`, `${toks}${pad} · context ${cell.ctx}`,
+            `iteration ${st.it} (engine step ${st.step}) · ${fmt(1000 * (st.t1 - st.t0), 1)} ms`];
+  }
+
+  // The cell under (x, y): { rid, tip: [lines], color } or null.
+  function hit(inst, band, x, y) {
+    const c = band.cols.find((k) => x >= k.xa && x < k.xb);
+    if (!c) return null;
+    const slot = Math.floor((band.y + band.h - y) / band.slotH);
+    const cell = c.st.bySlot[slot];
+    if (!cell) return { rid: null, tip: [`slot ${slot} · empty`, `iteration ${c.st.it}`], color: C.muted };
+    return { rid: cell.rid, tip: cellTip(cell, c.st), color: reqColor(cell.rid) };
+  }
+
+  return { draw, hit };
+})();

@@ -1,0 +1,357 @@
+// The event reducer: folds /engine/ws events into per-strategy state the views draw from.
+// Pure data (no DOM, no socket): it loads in node on its own for the tests (tests/js/).
+//
+// Per strategy: a bounded list of step summaries, the requests (with Gantt segments and text), and the
+// latest KV snapshot. Events are folded in as they arrive; nothing is kept raw.
+
+const LiveState = (() => {
+  const MAX_STEPS = 300;        // iterations kept per strategy (slots grid, utilization)
+  const MAX_REQS = 160;         // requests kept per strategy; finished ones past the window go first
+  const MAX_SEGS = 64;          // segments kept per request before old ones are trimmed
+  const RATE_WINDOW_S = 1.0;    // tokens/s: rolling window over step events
+  const MAX_GPU_SAMPLES = 600;  // NVML samples kept (5 min at the monitor's 2 per second)
+  // What a request is doing, per segment and overall (views shade by these).
+  const KIND = { queued: "queued", prefill: "prefill", recompute: "recompute", decode: "decode", held: "held",
+                 preempted: "preempted", finished: "finished" };
+
+  // contract: Contract.fromWire(...) (the step entry layout and phase names).
+  function newState(strategies, contract) {
+    return { contract, by: new Map(strategies.map((s) => [s, newStrategy(s)])), coalesced: 0, latestT: null,
+             progress: null, gpu: [], gpuRev: 0 };
+  }
+
+  function newStrategy(name) {
+    return { name, steps: [], reqs: new Map(), kv: null, kvRev: 0, rev: 0, textRev: 0, lastIt: -1, lastT: null,
+             lastStepMs: null, lastEvent: null, gapPending: false };
+  }
+
+  function newRequest(rid) {
+    return { rid, tag: null, prompt: null, nPrompt: null, maxTokens: null, arrival: null, state: KIND.queued,
+             segs: [], open: null, text: "", textRev: 0, nOut: 0, preemptions: 0, finishT: null, finishX: null,
+             reason: null, error: null, done: false, lost: false, endT: null, lastIt: null, lastKind: null, ctx: 0 };
+  }
+
+  // One "events" message ({skipped, events}). clearAfter: events older than this (service seconds) are
+  // ignored. Returns { changed, status }: status is the last status event's name (the caller refreshes
+  // the service status on it), or null.
+  function applyBatch(st, msg, clearAfter = -Infinity) {
+    let changed = false, status = null;
+    if (msg.skipped > 0) {  // the hub dropped events before we saw them
+      st.coalesced += msg.skipped;
+      for (const S of st.by.values()) S.gapPending = true;
+      changed = true;
+    }
+    for (const ev of msg.events || []) {
+      if (!ingest(st, ev, clearAfter)) continue;
+      changed = true;
+      if (ev.type === "status") status = ev.event;
+    }
+    if (changed) for (const S of st.by.values()) prune(S);
+    return { changed, status };
+  }
+
+  function eventTime(ev) {
+    if (ev.type === "step") return ev.t_start;
+    if (ev.type === "request") return ev.arrival_s;
+    if (ev.type === "finished") return ev.finish_s ?? ev.arrival_s;
+    return typeof ev.t === "number" ? ev.t : null;
+  }
+
+  // Fold one event into the state; returns true if something visible changed.
+  function ingest(st, ev, clearAfter = -Infinity) {
+    const t = eventTime(ev);
+    if (t != null && t < clearAfter) return false;
+    if (ev.type === "status") return ingestStatus(st, ev);
+    if (ev.type === "gpu") return ingestGpu(st, ev);
+    const S = st.by.get(ev.strategy);
+    if (!S) return false;
+    if (ev.type === "step") onStep(st.contract, S, ev);
+    else if (ev.type === "request") onRequest(S, ev);
+    else if (ev.type === "finished") onFinished(S, ev);
+    else return false;
+    const tEnd = ev.type === "step" ? ev.t_end : t;
+    if (tEnd != null) st.latestT = st.latestT == null ? tEnd : Math.max(st.latestT, tEnd);
+    S.rev++;
+    return true;
+  }
+
+  function requestRecord(S, rid) {
+    let R = S.reqs.get(rid);
+    if (!R) S.reqs.set(rid, (R = newRequest(rid)));
+    return R;
+  }
+
+  function promptText(ev) {
+    if (typeof ev.prompt === "string") return ev.prompt;
+    if (Array.isArray(ev.messages)) {
+      const users = ev.messages.filter((m) => m && m.role === "user");
+      const m = users[users.length - 1] || ev.messages[ev.messages.length - 1];
+      if (m) return typeof m.content === "string" ? m.content : JSON.stringify(m.content);
+    }
+    if (Array.isArray(ev.prompt)) return `[${ev.prompt.length} token ids]`;
+    return null;
+  }
+
+  function onRequest(S, ev) {
+    const R = requestRecord(S, ev.request_id);
+    R.tag = ev.tag ?? null;
+    R.prompt = promptText(ev);
+    R.nPrompt = ev.num_prompt_tokens ?? R.nPrompt;
+    R.maxTokens = ev.max_tokens ?? R.maxTokens;
+    R.arrival = ev.arrival_s;
+    R.endT = Math.max(R.endT ?? -Infinity, ev.arrival_s);
+    // Waiting from arrival until first scheduled: an open segment, closed by the first step.
+    if (!R.segs.length && !R.done && !R.open) R.open = { kind: KIND.queued, t0: ev.arrival_s, x0: S.lastIt + 0.5 };
+  }
+
+  // Entries of one step grouped per request: static rows carry a prefill entry plus a padding entry.
+  function groupEntries(contract, entries) {
+    const E = contract.entry, P = contract.phase;
+    const by = new Map();
+    for (const e of entries || []) {
+      const rid = e[E.rid], phase = e[E.phase], tokens = e[E.tokens], ctx = e[E.ctx];
+      let g = by.get(rid);
+      if (!g) by.set(rid, (g = { rid, real: 0, pad: 0, prefill: false, decode: false, slot: e[E.slot], ctx }));
+      if (phase === P.padding) g.pad += tokens;
+      else {
+        g.real += tokens;
+        if (phase === P.prefill) g.prefill = true;
+        if (phase === P.decode) g.decode = true;
+      }
+      g.ctx = Math.max(g.ctx, ctx);
+    }
+    return by;
+  }
+
+  function segmentKind(R, g) {
+    if (g.decode) return KIND.decode;
+    if (g.prefill) return R.preemptions > 0 ? KIND.recompute : KIND.prefill;
+    return KIND.held;  // padding only: a finished row that still occupies its slot (static)
+  }
+
+  function onStep(contract, S, ev) {
+    const it = S.lastIt + 1;  // published iterations, consecutive (empty polling steps are not published)
+    const t0 = ev.t_start, t1 = ev.t_end;
+    for (const rid of ev.preempted || []) preempt(S, rid, t0, it);
+    const groups = groupEntries(contract, ev.entries);
+    const cells = [], bySlot = [];
+    let real = 0, pad = 0, busy = 0;
+    for (const g of groups.values()) {
+      const kind = scheduled(S, g, it, ev);
+      real += g.real;
+      pad += g.pad;
+      if (g.real > 0) busy++;
+      const cell = { rid: g.rid, slot: g.slot, kind, real: g.real, pad: g.pad, ctx: g.ctx };
+      cells.push(cell);
+      if (g.slot >= 0) bySlot[g.slot] = cell;
+    }
+    for (const rid of ev.finished || []) markFinished(S, rid, t1, it + 0.5);
+    for (const rid of Object.keys(ev.sampled || {})) requestRecord(S, +rid).nOut++;
+    for (const [rid, text] of Object.entries(ev.deltas || {})) appendText(S, +rid, text);
+    const kv = ev.kv || {};
+    const summary = { it, step: ev.step, t0, t1, cells, bySlot, real, pad, busy, rows: groups.size,
+                      used: ev.tokens_used, budget: ev.token_budget, kvUsed: kv.used, kvBlocks: kv.num_blocks,
+                      waiting: ev.num_waiting, running: ev.num_running, tps: 0 };
+    summary.tps = rollingRate(S.steps, summary);
+    S.steps.push(summary);
+    if (S.steps.length > MAX_STEPS) S.steps.splice(0, S.steps.length - MAX_STEPS);
+    if (ev.kv) {
+      S.kv = ev.kv;
+      S.kvRev++;
+    }
+    S.lastIt = it;
+    S.lastT = t1;
+    S.lastStepMs = 1000 * (t1 - t0);
+    reconcile(S, ev, groups);
+  }
+
+  // A request's row in this step: extend its bar, bring it back if it was only thought lost.
+  function scheduled(S, g, it, ev) {
+    const R = requestRecord(S, g.rid);
+    const kind = segmentKind(R, g);
+    closeOpen(R, ev.t_start, it - 0.5);
+    addSegment(R, kind, ev.t_start, ev.t_end, it, ev.step);
+    if (R.lost && kind !== KIND.held) {  // it was only preempted, not finished: back to live
+      R.lost = R.done = false;
+      R.state = kind;
+      R.reason = null;
+    }
+    R.lastKind = kind;
+    R.lastIt = it;
+    R.ctx = g.ctx;
+    R.endT = ev.t_end;
+    if (R.state !== KIND.finished) R.state = kind;
+    return kind;
+  }
+
+  // Every running request is in each step (scheduled, or holding KV); a finished one has had its
+  // "finished" event by the next step. A request that is neither was ended by events we never saw
+  // (coalesced): end it as lost. After a gap, only the newest num_waiting waiting requests still wait.
+  function reconcile(S, ev, groups) {
+    const holders = new Set(Object.keys((ev.kv && ev.kv.block_tables) || {}).map(Number));
+    const waiting = [];
+    for (const R of S.reqs.values()) {
+      if (R.done) continue;
+      if (R.open) waiting.push(R);
+      else if (!holders.has(R.rid) && !groups.has(R.rid)) markLost(S, R, ev.t_start);
+      else if (R.lastKind === KIND.held) markLost(S, R, ev.t_start);  // padding only: it finished unseen
+    }
+    if (!S.gapPending) return;
+    S.gapPending = false;
+    waiting.sort((a, b) => b.rid - a.rid);
+    waiting.slice(Math.max(0, ev.num_waiting ?? waiting.length)).forEach((R) => markLost(S, R, ev.t_start));
+  }
+
+  function markLost(S, R, t) {
+    closeOpen(R, t, S.lastIt + 0.5);
+    R.state = KIND.finished;
+    R.done = true;
+    R.lost = true;
+    R.reason = R.reason ?? "unknown (events coalesced)";  // no finish marker: its time is unknown
+  }
+
+  // Decode and held runs over consecutive iterations merge into one bar; each prefill chunk is its own.
+  function addSegment(R, kind, t0, t1, it, step) {
+    const last = R.segs[R.segs.length - 1];
+    const merge = last && last.kind === kind && (kind === KIND.decode || kind === KIND.held) && last.it1 === it - 1;
+    if (merge) {
+      last.t1 = t1;
+      last.it1 = it;
+      last.x1 = it + 0.5;
+      last.step1 = step;
+      last.n++;
+    } else {
+      R.segs.push(segment(kind, t0, t1, it - 0.5, it + 0.5, it, it, step, 1));
+      if (R.segs.length > MAX_SEGS) R.segs.splice(0, R.segs.length - MAX_SEGS);
+    }
+  }
+
+  // A bar: times, x positions on the iteration axis, the iterations and engine steps it covers
+  // (null for a wait), and how many iterations it merges.
+  function segment(kind, t0, t1, x0, x1, it0, it1, step, n) {
+    return { kind, t0, t1, x0, x1, it0, it1, step0: step, step1: step, n };
+  }
+
+  function closeOpen(R, t, x) {
+    if (!R.open) return;
+    R.segs.push(segment(R.open.kind, R.open.t0, t, R.open.x0, x, null, null, null, 0));
+    R.open = null;
+  }
+
+  function preempt(S, rid, t, it) {
+    const R = requestRecord(S, rid);
+    R.preemptions++;
+    R.state = KIND.preempted;
+    R.open = { kind: KIND.preempted, t0: t, x0: it - 0.5 };
+  }
+
+  function markFinished(S, rid, t, x) {
+    const R = requestRecord(S, rid);
+    R.state = KIND.finished;
+    if (R.finishT == null) {
+      R.finishT = t;
+      R.finishX = x;
+    }
+  }
+
+  function onFinished(S, ev) {
+    const R = requestRecord(S, ev.request_id);
+    R.reason = ev.finish_reason ?? null;
+    R.error = ev.error ?? null;
+    if (R.nPrompt == null) R.nPrompt = ev.num_prompt_tokens ?? null;
+    if (typeof ev.num_output_tokens === "number") R.nOut = ev.num_output_tokens;
+    if (R.arrival == null && ev.arrival_s != null) R.arrival = ev.arrival_s;
+    if (typeof ev.text === "string") R.text = ev.text;  // authoritative (covers deltas lost to coalescing)
+    R.textRev++;
+    S.textRev++;
+    const t = ev.finish_s ?? S.lastT;
+    closeOpen(R, t, S.lastIt + 0.5);  // aborted while queued or preempted
+    if (R.finishT == null) {
+      R.finishT = t;
+      R.finishX = S.lastIt + 0.5;
+    }
+    R.state = KIND.finished;
+    R.done = true;
+    R.lost = false;
+    R.endT = Math.max(R.endT ?? -Infinity, t ?? -Infinity);
+  }
+
+  function appendText(S, rid, text) {
+    if (!text) return;
+    const R = requestRecord(S, rid);
+    R.text += text;
+    R.textRev++;
+    S.textRev++;
+  }
+
+  // Real (prefill + decode) tokens per second over the last RATE_WINDOW_S of step events.
+  function rollingRate(steps, cur) {
+    const from = cur.t1 - RATE_WINDOW_S;
+    let tokens = cur.real, start = cur.t0;
+    for (let k = steps.length - 1; k >= 0 && steps[k].t1 > from; k--) {
+      tokens += steps[k].real;
+      start = steps[k].t0;
+    }
+    const span = cur.t1 - Math.max(from, start);
+    return span > 1e-6 ? tokens / span : 0;
+  }
+
+  // Flat memory: drop finished requests that ended before the retained window, then cap the count.
+  function prune(S) {
+    const oldest = S.steps.length ? S.steps[0].t0 : -Infinity;
+    for (const [rid, R] of S.reqs) {
+      if (R.done && (R.endT ?? -Infinity) < oldest) S.reqs.delete(rid);
+    }
+    if (S.reqs.size <= MAX_REQS) return;
+    const ids = [...S.reqs.keys()].sort((a, b) => a - b);
+    for (const rid of ids) {  // oldest finished first, then oldest of all
+      if (S.reqs.size <= MAX_REQS) return;
+      if (S.reqs.get(rid).done) S.reqs.delete(rid);
+    }
+    for (const rid of ids) {
+      if (S.reqs.size <= MAX_REQS * 4) return;
+      S.reqs.delete(rid);
+    }
+  }
+
+  // NVML samples of the device the engines share (only on a GPU).
+  function ingestGpu(st, ev) {
+    st.gpu.push({ t: ev.t, util: ev.util_pct, mem: ev.mem_total_mb ? (100 * ev.mem_used_mb) / ev.mem_total_mb : 0,
+                  usedMb: ev.mem_used_mb, totalMb: ev.mem_total_mb });
+    if (st.gpu.length > MAX_GPU_SAMPLES) st.gpu.splice(0, st.gpu.length - MAX_GPU_SAMPLES);
+    st.gpuRev++;
+    return true;
+  }
+
+  function ingestStatus(st, ev) {
+    if (ev.event === "progress") {
+      st.progress = { message: String(ev.message ?? ""), t: ev.t };
+      return true;
+    }
+    const S = ev.strategy ? st.by.get(ev.strategy) : null;
+    if (S) S.lastEvent = { event: ev.event, error: ev.error ?? null };
+    return true;
+  }
+
+  /* ---- queries the views share ---- */
+
+  function hasOpenWork(st) {
+    for (const S of st.by.values()) {
+      for (const R of S.reqs.values()) if (R.open || !R.done) return true;
+    }
+    return false;
+  }
+
+  // The engine's batch limit. The service status reports the configured value; if the engine kept an
+  // older config (a failed reconfigure), the rows it really ran are the better bound.
+  function maxBatch(S, config) {
+    const configured = config ? (S.name === "continuous" ? config.max_num_seqs : config.static_batch_size) : 0;
+    let seen = 0;
+    for (const st of S.steps) seen = Math.max(seen, st.rows);
+    return Math.max(configured || 0, seen) || null;
+  }
+
+  return { KIND, newState, applyBatch, hasOpenWork, maxBatch };
+})();
+
+if (typeof module !== "undefined") module.exports = LiveState;

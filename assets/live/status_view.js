@@ -1,0 +1,85 @@
+// The status line above each strategy's column, and the badges and banner at the top.
+
+const StatusView = (() => {
+  const { el, setText, fmt } = Common;
+  const { KIND, maxBatch } = LiveState;
+
+  function build(name) {
+    const node = el("div", "ifl-status");
+    const pill = el("span", "ifl-pill", "…");
+    const facts = el("span", "ifl-facts", "");
+    node.append(el("span", "ifl-sname", name), pill, facts);
+    return { node, pill, facts, sig: "" };
+  }
+
+  function pillOf(svc, eng) {
+    if (svc && eng === undefined) return ["not running", "err"];
+    if (eng && eng.error) return ["load error", "err"];
+    if (eng && eng.reconfiguring) return ["restarting", "wait"];
+    if (eng && !eng.ready) return ["loading model", "wait"];
+    if (svc && svc.paused) return ["paused", "pause"];
+    if (eng) return ["ready", "ok"];
+    return ["connecting", "wait"];
+  }
+
+  function draw(inst, S, view) {
+    const svc = inst.service;
+    const eng = svc && svc.engines ? svc.engines[S.name] : undefined;
+    const queue = [...S.reqs.values()].filter((R) => R.state === KIND.queued || R.state === KIND.preempted).length;
+    const [pill, cls] = pillOf(svc, eng);
+    const inBatch = S.kv && S.kv.block_tables ? Object.keys(S.kv.block_tables).length : 0;  // rows holding KV
+    const limit = maxBatch(S, svc && svc.config);
+    const facts = [
+      `batch ${inBatch}${limit ? `/${limit}` : ""}`,
+      `queue ${queue}`,
+      `last step ${S.lastStepMs != null ? fmt(S.lastStepMs, 0) + " ms" : "–"}`,
+      `iteration ${Math.max(S.lastIt, 0)}`,
+    ];
+    if (svc && svc.slow_motion_s) facts.push(`slow motion ${fmt(svc.slow_motion_s, 2)} s`);
+    if (eng && eng.error) facts.push(eng.error);
+    const ev = S.lastEvent;
+    if (ev && ev.error && ev.event !== "ready" && ev.event !== "restarted") facts.push(`${ev.event.replace(/_/g, " ")}: ${ev.error}`);
+    const sig = `${pill}|${facts.join("|")}`;
+    if (view.sig === sig) return;
+    view.sig = sig;
+    setText(view.pill, pill);
+    view.pill.dataset.kind = cls;
+    setText(view.facts, facts.join("  ·  "));
+  }
+
+  function drawBadges(inst) {
+    const st = inst.state, e = inst.el;
+    setText(e.conn, inst.conn === "live" ? "● live" : inst.conn === "reconnecting" ? "reconnecting…" : "connecting…");
+    e.conn.dataset.kind = inst.conn;
+    e.follow.hidden = Object.keys(inst.zoom).length === 0;
+    setText(e.follow, "zoomed · double-click a chart to follow now");
+    const g = st && st.gpu.length ? st.gpu[st.gpu.length - 1] : null;
+    inst.root.classList.toggle("ifl-has-gpu", !!g);
+    e.gpu.hidden = !g;
+    if (g) setText(e.gpu, `GPU ${fmt(g.util, 0)}% · ${fmt(g.usedMb / 1024, 1)} / ${fmt(g.totalMb / 1024, 1)} GiB`);
+    e.note.hidden = !(st && st.coalesced > 0);
+    if (st && st.coalesced > 0) setText(e.note, `${st.coalesced.toLocaleString()} events coalesced`);
+    drawBanner(inst);
+  }
+
+  // Model download / first start: progress messages shown prominently until every engine is ready.
+  function drawBanner(inst) {
+    const svc = inst.service, st = inst.state;
+    const engines = svc && svc.engines ? Object.entries(svc.engines).filter(([n]) => inst.cfg.strategies.includes(n)) : [];
+    const failed = engines.find(([, e]) => e.error);
+    const loading = engines.some(([, e]) => !e.ready && !e.error);
+    let text = "", kind = "";
+    if (failed) {
+      text = `Engine “${failed[0]}” failed to load: ${failed[1].error}`;
+      kind = "err";
+    } else if (loading || (!svc && st && st.progress)) {
+      text = `Loading the model… ${st && st.progress ? st.progress.message : ""}`;
+      kind = "wait";
+    }
+    inst.el.banner.hidden = !text;
+    setText(inst.el.banner, text);
+    inst.el.banner.dataset.kind = kind;
+  }
+
+  return { build, draw, drawBadges };
+})();

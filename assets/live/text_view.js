@@ -1,0 +1,89 @@
+// View: the generated text, one card per request (newest first), streamed from the step deltas.
+
+const TextView = (() => {
+  const { el, setText, reqColor } = Common;
+  const { KIND } = LiveState;
+  const MAX_CARDS = 24;  // cards per strategy
+
+  function build(inst, cell) {
+    const list = el("div", "ifl-cards");
+    cell.appendChild(list);
+    return { cell, list, cards: new Map(), order: "" };
+  }
+
+  function statusLabel(R, S) {
+    if (R.lost) return "ended unseen (events coalesced)";
+    if (R.reason === "abort") return "aborted";
+    if (R.reason === "error") return "error";
+    if (R.state === KIND.finished) {
+      const held = R.lastKind === KIND.held && R.lastIt === S.lastIt && S.kv && S.kv.block_tables
+        && String(R.rid) in S.kv.block_tables;
+      return `finished${R.reason ? ` · ${R.reason}` : ""}${held ? " · still held" : ""}`;
+    }
+    return { queued: "queued", prefill: "prefill", decode: "decoding", preempted: "preempted",
+             recompute: "recomputing", held: "held" }[R.state] || R.state;
+  }
+
+  function draw(inst, S, view) {
+    const sig = `${S.rev}|${S.textRev}|${inst.sel}`;
+    if (!inst.changed(view.list, sig)) return;
+    const ids = [...S.reqs.keys()].sort((a, b) => b - a).slice(0, MAX_CARDS);
+    const keep = new Set(ids);
+    for (const [rid, card] of view.cards) {
+      if (!keep.has(rid)) {
+        card.node.remove();
+        view.cards.delete(rid);
+      }
+    }
+    const order = ids.join(",");
+    ids.forEach((rid) => {
+      const R = S.reqs.get(rid);
+      let card = view.cards.get(rid);
+      if (!card) view.cards.set(rid, (card = buildCard(inst, R)));
+      updateCard(inst, S, R, card);
+    });
+    if (order !== view.order) {  // newest first; only touch the DOM order when it changed
+      view.order = order;
+      ids.forEach((rid) => view.list.appendChild(view.cards.get(rid).node));
+    }
+    if (!ids.length && !view.list.firstChild) view.list.appendChild(el("div", "ifl-empty", "no requests yet"));
+    else if (ids.length) view.list.querySelectorAll(".ifl-empty").forEach((n) => n.remove());
+  }
+
+  function buildCard(inst, R) {
+    const node = el("div", "ifl-card");
+    const head = el("div", "ifl-card-head");
+    const chip = el("span", "ifl-chip", `#${R.rid}`);
+    chip.style.background = reqColor(R.rid);
+    const tag = el("span", "ifl-tag", "");
+    const state = el("span", "ifl-state", "");
+    const count = el("span", "ifl-count", "");
+    head.append(chip, tag, state, count);
+    const prompt = el("div", "ifl-prompt", "");
+    const out = el("div", "ifl-out", "");
+    node.append(head, prompt, out);
+    node.style.borderLeftColor = reqColor(R.rid);
+    node.onclick = () => inst.pick(R.rid);
+    return { node, tag, state, count, prompt, out, textRev: -1 };
+  }
+
+  function updateCard(inst, S, R, card) {
+    setText(card.tag, R.tag ?? "");
+    setText(card.state, statusLabel(R, S));
+    card.state.dataset.state = R.state;
+    const counts = [];
+    if (R.nPrompt != null) counts.push(`${R.nPrompt} prompt`);
+    counts.push(`${R.nOut}${R.maxTokens ? `/${R.maxTokens}` : ""} out`);
+    if (R.preemptions) counts.push(`${R.preemptions}× preempted`);
+    setText(card.count, counts.join(" · "));
+    setText(card.prompt, R.prompt ?? "");
+    if (card.textRev !== R.textRev) {
+      card.textRev = R.textRev;
+      card.out.textContent = R.text || (R.done ? (R.error ? `(${R.error})` : "(no text)") : "…");
+    }
+    card.node.classList.toggle("ifl-dim", inst.sel != null && inst.sel !== R.rid);
+    card.node.classList.toggle("ifl-sel", inst.sel === R.rid);
+  }
+
+  return { build, draw, statusLabel };
+})();

@@ -1,0 +1,157 @@
+"""The event contract: every event /engine/ws carries, defined once.
+
+Events are dataclasses whose `to_dict()` is the wire shape ({"type": ..., fields...}). The fields every
+event carries live on `Event`: adding one there (a lane, say) adds it to every event. A step entry
+travels as a list in ENTRY_FIELDS order; `wire_contract()` hands that order and the phase names to
+the browser, so no client hard-codes them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from .request import RequestOutput
+    from .telemetry import StepEvent
+
+# Phases of a scheduled row.
+PREFILL = "prefill"  # a prompt chunk, or a recompute after preemption
+DECODE = "decode"    # one new token
+PADDING = "padding"  # computed but discarded: static batching's pad tokens and finished rows still in the batch
+PHASES = (PREFILL, DECODE, PADDING)
+
+
+@dataclass
+class StepEntry:
+    """One scheduled row of a step. context_len: tokens in this request's KV cache after the step."""
+    request_id: int
+    phase: str
+    num_tokens: int
+    context_len: int
+    slot: int = -1  # static/dynamic: the row in the launched batch; continuous: position in the batch
+
+    def to_list(self) -> list:
+        return list(_entry_values(self))
+
+
+ENTRY_FIELDS = tuple(f.name for f in fields(StepEntry))  # the order of a step entry's list on the wire
+_entry_values = attrgetter(*ENTRY_FIELDS)
+
+
+@dataclass(kw_only=True)
+class Event:
+    """What every event carries besides its own fields."""
+    TYPE: ClassVar[str] = ""
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()  # own fields left off the wire while None
+    strategy: str | None = None  # the engine that sent it; None (not sent): the service as a whole
+
+    def to_dict(self) -> dict:
+        out = {"type": self.TYPE}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None or not _optional(self, f.name):
+                out[f.name] = value
+        return out
+
+    def source(self) -> dict:
+        """The common fields (who sent it), as sent."""
+        return {f.name: getattr(self, f.name) for f in fields(Event) if getattr(self, f.name) is not None}
+
+    def hub_item(self) -> dict:
+        """What the EventHub holds: the wire dict."""
+        return self.to_dict()
+
+
+def _optional(event: Event, name: str) -> bool:
+    return name in event.OPTIONAL or any(name == f.name for f in fields(Event))
+
+
+@dataclass(kw_only=True)
+class StepMessage(Event):
+    """One engine iteration plus the text it added per request (request id -> new text)."""
+    TYPE: ClassVar[str] = "step"
+    event: StepEvent
+    deltas: dict[int, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {**self.event.to_dict(), **self.source(), "deltas": {str(k): v for k, v in self.deltas.items()}}
+
+    def hub_item(self) -> dict:
+        # the hub keeps the StepEvent (Python readers use it as is); JSON is built later, once, by the
+        # readers that need it (engine.api.protocol.encode_event)
+        return {"type": self.TYPE, **self.source(), "event": self.event, "deltas": self.deltas}
+
+    @classmethod
+    def from_hub_item(cls, item: dict) -> StepMessage:
+        return cls(event=item["event"], deltas=item["deltas"], **{f.name: item.get(f.name) for f in fields(Event)})
+
+
+@dataclass(kw_only=True)
+class RequestEvent(Event):
+    """A request was accepted."""
+    TYPE: ClassVar[str] = "request"
+    request_id: int
+    tag: str
+    prompt: str | None  # None when given as token ids or chat messages
+    messages: list | None
+    num_prompt_tokens: int
+    max_tokens: int
+    arrival_s: float
+
+
+@dataclass(kw_only=True)
+class FinishedEvent(Event):
+    """A request ended (finished, aborted or failed), with its final text."""
+    TYPE: ClassVar[str] = "finished"
+    request_id: int
+    finish_reason: str
+    error: str | None
+    text: str
+    num_prompt_tokens: int
+    num_output_tokens: int
+    arrival_s: float
+    first_token_s: float | None
+    finish_s: float | None
+
+    @classmethod
+    def of(cls, out: RequestOutput) -> FinishedEvent:
+        return cls(request_id=out.request_id, finish_reason=out.finish_reason, error=out.error, text=out.text,
+                   num_prompt_tokens=len(out.prompt_token_ids), num_output_tokens=len(out.output_token_ids),
+                   arrival_s=out.arrival_s, first_token_s=out.first_token_s, finish_s=out.finish_s)
+
+
+@dataclass(kw_only=True)
+class StatusEvent(Event):
+    """Something happened to an engine or the service: ready, load_error, paused, progress, ..."""
+    TYPE: ClassVar[str] = "status"
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("t", "error", "message")
+    event: str
+    t: float | None = None
+    error: str | None = None
+    message: str | None = None
+
+
+@dataclass(kw_only=True)
+class GpuEvent(Event):
+    """One NVML sample of the device the engines share."""
+    TYPE: ClassVar[str] = "gpu"
+    t: float
+    util_pct: float
+    mem_used_mb: float
+    mem_total_mb: float
+
+
+@dataclass(kw_only=True)
+class LanesEvent(Event):
+    """The lanes now running: name -> its configuration."""
+    TYPE: ClassVar[str] = "lanes"
+    lanes: dict[str, dict[str, Any]]
+
+
+EVENTS = (StepMessage, RequestEvent, FinishedEvent, StatusEvent, GpuEvent, LanesEvent)
+
+
+def wire_contract() -> dict:
+    """What a client needs to read events without hard-coding them (the live view gets this)."""
+    return {"entry_fields": list(ENTRY_FIELDS), "phases": list(PHASES)}

@@ -1,0 +1,97 @@
+"""Record what /engine/ws sends during a short real run, for the live view's reducer test.
+
+    python tests/js/record_events.py   (from the repository root; writes tests/data/events_tiny_llama.json)
+
+A tiny random llama (tests/tiny_models.py) serves continuous and static batching with a small KV pool
+(so continuous preempts) and a small event ring. A first burst finishes before the recorder connects:
+its "oldest" replay starts with skipped (coalesced) events, as a late browser tab sees. Then the recorder
+submits text, token-id and chat prompts through the socket and aborts one mid-run.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import websockets
+
+TESTS = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(TESTS.parent), str(TESTS)]
+
+from engine import EngineConfig, SamplingParams  # noqa: E402
+from engine.api.server import create_app  # noqa: E402
+from engine.events import wire_contract  # noqa: E402
+from engine.service import EngineService  # noqa: E402
+from service_helpers import serve, wait_idle  # noqa: E402
+from tiny_models import make_tiny_model  # noqa: E402
+
+OUT = TESTS / "data" / "events_tiny_llama.json"
+STRATEGIES = ["continuous", "static"]
+
+
+def service(model_dir) -> EngineService:
+    cfg = EngineConfig(model=str(model_dir), device="cpu", dtype="float32", block_size=4, num_kv_blocks=32,
+                       max_model_len=96, max_num_seqs=6, max_num_batched_tokens=32, static_batch_size=3,
+                       static_max_wait_s=0.05)
+    svc = EngineService(cfg, strategies=STRATEGIES, hub_capacity=48)
+    svc.wait_ready(120)
+    return svc
+
+
+def early_burst(svc: EngineService) -> None:
+    for i in range(6):  # static launches full batches of 3
+        svc.submit(f"early request {i}", SamplingParams(max_tokens=6, ignore_eos=True), tag="early")
+    wait_idle(svc)
+
+
+async def record(url: str) -> list[dict]:
+    # two full static batches that fit the pool (static reserves prompt + max_tokens up front)
+    prompts = [{"prompt": "The lighthouse keeper"}, {"prompt": [5, 6, 7, 8, 9, 10, 11, 12]},
+               {"messages": [{"role": "user", "content": "<b>hi</b> story"}]},
+               {"prompt": "A long prompt " * 2}, {"prompt": "short"}, {"prompt": "the last one"}]
+    seen, open_requests = [], set()
+    async with websockets.connect(url, max_size=2**24) as ws:
+        seen.append(json.loads(await ws.recv()))  # hello
+        await ws.send(json.dumps({"cmd": "subscribe", "ref": "sub", "strategies": STRATEGIES, "from_seq": "oldest"}))
+        for i, p in enumerate(prompts):
+            params = {"max_tokens": 10 + 4 * i, "ignore_eos": True}
+            await ws.send(json.dumps({"cmd": "submit", "ref": f"r{i}", "tag": "rec", "params": params, **p}))
+        aborted = False
+        while True:
+            msg = json.loads(await asyncio.wait_for(ws.recv(), 60))  # more than enough on 2 cores
+            seen.append(msg)
+            if msg["type"] == "reply" and msg.get("cmd") == "submit":
+                open_requests |= {(msg["request_id"], s) for s in msg["strategies"]}
+            for ev in msg.get("events", []):
+                if ev["type"] == "finished":
+                    open_requests.discard((ev["request_id"], ev["strategy"]))
+                if ev["type"] == "step" and not aborted and len(open_requests) == 12 and ev["entries"]:
+                    aborted = True
+                    # the oldest: running on both engines (an aborted queued one would leave static's
+                    # second batch one short, waiting for ever)
+                    await ws.send(json.dumps({"cmd": "abort", "request_id": min(r for r, _ in open_requests)}))
+            if aborted and not open_requests:
+                return seen
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = make_tiny_model("llama", Path(tmp) / "llama")
+        svc = service(model_dir)
+        try:
+            early_burst(svc)
+            with serve(create_app(svc)) as base:
+                messages = asyncio.run(record(f"ws://{base}/engine/ws"))
+        finally:
+            svc.stop()
+    text = json.dumps({"contract": wire_contract(), "strategies": STRATEGIES, "messages": messages},
+                      separators=(",", ":"))
+    OUT.parent.mkdir(exist_ok=True)
+    OUT.write_text(text.replace(json.dumps(str(model_dir))[1:-1], "tiny-llama"))  # no machine path
+    print(f"{OUT.name}: {len(messages)} messages, {OUT.stat().st_size // 1024} KiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""The event contract (engine.events): each event's wire dict, and the contract the browser reads."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from engine.events import (ENTRY_FIELDS, EVENTS, PHASES, Event, FinishedEvent, GpuEvent, LanesEvent, RequestEvent,
+                           StatusEvent, StepEntry, StepMessage, wire_contract)
+from engine.request import RequestOutput
+from engine.telemetry import StepEvent
+
+SAMPLES = [
+    RequestEvent(request_id=3, tag="ui", prompt="hi", messages=None, num_prompt_tokens=2, max_tokens=8,
+                 arrival_s=1.5, strategy="continuous"),
+    FinishedEvent(request_id=3, finish_reason="length", error=None, text="ab", num_prompt_tokens=2,
+                  num_output_tokens=8, arrival_s=1.5, first_token_s=1.6, finish_s=2.0, strategy="static"),
+    StatusEvent(event="configure_failed", error="bad block size", strategy="continuous"),
+    StatusEvent(event="progress", message="loading", t=0.5),
+    GpuEvent(t=1.0, util_pct=73, mem_used_mb=100.0, mem_total_mb=200.0),
+    LanesEvent(lanes={"fast": {"strategy": "continuous", "block_size": 16}}),
+]
+
+
+def step_event() -> StepEvent:
+    return StepEvent(step=4, strategy="continuous", t_start=1.0, t_end=1.25,
+                     entries=[StepEntry(7, "decode", 1, 12, 0), StepEntry(8, "padding", 3, 5, 1)],
+                     num_waiting=1, num_running=2, admitted=[8], finished=[], preempted=[], tokens_used=4,
+                     token_budget=64, num_blocks=8, block_size=4, used_blocks=5,
+                     block_tables={7: [0, 1, 2], 8: [3, 4]}, kv_tokens={7: 12, 8: 5}, reserved_unused_slots=3,
+                     sampled={7: 42})
+
+
+@pytest.mark.parametrize("event", SAMPLES, ids=lambda e: f"{e.TYPE}-{getattr(e, 'event', '')}")
+def test_to_dict_round_trips_through_json(event):
+    wire = json.loads(json.dumps(event.to_dict()))
+    assert wire["type"] == event.TYPE
+    assert type(event)(**{k: v for k, v in wire.items() if k != "type"}) == event
+
+
+def test_wire_keys_are_the_ones_clients_read():
+    request, finished, failed, progress, gpu, lanes = (e.to_dict() for e in SAMPLES)
+    assert set(request) == {"type", "request_id", "tag", "prompt", "messages", "num_prompt_tokens", "max_tokens",
+                            "arrival_s", "strategy"}
+    assert set(finished) == {"type", "request_id", "finish_reason", "error", "text", "num_prompt_tokens",
+                             "num_output_tokens", "arrival_s", "first_token_s", "finish_s", "strategy"}
+    assert failed == {"type": "status", "event": "configure_failed", "error": "bad block size",
+                      "strategy": "continuous"}
+    # service-wide events name no strategy: every subscriber gets them
+    assert progress == {"type": "status", "event": "progress", "message": "loading", "t": 0.5}
+    assert gpu == {"type": "gpu", "t": 1.0, "util_pct": 73, "mem_used_mb": 100.0, "mem_total_mb": 200.0}
+    assert lanes == {"type": "lanes", "lanes": {"fast": {"strategy": "continuous", "block_size": 16}}}
+
+
+def test_step_message_is_the_step_event_plus_text_deltas():
+    msg = StepMessage(event=step_event(), deltas={7: "x"}, strategy="continuous")
+    wire = json.loads(json.dumps(msg.to_dict()))
+    assert wire["type"] == "step" and wire["strategy"] == "continuous" and wire["deltas"] == {"7": "x"}
+    assert wire["entries"] == [[7, "decode", 1, 12, 0], [8, "padding", 3, 5, 1]]
+    entry = dict(zip(ENTRY_FIELDS, wire["entries"][1]))
+    assert entry == {"request_id": 8, "phase": "padding", "num_tokens": 3, "context_len": 5, "slot": 1}
+    assert wire["kv"]["block_tables"] == {"7": [0, 1, 2], "8": [3, 4]} and wire["kv"]["reserved_unused_slots"] == 3
+    # the hub keeps the StepEvent; JSON is built by the readers that need it
+    item = msg.hub_item()
+    assert item["type"] == "step" and item["strategy"] == "continuous" and item["event"] is msg.event
+    assert StepMessage.from_hub_item(item) == msg
+
+
+def test_finished_event_of_an_output():
+    out = RequestOutput(request_id=5, prompt_token_ids=[1, 2, 3], output_token_ids=[4, 5], text="de",
+                        finish_reason="stop", arrival_s=1.0, first_token_s=1.1, finish_s=1.2)
+    ev = FinishedEvent.of(out)
+    assert (ev.request_id, ev.num_prompt_tokens, ev.num_output_tokens, ev.text, ev.finish_reason) == (5, 3, 2, "de",
+                                                                                                   "stop")
+
+
+def test_every_event_carries_the_common_fields():
+    common = {f.name for f in dataclasses.fields(Event)}
+    for cls in EVENTS:
+        assert common <= {f.name for f in dataclasses.fields(cls)}, cls
+
+
+def test_wire_contract_names_entry_fields_and_phases():
+    c = json.loads(json.dumps(wire_contract()))
+    assert c["entry_fields"] == list(ENTRY_FIELDS) == [f.name for f in dataclasses.fields(StepEntry)]
+    assert c["phases"] == list(PHASES) == ["prefill", "decode", "padding"]
+    assert {e.TYPE for e in EVENTS} == {"step", "request", "finished", "status", "gpu", "lanes"}
