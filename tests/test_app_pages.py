@@ -84,7 +84,7 @@ def test_engine_settings_apply_through_service(svc):
 
 
 def test_metric_cards_computed_from_events(svc):
-    hs = svc.submit([5, 6, 7], None, strategies=["continuous"])
+    hs = svc.submit([5, 6, 7], None, lanes=["continuous"])
     hs[0].result(30)
     at = app("playground.py")
     cards = "".join(m.value for m in at.markdown)

@@ -17,7 +17,7 @@ class KVStats:
         self.cursor = batch.cursor
         for _, item in batch.events:
             if item["type"] == "step":
-                self.latest[item["strategy"]] = item["event"]
+                self.latest[item["lane"]] = item["event"]
             elif item["type"] == "request":
                 self.max_total[item["request_id"]] = item["num_prompt_tokens"] + item["max_tokens"]
                 while len(self.max_total) > KEEP_REQUESTS:

@@ -6,6 +6,7 @@ import dataclasses
 import streamlit as st
 
 from engine.config import DEFAULT_MODEL
+from engine.service import strategy_lanes
 
 VIEWS = {"Continuous": ["continuous"], "Static": ["static"], "Dynamic": ["dynamic"]}
 BASELINES = ("static", "dynamic")
@@ -34,7 +35,7 @@ def current_view(strategies: list[str]) -> tuple[str, str]:
 
 def _apply_view(svc) -> None:
     try:
-        svc.configure(strategies=strategies_for(st.session_state.view, st.session_state.baseline))
+        svc.set_lanes(strategy_lanes(svc.cfg, strategies_for(st.session_state.view, st.session_state.baseline)))
     except ValueError as e:
         st.session_state.view_error = str(e)
 
