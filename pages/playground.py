@@ -67,8 +67,9 @@ with st.container(border=True):
         mean = st.slider("Output length (tokens): mean", 8, 256, 64, key="lg_mean")
         spread = st.slider("± spread", 0, 248, 48, key="lg_spread")
         gen = loadgen.running()
-        label = f"⏹ Stop generator ({gen.submitted} sent)" if gen else "▶ Start generator"
-        if st.button(label, width="stretch", type="primary" if gen else "secondary", disabled=not client.presenter):
+        label = f"Stop generator ({gen.submitted} sent)" if gen else "Start generator"
+        if st.button(label, icon=":material/stop:" if gen else ":material/play_arrow:", width="stretch",
+                     type="primary" if gen else "secondary", disabled=not client.presenter):
             if gen:
                 loadgen.stop()
             else:
