@@ -36,6 +36,7 @@ function createInstance(root, owner) {
     observe: (node) => { inst.resizeObs.observe(node); inst.viewObs.observe(node); },
     observeSize: (node) => inst.resizeObs.observe(node),
     pick: (rid) => pick(inst, rid),
+    laneConfig: (name) => laneConfig(inst, name),
     serviceClock: () => (inst.clockOffset != null ? Common.perfNow() + inst.clockOffset : null),
     // for the console and the browser tests
     applyEvents: (events) => applyEvents(inst, { skipped: 0, events }),
@@ -95,10 +96,10 @@ function connect(inst) {
 // (Re)build the picture from what the ring buffer still holds. Events that arrive before the
 // subscribe reply come from the old cursor and are dropped, so nothing is counted twice.
 function subscribe(inst) {
-  inst.state = LiveState.newState(inst.cfg.strategies, inst.contract);
+  inst.state = LiveState.newState(inst.cfg.lanes, inst.contract);
   inst.accepting = false;
   inst.subRef = `sub-${++inst.refSeq}`;
-  inst.socket.send({ cmd: "subscribe", ref: inst.subRef, strategies: inst.cfg.strategies, requests: null, kv: true,
+  inst.socket.send({ cmd: "subscribe", ref: inst.subRef, lanes: inst.cfg.lanes, requests: null, kv: true,
                      from_seq: "oldest" });
   inst.markDirty();
 }
@@ -139,22 +140,32 @@ function applyServiceStatus(inst, status) {
   if (!status || typeof status !== "object") return;
   inst.service = status;
   if (typeof status.t === "number") inst.clockOffset = status.t - Common.perfNow();
-  const c = status.config || {};
-  const limits = `${c.max_num_seqs}|${c.static_batch_size}`;  // what the charts depend on
+  const limits = inst.cfg.lanes.map((n) => {  // what the charts depend on
+    const c = laneConfig(inst, n) || {};
+    return `${c.strategy}|${c.max_num_seqs}|${c.static_batch_size}`;
+  }).join(",");
   if (limits !== inst.limits) {
     inst.limits = limits;
     inst.statusRev++;
   }
 }
 
+// The settings a lane runs, from the latest service status (null before the first one).
+function laneConfig(inst, name) {
+  const eng = inst.service && inst.service.engines ? inst.service.engines[name] : null;
+  return eng && eng.config ? eng.config : null;
+}
+
 /* ---- configuration ---- */
 
 function normalizeConfig(d) {
   d = d || {};
-  const strategies = Array.isArray(d.strategies) && d.strategies.length ? d.strategies.map(String) : ["continuous"];
+  const lanes = Array.isArray(d.lanes) && d.lanes.length ? d.lanes.map(String) : ["continuous"];
   const views = (Array.isArray(d.views) ? d.views : VIEW_NAMES).filter((v) => VIEW_NAMES.includes(v));
+  const headers = {};  // lane -> labels of how it differs from the other lane (shown as text)
+  for (const n of lanes) headers[n] = Array.isArray(d.headers && d.headers[n]) ? d.headers[n].map(String) : [];
   return {
-    strategies, views,
+    lanes, headers, views,
     axis: d.axis === "iterations" ? "iterations" : "time",
     large: !!d.large_text,
     clearAfter: typeof d.clear_after_s === "number" ? d.clear_after_s : null,
@@ -176,13 +187,14 @@ function applyConfig(inst, cfg) {
     inst.sel = cfg.selected;
   }
   if (prev && prev.axis !== cfg.axis) inst.zoom = {};
-  const layoutChanged = !prev || prev.mode !== cfg.mode || !same(prev.strategies, cfg.strategies)
+  const layoutChanged = !prev || prev.mode !== cfg.mode || !same(prev.lanes, cfg.lanes)
+    || JSON.stringify(prev.headers) !== JSON.stringify(cfg.headers)
     || !same(prev.views, cfg.views) || prev.large !== cfg.large || prev.height !== cfg.height;
-  const resetNeeded = !prev || !same(prev.strategies, cfg.strategies) || prev.clearAfter !== cfg.clearAfter;
+  const resetNeeded = !prev || !same(prev.lanes, cfg.lanes) || prev.clearAfter !== cfg.clearAfter;
   if (layoutChanged) Object.assign(inst, Layout.build(inst, VIEWS));
   if (resetNeeded) {
     if (inst.socket && inst.socket.isOpen()) subscribe(inst);
-    else inst.state = LiveState.newState(cfg.strategies, inst.contract);
+    else inst.state = LiveState.newState(cfg.lanes, inst.contract);
   }
   if (!inst.socket) connect(inst);
   inst.markDirty();
