@@ -59,7 +59,7 @@ class LiveMetrics:
             self.add(item)
 
     def add(self, item: dict) -> None:
-        kind, strategy = item["type"], item.get("strategy")
+        kind, strategy = item["type"], item.get("lane")
         if strategy is None or kind not in ("step", "request", "finished"):
             return
         w = self.windows.setdefault(strategy, _StrategyWindow())
