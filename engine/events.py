@@ -1,7 +1,7 @@
 """The event contract: every event /engine/ws carries, defined once.
 
 Events are dataclasses whose `to_dict()` is the wire shape ({"type": ..., fields...}). The fields every
-event carries live on `Event`: adding one there (a lane, say) adds it to every event. A step entry
+event carries (lane, strategy) live on `Event`: adding one there adds it to every event. A step entry
 travels as a list in ENTRY_FIELDS order; `wire_contract()` hands that order and the phase names to
 the browser, so no client hard-codes them.
 """
@@ -44,7 +44,8 @@ class Event:
     """What every event carries besides its own fields."""
     TYPE: ClassVar[str] = ""
     OPTIONAL: ClassVar[tuple[str, ...]] = ()  # own fields left off the wire while None
-    strategy: str | None = None  # the engine that sent it; None (not sent): the service as a whole
+    lane: str | None = None      # the lane that sent it; None (not sent): the service as a whole
+    strategy: str | None = None  # that lane's batching strategy
 
     def to_dict(self) -> dict:
         out = {"type": self.TYPE}

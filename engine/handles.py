@@ -1,4 +1,4 @@
-"""RequestHandle: one submitted request on one strategy, as its caller sees it."""
+"""RequestHandle: one submitted request on one lane, as its caller sees it."""
 from __future__ import annotations
 
 import queue
@@ -14,8 +14,8 @@ class RequestHandle:
 
     Written by the engine's worker thread, read from any thread."""
 
-    def __init__(self, request_id: int, strategy: str, tag: str):
-        self.request_id, self.strategy, self.tag = request_id, strategy, tag
+    def __init__(self, request_id: int, lane: str, tag: str):
+        self.request_id, self.lane, self.tag = request_id, lane, tag
         self.accepted = threading.Event()   # the engine took it, or rejected it (see rejection)
         self.rejection: str | None = None
         self.output: RequestOutput | None = None
@@ -69,7 +69,7 @@ class RequestHandle:
 
     def result(self, timeout: float | None = None) -> RequestOutput:
         if not self._done.wait(timeout):
-            raise TimeoutError(f"request {self.request_id} on {self.strategy} still running")
+            raise TimeoutError(f"request {self.request_id} on lane {self.lane!r} still running")
         if self.rejection:
             raise ValueError(self.rejection)
         return self.output

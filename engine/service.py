@@ -1,9 +1,10 @@
-"""EngineService: one LLMEngine per strategy, each stepping in its own thread, one API for all callers.
+"""EngineService: lanes (a name plus an EngineConfig), one LLMEngine each, stepping in its own
+thread; one API for all callers.
 
-The UI, the websocket and the OpenAI routes all go through this object. One
-submission can go to several strategies at once; it gets the same request id
-and the same arrival time on each, so the strategies see the same stream.
-Everything the engines do is published to one EventHub.
+The UI, the websocket and the OpenAI routes all go through this object. One submission can go to
+several lanes at once; it gets the same request id and the same arrival time on each, so the lanes
+see the same stream. Lanes on the same model, device and dtype share the loaded weights. Everything
+the engines do is published to one EventHub.
 """
 from __future__ import annotations
 
@@ -15,29 +16,34 @@ import time
 from .access import LOCAL, Access, Client
 from .config import STRATEGIES, EngineConfig
 from .event_hub import EventHub
-from .events import StatusEvent
+from .events import LanesEvent, StatusEvent
 from .gpu_monitor import start_gpu_monitor
 from .handles import RequestHandle
+from .lanes import check_lane_name
 from .limits import ClientLimiter, ClientLimits
 from .memory import GiB, check_kv_fits
 from .request import SamplingParams
 from .worker import EngineWorker
 
 log = logging.getLogger(__name__)
+Lanes = dict[str, EngineConfig]
 
 
 class EngineService:
     def __init__(self, cfg: EngineConfig | None = None, strategies=("continuous", "static"),
                  hub_capacity: int = 2048, progress=None, access: Access | None = None,
-                 limits: ClientLimits | None = None):
-        """access: roles (default: from the environment, as on loopback); limits: what one viewer
-        may submit in room mode (default: ClientLimits.from_env())."""
-        self.cfg = cfg or EngineConfig()   # the settings the engines run (a failed configure leaves it)
-        self._target_cfg = self.cfg        # what configure() asked for; equal to cfg once applied
+                 limits: ClientLimits | None = None, lanes: Lanes | None = None):
+        """cfg: the base settings (model, device, ...) that lanes vary; lanes: name -> config (default:
+        one lane per strategy in `strategies`, named after it). access: roles (default: from the
+        environment); limits: what one viewer may submit in room mode."""
+        self.cfg = cfg or EngineConfig()
+        lanes = _check_lanes(lanes if lanes is not None else strategy_lanes(self.cfg, strategies))
+        self._committed: tuple[EngineConfig, Lanes] = (self.cfg, lanes)  # what every engine runs
+        self._target: tuple[EngineConfig, Lanes] = self._committed       # what was last asked for
         self._configuring: set[str] = set()
         self.access = access or Access.from_env()
         self.limiter = ClientLimiter(limits or ClientLimits.from_env())
-        self.step_fault = None  # chaos testing: called before each step with the strategy; may raise
+        self.step_fault = None  # chaos testing: called before each step with the lane; may raise
         self.hub = EventHub(hub_capacity)
         self.progress = progress or self._publish_progress
         self._t0 = time.perf_counter()
@@ -47,8 +53,8 @@ class EngineService:
         self.min_interval_s = 0.0  # slow motion: each iteration lasts at least this long
         self.last_progress = ""    # latest model download / conversion message
         self.workers: dict[str, EngineWorker] = {}
-        for s in self._check_strategies(strategies):
-            self._start_worker(s, self.cfg)
+        for name, lane_cfg in lanes.items():
+            self._start_worker(name, lane_cfg)
         self.gpu_monitor = self._gpu_monitor()
 
     # ---- clock and lifecycle -----------------------------------------------------------------
@@ -56,11 +62,14 @@ class EngineService:
         """Seconds since the service started: the time axis every engine and view shares."""
         return time.perf_counter() - self._t0
 
-    def _start_worker(self, strategy: str, cfg: EngineConfig) -> None:
-        # Engines on the same model share its weights: a later worker waits for the first to load.
-        first = next(iter(self.workers.values()), None)
-        w = EngineWorker(self, strategy, dataclasses.replace(cfg, strategy=strategy), first)
-        self.workers[strategy] = w
+    def _start_worker(self, lane: str, cfg: EngineConfig) -> None:
+        # A lane on the same model, device and dtype as another shares its weights (waiting for them
+        # if that lane is still loading): one copy in memory, and no two loads at once.
+        share = self.engine_on(cfg)
+        loading = None if share is not None else next(
+            (w for w in self.workers.values() if _same_weights(w.cfg, cfg)), None)
+        w = EngineWorker(self, lane, cfg, share=share, weights_from=loading)
+        self.workers[lane] = w
         w.start()
 
     def _gpu_monitor(self):
@@ -85,14 +94,21 @@ class EngineService:
             w.join(timeout=10)
 
     @property
-    def strategies(self) -> list[str]:
+    def lanes(self) -> Lanes:
+        """Lane name -> the settings it runs, in display order."""
+        return {name: w.cfg for name, w in self.workers.items()}
+
+    @property
+    def lane_names(self) -> list[str]:
         return list(self.workers)
+
+    strategies = lane_names  # the name from before lanes (lanes named after strategies)
 
     # ---- commands ----------------------------------------------------------------------------
     def submit(self, prompt=None, params: SamplingParams | None = None, *, messages=None,
-               strategies=None, tag: str = "api", timeout: float = 60.0,
+               lanes=None, tag: str = "api", timeout: float = 60.0,
                client: Client = LOCAL) -> list[RequestHandle]:
-        """Queue one request on each strategy (default: all); returns one handle per strategy.
+        """Queue one request on each lane (default: all); returns one handle per lane.
 
         Give `prompt` (text or token ids) or chat `messages`. Bad input raises ValueError
         (checked by the engines themselves, so the limits are exact) and nothing is queued.
@@ -101,35 +117,39 @@ class EngineService:
             raise ValueError("give exactly one of prompt or messages")
         _check_text(prompt, messages)
         params = params or SamplingParams()
-        targets = self._targets(strategies)
+        targets = self._running(lanes)
         if not client.presenter:
             self.limiter.admit(client.key, params.max_tokens)
         with self._lock:
             rid = self._next_id
             self._next_id += 1
+            workers = [self.workers[name] for name in targets]
         arrival = self.clock()
-        handles = [RequestHandle(rid, s, tag) for s in targets]
-        for h in handles:
-            self.workers[h.strategy].add(h, prompt, messages, params, arrival)
-        for h in handles:
+        handles = [RequestHandle(rid, w.lane, tag) for w in workers]
+        for w, h in zip(workers, handles):
+            w.add(h, prompt, messages, params, arrival)
+        for w, h in zip(workers, handles):
             if not h.accepted.wait(timeout):
-                self._abort_handles(handles)
-                raise TimeoutError(f"engine '{h.strategy}' did not accept the request within {timeout:.0f} s")
+                self._abort_handles(workers, handles)
+                raise TimeoutError(f"lane {h.lane!r} did not accept the request within {timeout:.0f} s")
         rejected = next((h for h in handles if h.rejection), None)
         if rejected is not None:
-            self._abort_handles(handles)
+            self._abort_handles(workers, handles)
             raise ValueError(rejected.rejection)
         if not client.presenter:
             self.limiter.track(client.key, handles)
         return handles
 
-    def _abort_handles(self, handles: list[RequestHandle]) -> None:
-        for h in handles:
-            self.workers[h.strategy].abort(h.request_id)
+    @staticmethod
+    def _abort_handles(workers, handles: list[RequestHandle]) -> None:
+        for w, h in zip(workers, handles):
+            w.abort(h.request_id)
 
-    def abort(self, request_id: int, strategies=None) -> None:
-        for s in self._targets(strategies):
-            self.workers[s].abort(request_id)
+    def abort(self, request_id: int, lanes=None) -> None:
+        with self._lock:
+            workers = [self.workers[name] for name in self._running(lanes)]
+        for w in workers:
+            w.abort(request_id)
 
     def pause(self) -> None:
         self.paused.set()
@@ -137,13 +157,13 @@ class EngineService:
 
     def resume(self) -> None:
         self.paused.clear()
-        for w in self.workers.values():
+        for w in list(self.workers.values()):
             w.wake()
         self._status("resumed")
 
     def step_once(self) -> None:
         """While paused: every engine runs exactly one iteration."""
-        for w in self.workers.values():
+        for w in list(self.workers.values()):
             w.step_once()
 
     def set_slow_motion(self, min_interval_s: float) -> None:
@@ -152,49 +172,73 @@ class EngineService:
         self.min_interval_s = float(min_interval_s)
         self._status("slow_motion")
 
-    def configure(self, strategies=None, **changes) -> EngineConfig:
-        """Change engine settings (any EngineConfig field) and/or the set of strategies.
-
-        Each engine stops admitting, finishes its in-flight requests, restarts with the new
-        settings and then takes the requests that queued meanwhile: nothing is lost. `cfg` changes
-        once every engine runs the new settings; if one fails to start with them, every engine
-        keeps (or returns to) the old settings, and `cfg` never shows the failed ones."""
+    # ---- settings and lanes --------------------------------------------------------------------
+    def configure(self, lanes=None, **changes) -> EngineConfig:
+        """Change settings (any EngineConfig field but strategy) on the given lanes (default: all
+        lanes and the base config new lanes start from). Returns the new base config."""
         if "strategy" in changes:
-            raise ValueError("choose engines with strategies=[...], not strategy=")
+            raise ValueError("a lane's strategy is part of the lane: change it with set_lanes")
         with self._lock:
-            new_cfg = dataclasses.replace(self._target_cfg, **changes)  # validates, naming the bad field
-            if new_cfg.kv_cache_memory_gb is not None:
-                check_kv_fits(int(new_cfg.kv_cache_memory_gb * GiB), _device_of(new_cfg))
-            wanted = self._check_strategies(strategies) if strategies is not None else self.strategies
-            self._target_cfg = new_cfg
-            for s, w in list(self.workers.items()):
-                if s not in wanted:
-                    w.stop(drain=True)
-                    del self.workers[s]
-                elif w.cfg != dataclasses.replace(new_cfg, strategy=s):
-                    self._configuring.add(s)
-                    w.reconfigure(dataclasses.replace(new_cfg, strategy=s))
-            self._configuring &= set(wanted)
-            for s in wanted:
-                if s not in self.workers:
-                    self._start_worker(s, new_cfg)
-            if not self._configuring:
-                self.cfg = new_cfg
+            base, target = self._target
+            names = set(self._running(lanes))
+            new_base = dataclasses.replace(base, **changes) if lanes is None else base
+            new_lanes = {n: dataclasses.replace(c, **changes) if n in names else c for n, c in target.items()}
+            self._apply(new_base, new_lanes)
         self._status("configured")
-        return new_cfg
+        return new_base
+
+    def set_lanes(self, lanes: Lanes) -> None:
+        """Run exactly these lanes (name -> config, in display order): new ones start, changed ones
+        drain and restart, removed ones drain and stop. Requests in flight always finish."""
+        lanes = _check_lanes(lanes)
+        with self._lock:
+            self._apply(self._target[0], lanes)
+        self.hub.publish(LanesEvent(lanes={n: dataclasses.asdict(c) for n, c in lanes.items()}).hub_item())
+
+    def _apply(self, base: EngineConfig, lanes: Lanes) -> None:
+        """Each engine stops admitting, finishes its in-flight requests, restarts with the new
+        settings and then takes the requests that queued meanwhile: nothing is lost. The committed
+        settings change once every engine runs the new ones; if one fails to start with them,
+        every engine keeps (or returns to) the committed ones, which never show the failed ones."""
+        for c in {c.kv_cache_memory_gb for c in lanes.values()} - {None}:
+            check_kv_fits(int(c * GiB), _device_of(base))
+        self._target = (base, lanes)
+        for name, c in lanes.items():  # new lanes first: they may share the weights of lanes going away
+            if name not in self.workers:
+                self._start_worker(name, c)
+        for name, w in list(self.workers.items()):
+            if name not in lanes:
+                w.stop(drain=True)
+                del self.workers[name]
+                self._configuring.discard(name)
+            elif w.cfg != lanes[name]:
+                self._configuring.add(name)
+                w.reconfigure(lanes[name])
+        self.workers = {name: self.workers[name] for name in lanes}  # display order
+        if not self._configuring:
+            self._commit()
+
+    def _commit(self) -> None:
+        self._committed = self._target
+        self.cfg = self._target[0]
 
     def _restarted(self, worker: EngineWorker, error: Exception | None) -> None:
         """A worker finished a reconfigure (error: it kept its old engine). Called from its thread."""
         with self._lock:
             if error is not None:  # back to the settings every engine can run
-                self._target_cfg = self.cfg
-            target = dataclasses.replace(self._target_cfg, strategy=worker.strategy)
-            if self.workers.get(worker.strategy) is worker and worker.cfg != target:
-                worker.reconfigure(target)   # ran settings that were since withdrawn
+                self._target = self._committed
+                for name, w in self.workers.items():
+                    want = self._committed[1].get(name)
+                    if want is not None and w is not worker and w.cfg != want:
+                        w.reconfigure(want)
+                        self._configuring.add(name)
+            want = self._target[1].get(worker.lane)
+            if self.workers.get(worker.lane) is worker and want is not None and worker.cfg != want:
+                worker.reconfigure(want)   # ran settings that were since withdrawn
                 return
-            self._configuring.discard(worker.strategy)
+            self._configuring.discard(worker.lane)
             if not self._configuring:
-                self.cfg = self._target_cfg
+                self._commit()
 
     # ---- state ---------------------------------------------------------------------------------
     def status(self) -> dict:
@@ -204,12 +248,13 @@ class EngineService:
             "paused": self.paused.is_set(),
             "slow_motion_s": self.min_interval_s,
             "config": dataclasses.asdict(self.cfg),
-            "engines": {s: w.status() for s, w in self.workers.items()},
+            "engines": {name: {**w.status(), "config": dataclasses.asdict(w.cfg)}
+                        for name, w in list(self.workers.items())},
         }
 
     def idle(self) -> bool:
         """No request in flight or queued on any engine."""
-        return all(w.idle() for w in self.workers.values())
+        return all(w.idle() for w in list(self.workers.values()))
 
     def _publish_progress(self, message: str) -> None:
         """Model download / conversion progress, for pages waiting on a first start."""
@@ -220,32 +265,52 @@ class EngineService:
     def _status(self, what: str) -> None:
         self.hub.publish(StatusEvent(event=what, t=self.clock()).hub_item())
 
-    def _targets(self, strategies) -> list[str]:
-        if strategies is None:
-            return self.strategies
-        targets = self._check_strategies(strategies)
-        missing = [s for s in targets if s not in self.workers]
+    def _running(self, lanes) -> list[str]:
+        """The named lanes (default: all), each checked to be running."""
+        if lanes is None:
+            return self.lane_names
+        if isinstance(lanes, str):
+            lanes = [lanes]
+        names = list(dict.fromkeys(lanes or []))
+        if not names or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"lanes must be a non-empty list of lane names; got {lanes!r}")
+        missing = [n for n in names if n not in self.workers]
         if missing:
-            raise ValueError(f"strategy {missing[0]!r} is not running; running: {', '.join(self.workers)}")
-        return targets
+            raise ValueError(f"lane {missing[0]!r} is not running; running: {', '.join(self.workers)}")
+        return names
 
     def engine_on(self, cfg: EngineConfig):
         """A running engine whose loaded weights an engine with cfg can share, or None."""
         for w in list(self.workers.values()):
             eng = w.engine
-            if eng is not None and (eng.cfg.model, eng.cfg.device, eng.cfg.dtype) == (cfg.model, cfg.device, cfg.dtype):
+            if eng is not None and _same_weights(eng.cfg, cfg):
                 return eng
         return None
 
-    @staticmethod
-    def _check_strategies(strategies) -> list[str]:
-        if isinstance(strategies, str):
-            strategies = [strategies]
-        out = list(dict.fromkeys(strategies or []))
-        bad = [s for s in out if s not in STRATEGIES]
-        if bad or not out:
-            raise ValueError(f"strategies must be a non-empty list of {', '.join(STRATEGIES)}; got {strategies!r}")
-        return out
+
+def _same_weights(a: EngineConfig, b: EngineConfig) -> bool:
+    return (a.model, a.device, a.dtype) == (b.model, b.device, b.dtype)
+
+
+def strategy_lanes(base: EngineConfig, strategies) -> Lanes:
+    """One lane per strategy, named after it."""
+    if isinstance(strategies, str):
+        strategies = [strategies]
+    names = list(dict.fromkeys(strategies or []))
+    bad = [s for s in names if s not in STRATEGIES]
+    if bad or not names:
+        raise ValueError(f"strategies must be a non-empty list of {', '.join(STRATEGIES)}; got {strategies!r}")
+    return {s: dataclasses.replace(base, strategy=s) for s in names}
+
+
+def _check_lanes(lanes) -> Lanes:
+    if not isinstance(lanes, dict) or not lanes:
+        raise ValueError(f"lanes must be a non-empty mapping of lane name -> EngineConfig, got {lanes!r}")
+    for name, cfg in lanes.items():
+        check_lane_name(name)
+        if not isinstance(cfg, EngineConfig):
+            raise ValueError(f"lane {name!r}: expected an EngineConfig, got {type(cfg).__name__}")
+    return dict(lanes)
 
 
 def _device_of(cfg: EngineConfig):

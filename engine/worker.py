@@ -1,4 +1,4 @@
-"""EngineWorker: the thread that owns one LLMEngine and steps it.
+"""EngineWorker: the thread that owns one lane's LLMEngine and steps it.
 
 Only this thread touches its engine. Other threads talk to it through a command
 queue of closures, run between iterations.
@@ -18,15 +18,18 @@ from .llm_engine import LLMEngine
 log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.5      # nothing to do: wake up at least this often
 POLL_WAIT_S = 0.01     # waiting requests but nothing schedulable (a static batch filling up)
+_BUILD_LOCK = threading.Lock()
 
 
 class EngineWorker(threading.Thread):
-    def __init__(self, service, strategy: str, cfg: EngineConfig, weights_from: EngineWorker | None):
-        """weights_from: a worker whose engine's weights this one reuses once it has loaded."""
-        super().__init__(daemon=True, name=f"inflight-{strategy}")
-        self.svc, self.strategy, self.cfg = service, strategy, cfg
+    def __init__(self, service, lane: str, cfg: EngineConfig, share: LLMEngine | None = None,
+                 weights_from: EngineWorker | None = None):
+        """share: an engine whose loaded weights this one reuses; weights_from: a worker still loading
+        them, whose engine's weights this one reuses once it has loaded."""
+        super().__init__(daemon=True, name=f"inflight-{lane}")
+        self.svc, self.lane, self.cfg = service, lane, cfg
         self._weights_from = weights_from
-        self._share: LLMEngine | None = None
+        self._share: LLMEngine | None = share
         self.engine: LLMEngine | None = None
         self.handles: dict[int, RequestHandle] = {}
         self._cmds: queue.SimpleQueue = queue.SimpleQueue()
@@ -66,7 +69,7 @@ class EngineWorker(threading.Thread):
 
     def wait_ready(self, timeout: float | None = None) -> None:
         if not self._ready.wait(timeout):
-            raise TimeoutError(f"engine '{self.strategy}' still loading after {timeout} s")
+            raise TimeoutError(f"lane '{self.lane}' still loading after {timeout} s")
         if self.load_error is not None:
             raise self.load_error
 
@@ -95,13 +98,13 @@ class EngineWorker(threading.Thread):
     # ---- the thread --------------------------------------------------------------------------
     def run(self) -> None:
         try:
-            if self._weights_from is not None:
+            if self._share is None and self._weights_from is not None:
                 self._weights_from._ready.wait()
                 self._share = self._weights_from.engine
                 self._weights_from = None
             self.engine = self._build(self.cfg)
         except Exception as e:  # noqa: BLE001 - reported to every caller instead
-            log.exception("engine %s failed to load", self.strategy)
+            log.exception("engine %s failed to load", self.lane)
             self.load_error = e
         finally:
             self._share = None  # the weights live on in our engine; do not pin the other engine
@@ -122,7 +125,8 @@ class EngineWorker(threading.Thread):
         self.engine = None  # a stopped lane's memory (KV pool, weights if unshared) goes now
 
     def _build(self, cfg: EngineConfig) -> LLMEngine:
-        return LLMEngine(cfg, progress=self.svc.progress, clock=self.svc.clock, share_weights_with=self._share)
+        with _BUILD_LOCK:  # model loading is not thread-safe (transformers initialises on the meta device)
+            return LLMEngine(cfg, progress=self.svc.progress, clock=self.svc.clock, share_weights_with=self._share)
 
     def _run_commands(self) -> None:
         while True:
@@ -133,7 +137,7 @@ class EngineWorker(threading.Thread):
             try:
                 fn()
             except Exception:  # noqa: BLE001 - a bad command must not kill the engine thread
-                log.exception("engine %s: command failed", self.strategy)
+                log.exception("engine %s: command failed", self.lane)
 
     def _should_step(self) -> bool:
         if not self.engine.has_unfinished():
@@ -149,10 +153,10 @@ class EngineWorker(threading.Thread):
             self._step_credits -= 1
         try:
             if self.svc.step_fault is not None:
-                self.svc.step_fault(self.strategy)  # chaos testing only (tests, engine.bench.soak)
+                self.svc.step_fault(self.lane)  # chaos testing only (tests, engine.bench.soak)
             ev = self.engine.step()
         except Exception as e:  # noqa: BLE001 - end the affected requests, restart, keep serving
-            log.exception("engine %s step failed; restarting it", self.strategy)
+            log.exception("engine %s step failed; restarting it", self.lane)
             ended = self.engine.reset(f"engine step failed: {type(e).__name__}: {e}")
             self._publish(StatusEvent(event="engine_restarted", error=str(e)))
             self._stream(ended, [])
@@ -193,13 +197,13 @@ class EngineWorker(threading.Thread):
             self._publish(item)
 
     def _publish(self, event) -> None:
-        event.strategy = self.strategy
+        event.lane, event.strategy = self.lane, self.cfg.strategy
         self.svc.hub.publish(event.hub_item())
 
     # ---- submissions -------------------------------------------------------------------------
     def _add(self, handle: RequestHandle, prompt, messages, params, arrival_s: float) -> None:
         if self.engine is None:
-            handle.reject(f"engine '{self.strategy}' is not available: {self.load_error}")
+            handle.reject(f"lane '{self.lane}' is not available: {self.load_error}")
             return
         if self._pending_cfg is not None or self._drain_then_stop:
             self._deferred.append((handle, prompt, messages, params, arrival_s))
@@ -265,7 +269,7 @@ class EngineWorker(threading.Thread):
             self.engine = self._build(cfg)  # the old engine, KV pool included, is released here
             self.cfg = cfg
         except Exception as e:  # noqa: BLE001 - keep the old engine, tell everyone
-            log.exception("engine %s: new config failed; keeping the old one", self.strategy)
+            log.exception("engine %s: new config failed; keeping the old one", self.lane)
             error = e
             self.engine.draining = False
             self._publish(StatusEvent(event="configure_failed", error=str(e)))

@@ -31,8 +31,19 @@ def wait_idle(svc: EngineService, timeout: float = 30.0) -> None:
         time.sleep(0.01)
 
 
+def wait_settled(svc: EngineService, timeout: float = 60.0) -> None:
+    """Until every lane runs the settings last asked for (or is back on the old ones after a failure)."""
+    deadline = time.monotonic() + timeout
+    while svc._configuring or svc._target != svc._committed:
+        if time.monotonic() > deadline:
+            raise TimeoutError("lanes did not settle")
+        time.sleep(0.02)
+    svc.wait_ready(timeout)
+
+
 def assert_all_free(svc: EngineService) -> None:
     """No request in flight and every KV block free, on every engine."""
+    svc.wait_ready(120)
     wait_idle(svc)
     for s, w in svc.workers.items():
         deadline = time.monotonic() + 10

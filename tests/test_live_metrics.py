@@ -17,7 +17,7 @@ def svc(tiny_model_dirs):
 
 def test_metrics_match_request_outputs(svc):
     handles = [h for i in range(4) for h in svc.submit([5 + i] * (3 + i), greedy(4 + 2 * i))]
-    outs = {(h.strategy, h.request_id): h.result(60) for h in handles}
+    outs = {(h.lane, h.request_id): h.result(60) for h in handles}
     assert_all_free(svc)
     m = LiveMetrics()
     m.consume(svc.hub)
@@ -35,7 +35,7 @@ def test_metrics_match_request_outputs(svc):
 
 
 def test_clear_forgets_the_past(svc):
-    svc.submit([5, 6], greedy(2), strategies=["continuous"])[0].result(30)
+    svc.submit([5, 6], greedy(2), lanes=["continuous"])[0].result(30)
     m = LiveMetrics()
     m.consume(svc.hub)
     m.clear(svc.clock())

@@ -22,7 +22,7 @@ from engine.access import Access, is_loopback
 from engine.api import ws as ws_module
 from engine.api.server import create_app
 from engine.limits import ClientLimiter, ClientLimits
-from service_helpers import assert_all_free, make_service, serve, wait_idle
+from service_helpers import assert_all_free, make_service, serve, wait_idle, wait_settled
 
 TOKEN, API_KEY = "presenter-token-123", "audience-key-456"
 LIMITS = ClientLimits(burst=3, per_minute=60, max_in_flight=2, max_tokens=40)
@@ -247,38 +247,28 @@ def test_streamlit_refuses_large_frames_before_buffering():
 def test_failed_configure_changes_nothing_and_next_configure_works(base, svc):
     before = svc.cfg
     svc.configure(model="/nonexistent/model/dir")
-    deadline = time.monotonic() + 30
-    while (svc._configuring or any(w.status()["reconfiguring"] for w in svc.workers.values())) \
-            and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_settled(svc)
     assert svc.cfg == before and svc.status()["config"]["model"] == before.model
     models = httpx.get(f"http://{base}/v1/models", headers={"Authorization": f"Bearer {TOKEN}"}).json()
     assert models["data"][0]["id"] == before.model
     svc.configure(max_num_seqs=4)
-    _wait_applied(svc)
+    wait_settled(svc)
     assert svc.cfg.model == before.model and svc.cfg.max_num_seqs == 4
     assert all(w.engine.cfg.max_num_seqs == 4 for w in svc.workers.values())
     svc.configure(max_num_seqs=8)
-    _wait_applied(svc)
-
-
-def _wait_applied(svc, timeout=60):
-    deadline = time.monotonic() + timeout
-    while svc.cfg != svc._target_cfg or any(w.cfg != svc.workers[s].engine.cfg for s, w in svc.workers.items()):
-        assert time.monotonic() < deadline, "configure did not apply"
-        time.sleep(0.05)
+    wait_settled(svc)
 
 
 def test_reconfigure_releases_the_old_engine_but_keeps_shared_weights(svc):
     old = {s: weakref.ref(w.engine) for s, w in svc.workers.items()}
     model = svc.workers["continuous"].engine.runner.model
     svc.configure(block_size=8)
-    _wait_applied(svc)
+    wait_settled(svc)
     gc.collect()
     assert all(ref() is None for ref in old.values()), "an old engine (and its KV pool) is still alive"
     assert all(w.engine.runner.model is model for w in svc.workers.values())
     svc.configure(block_size=4)
-    _wait_applied(svc)
+    wait_settled(svc)
 
 
 def test_kv_pool_bound_names_both_numbers(svc):

@@ -5,7 +5,9 @@ import threading
 
 import pytest
 
+
 from engine import SamplingParams
+from engine.service import strategy_lanes
 from engine_helpers import greedy, mixed_prompts
 from service_helpers import assert_all_free, make_service
 from tiny_models import reference_greedy
@@ -32,7 +34,7 @@ def test_threads_submit_both_strategies_match_reference(svc, tiny_model_dirs):
 
     def client(i):
         hs = svc.submit(prompts[i], greedy(max_tokens[i]), tag=f"t{i}")
-        results[i] = {h.strategy: h.result(60) for h in hs}
+        results[i] = {h.lane: h.result(60) for h in hs}
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(len(prompts))]
     for t in threads:
@@ -53,16 +55,16 @@ def test_same_request_id_and_arrival_on_every_strategy(svc):
 
 
 def test_stream_deltas_concatenate_to_text(svc):
-    h = svc.submit("hello world", greedy(12), strategies=["continuous"])[0]
+    h = svc.submit("hello world", greedy(12), lanes=["continuous"])[0]
     text = "".join(h)
     assert text == h.result(5).text
 
 
 def test_stop_string_never_streamed(svc):
     # Find what the model says, then stop on a piece of it: the stream must end before it.
-    full = svc.submit("abc", greedy(20), strategies=["continuous"])[0].result(30).text
+    full = svc.submit("abc", greedy(20), lanes=["continuous"])[0].result(30).text
     stop = full[5:8]
-    h = svc.submit("abc", SamplingParams(max_tokens=20, stop=stop), strategies=["continuous"])[0]
+    h = svc.submit("abc", SamplingParams(max_tokens=20, stop=stop), lanes=["continuous"])[0]
     streamed = "".join(h)
     out = h.result(5)
     assert out.finish_reason == "stop" and stop not in streamed and streamed == out.text
@@ -73,14 +75,14 @@ def test_bad_input_rejected_everywhere(svc):
         svc.submit("", greedy(4))
     with pytest.raises(ValueError, match="max_model_len"):
         svc.submit([5] * 100, greedy(60))
-    with pytest.raises(ValueError, match="strategy 'static' is not running"):
-        svc.submit("hi", greedy(4), strategies=["static"])
+    with pytest.raises(ValueError, match="lane 'static' is not running"):
+        svc.submit("hi", greedy(4), lanes=["static"])
     assert svc.submit("hi", greedy(2))[0].result(30).finish_reason == "length"
 
 
 def test_pause_step_resume(svc):
     svc.pause()
-    hs = svc.submit([9, 9, 9], greedy(5), strategies=["continuous"])
+    hs = svc.submit([9, 9, 9], greedy(5), lanes=["continuous"])
     w = svc.workers["continuous"]
     before = w.steps
     svc.step_once()
@@ -111,10 +113,10 @@ def test_injected_step_exception_errors_and_recovers(svc):
 
     w.engine.runner.execute = flaky
     try:
-        h = svc.submit([5, 6], greedy(10), strategies=["continuous"])[0]
+        h = svc.submit([5, 6], greedy(10), lanes=["continuous"])[0]
         out = h.result(30)
         assert out.finish_reason == "error" and "injected fault" in out.error
-        assert svc.submit([7, 8], greedy(4), strategies=["continuous"])[0].result(30).finish_reason == "length"
+        assert svc.submit([7, 8], greedy(4), lanes=["continuous"])[0].result(30).finish_reason == "length"
     finally:
         w.engine.runner.execute = real
 
@@ -129,10 +131,10 @@ def test_scheduler_exception_restarts_engine(svc):
         raise RuntimeError("scheduler fault")
 
     sched.schedule = boom
-    h = svc.submit([5, 6], greedy(10), strategies=["continuous"])[0]
+    h = svc.submit([5, 6], greedy(10), lanes=["continuous"])[0]
     out = h.result(30)
     assert out.finish_reason == "error" and "scheduler fault" in out.error
-    assert svc.submit([7, 8], greedy(4), strategies=["continuous"])[0].result(30).finish_reason == "length"
+    assert svc.submit([7, 8], greedy(4), lanes=["continuous"])[0].result(30).finish_reason == "length"
 
 
 def test_configure_loses_nothing(svc):
@@ -147,8 +149,8 @@ def test_configure_loses_nothing(svc):
     svc.configure(block_size=4, max_num_seqs=8)
 
 
-def test_configure_strategies(svc):
-    svc.configure(strategies=["continuous", "dynamic", "static"])
-    assert svc.strategies == ["continuous", "dynamic", "static"]
-    svc.configure(strategies=["continuous", "dynamic"])
+def test_set_lanes_by_strategy(svc):
+    svc.set_lanes(strategy_lanes(svc.cfg, ["continuous", "dynamic", "static"]))
+    assert svc.lane_names == ["continuous", "dynamic", "static"]
+    svc.set_lanes(strategy_lanes(svc.cfg, ["continuous", "dynamic"]))
     assert svc.strategies == ["continuous", "dynamic"]

@@ -56,7 +56,7 @@ def test_submit_streams_tokens_and_steps_in_order(url):
             await ws.send(json.dumps({"cmd": "submit", "prompt": [5, 6, 7], "ref": "a",
                                       "params": {"max_tokens": 6, "ignore_eos": True}}))
             reply, _ = await recv_until(ws, lambda m: m["type"] == "reply")
-            assert reply["ref"] == "a" and reply["strategies"] == ["continuous", "dynamic"]
+            assert reply["ref"] == "a" and reply["lanes"] == ["continuous", "dynamic"]
             rid = reply["request_id"]
             finished, texts, seqs, steps = set(), {"continuous": "", "dynamic": ""}, [], {}
             while len(finished) < 2:
@@ -126,7 +126,7 @@ def test_events_on_the_socket_follow_the_contract(url):
     ('{"cmd": "abort", "request_id": "x"}', "integer request_id"),
     ('{"cmd": "configure", "changes": {"block_size": -3}}', "EngineConfig.block_size"),
     ('{"cmd": "slow_motion", "interval_s": "slow"}', "slow motion"),
-    ('{"cmd": "subscribe", "strategies": "all"}', "strategies must be a list"),
+    ('{"cmd": "subscribe", "lanes": "all"}', "lanes must be a list"),
     ("x" * (64 * 1024 + 1), "64 KiB"),
 ])
 def test_bad_messages_get_errors_and_connection_survives(url, message, error):

@@ -1,14 +1,14 @@
 """OpenAI-compatible routes: GET /v1/models, POST /v1/completions, POST /v1/chat/completions.
 
-- Strategies: a request goes to every running strategy (or to the extension field `strategies`),
-  so it shows side by side in every live view. The answer comes from the first of `strategies`
-  (default: "continuous" if running, else the first running one); the copies on the other
-  strategies run on in the background and nobody waits for them.
+- Lanes: a request goes to every running lane (or to those in the extension field `lanes`; its old
+  name `strategies` still works), so it shows side by side in every live view. The answer comes
+  from the first of those lanes; the copies on the other lanes run on in the background and
+  nobody waits for them.
 - finish_reason is the engine's, reported honestly: "stop", "length", or "abort" (the request was
   aborted by someone else, e.g. from the live view, or the service stopped). An engine error is
   HTTP 500 with an OpenAI-style error body, or an error chunk (`data: {"error": ...}`) in a stream.
 - A client that goes away (mid-stream or while waiting for a whole answer) has its request
-  aborted on every strategy, so its KV blocks are freed.
+  aborted on every lane, so its KV blocks are freed.
 - Requests are tagged "openai", or "openai:<user>" when the body names a `user`.
 - Access (engine/access.py): bodies must be `application/json` (415 otherwise: a cross-site form
   or text/plain post never reaches the engine) and a browser Origin must be this server's own.
@@ -93,19 +93,18 @@ async def _serve(request: Request, svc, chat: bool) -> Response:
         _require_json(request)
         req = parse_request(parse_json(await _read_body(request)), chat)
         handles = await run_in_threadpool(svc.submit, req.prompt, req.params, messages=req.messages,
-                                          strategies=req.strategies, tag=req.tag, client=client)
+                                          lanes=req.lanes, tag=req.tag, client=client)
     except ApiError as e:
         return _error(e)
     except LimitExceeded as e:
         return _error(ApiError(str(e), status=429, type="rate_limit_error"))
-    except ValueError as e:  # the engines' own checks (prompt too long, unknown strategy, ...)
+    except ValueError as e:  # the engines' own checks (prompt too long, unknown lane, ...)
         return _error(ApiError(str(e)))
     except TimeoutError as e:
         return _error(ApiError(str(e), status=503, type="server_error"))
     except ClientDisconnect:
         return Response(status_code=400)  # nobody is listening
-    primary = handles[0] if req.strategies else next(
-        (h for h in handles if h.strategy == "continuous"), handles[0])
+    primary = handles[0]
     model = svc.cfg.model
     if req.stream:
         return StreamingResponse(_sse(request, svc, req, primary, model), media_type="text/event-stream",

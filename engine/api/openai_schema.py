@@ -47,7 +47,7 @@ class ApiRequest:
     params: SamplingParams
     stream: bool
     include_usage: bool
-    strategies: list[str] | None
+    lanes: list[str] | None
     tag: str
 
 
@@ -105,14 +105,13 @@ def parse_request(body: dict, chat: bool) -> ApiRequest:
     stream = bool(_opt(body, "stream", bool, "true or false"))
     options = _opt(body, "stream_options", dict, "an object") or {}
     include_usage = bool(_opt(options, "include_usage", bool, "true or false", "stream_options.include_usage"))
-    strategies = body.get("strategies")  # extension: which engines serve it (default: all running)
-    if strategies is not None and not (isinstance(strategies, list) and strategies
-                                       and all(isinstance(s, str) for s in strategies)):
-        raise ApiError(f"strategies must be a non-empty list of strategy names, got {strategies!r}",
-                       param="strategies")
+    param = "lanes" if "lanes" in body else "strategies"  # extension (strategies: its old name)
+    lanes = body.get(param)  # which lanes serve it (default: all running)
+    if lanes is not None and not (isinstance(lanes, list) and lanes and all(isinstance(s, str) for s in lanes)):
+        raise ApiError(f"{param} must be a non-empty list of lane names, got {lanes!r}", param=param)
     user = _opt(body, "user", str, "a string")
     tag = f"openai:{user[:64]}" if user else "openai"
-    return ApiRequest(chat, prompt, messages, params, stream, include_usage, strategies, tag)
+    return ApiRequest(chat, prompt, messages, params, stream, include_usage, lanes, tag)
 
 
 def _opt(body: dict, name: str, kind: type, expected: str, param: str | None = None):

@@ -2,14 +2,16 @@
 
 Client -> server, one JSON object per message (at most 64 KiB), "cmd" names it;
 "ref" (optional, any JSON value) is echoed in the reply:
-  {"cmd": "subscribe", "strategies": ["continuous"] | null, "requests": [3, 4] | null, "kv": true,
+  {"cmd": "subscribe", "lanes": ["continuous"] | null, "requests": [3, 4] | null, "kv": true,
    "from_seq": "oldest" | n}   (from_seq replays what the ring buffer still holds)
   {"cmd": "submit", "prompt": "text" | [ids] , "messages": [...], "params": {...},
-   "strategies": [...], "tag": "ui"}
+   "lanes": [...], "tag": "ui"}
   {"cmd": "abort", "request_id": 3}
   {"cmd": "pause"} {"cmd": "resume"} {"cmd": "step"} {"cmd": "status"}
   {"cmd": "slow_motion", "interval_s": 0.5}
-  {"cmd": "configure", "changes": {"block_size": 8, ...}, "strategies": [...]}
+  {"cmd": "configure", "changes": {"block_size": 8, ...}, "lanes": [...] | null}
+  {"cmd": "lanes", "lanes": {"name": {"strategy": "static", "block_size": 128}, ...}}
+      (the whole set of lanes: each one the base config with these fields changed)
   {"cmd": "auth", "token": "..."}   (room mode: the presenter token unlocks the control commands)
 Server -> client:
   {"type": "hello", "status": {...}, "role": "presenter" | "viewer", "room": bool}
@@ -25,8 +27,8 @@ from ..request import SamplingParams
 
 MAX_MESSAGE_BYTES = 64 * 1024
 COMMANDS = ("subscribe", "submit", "abort", "pause", "resume", "step", "status", "slow_motion", "configure",
-            "auth")
-CONTROL_COMMANDS = ("pause", "resume", "step", "slow_motion", "configure")  # presenter only in room mode
+            "lanes", "auth")
+CONTROL_COMMANDS = ("pause", "resume", "step", "slow_motion", "configure", "lanes")  # presenter only in a room
 PARAM_FIELDS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "stop_token_ids", "ignore_eos")
 
 
@@ -48,6 +50,21 @@ def parse_command(text: str | bytes) -> dict:
     if cmd not in COMMANDS:
         raise ProtocolError(f"unknown command {cmd!r}; known: {', '.join(COMMANDS)}")
     return msg
+
+
+def lane_names(msg: dict) -> list[str] | None:
+    """A command's `lanes` (names; None: all). `strategies` is read as its old name."""
+    names = msg.get("lanes", msg.get("strategies"))
+    if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        raise ProtocolError("lanes must be a list of lane names or null")
+    return names
+
+
+def lane_specs(raw) -> dict[str, dict]:
+    """The `lanes` command's {name: {EngineConfig field: value}}."""
+    if not isinstance(raw, dict) or not raw or not all(isinstance(v, dict) for v in raw.values()):
+        raise ProtocolError('lanes must be an object {"lane name": {EngineConfig fields}, ...}')
+    return raw
 
 
 def sampling_params(raw) -> SamplingParams:
@@ -76,23 +93,21 @@ def encode_event(item: dict) -> dict:
 
 
 class Subscription:
-    """What one client wants to see: strategies, token deltas of which requests, KV detail."""
+    """What one client wants to see: lanes, token deltas of which requests, KV detail."""
 
     def __init__(self):
-        self.strategies: set[str] | None = None  # None: all
+        self.lanes: set[str] | None = None       # None: all
         self.requests: set[int] | None = None    # None: deltas of every request
         self.kv = True
 
     def update(self, msg: dict):
         """Apply a subscribe command; returns its from_seq (None: keep the current cursor)."""
-        strategies, requests, kv = msg.get("strategies"), msg.get("requests"), msg.get("kv", True)
-        if strategies is not None and not (isinstance(strategies, list) and all(isinstance(s, str) for s in strategies)):
-            raise ProtocolError("strategies must be a list of strategy names or null")
+        lanes, requests, kv = lane_names(msg), msg.get("requests"), msg.get("kv", True)
         if requests is not None and not (isinstance(requests, list) and all(_is_int(r) for r in requests)):
             raise ProtocolError("requests must be a list of request ids or null")
         if not isinstance(kv, bool):
             raise ProtocolError("kv must be true or false")
-        self.strategies = None if strategies is None else set(strategies)
+        self.lanes = None if lanes is None else set(lanes)
         self.requests = None if requests is None else set(requests)
         self.kv = kv
         from_seq = msg.get("from_seq")
@@ -102,8 +117,8 @@ class Subscription:
 
     def view(self, item: dict) -> dict | None:
         """The event as this client should get it, or None to skip it."""
-        strategy = item.get("strategy")  # service-wide status events have none: everyone gets them
-        if self.strategies is not None and strategy is not None and strategy not in self.strategies:
+        lane = item.get("lane")  # service-wide events have none: everyone gets them
+        if self.lanes is not None and lane is not None and lane not in self.lanes:
             return None
         enc = encode_event(item)
         if enc["type"] != "step" or (self.kv and self.requests is None):

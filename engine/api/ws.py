@@ -12,7 +12,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..access import PRESENTER_COOKIE, NotPresenter, client_key
-from .protocol import CONTROL_COMMANDS, ProtocolError, Subscription, parse_command, sampling_params
+from ..lanes import lane_config
+from .protocol import (CONTROL_COMMANDS, ProtocolError, Subscription, lane_names, lane_specs, parse_command,
+                       sampling_params)
 
 log = logging.getLogger(__name__)
 MAX_RATE_HZ = 60
@@ -42,7 +44,7 @@ class _Connection:
         self.client = service.access.client(client_key(ws.client and ws.client.host), token)
         self.sub = Subscription()
         self.cursor = service.hub.head
-        self.mine: dict[int, set[str]] = {}  # this client's unfinished requests -> strategies; aborted if it leaves
+        self.mine: dict[int, set[str]] = {}  # this client's unfinished requests -> lanes; aborted if it leaves
 
     async def serve(self) -> None:
         await self.ws.send_json({"type": "hello", "status": self.svc.status(), "cursor": self.cursor,
@@ -101,7 +103,7 @@ class _Connection:
         for _, item in events:
             if item["type"] == "finished" and item["request_id"] in self.mine:
                 left = self.mine[item["request_id"]]
-                left.discard(item["strategy"])
+                left.discard(item["lane"])
                 if not left:
                     del self.mine[item["request_id"]]
 
@@ -148,7 +150,11 @@ class _Connection:
             changes = msg.get("changes") or {}
             if not isinstance(changes, dict):
                 raise ProtocolError("changes must be an object of EngineConfig fields")
-            await run_in_threadpool(svc.configure, msg.get("strategies"), **changes)
+            await run_in_threadpool(svc.configure, lane_names(msg), **changes)
+        elif cmd == "lanes":
+            specs = lane_specs(msg.get("lanes"))
+            base = svc.cfg
+            await run_in_threadpool(svc.set_lanes, {name: lane_config(base, o) for name, o in specs.items()})
         return {"cmd": cmd, "status": svc.status(), "role": self.role}
 
     def _abort(self, rid) -> None:
@@ -165,7 +171,7 @@ class _Connection:
             raise ProtocolError("tag must be a string of at most 64 characters")
         params = sampling_params(msg.get("params"))
         handles = await run_in_threadpool(self.svc.submit, prompt, params, messages=messages,
-                                          strategies=msg.get("strategies"), tag=tag, client=self.client)
+                                          lanes=lane_names(msg), tag=tag, client=self.client)
         rid = handles[0].request_id
-        self.mine[rid] = {h.strategy for h in handles if not h.finished}
-        return {"cmd": "submit", "request_id": rid, "strategies": [h.strategy for h in handles]}
+        self.mine[rid] = {h.lane for h in handles if not h.finished}
+        return {"cmd": "submit", "request_id": rid, "lanes": [h.lane for h in handles]}

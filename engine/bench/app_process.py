@@ -15,6 +15,15 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
+def stop_process(proc, grace_s: float) -> None:
+    """Ask it to stop; kill it if it has not within grace_s."""
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -35,11 +44,7 @@ def running_app(port: int, env: dict | None = None, log=None, timeout: float = 3
         _wait_healthy(url, proc, timeout)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, 15)
 
 
 def _wait_healthy(url: str, proc, timeout: float) -> None:

@@ -24,11 +24,10 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from .app_process import free_port
+from .app_process import free_port, stop_process
 from .soak_clients import Load, Monitor, SocketClient, Tally, http_load, presenter_changes, \
     server_status, viewer_tries_controls
 from .workloads import load_prompts
-from ..api.protocol import MAX_MESSAGE_BYTES
 
 IDLE_TIMEOUT_S = 300.0
 SETTINGS = [{"max_num_seqs": 8}, {"block_size": 32}, {"max_num_seqs": 16}, {"block_size": 16}]
@@ -48,11 +47,7 @@ def soak_server(model: str | None, port: int, token: str, fault_rate: float, log
         _wait_port(port, proc)
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, 30)
 
 
 def _wait_port(port: int, proc, timeout: float = 900) -> None:

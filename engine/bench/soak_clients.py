@@ -122,6 +122,37 @@ async def _http_stream(c, load: Load, body: dict, t0: float, drop_after: int | N
 
 
 # ---- the socket ----------------------------------------------------------------------------------
+class Socket:
+    """One /engine/ws connection that keeps reading (a client that stops reading is dropped by the
+    server, and its pings go unanswered): replies queue up for `command`, events go to `on_events`."""
+
+    def __init__(self, url: str, on_events=None):
+        self.url, self.on_events = url, on_events or (lambda events: None)
+        self.replies: asyncio.Queue = asyncio.Queue()
+
+    async def __aenter__(self) -> Socket:
+        self.ws = await websockets.connect(self.url, max_size=2**24)
+        self.hello = json.loads(await self.ws.recv())
+        self._reader = asyncio.create_task(self._read())
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self._reader.cancel()
+        await self.ws.close()
+
+    async def _read(self) -> None:
+        async for raw in self.ws:
+            msg = json.loads(raw)
+            if msg["type"] in ("reply", "error"):
+                self.replies.put_nowait(msg)
+            elif msg["type"] == "events":
+                self.on_events(msg)
+
+    async def command(self, msg: dict | str | bytes) -> dict:
+        await self.ws.send(msg if isinstance(msg, (str, bytes)) else json.dumps(msg))
+        return await asyncio.wait_for(self.replies.get(), 60)
+
+
 class SocketClient:
     """Submits over /engine/ws, aborts some of its requests, sends malformed frames, reconnects."""
 
@@ -129,19 +160,13 @@ class SocketClient:
         self.load, self.share = load, share
         self.pending: dict[int, float] = {}   # request id -> submit time
         self.ended: dict[int, str] = {}       # finished events that came before their submit's reply
-        self.replies: asyncio.Queue = asyncio.Queue()
 
     async def run(self) -> None:
         while time.monotonic() < self.load.stop_at:
-            async with websockets.connect(f"ws://{self.load.base}/engine/ws?token={self.load.token}",
-                                          max_size=2**24) as ws:
-                reader = asyncio.create_task(self._read(ws))
-                try:
-                    await self._act_until_reconnect(ws)
-                    if time.monotonic() >= self.load.stop_at:
-                        await self._wait_pending(REQUEST_TIMEOUT_S)
-                finally:
-                    reader.cancel()
+            async with Socket(f"ws://{self.load.base}/engine/ws?token={self.load.token}", self._on_events) as ws:
+                await self._act_until_reconnect(ws)
+                if time.monotonic() >= self.load.stop_at:
+                    await self._wait_pending(REQUEST_TIMEOUT_S)
             self.load.tally.aborted += len(self.pending)  # dropped with the socket: the server aborts them
             self.pending.clear()
 
@@ -153,11 +178,10 @@ class SocketClient:
             if action == "submit":
                 await self._submit(ws)
             elif action == "abort" and self.pending:
-                await self._command(ws, {"cmd": "abort", "request_id": load.rng.choice(list(self.pending))})
+                await ws.command({"cmd": "abort", "request_id": load.rng.choice(list(self.pending))})
             elif action == "malformed":
                 t.malformed_sent += 1
-                await ws.send(load.rng.choice(MALFORMED))
-                reply = await asyncio.wait_for(self.replies.get(), 60)
+                reply = await ws.command(load.rng.choice(MALFORMED))
                 t.malformed_answered += reply["type"] == "error"
             elif action == "reconnect":
                 t.reconnects += 1
@@ -166,7 +190,7 @@ class SocketClient:
     async def _submit(self, ws) -> None:
         t = self.load.tally
         t.submitted += 1
-        reply = await self._command(ws, {"cmd": "submit", "prompt": self.load.rng.choice(self.load.prompts),
+        reply = await ws.command({"cmd": "submit", "prompt": self.load.rng.choice(self.load.prompts),
                                          "params": self.load.params(), "tag": "soak-ws"})
         if reply["type"] == "reply":
             rid = reply["request_id"]
@@ -177,24 +201,16 @@ class SocketClient:
         else:
             t.refused += 1
 
-    async def _command(self, ws, msg: dict) -> dict:
-        await ws.send(json.dumps(msg))
-        return await asyncio.wait_for(self.replies.get(), 60)
-
-    async def _read(self, ws) -> None:
-        async for raw in ws:
-            msg = json.loads(raw)
-            if msg["type"] in ("reply", "error"):
-                self.replies.put_nowait(msg)
-            for ev in msg.get("events", ()):
-                if ev["type"] != "finished" or ev["strategy"] != "continuous":
-                    continue
-                if ev["request_id"] in self.pending:
-                    self.load.tally.outcome(ev["finish_reason"], self.pending.pop(ev["request_id"]))
-                else:
-                    self.ended[ev["request_id"]] = ev["finish_reason"]
-                    if len(self.ended) > 10_000:  # everyone's requests end here: keep the recent ones
-                        del self.ended[next(iter(self.ended))]
+    def _on_events(self, msg: dict) -> None:
+        for ev in msg["events"]:
+            if ev["type"] != "finished" or ev["lane"] != "continuous":
+                continue
+            if ev["request_id"] in self.pending:
+                self.load.tally.outcome(ev["finish_reason"], self.pending.pop(ev["request_id"]))
+            else:
+                self.ended[ev["request_id"]] = ev["finish_reason"]
+                if len(self.ended) > 10_000:  # everyone's requests end here: keep the recent ones
+                    del self.ended[next(iter(self.ended))]
 
     async def _wait_pending(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -207,27 +223,23 @@ class SocketClient:
 # ---- control ---------------------------------------------------------------------------------------
 async def presenter_changes(load: Load, every_s: float, changes: list[dict]) -> None:
     """Applies each of `changes` in turn, every `every_s` seconds, as the presenter."""
-    async with websockets.connect(f"ws://{load.base}/engine/ws?token={load.token}") as ws:
-        await ws.recv()
+    async with Socket(f"ws://{load.base}/engine/ws?token={load.token}") as ws:
+        await ws.command({"cmd": "subscribe", "lanes": [], "kv": False})
         i = 0
         while time.monotonic() + every_s < load.stop_at:
             await asyncio.sleep(every_s)
-            await ws.send(json.dumps({"cmd": "configure", "changes": changes[i % len(changes)], "ref": i}))
-            while (msg := json.loads(await ws.recv()))["type"] not in ("reply", "error"):
-                pass
+            msg = await ws.command({"cmd": "configure", "changes": changes[i % len(changes)]})
             load.tally.configures += msg["type"] == "reply"
             i += 1
 
 
 async def viewer_tries_controls(load: Load, every_s: float) -> None:
     """Someone in the room without the token: every control command must be refused."""
-    async with websockets.connect(f"ws://{load.base}/engine/ws") as ws:
-        await ws.recv()
+    async with Socket(f"ws://{load.base}/engine/ws") as ws:
+        await ws.command({"cmd": "subscribe", "lanes": [], "kv": False})
         while time.monotonic() < load.stop_at:
             await asyncio.sleep(every_s)
-            await ws.send(json.dumps({"cmd": load.rng.choice(("pause", "step", "configure")), "changes": {}}))
-            while (msg := json.loads(await ws.recv()))["type"] not in ("reply", "error"):
-                pass
+            msg = await ws.command({"cmd": load.rng.choice(("pause", "step", "configure")), "changes": {}})
             load.tally.controls_refused += msg["type"] == "error" and "presenter" in msg["message"]
 
 
@@ -241,21 +253,22 @@ class Monitor:
         self.skipped = 0
 
     async def run(self) -> None:
-        async with websockets.connect(self.url, max_size=2**24) as ws:
-            await ws.send(json.dumps({"cmd": "subscribe", "kv": False, "requests": []}))
-            async for raw in ws:
-                msg = json.loads(raw)
-                self.skipped += msg.get("skipped", 0)
-                for ev in msg.get("events", ()):
-                    if ev["type"] == "request":
-                        self.accepted.add((ev["strategy"], ev["request_id"]))
-                    elif ev["type"] == "finished":
-                        self.ended[(ev["strategy"], ev["request_id"])] = ev["finish_reason"]
+        async with Socket(self.url, self._on_events) as ws:
+            await ws.command({"cmd": "subscribe", "kv": False, "requests": []})
+            await asyncio.Event().wait()  # until cancelled
+
+    def _on_events(self, msg: dict) -> None:
+        self.skipped += msg.get("skipped", 0)
+        for ev in msg["events"]:
+            if ev["type"] == "request":
+                self.accepted.add((ev["lane"], ev["request_id"]))
+            elif ev["type"] == "finished":
+                self.ended[(ev["lane"], ev["request_id"])] = ev["finish_reason"]
 
     def unfinished(self) -> list:
         return sorted(self.accepted - set(self.ended))
 
 
 async def server_status(base: str, token: str) -> dict:
-    async with websockets.connect(f"ws://{base}/engine/ws?token={token}") as ws:
-        return json.loads(await ws.recv())["status"]
+    async with Socket(f"ws://{base}/engine/ws?token={token}") as ws:
+        return ws.hello["status"]

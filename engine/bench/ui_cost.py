@@ -84,7 +84,7 @@ class EngineClient:
         strategies = None
         self.pending.clear()
         for _ in range(n):
-            strategies = self.call({"cmd": "submit", "prompt": PROMPT, "params": params, "tag": "bench"})["strategies"]
+            strategies = self.call({"cmd": "submit", "prompt": PROMPT, "params": params, "tag": "bench"})["lanes"]
         done = {s: 0 for s in strategies}
         steps = {s: [] for s in strategies}
         finished_at: dict[str, float] = {}   # when each engine finished the last request
@@ -93,9 +93,9 @@ class EngineClient:
         while any(v < n for v in done.values()):
             msg = self.pending.pop(0) if self.pending else json.loads(self.ws.recv(timeout=120))
             for ev in msg.get("events", []) if msg.get("type") == "events" else []:
-                if ev.get("type") != StepMessage.TYPE or ev["strategy"] not in done:
+                if ev.get("type") != StepMessage.TYPE or ev["lane"] not in done:
                     continue
-                s = ev["strategy"]
+                s = ev["lane"]
                 done[s] += len(ev["finished"])
                 if done[s] >= n and s not in finished_at:
                     finished_at[s] = time.monotonic() - t0

@@ -1,0 +1,131 @@
+"""Lanes in the service and on the wire: any two configurations side by side on one request stream."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import threading
+
+import pytest
+import websockets
+
+from engine.api.server import create_app
+from engine_helpers import greedy, mixed_prompts
+from service_helpers import assert_all_free, make_service, serve, wait_settled
+from tiny_models import reference_greedy
+
+
+@pytest.fixture(scope="module")
+def svc(tiny_model_dirs):
+    s = make_service(tiny_model_dirs["llama"], strategies=("continuous",))
+    base = s.cfg
+    s.set_lanes({"block 4": base, "block 16": dataclasses.replace(base, block_size=16)})
+    yield s
+    s.stop()
+
+
+@pytest.fixture(autouse=True)
+def _clean(svc):
+    yield
+    svc.resume()
+    assert_all_free(svc)
+
+
+def test_lanes_differing_in_block_size_give_identical_greedy_text(svc, tiny_model_dirs):
+    wait_settled(svc)
+    assert svc.lane_names == ["block 4", "block 16"]
+    assert [c.block_size for c in svc.lanes.values()] == [4, 16]
+    prompts, max_tokens = mixed_prompts(6)
+    refs = reference_greedy(tiny_model_dirs["llama"], prompts, max_tokens)
+    handles = [svc.submit(p, greedy(n)) for p, n in zip(prompts, max_tokens)]
+    for hs, ref in zip(handles, refs):
+        assert [h.lane for h in hs] == ["block 4", "block 16"]
+        assert all(h.result(60).output_token_ids == ref for h in hs)
+    # the two lanes share one copy of the weights
+    models = {id(w.engine.runner.model) for w in svc.workers.values()}
+    assert len(models) == 1
+
+
+def test_events_carry_the_lane(svc):
+    cursor = svc.hub.head
+    svc.submit([5, 6, 7], greedy(3))[0].result(30)
+    assert_all_free(svc)
+    items = [item for _, item in svc.hub.read(cursor).events if item["type"] in ("request", "step", "finished")]
+    assert {item["lane"] for item in items} == {"block 4", "block 16"}
+    assert {item["strategy"] for item in items} == {"continuous"}
+
+
+def test_removing_a_lane_mid_stream_loses_nothing(svc):
+    base = svc.cfg
+    svc.set_lanes({**svc.lanes, "static": dataclasses.replace(base, strategy="static", static_batch_size=2)})
+    wait_settled(svc)
+    handles, stop = [], threading.Event()
+
+    def stream():
+        i = 0
+        while not stop.is_set():
+            try:
+                handles.append(svc.submit([5 + i % 7] * 6, greedy(12)))
+            except ValueError as e:  # a lane that is going away refuses new work: said, not lost
+                assert "stopped" in str(e) or "not running" in str(e), e
+            i += 1
+    t = threading.Thread(target=stream)
+    t.start()
+    while len(handles) < 6:
+        pass
+    svc.set_lanes({"block 4": svc.lanes["block 4"], "block 16": svc.lanes["block 16"]})  # drop "static"
+    stop.set()
+    t.join(30)
+    outs = [h.result(60) for hs in handles for h in hs]
+    assert outs and all(o.finish_reason == "length" and len(o.output_token_ids) == 12 for o in outs)
+    assert svc.lane_names == ["block 4", "block 16"]
+
+
+def test_lane_names_and_configs_are_checked(svc):
+    with pytest.raises(ValueError, match="lane name"):
+        svc.set_lanes({"<b>": svc.cfg})
+    with pytest.raises(ValueError, match="non-empty"):
+        svc.set_lanes({})
+    with pytest.raises(ValueError, match="lane 'nope' is not running"):
+        svc.submit([5], greedy(1), lanes=["nope"])
+    assert svc.lane_names == ["block 4", "block 16"]
+
+
+def test_socket_sets_lanes_and_filters_by_lane(svc, tiny_model_dirs):
+    async def main(url):
+        async with websockets.connect(url) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"cmd": "lanes", "ref": 1, "lanes": {
+                "chunked": {}, "no chunking": {"enable_chunked_prefill": False}}}))
+            reply = await _reply(ws)
+            assert reply["type"] == "reply", reply
+            assert list(reply["status"]["engines"]) == ["chunked", "no chunking"]
+            await ws.send(json.dumps({"cmd": "subscribe", "lanes": ["no chunking"], "kv": False}))
+            await _reply(ws)
+            await ws.send(json.dumps({"cmd": "submit", "prompt": [5] * 40, "params": {"max_tokens": 3}}))
+            sub = await _reply(ws)
+            assert sub["lanes"] == ["chunked", "no chunking"]
+            lanes_seen, finished = set(), 0
+            while finished < 1:
+                msg = json.loads(await ws.recv())
+                for ev in msg.get("events", []):
+                    if ev.get("lane"):
+                        lanes_seen.add(ev["lane"])
+                    finished += ev["type"] == "finished"
+            assert lanes_seen == {"no chunking"}
+            await ws.send(json.dumps({"cmd": "lanes", "lanes": {"x": {"block_size": 0}}}))
+            err = await _reply(ws)
+            assert err["type"] == "error" and "EngineConfig.block_size" in err["message"]
+    with serve(create_app(svc)) as base:
+        asyncio.run(asyncio.wait_for(main(f"ws://{base}/engine/ws"), 60))
+    assert svc.lanes["no chunking"].enable_chunked_prefill is False
+    wait_settled(svc)
+    svc.set_lanes({"block 4": svc.cfg, "block 16": dataclasses.replace(svc.cfg, block_size=16)})
+    wait_settled(svc)
+
+
+async def _reply(ws) -> dict:
+    while True:
+        m = json.loads(await ws.recv())
+        if m["type"] in ("reply", "error"):
+            return m
