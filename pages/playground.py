@@ -139,6 +139,9 @@ def lane_cards(r: dict, other_name: str | None, other: dict | None) -> list[Card
         Card("TTFT p99", fmt(r["ttft_p99_s"], " s", digits=2), **vs("ttft_p99_s")),
         Card("TPOT p50", fmt(r["tpot_p50_s"], " ms", 1000, 0), help="Time per output token after the first"),
         Card("TPOT p99", fmt(r["tpot_p99_s"], " ms", 1000, 0), **vs("tpot_p99_s")),
+        Card("Longest token wait", fmt(r["max_decode_step_s"], " s", digits=2), **vs("max_decode_step_s"),
+             help="The longest iteration that carried decode rows: the longest a decoding request waited "
+                  "for its next token"),
         Card("Padding waste", fmt(r["padding_waste_pct"], " %"),
              help="Computed token slots that were padding, or rows that had already finished"),
         Card("KV waste", fmt(r["kv_waste_pct"], " %"),

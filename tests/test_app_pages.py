@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.service import get_service, shutdown_service
-from service_helpers import assert_all_free, make_service
+from service_helpers import assert_all_free, make_service, wait_settled
 
 PAGES = Path(__file__).resolve().parents[1] / "pages"
 
@@ -40,13 +40,6 @@ def request_events(svc, since: int, want: int) -> list[dict]:
         time.sleep(0.02)
 
 
-def wait_for(pred, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_preset_runs_its_lanes_and_its_stream_reaches_both(svc):
     """A preset that is not a strategy pair: its lanes run, its stream goes to both, clamped to the
     tiny model's context (512 tokens) instead of refused."""
@@ -54,8 +47,8 @@ def test_preset_runs_its_lanes_and_its_stream_reaches_both(svc):
     at.sidebar.radio(key="compare").set_value("chunked prefill on vs off").run()
     assert not at.exception
     assert svc.lane_names == ["chunked on", "chunked off"]
-    wait_for(lambda: not svc.lanes["chunked off"].enable_chunked_prefill and all(
-        e["ready"] and not e["reconfiguring"] for e in svc.status()["engines"].values()))
+    wait_settled(svc)
+    assert not svc.lanes["chunked off"].enable_chunked_prefill and svc.lanes["chunked on"].enable_chunked_prefill
     assert any("What to watch" in i.value and "long prompt" in i.value for i in at.info)
     cursor = svc.hub.head
     next(b for b in at.button if b.label == "8 decoding + a 1,500-token prompt").click().run()
@@ -83,7 +76,8 @@ def test_single_lane_custom_lanes_and_playback_controls(svc):
     seqs[0].set_value(4)
     next(b for b in at.sidebar.button if b.label == "Apply lanes").click().run()
     assert not at.exception and svc.lane_names == ["continuous", "static"]
-    wait_for(lambda: svc.lanes["static"].max_num_seqs == 4 and svc.workers["static"].engine is not None)
+    wait_settled(svc)
+    assert svc.lanes["static"].max_num_seqs == 4 and svc.lanes["static"].strategy == "static"
     assert svc.lanes["continuous"].max_num_seqs == svc.cfg.max_num_seqs
     next(b for b in at.sidebar.button if b.label == "Pause").click().run()
     assert svc.paused.is_set()
@@ -101,8 +95,8 @@ def test_engine_settings_apply_to_every_lane(svc):
     at = app("playground.py")
     at.sidebar.number_input[0].set_value(512)
     next(b for b in at.sidebar.button if b.label == "Apply").click().run()
-    wait_for(lambda: all(w.engine is not None and w.engine.cfg.num_kv_blocks == 512 for w in svc.workers.values()))
-    assert svc.cfg.num_kv_blocks == 512
+    wait_settled(svc)
+    assert svc.cfg.num_kv_blocks == 512 and all(w.engine.cfg.num_kv_blocks == 512 for w in svc.workers.values())
 
 
 def test_metric_cards_computed_from_events(svc):

@@ -72,7 +72,7 @@ def _trickle(fit: Fit) -> list[Arrival]:
 def _long_prompt_mid_decode(fit: Fit) -> list[Arrival]:
     # 8 short requests decode; a long prompt arrives. Chunked: its prefill is split over several
     # iterations that keep decoding the 8. Not chunked: one long iteration stalls all 8.
-    return [Arrival(0.0, 32, 80) for _ in range(8)] + [Arrival(1.5, LONG_PROMPT, 16)]
+    return [Arrival(0.0, 32, 64) for _ in range(8)] + [Arrival(1.5, LONG_PROMPT, 16)]
 
 
 def _short_requests(fit: Fit) -> list[Arrival]:
@@ -108,9 +108,9 @@ PRESETS: tuple[Preset, ...] = (
     Preset("chunked prefill on vs off",
            {"chunked on": {**CONTINUOUS, "enable_chunked_prefill": True, "max_num_batched_tokens": 256},
             "chunked off": {**CONTINUOUS, "enable_chunked_prefill": False, "max_num_batched_tokens": 2048}},
-           "When the long prompt arrives: chunked splits its prefill over several iterations and the 8 short "
-           "requests keep decoding; unchunked computes it in one long iteration (its budget must hold the "
-           "whole prompt) and all 8 stall. Compare TPOT p99.",
+           "The long prompt's row: chunked splits its prefill into 256-token chunks, one per iteration, and "
+           "the 8 short requests get a token after each; unchunked computes it in one long iteration (its "
+           "budget must hold the whole prompt) while all 8 wait. Compare 'Longest token wait'.",
            Stream("8 decoding + a 1,500-token prompt", "8 short requests, then at 1.5 s one 1,500-token "
                   "prompt (shorter where the model's context is)", _long_prompt_mid_decode)),
     Preset("block size 16 vs 128",
