@@ -18,7 +18,7 @@ st.markdown(
 
 lanes = svc.lane_names
 lane = st.segmented_control("Lane", lanes, default=lanes[0], key="kv_lane") or lanes[0]
-live_view(key="kv_detail", lanes=[lane], mode="kv_detail",
+live_view(key="kv_detail", lanes=[lane], running=lanes, mode="kv_detail",
           selected=st.session_state.get("kv_selected"))
 
 

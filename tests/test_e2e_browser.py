@@ -4,10 +4,12 @@ Screenshots go to test-artifacts/ (or $INFLIGHT_ARTIFACTS).
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
+from websockets.sync.client import connect
 
 from engine.bench.app_process import CHROMIUM_ARGS, running_app
 from browser_helpers import CHROMIUM, require_browser
@@ -131,3 +133,26 @@ def test_preset_chunked_prefill_both_columns_move(page):
     assert int(page.locator(".ifl-root").first.get_attribute("data-frames")) > frames0, "the views did not redraw"
     no_exception(page)
     assert page.dialogs == []
+
+
+def _set_lanes_over_the_socket(url: str, lanes: dict) -> None:
+    with connect(url.replace("http", "ws", 1) + "/engine/ws") as ws:
+        ws.recv()  # hello
+        ws.send(json.dumps({"cmd": "lanes", "ref": "lanes", "lanes": lanes}))
+        while (msg := json.loads(ws.recv(timeout=30))).get("ref") != "lanes":
+            pass
+        assert msg["ok"], msg
+
+
+def test_the_page_follows_lanes_changed_elsewhere(page, server):
+    """Another client sets the lanes (here the socket's presenter command): the open page redraws its
+    columns, headers and Compare choice for what runs now, without a click."""
+    expect(page.locator(".ifl-pill[data-kind='ok']")).to_have_count(2, timeout=60_000)  # every lane ready
+    page.reload()  # a page drawn while nothing loads: no banner polls, nothing reruns it by chance
+    expect(page.locator(".ifl-pill[data-kind='ok']")).to_have_count(2, timeout=60_000)
+    assert page.locator(".ifl-sname").all_text_contents() not in ([], ["block 16", "block 128"])
+    _set_lanes_over_the_socket(server, {"block 16": {"block_size": 16}, "block 128": {"block_size": 128}})
+    expect(page.locator(".ifl-sname")).to_have_text(["block 16", "block 128"], timeout=30_000)
+    expect(page.locator(".ifl-shead")).to_have_text(["block 16", "block 128"])
+    expect(page.get_by_role("button", name="16 short requests")).to_be_visible(timeout=10_000)
+    no_exception(page)

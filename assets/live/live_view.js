@@ -22,6 +22,7 @@ function createInstance(root, owner) {
   const q = (s) => root.querySelector(s);
   const inst = {
     root, owner, cfg: null, contract: null, state: null, service: null, statusRev: 0, limits: "",
+    reportedLanes: null,
     clockOffset: null, scale: 1, conn: "connecting", socket: null, accepting: false, subRef: null, refSeq: 0,
     el: { banner: q(".ifl-banner"), conn: q(".ifl-conn"), follow: q(".ifl-follow"), note: q(".ifl-note"),
           gpu: q(".ifl-gpu"), fps: q(".ifl-fps"), body: q(".ifl-body") },
@@ -148,6 +149,20 @@ function applyServiceStatus(inst, status) {
     inst.limits = limits;
     inst.statusRev++;
   }
+  followLanes(inst, Object.keys(status.engines || {}));
+}
+
+// The lanes running changed since the page was drawn (another tab, a socket client): report them,
+// which reruns the page with the lanes that run now. Reported once per change.
+function followLanes(inst, names) {
+  const key = names.join("\n");
+  if (Common.sameList(names, inst.cfg.running) || key === inst.reportedLanes) return;
+  inst.reportedLanes = key;
+  try {
+    inst.setStateValue("running", names);
+  } catch (e) {
+    console.warn("inflight: could not report the lanes", e);
+  }
 }
 
 // The settings a lane runs, from the latest service status (null before the first one).
@@ -166,6 +181,7 @@ function normalizeConfig(d) {
   for (const n of lanes) headers[n] = Array.isArray(d.headers && d.headers[n]) ? d.headers[n].map(String) : [];
   return {
     lanes, headers, views,
+    running: Array.isArray(d.running) ? d.running.map(String) : lanes,
     axis: d.axis === "iterations" ? "iterations" : "time",
     large: !!d.large_text,
     clearAfter: typeof d.clear_after_s === "number" ? d.clear_after_s : null,

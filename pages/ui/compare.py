@@ -1,7 +1,8 @@
 """The sidebar's "Compare" control: which lanes run (a preset, custom lanes, or a single lane).
 
 Only an explicit change applies (a widget's callback), so several open tabs never fight: a new tab
-adopts what runs, and a viewer always shows the presenter's choice, disabled, with the reason.
+adopts what runs, a tab adopts a change of lanes made elsewhere (the live view reruns the page when
+the running lanes change), and a viewer always shows the presenter's choice, disabled, with the reason.
 """
 from __future__ import annotations
 
@@ -46,9 +47,10 @@ def _apply_choice(svc) -> None:
 def compare_control(svc, presenter: bool) -> str:
     """The radio (presets, Custom, Single lane) and, for Custom and Single lane, the lane editor.
     Returns the choice shown."""
-    running = running_choice(svc)
-    if not presenter:  # follow what the presenter runs
-        st.session_state.compare = running
+    running, names = running_choice(svc), svc.lane_names
+    if not presenter or st.session_state.get("compare_lanes", names) != names:
+        st.session_state.compare = running  # follow what the presenter runs, or a change made elsewhere
+    st.session_state.compare_lanes = names
     st.session_state.setdefault("compare", running)
     st.sidebar.header("Compare")
     choice = st.sidebar.radio("Lanes", CHOICES, key="compare", on_change=_apply_choice, args=(svc,),

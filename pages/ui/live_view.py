@@ -53,7 +53,8 @@ def lane_headers(lanes: dict) -> dict[str, list[str]]:
     return {name: describe_difference(cfg, configs[0]) for name, cfg in lanes.items()}
 
 
-def live_view(*, key: str, lanes: list[str], headers: dict[str, list[str]] | None = None, axis: str = "time",
+def live_view(*, key: str, lanes: list[str], headers: dict[str, list[str]] | None = None,
+              running: list[str] | None = None, axis: str = "time",
               views: Sequence[str] = VIEWS, large_text: bool = False,
               clear_after_s: float | None = None, selected: int | None = None,
               height: int | None = None, mode: str = "live"):
@@ -62,6 +63,8 @@ def live_view(*, key: str, lanes: list[str], headers: dict[str, list[str]] | Non
     key: the element key (required: it keeps the component, its socket and state, across reruns).
     lanes: the lane names to show, e.g. ["block 16", "block 128"].
     headers: lane -> short labels shown (as text) beside its name, e.g. from lane_headers().
+    running: every lane the service ran when the page was drawn (default: lanes). When the running
+        set changes (another tab, the socket's `lanes` command), the component reruns the page.
     axis: "time" (service seconds) or "iterations".
     views: any of "gantt", "slots", "kv", "util", "text", in display order.
     large_text: fonts and lines about 1.5x, for a projector.
@@ -88,12 +91,14 @@ def live_view(*, key: str, lanes: list[str], headers: dict[str, list[str]] | Non
         raise ValueError(f"selected must be None or a request id, got {selected!r}")
     data = {
         "lanes": list(lanes), "headers": {n: list((headers or {}).get(n, [])) for n in lanes},
+        "running": list(lanes if running is None else running),
         "axis": axis, "views": views, "large_text": bool(large_text),
         "clear_after_s": None if clear_after_s is None else float(clear_after_s),
         "selected": selected, "height": height, "mode": mode,
         "contract": wire_contract(),  # how to read the events: step entry fields, phase names
     }
-    return _COMPONENT(key=key, data=data, default={"selected": None}, on_selected_change=_noop,
+    return _COMPONENT(key=key, data=data, default={"selected": None, "running": None},
+                      on_selected_change=_noop, on_running_change=_noop,
                       height=height if height is not None else "content")
 
 
