@@ -56,10 +56,10 @@ with st.container(border=True):
         stream = (preset or presets.DEFAULT).stream  # the stream that shows this comparison's difference
         if st.button(stream.label, icon=":material/bolt:", type="primary", width="stretch",
                      help=f"{stream.explain}. Goes to every lane."):
-            preset_stream.fire(svc, stream, client)
+            st.session_state.stream = preset_stream.fire(svc, stream, client)
         if st.button("1 prompt", width="stretch"):
             submit(random.choice(bundled_prompts()), max_tokens, temperature)
-        runner = preset_stream.current()
+        runner = st.session_state.get("stream")  # the one this tab fired last
         if runner is not None and runner.errors:
             st.warning(f"{len(runner.errors)} of {len(runner.arrivals)} requests were refused: {runner.errors[-1]}")
     with c_gen:

@@ -147,8 +147,7 @@ def test_viewer_in_a_room_gets_no_controls_but_can_submit(svc, monkeypatch):
     cursor = svc.hub.head
     next(b for b in at.button if b.label == "Trickle of 12").click().run()  # a submission, not control
     assert not at.exception and len(request_events(svc, cursor, 2)) >= 2
-    from ui import preset_stream
-    runner = preset_stream.current()
+    runner = at.session_state["stream"]
     runner.join(30)
     assert runner.client.key != "local" and not runner.client.presenter  # held to the room's limits
     bench = app("benchmark.py")

@@ -57,11 +57,6 @@ class StreamRunner(threading.Thread):
 _current: StreamRunner | None = None  # one per process, like the service it feeds
 
 
-def current() -> StreamRunner | None:
-    """The latest stream (running or done), for its counts and errors."""
-    return _current
-
-
 def fire(svc, stream: Stream, client: Client = LOCAL) -> StreamRunner:
     global _current
     if _current is not None:

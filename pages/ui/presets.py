@@ -66,7 +66,7 @@ def _mixed_lengths(fit: Fit) -> list[Arrival]:
 def _trickle(fit: Fit) -> list[Arrival]:
     # One arrival every 0.5 s: dynamic launches what it has after its wait, and later arrivals wait
     # for that whole batch; continuous admits each at the next iteration.
-    return [Arrival(0.5 * i, 32, 64 if i % 3 == 0 else 16) for i in range(12)]
+    return [Arrival(0.5 * i, 32, 48 if i % 3 == 0 else 12) for i in range(12)]
 
 
 def _long_prompt_mid_decode(fit: Fit) -> list[Arrival]:
@@ -77,7 +77,7 @@ def _long_prompt_mid_decode(fit: Fit) -> list[Arrival]:
 
 def _short_requests(fit: Fit) -> list[Arrival]:
     # Short prompts and answers: a 128-token block stays mostly empty, a 16-token block fills up.
-    return [Arrival(0.25 * i, 20 + 10 * (i % 5), 16 + 8 * (i % 4)) for i in range(16)]
+    return [Arrival(0.25 * i, 20 + 10 * (i % 5), 16 + 6 * (i % 4)) for i in range(16)]
 
 
 def _prompts_at_once(fit: Fit) -> list[Arrival]:
@@ -87,8 +87,8 @@ def _prompts_at_once(fit: Fit) -> list[Arrival]:
 
 
 def _many_at_once(fit: Fit) -> list[Arrival]:
-    # 24 requests at once: max batch 4 serves them in waves of 4; max batch 32 all together.
-    return [Arrival(0.0, 24, 32) for _ in range(24)]
+    # 16 requests at once: max batch 4 serves them in waves of 4; max batch 32 all together.
+    return [Arrival(0.0, 24, 24) for _ in range(16)]
 
 
 CONTINUOUS = {"strategy": "continuous"}
@@ -104,7 +104,7 @@ PRESETS: tuple[Preset, ...] = (
            {"continuous": CONTINUOUS, "dynamic": {"strategy": "dynamic"}},
            "Dynamic launches whatever waited after its max wait; later arrivals queue for that whole batch. "
            "Continuous admits each request at the next iteration.",
-           Stream("Trickle of 12", "12 requests, one every 0.5 s, answers of 16 or 64 tokens", _trickle)),
+           Stream("Trickle of 12", "12 requests, one every 0.5 s, answers of 12 or 48 tokens", _trickle)),
     Preset("chunked prefill on vs off",
            {"chunked on": {**CONTINUOUS, "enable_chunked_prefill": True, "max_num_batched_tokens": 256},
             "chunked off": {**CONTINUOUS, "enable_chunked_prefill": False, "max_num_batched_tokens": 2048}},
@@ -117,7 +117,7 @@ PRESETS: tuple[Preset, ...] = (
            {"block 16": {**CONTINUOUS, "block_size": 16}, "block 128": {**CONTINUOUS, "block_size": 128}},
            "KV blocks: a short request takes a whole 128-token block and leaves most of it empty; "
            "with 16-token blocks the waste is under one small block per request. Compare KV waste.",
-           Stream("16 short requests", "16 requests over 4 s, prompts of 20 to 60 tokens, answers of 16 to 40",
+           Stream("16 short requests", "16 requests over 4 s, prompts of 20 to 60 tokens, answers of 16 to 34",
                   _short_requests)),
     Preset("token budget 64 vs 2,048",
            {"budget 64": {**CONTINUOUS, "enable_chunked_prefill": True, "max_num_batched_tokens": 64},
@@ -128,9 +128,9 @@ PRESETS: tuple[Preset, ...] = (
                   _prompts_at_once)),
     Preset("max batch 4 vs 32",
            {"max batch 4": {**CONTINUOUS, "max_num_seqs": 4}, "max batch 32": {**CONTINUOUS, "max_num_seqs": 32}},
-           "Max batch 4 serves the 24 requests in waves of 4 while the rest queue; 32 runs them together: "
+           "Max batch 4 serves the 16 requests in waves of 4 while the rest queue; 32 runs them together: "
            "fewer, bigger iterations. Compare throughput and TTFT.",
-           Stream("24 at once", "24 requests at once, 24-token prompts, 32-token answers", _many_at_once)),
+           Stream("16 at once", "16 requests at once, 24-token prompts, 24-token answers", _many_at_once)),
 )
 DEFAULT = PRESETS[0]
 
