@@ -56,6 +56,8 @@ def compare_control(svc, presenter: bool) -> str:
     choice = st.sidebar.radio("Lanes", CHOICES, key="compare", on_change=_apply_choice, args=(svc,),
                               disabled=not presenter, help=None if presenter else LOCKED,
                               label_visibility="collapsed")
+    if not presenter:
+        st.sidebar.caption(f"{LOCKED}.")
     error = st.session_state.pop("lanes_error", None)
     if error:
         st.sidebar.error(error)
