@@ -16,6 +16,12 @@ runs until the longest request is done and lets nobody join in the meantime. *Dy
 the same, but also starts a batch once the oldest request has waited long enough.
 In both, rows that have finished keep their place in the batch and are still computed.
 
+**Lanes.** A lane is a name plus a full set of engine settings (the strategy is one of them). The
+views show two lanes side by side on the same request stream, each column headed by how its settings
+differ from the other's ("block 128" beside "block 16"). **Compare** in the sidebar picks a preset
+(each with a one-click request stream that shows its difference and a line on what to watch), custom
+lanes, or a single lane.
+
 **Gantt.** One row per request, along the time axis (or iterations). *Queued* is the time spent
 waiting. *Prefill* covers the prompt, one segment per chunk. *Decode* produces one token per
 iteration. *Preempted* means its KV blocks were taken back and it waits to be *recomputed*.
@@ -43,7 +49,8 @@ Drag across a chart to zoom in on a stretch of time; double-click to follow "now
 **Metric cards.** They use the same definitions as the benchmark. Throughput is output tokens per
 second of finished requests. TTFT is time to first token, queueing included. TPOT is the time per
 output token after the first. Padding waste is the share of computed token slots that were thrown
-away. KV waste is the share of allocated KV slots that hold no token.
+away. KV waste is the share of allocated KV slots that hold no token. The longest token wait is the
+longest iteration that carried decode rows. With two lanes, each card gives the ratio to the other lane.
 
 **Pause, step, slow motion.** Pause stops every engine between iterations, and Step runs exactly one
 iteration, so you can follow a schedule decision by decision. Slow motion makes each iteration last

@@ -16,7 +16,9 @@ st.markdown(
     "**physical block** anywhere in the pool, so memory is taken as the request grows and returned the "
     "moment it finishes. Pick a request in the playground (or here) to follow it.")
 
-live_view(key="kv_detail", strategies=svc.strategies, mode="kv_detail",
+lanes = svc.lane_names
+lane = st.segmented_control("Lane", lanes, default=lanes[0], key="kv_lane") or lanes[0]
+live_view(key="kv_detail", lanes=[lane], running=lanes, mode="kv_detail",
           selected=st.session_state.get("kv_selected"))
 
 
@@ -31,7 +33,7 @@ def fragmentation() -> None:
         st.info("Numbers appear once an engine holds KV blocks.")
         return
     st.subheader("Where the KV memory goes, right now")
-    st.dataframe(pd.DataFrame(rows).set_index("strategy"), width="stretch")
+    st.dataframe(pd.DataFrame(rows).set_index("lane"), width="stretch")
     st.caption(
         "Allocated: slots in the blocks requests hold now. Holding tokens: slots with a token in them. "
         "Unused: allocated minus holding. 'Contiguous reservation' is what the same requests would take "

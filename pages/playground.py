@@ -8,7 +8,7 @@ import streamlit as st
 from engine import SamplingParams
 from engine.bench.workloads import load_prompts
 from engine.service import get_service
-from ui import loadgen, sidebar
+from ui import loadgen, preset_stream, presets, sidebar
 from ui.cards import Card, cards_html
 from ui.live_view import live_view
 from ui.metrics import LiveMetrics, ratio
@@ -27,7 +27,7 @@ else:
     st.sidebar.info(VIEWER_NOTE, icon=":material/visibility:")
 
 st.title("Inflight — watch an LLM engine batch requests")
-st.caption(sidebar.config_summary(svc.cfg))
+st.caption(sidebar.config_summary(svc))
 loading_banner(svc)
 
 
@@ -52,13 +52,16 @@ with st.container(border=True):
         temperature = st.slider("Temperature", 0.0, 1.5, 0.0, 0.05, key="temperature")
     with c_loads:
         st.markdown("**One click**")
+        preset = presets.by_name(opts["compare"])
+        stream = (preset or presets.DEFAULT).stream  # the stream that shows this comparison's difference
+        if st.button(stream.label, icon=":material/bolt:", type="primary", width="stretch",
+                     help=f"{stream.explain}. Goes to every lane."):
+            st.session_state.stream = preset_stream.fire(svc, stream, client)
         if st.button("1 prompt", width="stretch"):
             submit(random.choice(bundled_prompts()), max_tokens, temperature)
-        if st.button("Burst of 8, mixed lengths", width="stretch",
-                     help="8 bundled prompts at once, output lengths 16 to 256 tokens (EOS ignored)"):
-            rng = random.Random()
-            for text in rng.sample(bundled_prompts(), 8):
-                submit(text, rng.choice([16, 32, 64, 128, 192, 256]), temperature, ignore_eos=True, tag="burst")
+        runner = st.session_state.get("stream")  # the one this tab fired last
+        if runner is not None and runner.errors:
+            st.warning(f"{len(runner.errors)} of {len(runner.arrivals)} requests were refused: {runner.errors[-1]}")
     with c_gen:
         st.markdown("**Load generator** (Poisson arrivals of bundled prompts)")
         if not client.presenter:
@@ -67,8 +70,9 @@ with st.container(border=True):
         mean = st.slider("Output length (tokens): mean", 8, 256, 64, key="lg_mean")
         spread = st.slider("± spread", 0, 248, 48, key="lg_spread")
         gen = loadgen.running()
-        label = f"⏹ Stop generator ({gen.submitted} sent)" if gen else "▶ Start generator"
-        if st.button(label, width="stretch", type="primary" if gen else "secondary", disabled=not client.presenter):
+        label = f"Stop generator ({gen.submitted} sent)" if gen else "Start generator"
+        if st.button(label, icon=":material/stop:" if gen else ":material/play_arrow:", width="stretch",
+                     type="primary" if gen else "secondary", disabled=not client.presenter):
             if gen:
                 loadgen.stop()
             else:
@@ -76,14 +80,16 @@ with st.container(border=True):
             st.rerun()
     # Inline (inside the container), not pinned to the page bottom: a pinned chat box makes Streamlit
     # keep the page scrolled to its end, which would pull the view away from the charts.
-    prompt = st.chat_input("Type a prompt; it goes to every engine shown")
+    prompt = st.chat_input("Type a prompt; it goes to every lane shown")
     if prompt:
         submit(prompt, max_tokens, temperature)
 
 
 # ---- live views (client-side, fed by /engine/ws) ---------------------------------------------------
-picked = live_view(key="live", strategies=opts["strategies"], axis=opts["axis"], large_text=opts["large_text"],
-                   clear_after_s=st.session_state.get("clear_after_s"))
+if preset is not None:
+    st.info(f"**What to watch:** {preset.watch}", icon=":material/visibility:")
+picked = live_view(key="live", lanes=opts["lanes"], headers=opts["headers"], axis=opts["axis"],
+                   large_text=opts["large_text"], clear_after_s=st.session_state.get("clear_after_s"))
 st.session_state.kv_selected = picked.selected  # the KV cache page follows the same request
 
 
@@ -100,28 +106,42 @@ def metric_cards() -> None:
         m.since_s = st.session_state.get("clear_after_s") or 0.0
     m.consume(svc.hub)
     summary = m.summary()
-    shown = [s for s in opts["strategies"] if s in summary] or list(summary)
+    shown = [s for s in opts["lanes"] if s in summary] or list(summary)
     if not shown:
         st.info("Metrics appear as soon as the first request finishes.")
         return
-    base = summary.get(shown[-1]) if len(shown) == 2 else None
-    st.markdown(cards_html([(s, strategy_cards(summary[s], base if base is not summary[s] else None))
+    other = {shown[0]: shown[1], shown[1]: shown[0]} if len(shown) == 2 else {}  # each lane vs the other
+    st.markdown(cards_html([(s, lane_cards(summary[s], other.get(s), summary.get(other.get(s))))
                             for s in shown]), unsafe_allow_html=True)
     if m.skipped:
         st.caption(f"{m.skipped} events left the ring buffer before this tab read them.")
 
 
-def strategy_cards(r: dict, other: dict | None) -> list[Card]:
-    tput = r["output_tokens_per_s"]
-    vs = ratio(tput, other and other["output_tokens_per_s"])
+def versus(r: dict, other_name: str | None, other: dict | None, key: str, higher_is_better: bool) -> dict:
+    """The card's ratio against the other lane ("1.80x vs static") and whether that is good."""
+    vs = ratio(r[key], other and other[key])
+    if vs is None:
+        return {}
+    good = vs >= 1 if higher_is_better else vs <= 1
+    return {"delta": f"{vs:.2f}x vs {other_name}", "tone": "up" if good else "down"}
+
+
+def lane_cards(r: dict, other_name: str | None, other: dict | None) -> list[Card]:
+    def vs(key, higher_is_better=False):
+        return versus(r, other_name, other, key, higher_is_better)
+
     return [
-        Card("Throughput", fmt(tput, " tok/s"), vs and f"{vs:.2f}x vs {opts['strategies'][-1]}",
-             "up" if vs and vs >= 1 else "down", "Output tokens per second of finished requests, since the first arrival"),
+        Card("Throughput", fmt(r["output_tokens_per_s"], " tok/s"), **vs("output_tokens_per_s", True),
+             help="Output tokens per second of finished requests, since the first arrival"),
         Card("Requests done", f"{r['completed']}", f"{r['in_flight']} in flight"),
-        Card("TTFT p50", fmt(r["ttft_p50_s"], " s", digits=2), help="Time to first token, queueing included"),
-        Card("TTFT p99", fmt(r["ttft_p99_s"], " s", digits=2)),
+        Card("TTFT p50", fmt(r["ttft_p50_s"], " s", digits=2), **vs("ttft_p50_s"),
+             help="Time to first token, queueing included"),
+        Card("TTFT p99", fmt(r["ttft_p99_s"], " s", digits=2), **vs("ttft_p99_s")),
         Card("TPOT p50", fmt(r["tpot_p50_s"], " ms", 1000, 0), help="Time per output token after the first"),
-        Card("TPOT p99", fmt(r["tpot_p99_s"], " ms", 1000, 0)),
+        Card("TPOT p99", fmt(r["tpot_p99_s"], " ms", 1000, 0), **vs("tpot_p99_s")),
+        Card("Longest token wait", fmt(r["max_decode_step_s"], " s", digits=2), **vs("max_decode_step_s"),
+             help="The longest iteration that carried decode rows: the longest a decoding request waited "
+                  "for its next token"),
         Card("Padding waste", fmt(r["padding_waste_pct"], " %"),
              help="Computed token slots that were padding, or rows that had already finished"),
         Card("KV waste", fmt(r["kv_waste_pct"], " %"),

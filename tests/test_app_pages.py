@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.service import get_service, shutdown_service
-from service_helpers import assert_all_free, make_service
+from service_helpers import assert_all_free, make_service, wait_settled
 
 PAGES = Path(__file__).resolve().parents[1] / "pages"
 
@@ -40,24 +40,45 @@ def request_events(svc, since: int, want: int) -> list[dict]:
         time.sleep(0.02)
 
 
-def test_playground_burst_reaches_both_engines(svc):
+def test_preset_runs_its_lanes_and_its_stream_reaches_both(svc):
+    """A preset that is not a strategy pair: its lanes run, its stream goes to both, clamped to the
+    tiny model's context (512 tokens) instead of refused."""
     at = app("playground.py")
-    cursor = svc.hub.head
-    next(b for b in at.button if b.label.startswith("Burst of 8")).click().run()
+    at.sidebar.radio(key="compare").set_value("chunked prefill on vs off").run()
     assert not at.exception
-    # The tiny model's 512-token context can refuse a long prompt + 256 tokens: shown as an error.
-    rejected = [e.value for e in at.error]
-    assert all("max_model_len" in r for r in rejected) and len(rejected) < 8
-    events = request_events(svc, cursor, 2 * (8 - len(rejected)))
-    assert len(events) == 2 * (8 - len(rejected)) and {e["strategy"] for e in events} == {"continuous", "dynamic"}
-    assert {e["tag"] for e in events} == {"burst"}
+    assert svc.lane_names == ["chunked on", "chunked off"]
+    wait_settled(svc)
+    assert not svc.lanes["chunked off"].enable_chunked_prefill and svc.lanes["chunked on"].enable_chunked_prefill
+    assert any("What to watch" in i.value and "long prompt" in i.value for i in at.info)
+    cursor = svc.hub.head
+    next(b for b in at.button if b.label == "8 decoding + a 1,500-token prompt").click().run()
+    assert not at.exception
+    events = request_events(svc, cursor, 18)
+    assert {e["lane"] for e in events} == {"chunked on", "chunked off"} and {e["tag"] for e in events} == {"preset"}
+    assert len(events) == 18 and max(e["num_prompt_tokens"] for e in events) == 512 - 16
     assert_all_free(svc)
+    at.sidebar.radio(key="compare").set_value("continuous vs dynamic").run()
+    assert svc.lane_names == ["continuous", "dynamic"]
 
 
-def test_strategy_toggle_and_playback_controls(svc):
+def test_a_new_tab_adopts_the_running_lanes(svc):
     at = app("playground.py")
-    at.sidebar.radio(key="view").set_value("Continuous").run()
-    assert svc.strategies == ["continuous"]
+    assert at.sidebar.radio(key="compare").value == "continuous vs dynamic"
+    assert next(b for b in at.button if b.label == "Trickle of 12")  # that preset's stream
+
+
+def test_single_lane_custom_lanes_and_playback_controls(svc):
+    at = app("playground.py")
+    at.sidebar.radio(key="compare").set_value("Single lane").run()
+    assert svc.lane_names == ["continuous"]
+    at.sidebar.radio(key="compare").set_value("Custom").run()
+    seqs = [s for s in at.sidebar.slider if s.key.startswith("lane1-") and s.key.endswith("-seqs")]
+    seqs[0].set_value(4)
+    next(b for b in at.sidebar.button if b.label == "Apply lanes").click().run()
+    assert not at.exception and svc.lane_names == ["continuous", "static"]
+    wait_settled(svc)
+    assert svc.lanes["static"].max_num_seqs == 4 and svc.lanes["static"].strategy == "static"
+    assert svc.lanes["continuous"].max_num_seqs == svc.cfg.max_num_seqs
     next(b for b in at.sidebar.button if b.label == "Pause").click().run()
     assert svc.paused.is_set()
     next(b for b in at.sidebar.button if b.label == "Resume").click().run()
@@ -65,22 +86,17 @@ def test_strategy_toggle_and_playback_controls(svc):
     at.sidebar.slider(key="slow_motion").set_value(0.25).run()
     assert svc.min_interval_s == 0.25
     at.sidebar.slider(key="slow_motion").set_value(0.0).run()
-    at.sidebar.radio(key="view").set_value("Side by side").run()
-    assert svc.strategies == ["continuous", "dynamic"]
-    at.sidebar.radio(key="baseline").set_value("static").run()
-    assert svc.strategies == ["continuous", "static"]
-    at.sidebar.radio(key="baseline").set_value("dynamic").run()
+    at.sidebar.radio(key="compare").set_value("continuous vs dynamic").run()
+    assert svc.lane_names == ["continuous", "dynamic"]
     assert not at.exception
 
 
-def test_engine_settings_apply_through_service(svc):
+def test_engine_settings_apply_to_every_lane(svc):
     at = app("playground.py")
-    at.sidebar.slider[[s.label for s in at.sidebar.slider].index("Max batch (sequences)")].set_value(4)
+    at.sidebar.number_input[0].set_value(512)
     next(b for b in at.sidebar.button if b.label == "Apply").click().run()
-    deadline = time.monotonic() + 30
-    while svc.workers["continuous"].engine.cfg.max_num_seqs != 4 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert svc.cfg.max_num_seqs == 4 and svc.workers["continuous"].engine.cfg.max_num_seqs == 4
+    wait_settled(svc)
+    assert svc.cfg.num_kv_blocks == 512 and all(w.engine.cfg.num_kv_blocks == 512 for w in svc.workers.values())
 
 
 def test_metric_cards_computed_from_events(svc):
@@ -117,19 +133,23 @@ def test_benchmark_page_runs_in_background_and_shows_results(svc):
 
 
 def test_viewer_in_a_room_gets_no_controls_but_can_submit(svc, monkeypatch):
-    """Room mode without the presenter cookie: no playback, settings, strategy change, load generator
-    or benchmark; each place says why; prompts still go in, within the viewer limits."""
+    """Room mode without the presenter cookie: no playback, settings, lane change, load generator
+    or benchmark; each place says why; prompts and the preset's stream still go in, within limits."""
     from engine.access import Access
     monkeypatch.setattr(svc, "access", Access(room=True, token="presenter-token-xyz"))
     at = app("playground.py")
     labels = {b.label for b in at.sidebar.button}
-    assert not labels & {"Pause", "Resume", "Step", "Clear views", "Apply"}
-    assert at.sidebar.radio(key="view").disabled
+    assert not labels & {"Pause", "Resume", "Step", "Clear views", "Apply", "Apply lanes"}
+    compare = at.sidebar.radio(key="compare")
+    assert compare.disabled and compare.value == "continuous vs dynamic" and "presenter" in compare.help
     assert "viewer" in at.sidebar.info[0].value and "presenter" in at.sidebar.info[0].value
     assert next(b for b in at.button if "generator" in b.label).disabled
     cursor = svc.hub.head
-    next(b for b in at.button if b.label == "1 prompt").click().run()
-    assert not at.exception and len(request_events(svc, cursor, 2)) == 2
+    next(b for b in at.button if b.label == "Trickle of 12").click().run()  # a submission, not control
+    assert not at.exception and len(request_events(svc, cursor, 2)) >= 2
+    runner = at.session_state["stream"]
+    runner.join(30)
+    assert runner.client.key != "local" and not runner.client.presenter  # held to the room's limits
     bench = app("benchmark.py")
     assert "viewer" in bench.info[0].value and not any(b.label == "Run benchmark" for b in bench.button)
     assert_all_free(svc)

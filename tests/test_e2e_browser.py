@@ -4,10 +4,12 @@ Screenshots go to test-artifacts/ (or $INFLIGHT_ARTIFACTS).
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
+from websockets.sync.client import connect
 
 from engine.bench.app_process import CHROMIUM_ARGS, running_app
 from browser_helpers import CHROMIUM, require_browser
@@ -60,9 +62,9 @@ def no_exception(page) -> None:
 
 def test_prompt_streams_into_gantt_and_text(page):
     page.get_by_text("Live playground").first.wait_for(timeout=60_000)
-    page.get_by_text("Continuous", exact=True).first.click()     # one engine, serving at once
+    page.get_by_text("Single lane", exact=True).first.click()    # one lane (continuous), serving at once
     expect(page.locator(".ifl-conn")).to_have_attribute("data-kind", "live", timeout=60_000)
-    box = page.get_by_placeholder("Type a prompt; it goes to every engine shown")
+    box = page.get_by_placeholder("Type a prompt; it goes to every lane shown")
     box.fill(XSS)
     box.press("Enter")
     card = page.locator(".ifl-card", has_text="tell me a story").first
@@ -102,23 +104,55 @@ def test_gpu_samples_show_in_badge_and_legend(page):
     no_exception(page)
 
 
-def test_side_by_side_both_columns_move(page):
-    page.get_by_text("Side by side", exact=True).first.click()
-    page.wait_for_function("() => document.querySelectorAll('.ifl-status').length === 2", timeout=60_000)
-    # dynamic launches a partial batch after its max wait: the tiny model's 512-token context may
-    # refuse one of the 8 prompts (shown as an error), and static would wait for an 8th forever.
-    page.get_by_text("dynamic", exact=True).first.click()
-    page.wait_for_timeout(1000)
-    page.get_by_role("button", name="Burst of 8, mixed lengths").click()
+LANE_ROWS = """() => JSON.parse(document.querySelector('.ifl-timeline-canvas')?.dataset.rows || '{}')"""
+
+
+def test_preset_chunked_prefill_both_columns_move(page):
+    """A newcomer picks a preset that is not a strategy pair, fires its stream: both lanes' columns
+    (headed by how they differ) draw the requests, and the cards compare them."""
+    page.get_by_text("chunked prefill on vs off", exact=True).first.click()
+    heads = page.locator(".ifl-shead")
+    expect(heads).to_have_count(2, timeout=60_000)
+    expect(heads.nth(0)).to_contain_text("chunked prefill on")
+    expect(heads.nth(1)).to_contain_text("chunked prefill off")
+    expect(page.locator(".ifl-pill[data-kind='ok']")).to_have_count(2, timeout=60_000)  # both lanes ready
+    page.get_by_role("button", name="8 decoding + a 1,500-token prompt").click()
     frames0 = int(page.locator(".ifl-root").first.get_attribute("data-frames"))
-    finished_in = """col => [...document.querySelectorAll('.ifl-cards')[col]?.querySelectorAll('.ifl-card [data-state]') ?? []]
-                        .filter(e => e.dataset.state === 'finished').length >= 6"""
     try:
-        for col in range(2):
-            page.wait_for_function(finished_in, arg=col, timeout=120_000)
+        page.wait_for_function(f"""() => {{ const r = ({LANE_ROWS})();
+            return (r['chunked on'] || []).length >= 9 && (r['chunked off'] || []).length >= 9; }}""",
+                               timeout=60_000)
+        cards = page.locator(".ifl-mc-col")
+        expect(cards).to_have_count(2, timeout=30_000)
+        expect(cards.nth(0)).to_contain_text("x vs chunked off", timeout=60_000)
+        expect(cards.nth(1)).to_contain_text("x vs chunked on")
     finally:
-        shot(page, "2-side-by-side")
-    frames1 = int(page.locator(".ifl-root").first.get_attribute("data-frames"))
-    assert frames1 > frames0, "the views did not redraw"
+        shot(page, "2-chunked-prefill-on-vs-off")
+    rows = page.evaluate(LANE_ROWS)
+    assert sorted(rows["chunked on"])[-9:] == sorted(rows["chunked off"])[-9:]  # the same requests, each lane
+    assert int(page.locator(".ifl-root").first.get_attribute("data-frames")) > frames0, "the views did not redraw"
     no_exception(page)
     assert page.dialogs == []
+
+
+def _set_lanes_over_the_socket(url: str, lanes: dict) -> None:
+    with connect(url.replace("http", "ws", 1) + "/engine/ws") as ws:
+        ws.recv()  # hello
+        ws.send(json.dumps({"cmd": "lanes", "ref": "lanes", "lanes": lanes}))
+        while (msg := json.loads(ws.recv(timeout=30))).get("ref") != "lanes":
+            pass
+        assert msg["ok"], msg
+
+
+def test_the_page_follows_lanes_changed_elsewhere(page, server):
+    """Another client sets the lanes (here the socket's presenter command): the open page redraws its
+    columns, headers and Compare choice for what runs now, without a click."""
+    expect(page.locator(".ifl-pill[data-kind='ok']")).to_have_count(2, timeout=60_000)  # every lane ready
+    page.reload()  # a page drawn while nothing loads: no banner polls, nothing reruns it by chance
+    expect(page.locator(".ifl-pill[data-kind='ok']")).to_have_count(2, timeout=60_000)
+    assert page.locator(".ifl-sname").all_text_contents() not in ([], ["block 16", "block 128"])
+    _set_lanes_over_the_socket(server, {"block 16": {"block_size": 16}, "block 128": {"block_size": 128}})
+    expect(page.locator(".ifl-sname")).to_have_text(["block 16", "block 128"], timeout=30_000)
+    expect(page.locator(".ifl-shead")).to_have_text(["block 16", "block 128"])
+    expect(page.get_by_role("button", name="16 short requests")).to_be_visible(timeout=10_000)
+    no_exception(page)

@@ -29,6 +29,9 @@ def test_metrics_match_request_outputs(svc):
         assert r["output_tokens"] == sum(len(o.output_token_ids) for o in mine)
         ttfts = sorted(o.first_token_s - o.arrival_s for o in mine)
         assert r["ttft_p50_s"] == pytest.approx((ttfts[1] + ttfts[2]) / 2)
+        steps = [e["event"] for _, e in svc.hub.read(0).events if e["type"] == "step" and e["lane"] == strategy]
+        decoding = [ev.duration_s for ev in steps if any(x.phase == "decode" for x in ev.entries)]
+        assert r["max_decode_step_s"] == pytest.approx(max(decoding))  # the longest wait for a next token
     # static pads prompts of 3..6 tokens and keeps finished rows: padding is wasted, continuous has none
     assert summary["static"]["padding_waste_pct"] > 0
     assert summary["continuous"]["padding_waste_pct"] == 0

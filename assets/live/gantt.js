@@ -24,9 +24,9 @@ const Gantt = (() => {
 
   // Rows: the newest requests that touch the window (shared by both columns on the time axis, so a
   // request sits at the same height on both sides). Rows are request ids: a row never moves.
-  function rows(strategies, range, axis, fc) {
+  function rows(lanes, range, axis, fc) {
     const ids = new Set();
-    for (const S of strategies) {
+    for (const S of lanes) {
       for (const R of S.reqs.values()) {
         const [a, b] = reqExtent(R, axis, fc, S);
         if (a == null || b == null) continue;

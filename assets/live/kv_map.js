@@ -1,4 +1,4 @@
-// View: the physical KV block pool of one strategy, one square cell per block (canvas).
+// View: the physical KV block pool of one lane, one square cell per block (canvas).
 
 const KvMap = (() => {
   const { C, clamp, fmt, pct, rgba, reqColor, el, setText, hatchPattern, canvasContext } = Common;

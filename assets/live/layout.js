@@ -1,5 +1,5 @@
 // The page structure: a status row, then one canvas for every time-based view (Gantt, batch slots,
-// utilization: one column per strategy sharing the time axis), then the per-strategy sections (KV map,
+// utilization: one column per lane sharing the time axis), then the per-lane sections (KV map,
 // text, or the KV detail), each with a title and a legend.
 
 const Layout = (() => {
@@ -27,16 +27,16 @@ const Layout = (() => {
              ["free", "free"]],
   };
 
-  // views: { timeline, status, <view name>: module with build(inst, cell, strategy) }.
-  // Returns { cols: Map(strategy -> { name, status, <view>: view state }), timeline }.
+  // views: { timeline, status, <view name>: module with build(inst, cell, lane) }.
+  // Returns { cols: Map(lane -> { name, status, <view>: view state }), timeline }.
   function build(inst, views) {
     const body = inst.el.body, cfg = inst.cfg;
     body.textContent = "";
-    body.style.setProperty("--ifl-cols", String(cfg.strategies.length));
-    const cols = new Map(cfg.strategies.map((n) => [n, { name: n, status: null, kv: null, text: null, detail: null }]));
+    body.style.setProperty("--ifl-cols", String(cfg.lanes.length));
+    const cols = new Map(cfg.lanes.map((n) => [n, { name: n, status: null, kv: null, text: null, detail: null }]));
     const statusGrid = el("div", "ifl-grid ifl-status-row");
     for (const col of cols.values()) {
-      col.status = views.status.build(col.name);
+      col.status = views.status.build(col.name, cfg.headers[col.name] || []);
       statusGrid.appendChild(col.status.node);
     }
     body.appendChild(statusGrid);

@@ -22,6 +22,7 @@ function createInstance(root, owner) {
   const q = (s) => root.querySelector(s);
   const inst = {
     root, owner, cfg: null, contract: null, state: null, service: null, statusRev: 0, limits: "",
+    reportedLanes: null,
     clockOffset: null, scale: 1, conn: "connecting", socket: null, accepting: false, subRef: null, refSeq: 0,
     el: { banner: q(".ifl-banner"), conn: q(".ifl-conn"), follow: q(".ifl-follow"), note: q(".ifl-note"),
           gpu: q(".ifl-gpu"), fps: q(".ifl-fps"), body: q(".ifl-body") },
@@ -36,6 +37,7 @@ function createInstance(root, owner) {
     observe: (node) => { inst.resizeObs.observe(node); inst.viewObs.observe(node); },
     observeSize: (node) => inst.resizeObs.observe(node),
     pick: (rid) => pick(inst, rid),
+    laneConfig: (name) => laneConfig(inst, name),
     serviceClock: () => (inst.clockOffset != null ? Common.perfNow() + inst.clockOffset : null),
     // for the console and the browser tests
     applyEvents: (events) => applyEvents(inst, { skipped: 0, events }),
@@ -95,10 +97,10 @@ function connect(inst) {
 // (Re)build the picture from what the ring buffer still holds. Events that arrive before the
 // subscribe reply come from the old cursor and are dropped, so nothing is counted twice.
 function subscribe(inst) {
-  inst.state = LiveState.newState(inst.cfg.strategies, inst.contract);
+  inst.state = LiveState.newState(inst.cfg.lanes, inst.contract);
   inst.accepting = false;
   inst.subRef = `sub-${++inst.refSeq}`;
-  inst.socket.send({ cmd: "subscribe", ref: inst.subRef, strategies: inst.cfg.strategies, requests: null, kv: true,
+  inst.socket.send({ cmd: "subscribe", ref: inst.subRef, lanes: inst.cfg.lanes, requests: null, kv: true,
                      from_seq: "oldest" });
   inst.markDirty();
 }
@@ -139,22 +141,47 @@ function applyServiceStatus(inst, status) {
   if (!status || typeof status !== "object") return;
   inst.service = status;
   if (typeof status.t === "number") inst.clockOffset = status.t - Common.perfNow();
-  const c = status.config || {};
-  const limits = `${c.max_num_seqs}|${c.static_batch_size}`;  // what the charts depend on
+  const limits = inst.cfg.lanes.map((n) => {  // what the charts depend on
+    const c = laneConfig(inst, n) || {};
+    return `${c.strategy}|${c.max_num_seqs}|${c.static_batch_size}`;
+  }).join(",");
   if (limits !== inst.limits) {
     inst.limits = limits;
     inst.statusRev++;
   }
+  followLanes(inst, Object.keys(status.engines || {}));
+}
+
+// The lanes running changed since the page was drawn (another tab, a socket client): report them,
+// which reruns the page with the lanes that run now. Reported once per change.
+function followLanes(inst, names) {
+  const key = names.join("\n");
+  if (Common.sameList(names, inst.cfg.running) || key === inst.reportedLanes) return;
+  inst.reportedLanes = key;
+  try {
+    inst.setStateValue("running", names);
+  } catch (e) {
+    console.warn("inflight: could not report the lanes", e);
+  }
+}
+
+// The settings a lane runs, from the latest service status (null before the first one).
+function laneConfig(inst, name) {
+  const eng = inst.service && inst.service.engines ? inst.service.engines[name] : null;
+  return eng && eng.config ? eng.config : null;
 }
 
 /* ---- configuration ---- */
 
 function normalizeConfig(d) {
   d = d || {};
-  const strategies = Array.isArray(d.strategies) && d.strategies.length ? d.strategies.map(String) : ["continuous"];
+  const lanes = Array.isArray(d.lanes) && d.lanes.length ? d.lanes.map(String) : ["continuous"];
   const views = (Array.isArray(d.views) ? d.views : VIEW_NAMES).filter((v) => VIEW_NAMES.includes(v));
+  const headers = {};  // lane -> labels of how it differs from the other lane (shown as text)
+  for (const n of lanes) headers[n] = Array.isArray(d.headers && d.headers[n]) ? d.headers[n].map(String) : [];
   return {
-    strategies, views,
+    lanes, headers, views,
+    running: Array.isArray(d.running) ? d.running.map(String) : lanes,
     axis: d.axis === "iterations" ? "iterations" : "time",
     large: !!d.large_text,
     clearAfter: typeof d.clear_after_s === "number" ? d.clear_after_s : null,
@@ -176,13 +203,14 @@ function applyConfig(inst, cfg) {
     inst.sel = cfg.selected;
   }
   if (prev && prev.axis !== cfg.axis) inst.zoom = {};
-  const layoutChanged = !prev || prev.mode !== cfg.mode || !same(prev.strategies, cfg.strategies)
+  const layoutChanged = !prev || prev.mode !== cfg.mode || !same(prev.lanes, cfg.lanes)
+    || JSON.stringify(prev.headers) !== JSON.stringify(cfg.headers)
     || !same(prev.views, cfg.views) || prev.large !== cfg.large || prev.height !== cfg.height;
-  const resetNeeded = !prev || !same(prev.strategies, cfg.strategies) || prev.clearAfter !== cfg.clearAfter;
+  const resetNeeded = !prev || !same(prev.lanes, cfg.lanes) || prev.clearAfter !== cfg.clearAfter;
   if (layoutChanged) Object.assign(inst, Layout.build(inst, VIEWS));
   if (resetNeeded) {
     if (inst.socket && inst.socket.isOpen()) subscribe(inst);
-    else inst.state = LiveState.newState(cfg.strategies, inst.contract);
+    else inst.state = LiveState.newState(cfg.lanes, inst.contract);
   }
   if (!inst.socket) connect(inst);
   inst.markDirty();

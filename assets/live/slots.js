@@ -8,7 +8,7 @@ const Slots = (() => {
   const { KIND, maxBatch } = LiveState;
 
   // Columns of the grid, as edges: one column per iteration; on the time axis idle time between
-  // iterations (e.g. a static batch filling up) is an empty column, so both strategies align in time.
+  // iterations (e.g. a static batch filling up) is an empty column, so both lanes align in time.
   function slotColumns(S, fc, range, pxPerX) {
     const cols = [], edges = [];
     if (fc.axis !== "time") {
@@ -45,7 +45,7 @@ const Slots = (() => {
   function draw(ctx, inst, S, fc, X, band) {
     const range = [X.invert(band.x), X.invert(band.x + band.w)];
     const { cols, edges } = slotColumns(S, fc, range, band.w / Math.max(range[1] - range[0], 1e-9));
-    let nSlots = maxBatch(S, inst.service && inst.service.config) || 1;
+    let nSlots = maxBatch(S, inst.laneConfig(S.name)) || 1;
     for (const st of cols) if (st) for (const c of st.cells) nSlots = Math.max(nSlots, c.slot + 1);
     const slotH = band.h / nSlots, gapY = slotH > 8 ? 1.5 : 0;
     const Y = (s) => band.y + band.h - (s + 1) * slotH;

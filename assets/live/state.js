@@ -1,12 +1,12 @@
-// The event reducer: folds /engine/ws events into per-strategy state the views draw from.
+// The event reducer: folds /engine/ws events into per-lane state (keyed by `ev.lane`) the views draw from.
 // Pure data (no DOM, no socket): it loads in node on its own for the tests (tests/js/).
 //
-// Per strategy: a bounded list of step summaries, the requests (with Gantt segments and text), and the
+// Per lane: a bounded list of step summaries, the requests (with Gantt segments and text), and the
 // latest KV snapshot. Events are folded in as they arrive; nothing is kept raw.
 
 const LiveState = (() => {
-  const MAX_STEPS = 300;        // iterations kept per strategy (slots grid, utilization)
-  const MAX_REQS = 160;         // requests kept per strategy; finished ones past the window go first
+  const MAX_STEPS = 300;        // iterations kept per lane (slots grid, utilization)
+  const MAX_REQS = 160;         // requests kept per lane; finished ones past the window go first
   const MAX_SEGS = 64;          // segments kept per request before old ones are trimmed
   const RATE_WINDOW_S = 1.0;    // tokens/s: rolling window over step events
   const MAX_GPU_SAMPLES = 600;  // NVML samples kept (5 min at the monitor's 2 per second)
@@ -15,12 +15,12 @@ const LiveState = (() => {
                  preempted: "preempted", finished: "finished" };
 
   // contract: Contract.fromWire(...) (the step entry layout and phase names).
-  function newState(strategies, contract) {
-    return { contract, by: new Map(strategies.map((s) => [s, newStrategy(s)])), coalesced: 0, latestT: null,
+  function newState(lanes, contract) {
+    return { contract, by: new Map(lanes.map((name) => [name, newLane(name)])), coalesced: 0, latestT: null,
              progress: null, gpu: [], gpuRev: 0 };
   }
 
-  function newStrategy(name) {
+  function newLane(name) {
     return { name, steps: [], reqs: new Map(), kv: null, kvRev: 0, rev: 0, textRev: 0, lastIt: -1, lastT: null,
              lastStepMs: null, lastEvent: null, gapPending: false };
   }
@@ -63,7 +63,7 @@ const LiveState = (() => {
     if (t != null && t < clearAfter) return false;
     if (ev.type === "status") return ingestStatus(st, ev);
     if (ev.type === "gpu") return ingestGpu(st, ev);
-    const S = st.by.get(ev.strategy);
+    const S = st.by.get(ev.lane);
     if (!S) return false;
     if (ev.type === "step") onStep(st.contract, S, ev);
     else if (ev.type === "request") onRequest(S, ev);
@@ -328,7 +328,7 @@ const LiveState = (() => {
       st.progress = { message: String(ev.message ?? ""), t: ev.t };
       return true;
     }
-    const S = ev.strategy ? st.by.get(ev.strategy) : null;
+    const S = ev.lane ? st.by.get(ev.lane) : null;
     if (S) S.lastEvent = { event: ev.event, error: ev.error ?? null };
     return true;
   }
@@ -342,10 +342,10 @@ const LiveState = (() => {
     return false;
   }
 
-  // The engine's batch limit. The service status reports the configured value; if the engine kept an
-  // older config (a failed reconfigure), the rows it really ran are the better bound.
+  // The lane's batch limit. The service status reports the lane's configured value; if the engine kept
+  // an older config (a failed reconfigure), the rows it really ran are the better bound.
   function maxBatch(S, config) {
-    const configured = config ? (S.name === "continuous" ? config.max_num_seqs : config.static_batch_size) : 0;
+    const configured = config ? (config.strategy === "continuous" ? config.max_num_seqs : config.static_batch_size) : 0;
     let seen = 0;
     for (const st of S.steps) seen = Math.max(seen, st.rows);
     return Math.max(configured || 0, seen) || null;

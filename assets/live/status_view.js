@@ -1,14 +1,17 @@
-// The status line above each strategy's column, and the badges and banner at the top.
+// The status line above each lane's column (its name, how it differs from the other lane, its state), and the badges and banner at the top.
 
 const StatusView = (() => {
   const { el, setText, fmt } = Common;
   const { KIND, maxBatch } = LiveState;
 
-  function build(name) {
+  // header: short labels of how this lane differs from the other one, e.g. ["block 128"] (text).
+  function build(name, header) {
     const node = el("div", "ifl-status");
     const pill = el("span", "ifl-pill", "…");
     const facts = el("span", "ifl-facts", "");
-    node.append(el("span", "ifl-sname", name), pill, facts);
+    node.append(el("span", "ifl-sname", name));
+    if (header.length) node.append(el("span", "ifl-shead", header.join(" · ")));
+    node.append(pill, facts);
     return { node, pill, facts, sig: "" };
   }
 
@@ -28,7 +31,7 @@ const StatusView = (() => {
     const queue = [...S.reqs.values()].filter((R) => R.state === KIND.queued || R.state === KIND.preempted).length;
     const [pill, cls] = pillOf(svc, eng);
     const inBatch = S.kv && S.kv.block_tables ? Object.keys(S.kv.block_tables).length : 0;  // rows holding KV
-    const limit = maxBatch(S, svc && svc.config);
+    const limit = maxBatch(S, inst.laneConfig(S.name));
     const facts = [
       `batch ${inBatch}${limit ? `/${limit}` : ""}`,
       `queue ${queue}`,
@@ -65,7 +68,7 @@ const StatusView = (() => {
   // Model download / first start: progress messages shown prominently until every engine is ready.
   function drawBanner(inst) {
     const svc = inst.service, st = inst.state;
-    const engines = svc && svc.engines ? Object.entries(svc.engines).filter(([n]) => inst.cfg.strategies.includes(n)) : [];
+    const engines = svc && svc.engines ? Object.entries(svc.engines).filter(([n]) => inst.cfg.lanes.includes(n)) : [];
     const failed = engines.find(([, e]) => e.error);
     const loading = engines.some(([, e]) => !e.ready && !e.error);
     let text = "", kind = "";

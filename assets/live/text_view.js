@@ -3,7 +3,7 @@
 const TextView = (() => {
   const { el, setText, reqColor } = Common;
   const { KIND } = LiveState;
-  const MAX_CARDS = 24;  // cards per strategy
+  const MAX_CARDS = 24;  // cards per lane
 
   function build(inst, cell) {
     const list = el("div", "ifl-cards");

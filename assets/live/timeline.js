@@ -1,4 +1,4 @@
-// The timeline: every time-based view of every strategy column (Gantt, batch slots, utilization) on one
+// The timeline: every time-based view of every lane's column (Gantt, batch slots, utilization) on one
 // canvas sharing the x axis (service seconds, or iterations). A frame is a few hundred fillRect / stroke
 // calls: 2-4 ms of script on a 2-core machine, where a plotly figure of the same views took ~130 ms
 // (python -m engine.bench.ui_cost; README). Hover, click-to-pick, drag-to-zoom and double-click-to-follow
@@ -55,7 +55,7 @@ const Timeline = (() => {
     const headH = (v) => Math.round((inst.sizes.get(tl.heads.get(v)) || {}).outerH ?? tl.heads.get(v).offsetHeight);
     const key = `${Math.round(size.w)}|${inst.cfg.height ? Math.round(size.h) : ""}|${k}|${tl.views.map(headH)}`;
     if (tl.geom && tl.geomKey === key) return tl.geom;
-    const W = Math.round(size.w), n = inst.cfg.strategies.length;
+    const W = Math.round(size.w), n = inst.cfg.lanes.length;
     const L = Math.round(58 * k), R = Math.round(24 * k), gap = n > 1 ? Math.round(88 * k) : 0;
     const pw = Math.floor((W - L - R - gap * (n - 1)) / n);
     const xs = [...Array(n).keys()].map((c) => L + c * (pw + gap));
@@ -106,13 +106,13 @@ const Timeline = (() => {
     if (!g || inst.offscreen(tl.wrap)) return;
     const fc = frameContext(inst);
     const revs = [...inst.state.by.values()].map((S) => S.rev).join(",") + `,${inst.state.gpuRev}`;
-    const ranges = inst.cfg.strategies.map((n) => xRange(fc, inst.state.by.get(n)).join(":")).join(",");
+    const ranges = inst.cfg.lanes.map((n) => xRange(fc, inst.state.by.get(n)).join(":")).join(",");
     const sig = `${revs}|${inst.sel}|${ranges}|${g.W}x${g.H}|${fc.axis}|${inst.statusRev}|${fc.open ? fc.now : ""}`;
     if (!inst.changed(tl.canvas, sig)) return;
     const ctx = sizeCanvas(tl.canvas, g.W, g.H);
     ctx.fillStyle = C.bg;
     ctx.fillRect(0, 0, g.W, g.H);
-    tl.cols = inst.cfg.strategies.map((name, c) => drawColumn(ctx, inst, fc, g, inst.state.by.get(name), g.xs[c]));
+    tl.cols = inst.cfg.lanes.map((name, c) => drawColumn(ctx, inst, fc, g, inst.state.by.get(name), g.xs[c]));
     // which requests have a row (for screen readers and tests); touched only when it changes
     const rows = JSON.stringify(Object.fromEntries(tl.cols.map((col) => [col.name, col.rows])));
     if (tl.canvas.dataset.rows !== rows) {
@@ -121,7 +121,7 @@ const Timeline = (() => {
     }
   }
 
-  // One strategy's column: every band, its axes, and what hover and clicks need to find marks again.
+  // One lane's column: every band, its axes, and what hover and clicks need to find marks again.
   function drawColumn(ctx, inst, fc, g, S, x0) {
     const range = xRange(fc, S);
     const X = Axes.xScale(range, x0, g.pw);

@@ -14,13 +14,13 @@ const UtilView = (() => {
     { key: "util", name: "GPU utilization", color: "#4ADE80", dash: [], width: 2 },
     { key: "mem", name: "GPU memory", color: "#F97316", dash: [5, 3], width: 2 },
   ];
-  const seriesCache = new WeakMap();  // strategy state -> { key, series } (both bands draw one series)
+  const seriesCache = new WeakMap();  // lane state -> { key, series } (both bands draw one series)
 
   // Per-iteration series inside the window (plus one point either side so lines reach the edges);
   // an idle gap over 1 s breaks the lines instead of bridging it.
   function utilSeries(inst, S, fc, range) {
     const timeMode = fc.axis === "time";
-    const maxB = maxBatch(S, inst.service && inst.service.config);
+    const maxB = maxBatch(S, inst.laneConfig(S.name));
     const out = { x: [], st: [], busy: [], budget: [], kv: [], tps: [], top: 100, tpsTop: 10 };
     const steps = S.steps;
     let prev = null;

@@ -1,4 +1,4 @@
-"""KV memory accounting from the latest step event of each strategy (for the KV cache page)."""
+"""KV memory accounting from the latest step event of each lane (for the KV cache page)."""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -9,7 +9,7 @@ KEEP_REQUESTS = 5000
 class KVStats:
     def __init__(self):
         self.cursor = 0
-        self.latest: dict = {}                      # strategy -> latest StepEvent
+        self.latest: dict = {}                      # lane -> latest StepEvent
         self.max_total: OrderedDict = OrderedDict()  # request id -> prompt + max_tokens
 
     def consume(self, hub) -> None:
@@ -25,14 +25,14 @@ class KVStats:
 
     def table(self) -> list[dict]:
         rows = []
-        for strategy, ev in self.latest.items():
+        for lane, ev in self.latest.items():
             allocated = ev.used_blocks * ev.block_size
             holding = sum(ev.kv_tokens.values())
             unused = ev.reserved_unused_slots  # the engine's definition, not recomputed here
             reserved = sum(self.max_total.get(rid, n) for rid, n in ev.kv_tokens.items())
             capacity = ev.num_blocks * ev.block_size
             rows.append({
-                "strategy": strategy,
+                "lane": lane,
                 "requests holding KV": len(ev.kv_tokens),
                 "blocks used / pool": f"{ev.used_blocks} / {ev.num_blocks}",
                 "allocated slots": allocated,

@@ -12,6 +12,7 @@ from pathlib import Path
 import streamlit as st
 
 from engine.events import wire_contract
+from engine.lanes import describe_difference
 
 COMPONENT_NAME = "inflight_live_view"
 VIEWS = ("gantt", "slots", "kv", "util", "text")
@@ -43,14 +44,27 @@ _COMPONENT = st.components.v2.component(
 )
 
 
-def live_view(*, key: str, strategies: list[str], axis: str = "time",
+def lane_headers(lanes: dict) -> dict[str, list[str]]:
+    """Each lane's header labels: how its config differs from the other lane's (["block 128"] beside
+    ["block 16"]); with more than two, from the first lane's; a lone lane has none."""
+    configs = list(lanes.values())
+    if len(configs) == 2:
+        return {name: describe_difference(cfg, configs[1 - i]) for i, (name, cfg) in enumerate(lanes.items())}
+    return {name: describe_difference(cfg, configs[0]) for name, cfg in lanes.items()}
+
+
+def live_view(*, key: str, lanes: list[str], headers: dict[str, list[str]] | None = None,
+              running: list[str] | None = None, axis: str = "time",
               views: Sequence[str] = VIEWS, large_text: bool = False,
               clear_after_s: float | None = None, selected: int | None = None,
               height: int | None = None, mode: str = "live"):
-    """Mount the live views (one column per strategy, sharing the time axis).
+    """Mount the live views (one column per lane, sharing the time axis).
 
     key: the element key (required: it keeps the component, its socket and state, across reruns).
-    strategies: the engines to show, e.g. ["continuous", "static"].
+    lanes: the lane names to show, e.g. ["block 16", "block 128"].
+    headers: lane -> short labels shown (as text) beside its name, e.g. from lane_headers().
+    running: every lane the service ran when the page was drawn (default: lanes). When the running
+        set changes (another tab, the socket's `lanes` command), the component reruns the page.
     axis: "time" (service seconds) or "iterations".
     views: any of "gantt", "slots", "kv", "util", "text", in display order.
     large_text: fonts and lines about 1.5x, for a projector.
@@ -61,8 +75,8 @@ def live_view(*, key: str, strategies: list[str], axis: str = "time",
 
     Returns the component result; ``result.selected`` is the request id the user picked (or None).
     """
-    if not strategies or not all(isinstance(s, str) and s for s in strategies):
-        raise ValueError(f"strategies must be a non-empty list of strategy names, got {strategies!r}")
+    if not lanes or not all(isinstance(s, str) and s for s in lanes):
+        raise ValueError(f"lanes must be a non-empty list of lane names, got {lanes!r}")
     if axis not in AXES:
         raise ValueError(f"axis must be one of {', '.join(AXES)}, got {axis!r}")
     if mode not in MODES:
@@ -76,12 +90,15 @@ def live_view(*, key: str, strategies: list[str], axis: str = "time",
     if selected is not None and (not isinstance(selected, int) or isinstance(selected, bool)):
         raise ValueError(f"selected must be None or a request id, got {selected!r}")
     data = {
-        "strategies": list(strategies), "axis": axis, "views": views, "large_text": bool(large_text),
+        "lanes": list(lanes), "headers": {n: list((headers or {}).get(n, [])) for n in lanes},
+        "running": list(lanes if running is None else running),
+        "axis": axis, "views": views, "large_text": bool(large_text),
         "clear_after_s": None if clear_after_s is None else float(clear_after_s),
         "selected": selected, "height": height, "mode": mode,
         "contract": wire_contract(),  # how to read the events: step entry fields, phase names
     }
-    return _COMPONENT(key=key, data=data, default={"selected": None}, on_selected_change=_noop,
+    return _COMPONENT(key=key, data=data, default={"selected": None, "running": None},
+                      on_selected_change=_noop, on_running_change=_noop,
                       height=height if height is not None else "content")
 
 

@@ -39,6 +39,8 @@ class _StrategyWindow:
         t0 = min((r.arrival_s for r in self.done), default=0.0)
         res = summarize(StrategyRun(strategy, list(self.done), list(self.steps), t0=t0))
         res["in_flight"] = self.in_flight
+        # the longest a decoding request waited for its next token: the longest step with decode rows
+        res["max_decode_step_s"] = max((s.t_end - s.t_start for s in self.steps if s.decode_tokens), default=None)
         return res
 
 

@@ -2,8 +2,9 @@
 
     python tests/js/record_events.py   (from the repository root; writes tests/data/events_tiny_llama.json)
 
-A tiny random llama (tests/tiny_models.py) serves continuous and static batching with a small KV pool
-(so continuous preempts) and a small event ring. A first burst finishes before the recorder connects:
+A tiny random llama (tests/tiny_models.py) serves two lanes named apart from their strategies
+("iteration-level", continuous; "batch of 3", static) on a small KV pool (so continuous preempts), so the
+reducer must key by lane; a small event ring. A first burst finishes before the recorder connects:
 its "oldest" replay starts with skipped (coalesced) events, as a late browser tab sees. Then the recorder
 submits text, token-id and chat prompts through the socket and aborts one mid-run.
 """
@@ -20,6 +21,8 @@ import websockets
 TESTS = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(TESTS.parent), str(TESTS)]
 
+import dataclasses  # noqa: E402
+
 from engine import EngineConfig, SamplingParams  # noqa: E402
 from engine.api.server import create_app  # noqa: E402
 from engine.events import wire_contract  # noqa: E402
@@ -28,14 +31,15 @@ from service_helpers import serve, wait_idle  # noqa: E402
 from tiny_models import make_tiny_model  # noqa: E402
 
 OUT = TESTS / "data" / "events_tiny_llama.json"
-STRATEGIES = ["continuous", "static"]
+LANES = {"iteration-level": "continuous", "batch of 3": "static"}  # lane -> strategy
 
 
 def service(model_dir) -> EngineService:
     cfg = EngineConfig(model=str(model_dir), device="cpu", dtype="float32", block_size=4, num_kv_blocks=32,
                        max_model_len=96, max_num_seqs=6, max_num_batched_tokens=32, static_batch_size=3,
                        static_max_wait_s=0.05)
-    svc = EngineService(cfg, strategies=STRATEGIES, hub_capacity=48)
+    lanes = {name: dataclasses.replace(cfg, strategy=s) for name, s in LANES.items()}
+    svc = EngineService(cfg, lanes=lanes, hub_capacity=48)
     svc.wait_ready(120)
     return svc
 
@@ -54,7 +58,7 @@ async def record(url: str) -> list[dict]:
     seen, open_requests = [], set()
     async with websockets.connect(url, max_size=2**24) as ws:
         seen.append(json.loads(await ws.recv()))  # hello
-        await ws.send(json.dumps({"cmd": "subscribe", "ref": "sub", "strategies": STRATEGIES, "from_seq": "oldest"}))
+        await ws.send(json.dumps({"cmd": "subscribe", "ref": "sub", "lanes": list(LANES), "from_seq": "oldest"}))
         for i, p in enumerate(prompts):
             params = {"max_tokens": 10 + 4 * i, "ignore_eos": True}
             await ws.send(json.dumps({"cmd": "submit", "ref": f"r{i}", "tag": "rec", "params": params, **p}))
@@ -63,10 +67,10 @@ async def record(url: str) -> list[dict]:
             msg = json.loads(await asyncio.wait_for(ws.recv(), 60))  # more than enough on 2 cores
             seen.append(msg)
             if msg["type"] == "reply" and msg.get("cmd") == "submit":
-                open_requests |= {(msg["request_id"], s) for s in msg["strategies"]}
+                open_requests |= {(msg["request_id"], lane) for lane in msg["lanes"]}
             for ev in msg.get("events", []):
                 if ev["type"] == "finished":
-                    open_requests.discard((ev["request_id"], ev["strategy"]))
+                    open_requests.discard((ev["request_id"], ev["lane"]))
                 if ev["type"] == "step" and not aborted and len(open_requests) == 12 and ev["entries"]:
                     aborted = True
                     # the oldest: running on both engines (an aborted queued one would leave static's
@@ -86,7 +90,7 @@ def main() -> None:
                 messages = asyncio.run(record(f"ws://{base}/engine/ws"))
         finally:
             svc.stop()
-    text = json.dumps({"contract": wire_contract(), "strategies": STRATEGIES, "messages": messages},
+    text = json.dumps({"contract": wire_contract(), "lanes": list(LANES), "messages": messages},
                       separators=(",", ":"))
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(text.replace(json.dumps(str(model_dir))[1:-1], "tiny-llama"))  # no machine path

@@ -21,20 +21,20 @@ function acceptedBatches(messages) {
 }
 
 function replay(batches, clearAfter) {
-  const st = LiveState.newState(rec.strategies, contract);
+  const st = LiveState.newState(rec.lanes, contract);
   for (const b of batches) LiveState.applyBatch(st, b, clearAfter);
   return st;
 }
 
 const allEvents = (batches) => batches.flatMap((b) => b.events);
-const ofType = (events, type, strategy) => events.filter((e) => e.type === type && e.strategy === strategy);
+const ofType = (events, type, lane) => events.filter((e) => e.type === type && e.lane === lane);
 
 const tests = {
   "every request ends with the finished event's state and text"() {
     const batches = acceptedBatches(rec.messages);
     const st = replay(batches);
     const events = allEvents(batches);
-    for (const name of rec.strategies) {
+    for (const name of rec.lanes) {
       const S = st.by.get(name);
       const finished = ofType(events, "finished", name);
       assert.ok(finished.length >= 6, `${name}: the recording finishes requests`);
@@ -61,7 +61,7 @@ const tests = {
     const events = allEvents(batches);
     const recorded = events.filter((e) => e.type !== "finished");  // deltas only
     const st = replay([{ skipped: 0, events: recorded }]);
-    for (const name of rec.strategies) {
+    for (const name of rec.lanes) {
       const requested = new Set(ofType(events, "request", name).map((e) => e.request_id));
       for (const ev of ofType(events, "finished", name)) {
         // an abort ends without a last step: its final text comes only in the finished event
@@ -74,7 +74,7 @@ const tests = {
   "rows, phases and tokens per step match the step events"() {
     const batches = acceptedBatches(rec.messages);
     const st = replay(batches);
-    for (const name of rec.strategies) {
+    for (const name of rec.lanes) {
       const steps = ofType(allEvents(batches), "step", name);
       const S = st.by.get(name);
       assert.equal(S.steps.length, steps.length);
@@ -111,7 +111,7 @@ const tests = {
     const kept = batches.filter((_, i) => i !== k);
     const st = replay(kept);
     assert.equal(st.coalesced, recorded + dropped.length);
-    for (const name of rec.strategies) {
+    for (const name of rec.lanes) {
       const S = st.by.get(name);
       assert.ok(!S.gapPending, `${name}: the gap was reconciled`);
       assert.deepEqual([...S.reqs.values()].filter((R) => !R.done).map((R) => R.rid), [], `${name}: none left running`);
@@ -125,13 +125,21 @@ const tests = {
     }
   },
 
+  "each lane's batch limit comes from its own settings, whatever its name"() {
+    const st = replay(acceptedBatches(rec.messages));
+    const [a, b] = rec.lanes;
+    const cfg = { max_num_seqs: 6, static_batch_size: 3 };
+    assert.equal(LiveState.maxBatch(st.by.get(a), { ...cfg, strategy: "continuous" }), 6);
+    assert.equal(LiveState.maxBatch(st.by.get(b), { ...cfg, strategy: "static" }), 3);
+  },
+
   "clear_after_s hides everything older"() {
     const batches = acceptedBatches(rec.messages);
     const events = allEvents(batches);
     const steps = events.filter((e) => e.type === "step");
     const clear = steps[Math.floor(steps.length / 2)].t_start;
     const st = replay(batches, clear);
-    for (const name of rec.strategies) {
+    for (const name of rec.lanes) {
       const S = st.by.get(name);
       const later = ofType(events, "step", name).filter((e) => e.t_start >= clear);
       assert.ok(later.length > 0 && later.length < ofType(events, "step", name).length);

@@ -1,0 +1,118 @@
+"""The sidebar's "Compare" control: which lanes run (a preset, custom lanes, or a single lane).
+
+Only an explicit change applies (a widget's callback), so several open tabs never fight: a new tab
+adopts what runs, a tab adopts a change of lanes made elsewhere (the live view reruns the page when
+the running lanes change), and a viewer always shows the presenter's choice, disabled, with the reason.
+"""
+from __future__ import annotations
+
+import dataclasses
+import zlib
+
+import streamlit as st
+
+from engine.config import STRATEGIES
+from engine.lanes import check_lane_name, lane_config
+
+from . import presets
+
+CUSTOM, SINGLE = "Custom", "Single lane"
+CHOICES = [*(p.name for p in presets.PRESETS), CUSTOM, SINGLE]
+LOCKED = "The presenter chooses the lanes"
+BLOCK_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+BUDGETS = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+
+
+def running_choice(svc) -> str:
+    """The choice that shows what the service runs now."""
+    if len(svc.lanes) == 1:
+        return SINGLE
+    p = presets.running_preset(svc.lanes, svc.cfg)
+    return p.name if p else CUSTOM
+
+
+def _apply_choice(svc) -> None:
+    choice = st.session_state.compare
+    preset = presets.by_name(choice)
+    try:
+        if preset is not None:
+            svc.set_lanes(preset.lane_configs(svc.cfg))
+        elif choice == SINGLE:
+            name, cfg = next(iter(svc.lanes.items()))
+            svc.set_lanes({name: cfg})
+    except ValueError as e:
+        st.session_state.lanes_error = str(e)
+
+
+def compare_control(svc, presenter: bool) -> str:
+    """The radio (presets, Custom, Single lane) and, for Custom and Single lane, the lane editor.
+    Returns the choice shown."""
+    running, names = running_choice(svc), svc.lane_names
+    if not presenter or st.session_state.get("compare_lanes", names) != names:
+        st.session_state.compare = running  # follow what the presenter runs, or a change made elsewhere
+    st.session_state.compare_lanes = names
+    st.session_state.setdefault("compare", running)
+    st.sidebar.header("Compare")
+    choice = st.sidebar.radio("Lanes", CHOICES, key="compare", on_change=_apply_choice, args=(svc,),
+                              disabled=not presenter, help=None if presenter else LOCKED,
+                              label_visibility="collapsed")
+    if not presenter:
+        st.sidebar.caption(f"{LOCKED}.")
+    error = st.session_state.pop("lanes_error", None)
+    if error:
+        st.sidebar.error(error)
+    if presenter and choice in (CUSTOM, SINGLE):
+        lane_editor(svc, 1 if choice == SINGLE else 2)
+    return choice
+
+
+def _editable(svc, count: int) -> dict:
+    """The running lanes, cut or padded to `count` (a second lane starts as static)."""
+    lanes = dict(list(svc.lanes.items())[:count])
+    if len(lanes) < count:
+        first = next(iter(lanes.values()))
+        lanes["static" if "static" not in lanes else "lane 2"] = dataclasses.replace(first, strategy="static")
+    return lanes
+
+
+def lane_editor(svc, count: int) -> None:
+    """Each lane's name and settings; Apply runs exactly these lanes (requests in flight finish)."""
+    with st.sidebar.expander("Lane settings", expanded=True), st.form("lanes", border=False):
+        edited = [_lane_fields(i, name, cfg) for i, (name, cfg) in enumerate(_editable(svc, count).items())]
+        if st.form_submit_button("Apply lanes", type="primary", width="stretch"):
+            _apply_lanes(svc, edited)
+
+
+def _lane_fields(i: int, name: str, cfg) -> tuple[str, dict]:
+    # Keys carry the lane's current settings: when another tab changes them, the fields start afresh.
+    tag = f"lane{i}-{zlib.crc32(repr((name, cfg)).encode()):x}"
+    st.markdown(f"**Lane {i + 1}**")
+    new_name = st.text_input("Name", name, key=f"{tag}-name", max_chars=32)
+    fields = dict(
+        strategy=st.selectbox("Strategy", STRATEGIES, STRATEGIES.index(cfg.strategy), key=f"{tag}-strategy"),
+        block_size=st.select_slider("KV block size (tokens)", BLOCK_SIZES, _nearest(BLOCK_SIZES, cfg.block_size),
+                                    key=f"{tag}-block"),
+        enable_chunked_prefill=st.toggle("Chunked prefill", cfg.enable_chunked_prefill, key=f"{tag}-chunked"),
+        max_num_batched_tokens=st.select_slider("Token budget per iteration", BUDGETS,
+                                                _nearest(BUDGETS, cfg.max_num_batched_tokens), key=f"{tag}-budget"),
+        max_num_seqs=st.slider("Max batch (sequences)", 1, 256, cfg.max_num_seqs, key=f"{tag}-seqs"),
+        static_batch_size=st.slider("Static batch size", 1, 64, cfg.static_batch_size, key=f"{tag}-static"),
+        static_max_wait_s=st.slider("Dynamic: max wait (s)", 0.0, 5.0, float(cfg.static_max_wait_s), 0.1,
+                                    key=f"{tag}-wait"),
+    )
+    return new_name.strip(), fields
+
+
+def _apply_lanes(svc, edited: list[tuple[str, dict]]) -> None:
+    try:
+        names = [check_lane_name(name) for name, _ in edited]
+        if len(set(names)) < len(names):
+            raise ValueError("give each lane its own name")
+        svc.set_lanes({name: lane_config(svc.cfg, fields) for name, fields in edited})
+        st.toast("Applying: lanes finish their in-flight requests, then restart.")
+    except ValueError as e:
+        st.error(str(e))
+
+
+def _nearest(options: list[int], value: int) -> int:
+    return min(options, key=lambda o: abs(o - value))

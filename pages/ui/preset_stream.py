@@ -1,0 +1,66 @@
+"""A preset's request stream, fired from a background thread so the page never blocks on it.
+
+One stream at a time per process (like the load generator): firing another stops the one running.
+Every request goes to every lane, as the viewer `client` when a viewer fired it (room limits apply).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from engine import SamplingParams
+from engine.access import LOCAL, Client
+
+from .presets import Arrival, Fit, Stream, prompt_ids
+
+log = logging.getLogger(__name__)
+TAG = "preset"
+
+
+def fit_of(svc) -> Fit:
+    """The smallest context of the running lanes (2,048 while none has loaded) and static's batch."""
+    lens = [e["max_model_len"] for e in svc.status()["engines"].values() if e["max_model_len"]]
+    static = [c.static_batch_size for c in svc.lanes.values() if c.strategy == "static"]
+    return Fit(min(lens, default=2048), max(static, default=svc.cfg.static_batch_size))
+
+
+class StreamRunner(threading.Thread):
+    def __init__(self, svc, stream: Stream, client: Client = LOCAL):
+        super().__init__(daemon=True, name="inflight-preset-stream")
+        self.svc, self.stream, self.client = svc, stream, client
+        self.arrivals: list[Arrival] = stream.fitted(fit_of(svc))
+        self.halt = threading.Event()
+        self.submitted = 0
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        for i, a in enumerate(self.arrivals):
+            if self.halt.wait(max(0.0, t0 + a.at_s - time.monotonic())):
+                return
+            self.submit(i, a)
+
+    def submit(self, i: int, a: Arrival) -> None:
+        params = SamplingParams(max_tokens=a.max_tokens, temperature=0.0, ignore_eos=True)
+        try:
+            self.svc.submit(prompt_ids(a.prompt_len, i), params, tag=TAG, client=self.client)
+            self.submitted += 1
+        except (ValueError, TimeoutError) as e:
+            self.errors.append(str(e))
+            log.warning("preset stream: %s", e)
+
+    def stop(self) -> None:
+        self.halt.set()
+
+
+_current: StreamRunner | None = None  # one per process, like the service it feeds
+
+
+def fire(svc, stream: Stream, client: Client = LOCAL) -> StreamRunner:
+    global _current
+    if _current is not None:
+        _current.stop()
+    _current = StreamRunner(svc, stream, client)
+    _current.start()
+    return _current

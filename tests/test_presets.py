@@ -1,0 +1,46 @@
+"""The one-click presets: their lanes differ as their names say, their streams fit any model."""
+from __future__ import annotations
+
+import pytest
+
+from engine import EngineConfig
+from engine.lanes import describe_difference
+from ui import presets
+from ui.presets import Fit
+
+BASE = EngineConfig(model="m", device="cpu")
+
+
+@pytest.mark.parametrize("preset", presets.PRESETS, ids=lambda p: p.name)
+def test_lanes_differ_and_streams_fit_a_small_context(preset):
+    a, b = preset.lane_configs(BASE).values()
+    assert describe_difference(a, b) and describe_difference(b, a)
+    for fit in (Fit(8192, 8), Fit(128, 4)):
+        arrivals = preset.stream.fitted(fit)
+        assert arrivals and all(x.prompt_len + x.max_tokens <= fit.max_model_len for x in arrivals)
+        assert all(x.prompt_len >= 1 and x.max_tokens >= 1 for x in arrivals)
+        for cfg in (a, b):  # no request waits forever for a full static batch or is refused unchunked
+            if cfg.strategy == "static":
+                assert len(arrivals) % fit.static_batch_size == 0
+            if not cfg.enable_chunked_prefill:
+                assert all(x.prompt_len + x.max_tokens <= cfg.max_num_batched_tokens for x in arrivals)
+
+
+def test_chunked_prefill_preset_sends_a_long_prompt_while_short_ones_decode():
+    arrivals = presets.by_name("chunked prefill on vs off").stream.fitted(Fit(8192, 8))
+    long = [x for x in arrivals if x.prompt_len == presets.LONG_PROMPT]
+    assert len(long) == 1 and long[0].at_s > 0
+    assert sum(1 for x in arrivals if x.at_s < long[0].at_s) == 8
+
+
+def test_default_stream_mixes_lengths_within_each_static_batch():
+    arrivals = presets.DEFAULT.stream.fitted(Fit(8192, 8))
+    for batch in (arrivals[:8], arrivals[8:]):
+        outputs = [x.max_tokens for x in batch]
+        assert max(outputs) >= 4 * min(outputs)
+
+
+def test_running_preset_recognises_its_lanes():
+    preset = presets.by_name("block size 16 vs 128")
+    assert presets.running_preset(preset.lane_configs(BASE), BASE) is preset
+    assert presets.running_preset({"continuous": BASE}, BASE) is None
