@@ -71,8 +71,8 @@ class Access:
         origins = frozenset(o.strip().rstrip("/").lower()
                             for o in environ.get("INFLIGHT_ORIGINS", "").split(",") if o.strip())
         token = environ.get("INFLIGHT_TOKEN") or None
-        if token is not None and len(token) < 8:
-            raise ValueError("INFLIGHT_TOKEN must be at least 8 characters long")
+        if token is not None and len(token) < 16:
+            raise ValueError("INFLIGHT_TOKEN must be at least 16 characters long")
         kw = {"token": token} if token else {}
         return cls(room=room, api_key=environ.get("INFLIGHT_API_KEY") or None, origins=origins, **kw)
 
@@ -103,6 +103,14 @@ class Access:
                                "control needs the presenter token (printed on the server's console)")
 
     # ---- origins -----------------------------------------------------------------------------
+    def request_allowed(self, origin: str | None, host: str | None) -> bool:
+        """The origin check below, and on loopback a Host that names this machine: a page whose
+        own name was made to point at 127.0.0.1 (DNS rebinding) would otherwise pass as same-origin
+        and, on loopback, be the presenter."""
+        if not self.room and not is_loopback(_hostname(host)):
+            return False
+        return self.origin_allowed(origin, host)
+
     def origin_allowed(self, origin: str | None, host: str | None) -> bool:
         """Browsers send Origin on every websocket handshake: accept only the page's own origin
         (same host and port as the request) or one configured in INFLIGHT_ORIGINS. Clients that
@@ -114,6 +122,13 @@ class Access:
             return True
         parts = urlsplit(origin)
         return parts.scheme in ("http", "https") and bool(host) and parts.netloc == host.strip().lower()
+
+
+def _hostname(host: str | None) -> str | None:
+    """'127.0.0.1:8501' -> '127.0.0.1', '[::1]:8501' -> '::1', 'localhost' -> 'localhost'."""
+    if not host:
+        return None
+    return urlsplit(f"//{host}").hostname
 
 
 def _bearer(authorization: str | None) -> str | None:

@@ -49,6 +49,20 @@ class ClientLimits:
         return cls(**kw)
 
 
+class Reservation:
+    """One admitted submission: running until the handles it holds have all finished."""
+
+    def __init__(self):
+        self.handles = None  # None: still being queued
+
+    def hold(self, handles) -> None:
+        self.handles = handles
+
+    @property
+    def running(self) -> bool:
+        return self.handles is None or not all(h.finished for h in self.handles)
+
+
 class ClientLimiter:
     """A token bucket and an in-flight count per client key. Thread-safe."""
 
@@ -57,10 +71,11 @@ class ClientLimiter:
         self.clock = clock
         self._lock = threading.Lock()
         self._buckets: dict[str, tuple[float, float]] = {}   # key -> (tokens, last refill time)
-        self._in_flight: dict[str, list] = {}                # key -> handles not yet finished
+        self._in_flight: dict[str, list[Reservation]] = {}   # key -> submissions not yet finished
 
-    def admit(self, key: str, max_tokens: int) -> None:
-        """Take one submission from `key`'s allowance, or raise LimitExceeded saying which limit."""
+    def admit(self, key: str, max_tokens: int) -> Reservation:
+        """Take one submission from `key`'s allowance, or raise LimitExceeded saying which limit.
+        The submission counts as in flight from now until its handles (see Reservation.hold) finish."""
         lim = self.limits
         if max_tokens > lim.max_tokens:
             raise LimitExceeded(f"max_tokens is limited to {lim.max_tokens} per request in this room "
@@ -76,19 +91,17 @@ class ClientLimiter:
                 raise LimitExceeded(f"too many submissions: at most {lim.burst} at once and "
                                     f"{lim.per_minute:g} a minute; try again in {wait:.1f} s")
             self._buckets[key] = (tokens - 1, self.clock())
+            reservation = Reservation()
+            self._in_flight.setdefault(key, []).append(reservation)
             self._prune()
-
-    def track(self, key: str, handles) -> None:
-        """Count a submission's handles as in flight until they finish."""
-        with self._lock:
-            self._in_flight.setdefault(key, []).append(handles)
+            return reservation
 
     def in_flight(self, key: str) -> int:
         with self._lock:
             return self._running(key)
 
     def _running(self, key: str) -> int:
-        live = [hs for hs in self._in_flight.get(key, ()) if not all(h.finished for h in hs)]
+        live = [r for r in self._in_flight.get(key, ()) if r.running]
         if live:
             self._in_flight[key] = live
         else:

@@ -19,7 +19,7 @@ from .event_hub import EventHub
 from .events import LanesEvent, StatusEvent
 from .gpu_monitor import start_gpu_monitor
 from .handles import RequestHandle
-from .lanes import check_lane_name
+from .lanes import check_lane_name, lane_config
 from .limits import ClientLimiter, ClientLimits
 from .memory import GiB, check_kv_fits
 from .request import SamplingParams
@@ -37,7 +37,7 @@ class EngineService:
         one lane per strategy in `strategies`, named after it). access: roles (default: from the
         environment); limits: what one viewer may submit in room mode."""
         self.cfg = cfg or EngineConfig()
-        lanes = _check_lanes(lanes if lanes is not None else strategy_lanes(self.cfg, strategies))
+        lanes = _check_lanes(lanes if lanes is not None else strategy_lanes(self.cfg, strategies), self.cfg)
         self._committed: tuple[EngineConfig, Lanes] = (self.cfg, lanes)  # what every engine runs
         self._target: tuple[EngineConfig, Lanes] = self._committed       # what was last asked for
         self._configuring: set[str] = set()
@@ -52,9 +52,9 @@ class EngineService:
         self.paused = threading.Event()
         self.min_interval_s = 0.0  # slow motion: each iteration lasts at least this long
         self.last_progress = ""    # latest model download / conversion message
-        self.workers: dict[str, EngineWorker] = {}
+        self.workers: dict[str, EngineWorker] = {}  # replaced whole, never changed in place
         for name, lane_cfg in lanes.items():
-            self._start_worker(name, lane_cfg)
+            self.workers = {**self.workers, name: self._new_worker(name, lane_cfg)}
         self.gpu_monitor = self._gpu_monitor()
 
     # ---- clock and lifecycle -----------------------------------------------------------------
@@ -62,15 +62,15 @@ class EngineService:
         """Seconds since the service started: the time axis every engine and view shares."""
         return time.perf_counter() - self._t0
 
-    def _start_worker(self, lane: str, cfg: EngineConfig) -> None:
+    def _new_worker(self, lane: str, cfg: EngineConfig) -> EngineWorker:
         # A lane on the same model, device and dtype as another shares its weights (waiting for them
         # if that lane is still loading): one copy in memory, and no two loads at once.
         share = self.engine_on(cfg)
         loading = None if share is not None else next(
             (w for w in self.workers.values() if _same_weights(w.cfg, cfg)), None)
         w = EngineWorker(self, lane, cfg, share=share, weights_from=loading)
-        self.workers[lane] = w
         w.start()
+        return w
 
     def _gpu_monitor(self):
         """NVML sampling when the engines run on an NVIDIA GPU (off the engine threads)."""
@@ -117,17 +117,17 @@ class EngineService:
             raise ValueError("give exactly one of prompt or messages")
         _check_text(prompt, messages)
         params = params or SamplingParams()
-        targets = self._running(lanes)
-        if not client.presenter:
-            self.limiter.admit(client.key, params.max_tokens)
         with self._lock:
+            workers = [self.workers[name] for name in self._running(lanes)]
+            reservation = None if client.presenter else self.limiter.admit(client.key, params.max_tokens)
             rid = self._next_id
             self._next_id += 1
-            workers = [self.workers[name] for name in targets]
         arrival = self.clock()
         handles = [RequestHandle(rid, w.lane, tag) for w in workers]
         for w, h in zip(workers, handles):
             w.add(h, prompt, messages, params, arrival)
+        if reservation is not None:
+            reservation.hold(handles)  # counts as in flight until every copy has finished
         for w, h in zip(workers, handles):
             if not h.accepted.wait(timeout):
                 self._abort_handles(workers, handles)
@@ -136,8 +136,6 @@ class EngineService:
         if rejected is not None:
             self._abort_handles(workers, handles)
             raise ValueError(rejected.rejection)
-        if not client.presenter:
-            self.limiter.track(client.key, handles)
         return handles
 
     @staticmethod
@@ -146,7 +144,7 @@ class EngineService:
             w.abort(h.request_id)
 
     def abort(self, request_id: int, lanes=None) -> None:
-        with self._lock:
+        with self._lock:  # the lanes named now (a lane removed later drains its requests itself)
             workers = [self.workers[name] for name in self._running(lanes)]
         for w in workers:
             w.abort(request_id)
@@ -187,12 +185,17 @@ class EngineService:
         self._status("configured")
         return new_base
 
-    def set_lanes(self, lanes: Lanes) -> None:
-        """Run exactly these lanes (name -> config, in display order): new ones start, changed ones
-        drain and restart, removed ones drain and stop. Requests in flight always finish."""
-        lanes = _check_lanes(lanes)
+    def set_lanes(self, lanes: dict) -> None:
+        """Run exactly these lanes (name -> an EngineConfig, or a dict of the fields that differ from
+        the base config), in display order: new ones start, changed ones drain and restart, removed
+        ones drain and stop. Requests in flight always finish."""
         with self._lock:
-            self._apply(self._target[0], lanes)
+            base = self._target[0]
+            self._apply(base, _check_lanes(lanes, base))
+        self._publish_lanes()
+
+    def _publish_lanes(self) -> None:
+        lanes = self._target[1]
         self.hub.publish(LanesEvent(lanes={n: dataclasses.asdict(c) for n, c in lanes.items()}).hub_item())
 
     def _apply(self, base: EngineConfig, lanes: Lanes) -> None:
@@ -200,21 +203,23 @@ class EngineService:
         settings and then takes the requests that queued meanwhile: nothing is lost. The committed
         settings change once every engine runs the new ones; if one fails to start with them,
         every engine keeps (or returns to) the committed ones, which never show the failed ones."""
-        for c in {c.kv_cache_memory_gb for c in lanes.values()} - {None}:
-            check_kv_fits(int(c * GiB), _device_of(base))
+        for name, c in lanes.items():  # each pool that will be built must fit what is free now
+            w = self.workers.get(name)
+            if c.kv_cache_memory_gb is not None and (w is None or w.cfg != c):
+                check_kv_fits(int(c.kv_cache_memory_gb * GiB), _device_of(c))
         self._target = (base, lanes)
+        workers = dict(self.workers)
         for name, c in lanes.items():  # new lanes first: they may share the weights of lanes going away
-            if name not in self.workers:
-                self._start_worker(name, c)
-        for name, w in list(self.workers.items()):
+            if name not in workers:
+                workers[name] = self._new_worker(name, c)
+        for name, w in workers.items():
             if name not in lanes:
                 w.stop(drain=True)
-                del self.workers[name]
                 self._configuring.discard(name)
             elif w.cfg != lanes[name]:
                 self._configuring.add(name)
                 w.reconfigure(lanes[name])
-        self.workers = {name: self.workers[name] for name in lanes}  # display order
+        self.workers = {name: workers[name] for name in lanes}  # display order; one assignment
         if not self._configuring:
             self._commit()
 
@@ -224,21 +229,32 @@ class EngineService:
 
     def _restarted(self, worker: EngineWorker, error: Exception | None) -> None:
         """A worker finished a reconfigure (error: it kept its old engine). Called from its thread."""
+        if self.workers.get(worker.lane) is not worker:
+            return  # a lane removed meanwhile: nothing to keep in step
         with self._lock:
-            if error is not None:  # back to the settings every engine can run
-                self._target = self._committed
-                for name, w in self.workers.items():
-                    want = self._committed[1].get(name)
-                    if want is not None and w is not worker and w.cfg != want:
-                        w.reconfigure(want)
-                        self._configuring.add(name)
+            if error is not None:
+                self._roll_back()
             want = self._target[1].get(worker.lane)
-            if self.workers.get(worker.lane) is worker and want is not None and worker.cfg != want:
+            if want is not None and worker.cfg != want:
                 worker.reconfigure(want)   # ran settings that were since withdrawn
                 return
             self._configuring.discard(worker.lane)
             if not self._configuring:
                 self._commit()
+        if error is not None:
+            self._publish_lanes()
+
+    def _roll_back(self) -> None:
+        """A lane could not start with the new settings: the lanes that ran before go back to what
+        they ran (the set of lanes stays as asked: new lanes keep their settings, removed ones stay
+        removed), and the base config to the committed one."""
+        old = self._committed[1]
+        lanes = {name: old.get(name, c) for name, c in self._target[1].items()}
+        self._target = (self._committed[0], lanes)
+        for name, w in self.workers.items():
+            if w.cfg != lanes[name]:
+                self._configuring.add(name)
+                w.reconfigure(lanes[name])
 
     # ---- state ---------------------------------------------------------------------------------
     def status(self) -> dict:
@@ -303,14 +319,20 @@ def strategy_lanes(base: EngineConfig, strategies) -> Lanes:
     return {s: dataclasses.replace(base, strategy=s) for s in names}
 
 
-def _check_lanes(lanes) -> Lanes:
+def _check_lanes(lanes, base: EngineConfig) -> Lanes:
+    """name -> EngineConfig, each name checked; a dict value is the fields that differ from base."""
     if not isinstance(lanes, dict) or not lanes:
         raise ValueError(f"lanes must be a non-empty mapping of lane name -> EngineConfig, got {lanes!r}")
+    out = {}
     for name, cfg in lanes.items():
         check_lane_name(name)
+        if isinstance(cfg, dict):
+            cfg = lane_config(base, cfg)
         if not isinstance(cfg, EngineConfig):
-            raise ValueError(f"lane {name!r}: expected an EngineConfig, got {type(cfg).__name__}")
-    return dict(lanes)
+            raise ValueError(f"lane {name!r}: expected an EngineConfig or a dict of its fields, "
+                             f"got {type(cfg).__name__}")
+        out[name] = cfg
+    return out
 
 
 def _device_of(cfg: EngineConfig):

@@ -21,6 +21,11 @@ POLL_WAIT_S = 0.01     # waiting requests but nothing schedulable (a static batc
 _BUILD_LOCK = threading.Lock()
 
 
+def _hold_back(params) -> int:
+    """Characters to keep back from the stream: they could still begin a stop string."""
+    return max((len(s) for s in params.stop_strings()), default=1) - 1
+
+
 class EngineWorker(threading.Thread):
     def __init__(self, service, lane: str, cfg: EngineConfig, share: LLMEngine | None = None,
                  weights_from: EngineWorker | None = None):
@@ -46,6 +51,9 @@ class EngineWorker(threading.Thread):
 
     # ---- called from other threads -----------------------------------------------------------
     def add(self, handle: RequestHandle, prompt, messages, params, arrival_s: float) -> None:
+        if self._drain_then_stop or self._halt.is_set():  # its thread may never read the queue again
+            handle.reject(f"lane '{self.lane}' was removed")
+            return
         self._call(lambda: self._add(handle, prompt, messages, params, arrival_s))
 
     def abort(self, request_id: int) -> None:
@@ -59,6 +67,7 @@ class EngineWorker(threading.Thread):
 
     def stop(self, drain: bool = False) -> None:
         if drain:
+            self._drain_then_stop = True  # new submissions are refused from now on
             self._call(self._start_drain_stop)
         else:
             self._halt.set()
@@ -113,7 +122,11 @@ class EngineWorker(threading.Thread):
                                   error=None if self.load_error is None else str(self.load_error)))
         while not self._halt.is_set():
             self._run_commands()
-            if self.engine is None or self._maybe_finish_drain():
+            if self.engine is None:  # failed to load: only a reconfigure or a stop can help
+                self._wake.wait(IDLE_WAIT_S)
+                self._wake.clear()
+                continue
+            if self._maybe_finish_drain():
                 continue
             if self._should_step():
                 self._step()
@@ -205,8 +218,14 @@ class EngineWorker(threading.Thread):
         if self.engine is None:
             handle.reject(f"lane '{self.lane}' is not available: {self.load_error}")
             return
-        if self._pending_cfg is not None or self._drain_then_stop:
+        if self._pending_cfg is not None:
+            # Queued until the lane restarts. Accepted now, so that no caller waits on a drain that
+            # may take long (or, paused, forever); if the new engine refuses it, the handle says why.
             self._deferred.append((handle, prompt, messages, params, arrival_s))
+            handle.accept(hold_back=_hold_back(params))
+            return
+        if self._drain_then_stop:
+            handle.reject(f"lane '{self.lane}' was removed")
             return
         try:
             ids = self.engine.chat_prompt(messages) if messages is not None else prompt
@@ -217,8 +236,7 @@ class EngineWorker(threading.Thread):
         except Exception as e:  # noqa: BLE001 - a prompt the tokenizer chokes on is the caller's error too
             handle.reject(f"the prompt could not be read: {type(e).__name__}: {e}")
             return
-        stops = params.stop_strings()
-        handle.accept(hold_back=max((len(s) for s in stops), default=1) - 1)
+        handle.accept(hold_back=_hold_back(params))
         self.handles[handle.request_id] = handle
         out = self.engine.get_output(handle.request_id)
         self._publish(RequestEvent(request_id=handle.request_id, tag=handle.tag,
@@ -246,13 +264,18 @@ class EngineWorker(threading.Thread):
 
     # ---- reconfiguration and stopping ----------------------------------------------------------
     def _start_reconfigure(self, cfg: EngineConfig) -> None:
+        if self.engine is None:  # never loaded: nothing to drain, try the new settings now
+            self._pending_cfg = cfg
+            self._apply_pending()
+            return
         self._pending_cfg = cfg
         self.engine.draining = True  # static: launch the partial batch instead of waiting for more
         self._publish(StatusEvent(event="reconfiguring"))
 
     def _start_drain_stop(self) -> None:
-        self._drain_then_stop = True
-        if self.engine is not None:
+        if self.engine is None:
+            self._halt.set()
+        else:
             self.engine.draining = True
 
     def _maybe_finish_drain(self) -> bool:
@@ -262,16 +285,23 @@ class EngineWorker(threading.Thread):
         if self._drain_then_stop:
             self._halt.set()
             return True
+        self._apply_pending()
+        return True
+
+    def _apply_pending(self) -> None:
+        """Build the engine for the pending settings (keeping the old one if that fails), then
+        admit the submissions that waited."""
         cfg, self._pending_cfg = self._pending_cfg, None
         error = None
         try:
             self._share = self.svc.engine_on(cfg)
             self.engine = self._build(cfg)  # the old engine, KV pool included, is released here
-            self.cfg = cfg
+            self.cfg, self.load_error = cfg, None
         except Exception as e:  # noqa: BLE001 - keep the old engine, tell everyone
             log.exception("engine %s: new config failed; keeping the old one", self.lane)
             error = e
-            self.engine.draining = False
+            if self.engine is not None:
+                self.engine.draining = False
             self._publish(StatusEvent(event="configure_failed", error=str(e)))
         else:
             self._publish(StatusEvent(event="restarted"))
@@ -281,4 +311,3 @@ class EngineWorker(threading.Thread):
         deferred, self._deferred = self._deferred, []
         for args in deferred:
             self._add(*args)
-        return True

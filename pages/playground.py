@@ -56,7 +56,10 @@ with st.container(border=True):
         stream = (preset or presets.DEFAULT).stream  # the stream that shows this comparison's difference
         if st.button(stream.label, icon=":material/bolt:", type="primary", width="stretch",
                      help=f"{stream.explain}. Goes to every lane."):
-            st.session_state.stream = preset_stream.fire(svc, stream, client)
+            try:
+                st.session_state.stream = preset_stream.fire(svc, stream, client)
+            except ValueError as e:
+                st.warning(str(e))
         if st.button("1 prompt", width="stretch"):
             submit(random.choice(bundled_prompts()), max_tokens, temperature)
         runner = st.session_state.get("stream")  # the one this tab fired last

@@ -79,7 +79,7 @@ def test_room_mode_follows_the_listening_address():
     assert Access.from_env("127.0.0.1", environ={"INFLIGHT_ROOM": "1"}).room
     a, b = Access.from_env("0.0.0.0", environ={}), Access.from_env("0.0.0.0", environ={})
     assert a.token != b.token and len(a.token) >= 20  # random per start
-    assert Access.from_env("0.0.0.0", environ={"INFLIGHT_TOKEN": "chosen-token"}).token == "chosen-token"
+    assert Access.from_env("0.0.0.0", environ={"INFLIGHT_TOKEN": "a-chosen-token-1234"}).token == "a-chosen-token-1234"
 
 
 def test_viewer_is_refused_every_control_command_then_auth_unlocks(base, svc):
@@ -332,3 +332,26 @@ def _client_frame(text: str) -> bytes:
     n = len(payload)
     head = bytes([0x81, 0x80 | n]) if n < 126 else bytes([0x81, 0x80 | 126]) + n.to_bytes(2, "big")
     return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def test_loopback_server_refuses_a_rebound_host():
+    """On loopback everyone is the presenter, so a page whose name was pointed at 127.0.0.1 (DNS
+    rebinding: same origin as far as the browser knows) must not get through."""
+    from engine.access import Access as A
+    svc = A(room=False)
+    assert svc.request_allowed("http://localhost:8501", "localhost:8501")
+    assert svc.request_allowed(None, "127.0.0.1:8501") and svc.request_allowed(None, "[::1]:8501")
+    assert not svc.request_allowed("http://evil.example:8501", "evil.example:8501")
+    assert not svc.request_allowed(None, "evil.example:8501")
+    assert A(room=True).request_allowed("http://192.168.1.5:8501", "192.168.1.5:8501")
+
+
+def test_api_refuses_a_rebound_host_on_loopback(tiny_model_dirs):
+    s = make_service(tiny_model_dirs["llama"], strategies=("continuous",))
+    try:
+        with serve(create_app(s)) as b:
+            r = httpx.get(f"http://{b}/v1/models", headers={"Host": "evil.example:8501"})
+            assert r.status_code == 403
+            assert httpx.get(f"http://{b}/v1/models").status_code == 200
+    finally:
+        s.stop()

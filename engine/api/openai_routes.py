@@ -71,7 +71,7 @@ def openai_routes(get_service) -> list[Route]:
 
 def _client(request: Request, svc) -> Client:
     """Who calls: refuses foreign browser origins (403) and, in room mode, calls without a key (401)."""
-    if not svc.access.origin_allowed(request.headers.get("origin"), request.headers.get("host")):
+    if not svc.access.request_allowed(request.headers.get("origin"), request.headers.get("host")):
         raise ApiError("cross-origin requests are not accepted", status=403, type="permission_error")
     client = svc.access.api_client(client_key(request.client and request.client.host), request.headers.get("authorization"))
     if client is None:

@@ -12,7 +12,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..access import PRESENTER_COOKIE, NotPresenter, client_key
-from ..lanes import lane_config
 from .protocol import (CONTROL_COMMANDS, ProtocolError, Subscription, lane_names, lane_specs, parse_command,
                        sampling_params)
 
@@ -23,12 +22,13 @@ MAX_EVENTS_PER_MESSAGE = 512
 # are full): it is disconnected and its requests aborted, instead of pinning them forever.
 SEND_TIMEOUT_S = 10.0
 POLICY_VIOLATION = 1008
+AUTH_FAILURE_DELAY_S = 1.0
 
 
 def engine_ws_endpoint(get_service):
     async def endpoint(ws: WebSocket) -> None:
         svc = get_service()
-        if not svc.access.origin_allowed(ws.headers.get("origin"), ws.headers.get("host")):
+        if not svc.access.request_allowed(ws.headers.get("origin"), ws.headers.get("host")):
             log.warning("refused /engine/ws from origin %r", ws.headers.get("origin"))
             await ws.close(code=POLICY_VIOLATION)  # before accept: the handshake gets HTTP 403
             return
@@ -126,6 +126,7 @@ class _Connection:
             svc.access.require_presenter(self.client, cmd)
         if cmd == "auth":
             if not svc.access.is_token(msg.get("token")):
+                await asyncio.sleep(AUTH_FAILURE_DELAY_S)  # guessing costs time
                 raise NotPresenter("wrong presenter token")
             self.client = svc.access.client(self.client.key, msg["token"])
             return {"cmd": cmd, "role": self.role}
@@ -152,9 +153,7 @@ class _Connection:
                 raise ProtocolError("changes must be an object of EngineConfig fields")
             await run_in_threadpool(svc.configure, lane_names(msg), **changes)
         elif cmd == "lanes":
-            specs = lane_specs(msg.get("lanes"))
-            base = svc.cfg
-            await run_in_threadpool(svc.set_lanes, {name: lane_config(base, o) for name, o in specs.items()})
+            await run_in_threadpool(svc.set_lanes, lane_specs(msg.get("lanes")))
         return {"cmd": cmd, "status": svc.status(), "role": self.role}
 
     def _abort(self, rid) -> None:
@@ -164,14 +163,23 @@ class _Connection:
             self.svc.access.require_presenter(self.client, "abort others")
         self.svc.abort(rid)
 
+    def _abort_orphan(self, job) -> None:
+        if not job.cancelled() and job.exception() is None:
+            self.svc.abort(job.result()[0].request_id)
+
     async def _submit(self, msg: dict) -> dict:
         prompt, messages = msg.get("prompt"), msg.get("messages")
         tag = msg.get("tag", "ws")
         if not isinstance(tag, str) or len(tag) > 64:
             raise ProtocolError("tag must be a string of at most 64 characters")
         params = sampling_params(msg.get("params"))
-        handles = await run_in_threadpool(self.svc.submit, prompt, params, messages=messages,
-                                          lanes=lane_names(msg), tag=tag, client=self.client)
+        job = asyncio.ensure_future(run_in_threadpool(self.svc.submit, prompt, params, messages=messages,
+                                                      lanes=lane_names(msg), tag=tag, client=self.client))
+        try:
+            handles = await asyncio.shield(job)
+        except asyncio.CancelledError:  # the client left while its request was being queued
+            job.add_done_callback(self._abort_orphan)
+            raise
         rid = handles[0].request_id
         self.mine[rid] = {h.lane for h in handles if not h.finished}
         return {"cmd": "submit", "request_id": rid, "lanes": [h.lane for h in handles]}

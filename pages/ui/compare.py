@@ -12,7 +12,7 @@ import zlib
 import streamlit as st
 
 from engine.config import STRATEGIES
-from engine.lanes import check_lane_name, lane_config
+from engine.lanes import check_lane_name
 
 from . import presets
 
@@ -36,7 +36,7 @@ def _apply_choice(svc) -> None:
     preset = presets.by_name(choice)
     try:
         if preset is not None:
-            svc.set_lanes(preset.lane_configs(svc.cfg))
+            svc.set_lanes(preset.lanes)
         elif choice == SINGLE:
             name, cfg = next(iter(svc.lanes.items()))
             svc.set_lanes({name: cfg})
@@ -108,7 +108,7 @@ def _apply_lanes(svc, edited: list[tuple[str, dict]]) -> None:
         names = [check_lane_name(name) for name, _ in edited]
         if len(set(names)) < len(names):
             raise ValueError("give each lane its own name")
-        svc.set_lanes({name: lane_config(svc.cfg, fields) for name, fields in edited})
+        svc.set_lanes(dict(edited))
         st.toast("Applying: lanes finish their in-flight requests, then restart.")
     except ValueError as e:
         st.error(str(e))

@@ -1,7 +1,8 @@
 """A preset's request stream, fired from a background thread so the page never blocks on it.
 
-One stream at a time per process (like the load generator): firing another stops the one running.
-Every request goes to every lane, as the viewer `client` when a viewer fired it (room limits apply).
+One stream at a time per process (like the load generator): firing another stops the one running,
+unless a viewer would stop someone else's. Every request goes to every lane, as the viewer `client`
+when a viewer fired it (room limits apply).
 """
 from __future__ import annotations
 
@@ -55,12 +56,18 @@ class StreamRunner(threading.Thread):
 
 
 _current: StreamRunner | None = None  # one per process, like the service it feeds
+_lock = threading.Lock()
 
 
 def fire(svc, stream: Stream, client: Client = LOCAL) -> StreamRunner:
+    """Start `stream`; a viewer cannot replace a stream that someone else started (ValueError)."""
     global _current
-    if _current is not None:
-        _current.stop()
-    _current = StreamRunner(svc, stream, client)
-    _current.start()
-    return _current
+    with _lock:
+        running = _current is not None and _current.is_alive() and not _current.halt.is_set()
+        if running and not client.presenter and _current.client.key != client.key:
+            raise ValueError("a request stream is already running; fire yours when it has been sent")
+        if _current is not None:
+            _current.stop()
+        _current = StreamRunner(svc, stream, client)
+        _current.start()
+        return _current

@@ -43,10 +43,9 @@ def playback(svc) -> bool:
     if c2.button("Step", icon=":material/skip_next:", width="stretch", disabled=not paused,
                  help="One iteration on every engine (while paused)"):
         svc.step_once()
-    slow = st.sidebar.slider("Slow motion: min. seconds per iteration", 0.0, 2.0, svc.min_interval_s, 0.05,
-                             key="slow_motion")
-    if slow != svc.min_interval_s:
-        svc.set_slow_motion(slow)
+    st.session_state.slow_motion = min(2.0, svc.min_interval_s)  # follow a change made elsewhere
+    st.sidebar.slider("Slow motion: min. seconds per iteration", 0.0, 2.0, step=0.05, key="slow_motion",
+                      on_change=lambda: svc.set_slow_motion(st.session_state.slow_motion))
     return st.sidebar.button("Clear views", icon=":material/mop:", width="stretch",
                              help="Forget what the views show so far (the engines keep running)")
 
