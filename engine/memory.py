@@ -5,6 +5,10 @@ other lanes and the server down with it; refusing it up front, naming both numbe
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
+
 import torch
 
 GiB = 1 << 30
@@ -24,6 +28,29 @@ def free_bytes(device: torch.device) -> int | None:
     except OSError:
         pass
     return None
+
+
+def release_freed_memory() -> None:
+    """Hand memory freed by a dropped engine back to the system. glibc keeps freed blocks of this
+    size (a pool is tens of MB per layer) in its arenas, so without a trim the process keeps the
+    high-water mark of every reconfigure (a 30-minute soak grew 3.1 GB -> 5.4 GB that way)."""
+    gc.collect()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _libc():
+    name = ctypes.util.find_library("c")
+    try:
+        lib = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    return lib if lib is not None and hasattr(lib, "malloc_trim") else None
+
+
+_LIBC = _libc()
 
 
 def check_kv_fits(nbytes: int, device: torch.device) -> None:

@@ -14,6 +14,7 @@ from .config import EngineConfig
 from .events import FinishedEvent, RequestEvent, StatusEvent, StepMessage
 from .handles import RequestHandle
 from .llm_engine import LLMEngine
+from .memory import release_freed_memory
 
 log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.5      # nothing to do: wake up at least this often
@@ -136,6 +137,7 @@ class EngineWorker(threading.Thread):
         self._run_commands()
         self._abort_all("the service stopped")
         self.engine = None  # a stopped lane's memory (KV pool, weights if unshared) goes now
+        release_freed_memory()
 
     def _build(self, cfg: EngineConfig) -> LLMEngine:
         with _BUILD_LOCK:  # model loading is not thread-safe (transformers initialises on the meta device)
@@ -295,8 +297,9 @@ class EngineWorker(threading.Thread):
         error = None
         try:
             self._share = self.svc.engine_on(cfg)
-            self.engine = self._build(cfg)  # the old engine, KV pool included, is released here
+            self.engine = self._build(cfg)  # the old engine, KV pool included, is dropped here
             self.cfg, self.load_error = cfg, None
+            release_freed_memory()
         except Exception as e:  # noqa: BLE001 - keep the old engine, tell everyone
             log.exception("engine %s: new config failed; keeping the old one", self.lane)
             error = e
