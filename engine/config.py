@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 STRATEGIES = ("continuous", "static", "dynamic")
+SCHEDULING_POLICIES = ("fcfs", "priority", "sjf", "fair")  # engine/scheduler/policy.py
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 
@@ -22,6 +23,7 @@ def default_device() -> str:
 class EngineConfig:
     model: str | None = None          # hub id, local dir; None: $INFLIGHT_MODEL or the default
     strategy: str = "continuous"
+    scheduling_policy: str = "fcfs"   # in which order requests are served (any strategy)
     device: str | None = None         # "auto" | "cpu" | "cuda" | "cuda:N"; None: $INFLIGHT_DEVICE or auto
     dtype: str = "auto"               # auto: bf16 on GPU, fp32 on CPU
     # torch: the PyTorch reference (any device); triton: our Triton kernels (CUDA, or CPU under
@@ -46,6 +48,8 @@ class EngineConfig:
         _check(isinstance(self.model, str) and self.model.strip() != "", "model", self.model,
                "a hub id or a local directory")
         _check(self.strategy in STRATEGIES, "strategy", self.strategy, f"one of {', '.join(STRATEGIES)}")
+        _check(self.scheduling_policy in SCHEDULING_POLICIES, "scheduling_policy", self.scheduling_policy,
+               f"one of {', '.join(SCHEDULING_POLICIES)}")
         _check(isinstance(self.device, str) and (self.device in ("auto", "cpu", "cuda")
                                                  or self.device.startswith("cuda:")),
                "device", self.device, "'auto', 'cpu', 'cuda' or 'cuda:N'")

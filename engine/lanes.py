@@ -98,6 +98,7 @@ def _on_off(v) -> str:
 _LABELS = {
     "model": lambda v: v.rstrip("/").split("/")[-1],
     "strategy": str,
+    "scheduling_policy": lambda v: f"{v} policy",
     "device": str,
     "dtype": str,
     "attention_backend": lambda v: f"{v} attention",

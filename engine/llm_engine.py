@@ -13,7 +13,7 @@ from .kv import KVCacheManager
 from .kv.sizing import GiB, kv_block_bytes, num_kv_blocks
 from .model.runner import ModelRunner
 from .model.sampler import make_generator
-from .request import Request, RequestOutput, SamplingParams
+from .request import Request, RequestOutput, SamplingParams, check_priority_tenant
 from .scheduler import SchedulerOutput, make_scheduler
 from .telemetry import StepEntry, StepEvent
 
@@ -84,20 +84,23 @@ class LLMEngine:
 
     # ---- requests ----------------------------------------------------------------------------
     def add_request(self, prompt: str | Sequence[int], params: SamplingParams | None = None,
-                    arrival_s: float | None = None, request_id: int | None = None) -> int:
+                    arrival_s: float | None = None, request_id: int | None = None, *, priority: int = 0,
+                    tenant: str | None = None) -> int:
         """Queue a request; bad input raises ValueError and leaves the engine untouched.
 
         request_id: a caller-chosen id (the service gives one submission the same id on every
-        strategy); by default the next free one."""
+        strategy); by default the next free one. priority (lower first) and tenant are read by the
+        scheduling policy (EngineConfig.scheduling_policy)."""
         params = params or SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
         params.validate()
+        check_priority_tenant(priority, tenant)
         ids = self._prompt_ids(prompt)
         self._check_fits(len(ids), params)
         rid = self._new_id(request_id)
         req = Request(rid, ids, params, arrival_s if arrival_s is not None else self.clock(),
-                      eos_token_ids=self.runner.eos_token_ids)
+                      eos_token_ids=self.runner.eos_token_ids, priority=priority, tenant=tenant)
         req.generator = make_generator(params.seed, self.runner.device)
         req.detok = IncrementalDetokenizer(self.tokenizer, ids)
         self.requests[rid] = req

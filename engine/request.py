@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, field
 
 FinishReason = str  # "stop" | "length" | "abort" | "error"
+PRIORITY_RANGE = (-1000, 1000)  # lower runs first (scheduling_policy="priority")
+MAX_TENANT_CHARS = 64
 
 
 @dataclass
@@ -60,6 +62,15 @@ class SamplingParams:
         return self.temperature == 0
 
 
+def check_priority_tenant(priority, tenant) -> None:
+    """Raise ValueError if priority is not an integer in PRIORITY_RANGE or tenant not a short string."""
+    lo, hi = PRIORITY_RANGE
+    if isinstance(priority, bool) or not isinstance(priority, int) or not lo <= priority <= hi:
+        raise ValueError(f"priority must be an integer from {lo} to {hi} (lower runs first), got {priority!r}")
+    if tenant is not None and not (isinstance(tenant, str) and 0 < len(tenant) <= MAX_TENANT_CHARS):
+        raise ValueError(f"tenant must be a string of 1 to {MAX_TENANT_CHARS} characters or None, got {tenant!r:.80}")
+
+
 def _is_number(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -98,6 +109,8 @@ class Request:
     params: SamplingParams
     arrival_s: float
     eos_token_ids: frozenset[int] = frozenset()
+    priority: int = 0            # lower runs first under the priority policy
+    tenant: str | None = None    # whose request: the fair policy shares tokens between tenants
     output_token_ids: list[int] = field(default_factory=list)
     status: RequestStatus = RequestStatus.WAITING
     # Tokens whose K/V are in the cache. Preemption resets it; the request then

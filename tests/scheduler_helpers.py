@@ -17,9 +17,10 @@ class FakeClock:
         return self.t
 
 
-def request(rid: int, prompt_len: int, max_tokens: int = 4, arrival_s: float = 0.0) -> Request:
+def request(rid: int, prompt_len: int, max_tokens: int = 4, arrival_s: float = 0.0, priority: int = 0,
+            tenant: str | None = None) -> Request:
     return Request(rid, list(range(3, 3 + prompt_len)), SamplingParams(max_tokens=max_tokens, ignore_eos=True),
-                   arrival_s)
+                   arrival_s, priority=priority, tenant=tenant)
 
 
 def scheduler(strategy: str = "continuous", num_blocks: int = 64, block_size: int = 4, clock=None,

@@ -10,6 +10,7 @@ from ..config import EngineConfig
 from ..events import DECODE, PREFILL
 from ..kv import KVCacheManager
 from ..request import Request, RequestStatus
+from .policy import make_policy
 
 
 @dataclass
@@ -52,11 +53,17 @@ class Scheduler(ABC):
         self.cfg, self.cache, self.clock = cfg, cache, clock
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
+        self.policy = make_policy(cfg.scheduling_policy)
         # generate() sets this when no more requests will come: launch partial static batches.
         self.draining = False
 
     def add(self, request: Request) -> None:
+        self.policy.on_add(request)
         self.waiting.append(request)
+
+    def _order_waiting(self) -> None:
+        """Put the waiting queue in policy order (fcfs: as it is)."""
+        self.waiting = deque(self.policy.order(self.waiting, self.clock()))
 
     @abstractmethod
     def schedule(self) -> SchedulerOutput: ...
@@ -71,6 +78,7 @@ class Scheduler(ABC):
             if req.is_finished:  # a static padding row, or a row failed this step
                 continue
             samples = row.samples  # read before the count moves
+            self.policy.on_served(req, row.num_new if row.phase == PREFILL else 0, int(samples))
             req.num_computed_tokens += row.num_new
             if samples:
                 tok = next(it)
@@ -84,6 +92,7 @@ class Scheduler(ABC):
         """End a request (stop, length, abort or error) and release what it holds."""
         request.status = RequestStatus.FINISHED
         request.finish_reason, request.finish_s, request.error = reason, now, error
+        self.policy.on_finish(request)
         self._release(request)
 
     @abstractmethod

@@ -6,36 +6,60 @@ from .base import ScheduledRow, Scheduler, SchedulerOutput
 
 
 class ContinuousScheduler(Scheduler):
-    """Every iteration: running requests first (decodes and unfinished prefill
-    chunks, FCFS), then waiting requests join while a batch slot, the token
-    budget and free KV blocks allow. When blocks run out, the newest running
-    request is preempted: its blocks are freed and it recomputes later."""
+    """Every iteration: running requests first (decodes and unfinished prefill chunks, in policy
+    order), then waiting requests join, in policy order, while a batch slot, the token budget and
+    free KV blocks allow. When blocks run out, the last running request in policy order (fcfs: the
+    newest) is preempted: its blocks are freed and it recomputes later. Under the priority policy
+    a waiting request that cannot start also preempts running requests of strictly worse priority."""
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
+        self.running = self.policy.order(self.running, self.clock())
+        self._preempt_for_waiting(out)
         budget = self.cfg.max_num_batched_tokens
+        short = len(out.preempted)
         i = 0
         while i < len(self.running) and budget > 0:
             req = self.running[i]
             n = min(req.num_tokens - req.num_computed_tokens, budget)
             if not self._grow(req, n, out):
-                break  # req itself was preempted: it was the newest, nothing follows
+                break  # req itself was preempted: it was the last, nothing follows
             out.rows.append(ScheduledRow(req, self.phase_of(req, n), n, slot=len(out.rows)))
             budget -= n
             i += 1
-        if not out.preempted:
+        if len(out.preempted) == short:  # blocks ran short for the running ones: nobody joins
             self._admit(out, budget)
         return out
 
     def _grow(self, req: Request, n: int, out: SchedulerOutput) -> bool:
-        """Make room for n more tokens of req, preempting the newest requests if needed."""
+        """Make room for n more tokens of req, preempting the last running requests if needed."""
         while not self.cache.allocate(req.request_id, req.num_computed_tokens + n):
-            victim = self.running.pop()
-            self._preempt(victim)
-            out.preempted.append(victim.request_id)
+            victim = self._preempt_last(out)
             if victim is req:
                 return False
         return True
+
+    def _preempt_last(self, out: SchedulerOutput) -> Request:
+        victim = self.running.pop()
+        self._preempt(victim)
+        out.preempted.append(victim.request_id)
+        return victim
+
+    def _preempt_for_waiting(self, out: SchedulerOutput) -> None:
+        """The first waiting request, if it lacks a slot or blocks to start, preempts the running
+        requests it outranks (priority policy only), last first, until it could start."""
+        self._order_waiting()
+        if not self.waiting:
+            return
+        head = self.waiting[0]
+        while self.running and not self._could_start(head) and self.policy.outranks(head, self.running[-1]):
+            self._preempt_last(out)
+        self._order_waiting()  # the victims queue behind the head
+
+    def _could_start(self, req: Request) -> bool:
+        first_chunk = min(req.num_tokens, self.cfg.max_num_batched_tokens)
+        return (len(self.running) < self.cfg.max_num_seqs
+                and self.cache.blocks_for(first_chunk) <= self.cache.num_free)
 
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
@@ -45,7 +69,7 @@ class ContinuousScheduler(Scheduler):
                 break
             n = min(remaining, budget)
             if not self.cache.allocate(req.request_id, n):
-                break  # FCFS: nobody overtakes the head of the queue
+                break  # nobody overtakes the head of the queue
             self.waiting.popleft()
             self.running.append(req)
             self._start(req)

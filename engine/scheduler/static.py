@@ -1,8 +1,9 @@
 """Static and dynamic batching: the request-level baseline that continuous batching replaces.
 
 A batch launches (static: when static_batch_size requests wait; dynamic: also
-when the oldest has waited static_max_wait_s), reserves each row's KV for
-prompt + max_tokens up front, prefills every row padded to the longest prompt,
+when the oldest has waited static_max_wait_s), takes its rows from the waiting
+queue in policy order, reserves each row's KV for prompt + max_tokens up
+front, prefills every row padded to the longest prompt,
 then decodes every row each step until its longest request finishes. Rows that
 finish early keep their slot and their KV and are still computed (as pad
 tokens) until then; nobody joins mid-batch. This is what generate() does on a
@@ -40,9 +41,11 @@ class StaticScheduler(Scheduler):
             return False
         if n >= self.cfg.static_batch_size or self.draining:
             return True
-        return self.dynamic and self.clock() - self.waiting[0].arrival_s >= self.cfg.static_max_wait_s
+        oldest = min(r.arrival_s for r in self.waiting)
+        return self.dynamic and self.clock() - oldest >= self.cfg.static_max_wait_s
 
     def _launch(self, out: SchedulerOutput) -> None:
+        self._order_waiting()
         while self.waiting and len(self.batch) < self.cfg.static_batch_size:
             req = self.waiting[0]
             if not self.cache.allocate(req.request_id, req.max_total_tokens):

@@ -1,0 +1,98 @@
+"""Scheduling policies: in which order requests are served, and who gives way.
+
+A policy orders the waiting queue (who is admitted or joins a static batch first) and the running
+set (who runs first when the token budget is short; the last one is the preemption victim when KV
+blocks run out). Only `priority` lets a waiting request preempt a running one.
+
+- fcfs: arrival order, as before policies existed (a preempted request goes back to the front).
+- priority: lower `priority` first (as in vLLM), then arrival. A waiting request that cannot start
+  preempts the running request of the worst priority, but only one of strictly worse priority.
+- sjf: least predicted remaining work first (prompt tokens still to compute + output tokens still
+  allowed). Aging bounds starvation: a request that has waited SJF_MAX_WAIT_S since it arrived
+  goes ahead of every request that has not, in arrival order, so no later arrival overtakes it.
+- fair: the tenant with the fewest weighted tokens served first (PROMPT_WEIGHT per prompt token
+  computed, recomputation included; OUTPUT_WEIGHT per token generated), one request per tenant per
+  round, so a flooding tenant's backlog queues behind another tenant's next request.
+"""
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from ..request import Request
+
+SJF_MAX_WAIT_S = 2.0
+PROMPT_WEIGHT = 1
+OUTPUT_WEIGHT = 2  # a decode step costs a whole iteration's slot for one token
+
+
+class Policy:
+    """fcfs: keeps every queue as it is."""
+
+    def order(self, requests: list[Request], now: float) -> list[Request]:
+        """The requests, most deserving first (a stable order)."""
+        return list(requests)
+
+    def outranks(self, waiting: Request, running: Request) -> bool:
+        """May `waiting` preempt `running` to start?"""
+        return False
+
+    def on_add(self, request: Request) -> None:
+        """A request entered the scheduler."""
+
+    def on_served(self, request: Request, prompt_tokens: int, output_tokens: int) -> None:
+        """An iteration computed prompt_tokens of its prompt (or recomputation) and generated output_tokens."""
+
+    def on_finish(self, request: Request) -> None:
+        """A request left the scheduler."""
+
+
+class PriorityPolicy(Policy):
+    def order(self, requests, now):
+        return sorted(requests, key=lambda r: (r.priority, r.arrival_s, r.request_id))
+
+    def outranks(self, waiting, running):
+        return waiting.priority < running.priority
+
+
+class SJFPolicy(Policy):
+    def order(self, requests, now):
+        return sorted(requests, key=lambda r: self._rank(r, now))
+
+    @staticmethod
+    def _rank(r: Request, now: float) -> tuple:
+        if now - r.arrival_s >= SJF_MAX_WAIT_S:  # aged: ahead of everyone younger, oldest first
+            return 0, r.arrival_s, r.request_id
+        remaining = r.num_tokens - r.num_computed_tokens + r.params.max_tokens - len(r.output_token_ids)
+        return 1, remaining, r.arrival_s, r.request_id
+
+
+class FairPolicy(Policy):
+    def __init__(self):
+        self.served: defaultdict[str | None, float] = defaultdict(float)  # tenant -> weighted tokens
+        self.active: Counter[str | None] = Counter()  # tenant -> its requests in the scheduler
+
+    def order(self, requests, now):
+        rounds: Counter[str | None] = Counter()
+        keyed = []
+        for r in sorted(requests, key=lambda r: (r.arrival_s, r.request_id)):
+            keyed.append(((rounds[r.tenant], self.served[r.tenant], r.arrival_s, r.request_id), r))
+            rounds[r.tenant] += 1
+        return [r for _, r in sorted(keyed, key=lambda kr: kr[0])]
+
+    def on_add(self, request):
+        t = request.tenant
+        if not self.active[t]:  # an idle tenant banks no credit: it starts level with the least served
+            busy = [self.served[u] for u, n in self.active.items() if n]
+            if busy:
+                self.served[t] = max(self.served[t], min(busy))
+        self.active[t] += 1
+
+    def on_served(self, request, prompt_tokens, output_tokens):
+        self.served[request.tenant] += PROMPT_WEIGHT * prompt_tokens + OUTPUT_WEIGHT * output_tokens
+
+    def on_finish(self, request):
+        self.active[request.tenant] -= 1
+
+
+def make_policy(name: str) -> Policy:
+    return {"fcfs": Policy, "priority": PriorityPolicy, "sjf": SJFPolicy, "fair": FairPolicy}[name]()

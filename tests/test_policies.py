@@ -1,0 +1,147 @@
+"""Scheduling policies without a model: who is admitted first, who is preempted, how long anyone waits."""
+from __future__ import annotations
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.request import check_priority_tenant
+from engine.scheduler.policy import OUTPUT_WEIGHT, PROMPT_WEIGHT, SJF_MAX_WAIT_S
+from scheduler_helpers import FakeClock, request, rows, scheduler, step
+
+
+def ids(reqs) -> list[int]:
+    return [r.request_id for r in reqs]
+
+
+def test_priority_admits_lower_values_first_then_by_arrival():
+    s = scheduler(scheduling_policy="priority", max_num_seqs=2)
+    for rid, prio in enumerate((5, 0, 3, 0)):
+        s.add(request(rid, prompt_len=2, max_tokens=8, arrival_s=rid, priority=prio))
+    out = step(s)
+    assert out.admitted == [1, 3] and ids(s.waiting) == [2, 0]
+
+
+def test_fcfs_ignores_priority():
+    s = scheduler(max_num_seqs=2)
+    for rid, prio in enumerate((5, 0, 3)):
+        s.add(request(rid, prompt_len=2, arrival_s=rid, priority=prio))
+    assert step(s).admitted == [0, 1]
+
+
+def test_a_better_priority_preempts_the_worst_running_request_only():
+    s = scheduler(scheduling_policy="priority", max_num_seqs=3)
+    for rid, prio in enumerate((2, 7, 7)):
+        s.add(request(rid, prompt_len=2, max_tokens=20, arrival_s=rid, priority=prio))
+    step(s)
+    s.add(request(3, prompt_len=2, max_tokens=20, arrival_s=3, priority=7))  # equal: waits
+    out = step(s)
+    assert out.preempted == [] and ids(s.waiting) == [3]
+    s.add(request(4, prompt_len=2, max_tokens=20, arrival_s=4, priority=1))  # better than 7: preempts
+    out = step(s)
+    assert out.preempted == [2] and out.admitted == [4]  # the newest of the worst priority
+    assert ids(s.waiting) == [2, 3] and sorted(ids(s.running)) == [0, 1, 4]  # 2 keeps its arrival rank
+    # running now: priorities 1, 2 and 7; a priority-2 newcomer takes the 7's place, not the 2's
+    s.add(request(5, prompt_len=2, max_tokens=20, arrival_s=5, priority=2))
+    assert step(s).preempted == [1]
+
+
+def test_priority_preempts_for_blocks_too():
+    s = scheduler(scheduling_policy="priority", num_blocks=4, block_size=4, max_num_batched_tokens=64)
+    s.add(request(0, prompt_len=12, max_tokens=20, priority=3))  # 3 of the 4 blocks
+    step(s)
+    s.add(request(1, prompt_len=8, max_tokens=2, arrival_s=1, priority=0))  # needs 2 blocks
+    out = step(s)
+    assert out.preempted == [0] and out.admitted == [1]
+
+
+def test_sjf_runs_the_least_remaining_work_first():
+    s = scheduler(scheduling_policy="sjf", max_num_seqs=1)
+    s.add(request(0, prompt_len=10, max_tokens=10))
+    s.add(request(1, prompt_len=2, max_tokens=3))
+    s.add(request(2, prompt_len=5, max_tokens=1))
+    finished = []
+    while s.has_work():
+        finished += step(s).admitted
+    assert finished == [1, 2, 0]
+
+
+def test_sjf_aging_bounds_the_wait_of_a_long_request_under_a_flood_of_short_ones():
+    """A short request arrives every step and each would go before the long one: the long one is
+    still admitted once it has waited SJF_MAX_WAIT_S, plus at most the step that frees a slot."""
+    clock = FakeClock()
+    s = scheduler(scheduling_policy="sjf", max_num_seqs=1, clock=clock)
+    dt = 0.1
+    s.add(request(0, prompt_len=8, max_tokens=8, arrival_s=0.0))
+    admitted_at, overtaken = None, 0
+    for rid in range(1, 200):
+        s.add(request(rid, prompt_len=2, max_tokens=1, arrival_s=clock.t))
+        out = step(s, now=clock.t)
+        if 0 in out.admitted:
+            admitted_at = clock.t
+            break
+        overtaken += len(out.admitted)
+        clock.t += dt
+    assert overtaken > 5, "shorter requests should have gone first"
+    assert admitted_at is not None and SJF_MAX_WAIT_S <= admitted_at <= SJF_MAX_WAIT_S + dt
+
+
+def test_fair_alternates_between_a_flooding_and_a_light_tenant():
+    s = scheduler(scheduling_policy="fair", max_num_seqs=1)
+    for rid in range(8):
+        s.add(request(rid, prompt_len=4, max_tokens=2, arrival_s=rid, tenant="flood"))
+    order = step(s).admitted
+    s.add(request(100, prompt_len=4, max_tokens=2, arrival_s=10, tenant="light"))
+    s.add(request(101, prompt_len=4, max_tokens=2, arrival_s=11, tenant="light"))
+    while s.has_work():
+        order += step(s).admitted
+    assert order[:5] == [0, 100, 1, 101, 2]
+
+
+def test_fair_weighs_prompt_and_output_tokens():
+    s = scheduler(scheduling_policy="fair")
+    s.add(request(0, prompt_len=5, max_tokens=3, tenant="a"))
+    while s.has_work():
+        step(s)
+    assert s.policy.served["a"] == 5 * PROMPT_WEIGHT + 3 * OUTPUT_WEIGHT
+
+
+def test_fair_idle_tenant_banks_no_credit():
+    s = scheduler(scheduling_policy="fair", max_num_seqs=1)
+    s.add(request(0, prompt_len=4, max_tokens=8, tenant="busy"))
+    for _ in range(4):
+        step(s)
+    s.add(request(1, prompt_len=4, max_tokens=8, tenant="new"))
+    assert s.policy.served["new"] == s.policy.served["busy"] > 0
+
+
+@pytest.mark.parametrize("strategy", ["static", "dynamic"])
+def test_static_batches_form_in_policy_order(strategy):
+    s = scheduler(strategy, scheduling_policy="priority", static_batch_size=2)
+    for rid, prio in enumerate((5, 0, 3)):
+        s.add(request(rid, prompt_len=2, max_tokens=2, arrival_s=rid, priority=prio))
+    out = step(s)
+    assert [r[0] for r in rows(out)] == [1, 2] and ids(s.waiting) == [0]
+
+
+def test_static_batches_form_in_sjf_and_fair_order():
+    s = scheduler("static", scheduling_policy="sjf", static_batch_size=2)
+    for rid, n in enumerate((9, 2, 5)):
+        s.add(request(rid, prompt_len=n, max_tokens=2))
+    assert step(s).admitted == [1, 2]
+    s = scheduler("static", scheduling_policy="fair", static_batch_size=2)
+    for rid, tenant in enumerate(("a", "a", "b")):
+        s.add(request(rid, prompt_len=2, max_tokens=2, arrival_s=rid, tenant=tenant))
+    assert step(s).admitted == [0, 2]
+
+
+def test_scheduling_policy_is_validated():
+    with pytest.raises(ValueError, match="EngineConfig.scheduling_policy must be one of fcfs, priority, sjf, fair"):
+        EngineConfig(model="m", scheduling_policy="lifo")
+
+
+@pytest.mark.parametrize("priority, tenant, match", [
+    (1.5, None, "priority must be an integer"), (True, None, "priority"), (10**6, None, "priority"),
+    (0, "", "tenant must be a string"), (0, "x" * 65, "tenant"), (0, 3, "tenant")])
+def test_priority_and_tenant_are_validated(priority, tenant, match):
+    with pytest.raises(ValueError, match=match):
+        check_priority_tenant(priority, tenant)
