@@ -99,6 +99,8 @@ class RequestEvent(Event):
     num_prompt_tokens: int
     max_tokens: int
     arrival_s: float
+    priority: int = 0           # lower runs first under the priority policy
+    tenant: str | None = None   # whose request (the fair policy); None: no tenant named
 
 
 @dataclass(kw_only=True)

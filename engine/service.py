@@ -22,8 +22,8 @@ from .handles import RequestHandle
 from .lanes import check_lane_name, lane_config
 from .limits import ClientLimiter, ClientLimits
 from .memory import GiB, check_kv_fits
-from .request import SamplingParams
-from .worker import EngineWorker
+from .request import SamplingParams, check_priority_tenant
+from .worker import EngineWorker, Submission
 
 log = logging.getLogger(__name__)
 Lanes = dict[str, EngineConfig]
@@ -107,15 +107,22 @@ class EngineService:
     # ---- commands ----------------------------------------------------------------------------
     def submit(self, prompt=None, params: SamplingParams | None = None, *, messages=None,
                lanes=None, tag: str = "api", timeout: float = 60.0,
-               client: Client = LOCAL) -> list[RequestHandle]:
+               client: Client = LOCAL, priority: int = 0, tenant: str | None = None) -> list[RequestHandle]:
         """Queue one request on each lane (default: all); returns one handle per lane.
 
         Give `prompt` (text or token ids) or chat `messages`. Bad input raises ValueError
         (checked by the engines themselves, so the limits are exact) and nothing is queued.
-        A viewer `client` is held to the room's limits (LimitExceeded, a ValueError)."""
+        A viewer `client` is held to the room's limits (LimitExceeded, a ValueError); it may not
+        jump the queue (a priority below 0 is refused: NotPresenter), and its tenant is its client
+        key whatever it names, so it can neither pose as another tenant nor split itself into many."""
         if (prompt is None) == (messages is None):
             raise ValueError("give exactly one of prompt or messages")
         _check_text(prompt, messages)
+        check_priority_tenant(priority, tenant)
+        if priority < 0:
+            self.access.require_presenter(client, "a priority better than 0")
+        if not client.presenter:
+            tenant = client.key
         params = params or SamplingParams()
         with self._lock:
             workers = [self.workers[name] for name in self._running(lanes)]
@@ -125,7 +132,7 @@ class EngineService:
         arrival = self.clock()
         handles = [RequestHandle(rid, w.lane, tag) for w in workers]
         for w, h in zip(workers, handles):
-            w.add(h, prompt, messages, params, arrival)
+            w.add(h, Submission(prompt, messages, params, arrival, priority, tenant))
         if reservation is not None:
             reservation.hold(handles)  # counts as in flight until every copy has finished
         for w, h in zip(workers, handles):

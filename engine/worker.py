@@ -9,17 +9,30 @@ import logging
 import queue
 import threading
 import time
+from dataclasses import dataclass
 
 from .config import EngineConfig
 from .events import FinishedEvent, RequestEvent, StatusEvent, StepMessage
 from .handles import RequestHandle
 from .llm_engine import LLMEngine
 from .memory import release_freed_memory
+from .request import SamplingParams
 
 log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.5      # nothing to do: wake up at least this often
 POLL_WAIT_S = 0.01     # waiting requests but nothing schedulable (a static batch filling up)
 _BUILD_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One request as the service hands it to each lane."""
+    prompt: object            # text or token ids; None when given as chat messages
+    messages: list | None
+    params: SamplingParams
+    arrival_s: float
+    priority: int = 0
+    tenant: str | None = None
 
 
 def _hold_back(params) -> int:
@@ -45,17 +58,17 @@ class EngineWorker(threading.Thread):
         self.load_error: Exception | None = None
         self._drain_then_stop = False
         self._pending_cfg: EngineConfig | None = None
-        self._deferred: list = []          # submissions that arrived while reconfiguring
+        self._deferred: list[tuple[RequestHandle, Submission]] = []  # arrived while reconfiguring
         self._step_credits = 0             # single steps granted while paused
         self.last_step_ms = 0.0
         self.steps = 0
 
     # ---- called from other threads -----------------------------------------------------------
-    def add(self, handle: RequestHandle, prompt, messages, params, arrival_s: float) -> None:
+    def add(self, handle: RequestHandle, sub: Submission) -> None:
         if self._drain_then_stop or self._halt.is_set():  # its thread may never read the queue again
             handle.reject(f"lane '{self.lane}' was removed")
             return
-        self._call(lambda: self._add(handle, prompt, messages, params, arrival_s))
+        self._call(lambda: self._add(handle, sub))
 
     def abort(self, request_id: int) -> None:
         self._call(lambda: self._abort(request_id))
@@ -216,35 +229,37 @@ class EngineWorker(threading.Thread):
         self.svc.hub.publish(event.hub_item())
 
     # ---- submissions -------------------------------------------------------------------------
-    def _add(self, handle: RequestHandle, prompt, messages, params, arrival_s: float) -> None:
+    def _add(self, handle: RequestHandle, sub: Submission) -> None:
         if self.engine is None:
             handle.reject(f"lane '{self.lane}' is not available: {self.load_error}")
             return
         if self._pending_cfg is not None:
             # Queued until the lane restarts. Accepted now, so that no caller waits on a drain that
             # may take long (or, paused, forever); if the new engine refuses it, the handle says why.
-            self._deferred.append((handle, prompt, messages, params, arrival_s))
-            handle.accept(hold_back=_hold_back(params))
+            self._deferred.append((handle, sub))
+            handle.accept(hold_back=_hold_back(sub.params))
             return
         if self._drain_then_stop:
             handle.reject(f"lane '{self.lane}' was removed")
             return
         try:
-            ids = self.engine.chat_prompt(messages) if messages is not None else prompt
-            self.engine.add_request(ids, params, arrival_s=arrival_s, request_id=handle.request_id)
+            ids = self.engine.chat_prompt(sub.messages) if sub.messages is not None else sub.prompt
+            self.engine.add_request(ids, sub.params, arrival_s=sub.arrival_s, request_id=handle.request_id,
+                                    priority=sub.priority, tenant=sub.tenant)
         except ValueError as e:
             handle.reject(str(e))
             return
         except Exception as e:  # noqa: BLE001 - a prompt the tokenizer chokes on is the caller's error too
             handle.reject(f"the prompt could not be read: {type(e).__name__}: {e}")
             return
-        handle.accept(hold_back=_hold_back(params))
+        handle.accept(hold_back=_hold_back(sub.params))
         self.handles[handle.request_id] = handle
         out = self.engine.get_output(handle.request_id)
         self._publish(RequestEvent(request_id=handle.request_id, tag=handle.tag,
-                                   prompt=prompt if isinstance(prompt, str) else None, messages=messages,
-                                   num_prompt_tokens=len(out.prompt_token_ids), max_tokens=params.max_tokens,
-                                   arrival_s=arrival_s))
+                                   prompt=sub.prompt if isinstance(sub.prompt, str) else None,
+                                   messages=sub.messages, num_prompt_tokens=len(out.prompt_token_ids),
+                                   max_tokens=sub.params.max_tokens, arrival_s=sub.arrival_s,
+                                   priority=sub.priority, tenant=sub.tenant))
 
     def _abort(self, request_id: int) -> None:
         parked = [d for d in self._deferred if d[0].request_id == request_id]

@@ -208,6 +208,8 @@ BAD = [
     ("completions", {"prompt": ""}, 400, None, "prompt is empty"),
     ("completions", {"prompt": [5] * 120, "max_tokens": 20}, 400, None, "max_model_len=128"),
     ("completions", {"prompt": [10**9]}, 400, None, "outside the vocabulary"),
+    ("completions", {"prompt": "hi", "priority": "high"}, 400, "priority", "must be an integer"),
+    ("completions", {"prompt": "hi", "priority": 5000}, 400, "priority", "from -1000 to 1000"),
 ]
 
 

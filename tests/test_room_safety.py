@@ -196,6 +196,38 @@ def test_api_key_holders_are_limited(base, svc):
     assert r.status_code == 400 and "max_model_len" in r.json()["error"]["message"]  # not limited: the engine's own check
 
 
+def request_events(svc, since: int, request_id: int) -> list[dict]:
+    return [item for _, item in svc.hub.read(since).events
+            if item["type"] == "request" and item["request_id"] == request_id]
+
+
+def test_viewer_cannot_jump_the_queue_nor_pose_as_another_tenant(base, svc):
+    since = svc.hub.head
+    async def main():
+        async with websockets.connect(f"ws://{base}/engine/ws") as ws:
+            await ws.recv()
+            err = await command(ws, {"cmd": "submit", "prompt": [5], "priority": -1})
+            assert err["type"] == "error" and "priority better than 0" in err["message"]
+            ok = await command(ws, {"cmd": "submit", "prompt": [5], "params": {"max_tokens": 2},
+                                    "priority": 3, "tenant": "the-presenter"})
+            return ok["request_id"]
+    rid = run(main())
+    wait_idle(svc)
+    seen = request_events(svc, since, rid)
+    assert seen and all(e["priority"] == 3 and e["tenant"] == "ip:127.0.0.1" for e in seen)
+
+
+def test_api_priority_below_zero_needs_the_presenter_token(base, svc):
+    body = {"prompt": "hi", "max_tokens": 2, "priority": -5, "user": "alice"}
+    r = httpx.post(f"http://{base}/v1/completions", json=body, headers={"Authorization": f"Bearer {API_KEY}"})
+    assert r.status_code == 403 and r.json()["error"]["param"] == "priority"
+    since = svc.hub.head
+    r = httpx.post(f"http://{base}/v1/completions", json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 200, r.text
+    seen = request_events(svc, since, int(r.json()["id"].split("-")[1]))
+    assert seen and all(e["priority"] == -5 and e["tenant"] == "alice" for e in seen)
+
+
 # ---- the faults found by probing -----------------------------------------------------------------
 def test_lone_surrogate_prompt_is_a_quick_clear_error(base, svc):
     t0 = time.monotonic()

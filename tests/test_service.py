@@ -70,6 +70,19 @@ def test_stop_string_never_streamed(svc):
     assert out.finish_reason == "stop" and stop not in streamed and streamed == out.text
 
 
+def test_priority_and_tenant_reach_every_lane(svc):
+    since = svc.hub.head
+    hs = svc.submit([5, 6, 7], greedy(2), priority=-3, tenant="team-a")
+    assert all(h.result(30).finish_reason == "length" for h in hs)
+    seen = {item["lane"]: (item["priority"], item["tenant"]) for _, item in svc.hub.read(since).events
+            if item["type"] == "request" and item["request_id"] == hs[0].request_id}
+    assert seen == {"continuous": (-3, "team-a"), "dynamic": (-3, "team-a")}
+    with pytest.raises(ValueError, match="priority must be an integer"):
+        svc.submit("hi", greedy(2), priority="high")
+    with pytest.raises(ValueError, match="tenant must be a string"):
+        svc.submit("hi", greedy(2), tenant="x" * 65)
+
+
 def test_bad_input_rejected_everywhere(svc):
     with pytest.raises(ValueError, match="prompt is empty"):
         svc.submit("", greedy(4))

@@ -123,6 +123,8 @@ def test_events_on_the_socket_follow_the_contract(url):
     ('{"cmd": "submit", "prompt": "hi", "params": {"warp": 9}}', "unknown sampling parameter"),
     ('{"cmd": "submit", "prompt": ""}', "prompt is empty"),
     ('{"cmd": "submit", "prompt": [5], "params": {"max_tokens": 500}}', "max_model_len"),
+    ('{"cmd": "submit", "prompt": "hi", "priority": 1.5}', "priority must be an integer"),
+    ('{"cmd": "submit", "prompt": "hi", "tenant": ""}', "tenant must be a string"),
     ('{"cmd": "abort", "request_id": "x"}', "integer request_id"),
     ('{"cmd": "configure", "changes": {"block_size": -3}}', "EngineConfig.block_size"),
     ('{"cmd": "slow_motion", "interval_s": "slow"}', "slow motion"),

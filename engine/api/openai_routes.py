@@ -9,7 +9,9 @@
   HTTP 500 with an OpenAI-style error body, or an error chunk (`data: {"error": ...}`) in a stream.
 - A client that goes away (mid-stream or while waiting for a whole answer) has its request
   aborted on every lane, so its KV blocks are freed.
-- Requests are tagged "openai", or "openai:<user>" when the body names a `user`.
+- Requests are tagged "openai", or "openai:<user>" when the body names a `user`, which is also the
+  request's tenant (the fair policy). `priority` (an extension, as in vLLM: lower runs first) needs
+  the presenter token below 0 in room mode (403 otherwise).
 - Access (engine/access.py): bodies must be `application/json` (415 otherwise: a cross-site form
   or text/plain post never reaches the engine) and a browser Origin must be this server's own.
   In room mode every call needs a bearer key: the presenter token, or INFLIGHT_API_KEY (whose
@@ -29,7 +31,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..access import Client, client_key
+from ..access import Client, NotPresenter, client_key
 from ..handles import RequestHandle
 from ..limits import LimitExceeded
 from .openai_schema import (
@@ -93,11 +95,14 @@ async def _serve(request: Request, svc, chat: bool) -> Response:
         _require_json(request)
         req = parse_request(parse_json(await _read_body(request)), chat)
         handles = await run_in_threadpool(svc.submit, req.prompt, req.params, messages=req.messages,
-                                          lanes=req.lanes, tag=req.tag, client=client)
+                                          lanes=req.lanes, tag=req.tag, client=client, priority=req.priority,
+                                          tenant=req.tenant)
     except ApiError as e:
         return _error(e)
     except LimitExceeded as e:
         return _error(ApiError(str(e), status=429, type="rate_limit_error"))
+    except NotPresenter as e:
+        return _error(ApiError(str(e), status=403, param="priority", type="permission_error"))
     except ValueError as e:  # the engines' own checks (prompt too long, unknown lane, ...)
         return _error(ApiError(str(e)))
     except TimeoutError as e:

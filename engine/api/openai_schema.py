@@ -11,7 +11,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from ..request import RequestOutput, SamplingParams
+from ..request import MAX_TENANT_CHARS, RequestOutput, SamplingParams, check_priority_tenant
 
 MAX_BODY_BYTES = 64 * 1024
 DEFAULT_COMPLETION_MAX_TOKENS = 16
@@ -49,6 +49,8 @@ class ApiRequest:
     include_usage: bool
     lanes: list[str] | None
     tag: str
+    priority: int = 0          # extension (as in vLLM): lower runs first under the priority policy
+    tenant: str | None = None  # `user` (its first MAX_TENANT_CHARS characters): the fair policy's tenant
 
 
 def parse_json(raw: bytes) -> dict:
@@ -110,8 +112,14 @@ def parse_request(body: dict, chat: bool) -> ApiRequest:
     if lanes is not None and not (isinstance(lanes, list) and lanes and all(isinstance(s, str) for s in lanes)):
         raise ApiError(f"{param} must be a non-empty list of lane names, got {lanes!r}", param=param)
     user = _opt(body, "user", str, "a string")
-    tag = f"openai:{user[:64]}" if user else "openai"
-    return ApiRequest(chat, prompt, messages, params, stream, include_usage, lanes, tag)
+    tenant = user[:MAX_TENANT_CHARS] if user else None
+    priority = _opt(body, "priority", int, "an integer") or 0
+    try:
+        check_priority_tenant(priority, tenant)
+    except ValueError as e:
+        raise ApiError(str(e), param="priority") from None
+    tag = f"openai:{tenant}" if tenant else "openai"
+    return ApiRequest(chat, prompt, messages, params, stream, include_usage, lanes, tag, priority, tenant)
 
 
 def _opt(body: dict, name: str, kind: type, expected: str, param: str | None = None):

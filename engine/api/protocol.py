@@ -5,7 +5,9 @@ Client -> server, one JSON object per message (at most 64 KiB), "cmd" names it;
   {"cmd": "subscribe", "lanes": ["continuous"] | null, "requests": [3, 4] | null, "kv": true,
    "from_seq": "oldest" | n}   (from_seq replays what the ring buffer still holds)
   {"cmd": "submit", "prompt": "text" | [ids] , "messages": [...], "params": {...},
-   "lanes": [...], "tag": "ui"}
+   "lanes": [...], "tag": "ui", "priority": 0, "tenant": "team-a"}
+      (priority: lower runs first under the priority policy, below 0 only for the presenter in a
+       room; tenant: whose request, for the fair policy; a room's viewer is always its own tenant)
   {"cmd": "abort", "request_id": 3}
   {"cmd": "pause"} {"cmd": "resume"} {"cmd": "step"} {"cmd": "status"}
   {"cmd": "slow_motion", "interval_s": 0.5}

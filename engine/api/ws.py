@@ -173,8 +173,9 @@ class _Connection:
         if not isinstance(tag, str) or len(tag) > 64:
             raise ProtocolError("tag must be a string of at most 64 characters")
         params = sampling_params(msg.get("params"))
-        job = asyncio.ensure_future(run_in_threadpool(self.svc.submit, prompt, params, messages=messages,
-                                                      lanes=lane_names(msg), tag=tag, client=self.client))
+        job = asyncio.ensure_future(run_in_threadpool(
+            self.svc.submit, prompt, params, messages=messages, lanes=lane_names(msg), tag=tag, client=self.client,
+            priority=msg.get("priority", 0), tenant=msg.get("tenant")))
         try:
             handles = await asyncio.shield(job)
         except asyncio.CancelledError:  # the client left while its request was being queued
