@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine.config import SCHEDULING_POLICIES, STRATEGIES
 from engine_helpers import check_drained, check_kv_invariants, greedy, make_engine, mixed_prompts
 from tiny_models import FAMILIES, reference_greedy
 
@@ -15,8 +16,10 @@ def references(tiny_model_dirs):
     return prompts, max_tokens, {f: reference_greedy(tiny_model_dirs[f], prompts, max_tokens) for f in FAMILIES}
 
 
-def _run(eng, prompts, max_tokens):
-    ids = [eng.add_request(p, greedy(m)) for p, m in zip(prompts, max_tokens)]
+def _run(eng, prompts, max_tokens, priorities=None, tenants=None):
+    priorities, tenants = priorities or [0] * len(prompts), tenants or [None] * len(prompts)
+    ids = [eng.add_request(p, greedy(m), priority=pr, tenant=t)
+           for p, m, pr, t in zip(prompts, max_tokens, priorities, tenants)]
     eng.draining = True
     events = []
     while eng.has_unfinished():
@@ -76,3 +79,19 @@ def test_generate_api_in_input_order(tiny_model_dirs, references):
     assert [o.output_token_ids for o in outs] == refs["gpt2"]
     assert all(o.first_token_s >= o.arrival_s and o.finish_s >= o.first_token_s for o in outs)
     check_drained(eng)
+
+
+@pytest.mark.parametrize("policy", [p for p in SCHEDULING_POLICIES if p != "fcfs"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_policies_change_order_never_content(tiny_model_dirs, references, strategy, policy):
+    prompts, max_tokens, refs = references
+    priorities = [(i * 3) % 5 - 2 for i in range(N)]
+    tenants = ["flood" if i % 4 else "light" for i in range(N)]
+    eng = make_engine(tiny_model_dirs["llama"], strategy=strategy, scheduling_policy=policy, num_kv_blocks=24,
+                      max_model_len=64, max_num_batched_tokens=16, max_num_seqs=3, static_batch_size=3)
+    outs, events = _run(eng, prompts, max_tokens, priorities, tenants)
+    assert [o.output_token_ids for o in outs] == refs["llama"]
+    if policy == "priority":  # the first rows admitted are the best priorities
+        first = events[0].admitted if strategy != "continuous" else [
+            rid for ev in events for rid in ev.admitted][:3]
+        assert sorted(priorities[i] for i in first) == sorted(priorities)[:3]

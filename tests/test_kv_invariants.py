@@ -1,16 +1,19 @@
-"""No KV block and no request is ever lost, whatever the sequence of add / abort / step."""
+"""No KV block and no request is ever lost, whatever the sequence of add / abort / step, for every
+strategy and scheduling policy, with random priorities and tenants."""
 from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine.config import SCHEDULING_POLICIES, STRATEGIES
 from engine.kv import BlockAllocator, KVCacheManager, OutOfBlocks
 from engine_helpers import check_drained, check_kv_invariants, greedy, make_engine, owner_of_blocks
 
 ops = st.lists(
     st.one_of(
-        st.tuples(st.just("add"), st.integers(1, 30), st.integers(1, 12)),
+        st.tuples(st.just("add"), st.integers(1, 30), st.integers(1, 12), st.integers(-2, 2),
+                  st.sampled_from([None, "a", "b"])),
         st.tuples(st.just("abort"), st.integers(0, 40)),
         st.tuples(st.just("step"), st.integers(1, 3)),
     ),
@@ -21,20 +24,21 @@ ops = st.lists(
 @pytest.fixture(scope="module")
 def engines(tiny_model_dirs):
     # Small pool and budget so preemption, chunking and static reservations all happen.
-    return {s: make_engine(tiny_model_dirs["llama"], strategy=s, num_kv_blocks=12, max_model_len=48,
-                           max_num_batched_tokens=12, max_num_seqs=4, static_batch_size=3)
-            for s in ("continuous", "static", "dynamic")}
+    return {(s, p): make_engine(tiny_model_dirs["llama"], strategy=s, scheduling_policy=p, num_kv_blocks=12,
+                                max_model_len=48, max_num_batched_tokens=12, max_num_seqs=4, static_batch_size=3)
+            for s in STRATEGIES for p in SCHEDULING_POLICIES}
 
 
-@pytest.mark.parametrize("strategy", ["continuous", "static", "dynamic"])
+@pytest.mark.parametrize("policy", SCHEDULING_POLICIES)
+@pytest.mark.parametrize("strategy", STRATEGIES)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seq=ops)
-def test_random_add_abort_step(engines, strategy, seq):
-    eng = engines[strategy]
+def test_random_add_abort_step(engines, strategy, policy, seq):
+    eng = engines[strategy, policy]
     added, want = [], {}
     for op in seq:
         if op[0] == "add":
-            rid = eng.add_request([5 + i % 50 for i in range(op[1])], greedy(op[2]))
+            rid = eng.add_request([5 + i % 50 for i in range(op[1])], greedy(op[2]), priority=op[3], tenant=op[4])
             added.append(rid)
             want[rid] = op[2]
         elif op[0] == "abort" and added:
