@@ -99,10 +99,20 @@ def test_fair_alternates_between_a_flooding_and_a_light_tenant():
 
 def test_fair_weighs_prompt_and_output_tokens():
     s = scheduler(scheduling_policy="fair")
+    a = request(0, prompt_len=5, max_tokens=3, tenant="a")
+    s.add(a)
+    s.add(request(1, prompt_len=1, max_tokens=20, tenant="b"))  # keeps the scheduler busy
+    for _ in range(3):  # the prompt and the first token, then two decodes
+        step(s)
+    assert a.is_finished and s.policy.served["a"] == 5 * PROMPT_WEIGHT + 3 * OUTPUT_WEIGHT
+
+
+def test_fair_tallies_start_over_when_the_scheduler_is_empty():
+    s = scheduler(scheduling_policy="fair")
     s.add(request(0, prompt_len=5, max_tokens=3, tenant="a"))
     while s.has_work():
         step(s)
-    assert s.policy.served["a"] == 5 * PROMPT_WEIGHT + 3 * OUTPUT_WEIGHT
+    assert not s.policy.served
 
 
 def test_fair_idle_tenant_banks_no_credit():

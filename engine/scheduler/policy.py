@@ -12,7 +12,9 @@ blocks run out). Only `priority` lets a waiting request preempt a running one.
   goes ahead of every request that has not, in arrival order, so no later arrival overtakes it.
 - fair: the tenant with the fewest weighted tokens served first (PROMPT_WEIGHT per prompt token
   computed, recomputation included; OUTPUT_WEIGHT per token generated), one request per tenant per
-  round, so a flooding tenant's backlog queues behind another tenant's next request.
+  round, so a flooding tenant's backlog queues behind another tenant's next request. A tenant with
+  nothing queued starts level with the least-served busy tenant (idling banks no credit); the
+  tallies start over whenever the scheduler is empty.
 """
 from __future__ import annotations
 
@@ -92,6 +94,9 @@ class FairPolicy(Policy):
 
     def on_finish(self, request):
         self.active[request.tenant] -= 1
+        if not any(self.active.values()):  # idle: start over, so the tallies never outgrow the tenants in use
+            self.served.clear()
+            self.active.clear()
 
 
 def make_policy(name: str) -> Policy:
