@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.config import EngineConfig
 from engine.request import check_priority_tenant
@@ -155,3 +157,75 @@ def test_scheduling_policy_is_validated():
 def test_priority_and_tenant_are_validated(priority, tenant, match):
     with pytest.raises(ValueError, match=match):
         check_priority_tenant(priority, tenant)
+
+
+@pytest.mark.parametrize("strategy", ["continuous", "static", "dynamic"])
+@settings(max_examples=40, deadline=None)
+@given(arrivals=st.lists(st.tuples(st.integers(1, 12), st.integers(1, 8), st.integers(0, 3)), min_size=2,
+                         max_size=40))
+def test_sjf_no_later_arrival_is_admitted_before_an_aged_request(strategy, arrivals):
+    """Random arrivals (prompt length, max_tokens, steps to the next one), 0.25 s per step: whenever a
+    request is admitted, no request that arrived before it has been waiting SJF_MAX_WAIT_S or more."""
+    clock = FakeClock()
+    s = scheduler(strategy, scheduling_policy="sjf", max_num_seqs=3, max_num_batched_tokens=16, num_blocks=12,
+                  static_batch_size=3, static_max_wait_s=0.5, clock=clock)
+    pending = list(arrivals)
+    first_admitted: dict[int, float] = {}
+    reqs = []
+    while pending or s.has_work():
+        if pending:
+            n, m, gap = pending.pop(0)
+            reqs.append(request(len(reqs), prompt_len=n, max_tokens=m, arrival_s=clock.t))
+            s.add(reqs[-1])
+            s.draining = not pending
+        for _ in range(gap if pending else 1):
+            for rid in step(s, now=clock.t).admitted:
+                if rid in first_admitted:
+                    continue
+                first_admitted[rid] = clock.t
+                aged = [r.request_id for r in reqs[:rid] if r.request_id not in first_admitted
+                        and clock.t - r.arrival_s >= SJF_MAX_WAIT_S]
+                assert not aged, f"{rid} admitted while {aged} had waited past the bound"
+            clock.t += 0.25
+    assert len(first_admitted) == len(reqs)
+
+
+def _light_tenant_waits(policy: str) -> list[int]:
+    """A flooding tenant adds 3 requests every step, a light one 1 every 5 steps: the light
+    requests' waits (in steps) from arrival to admission."""
+    s = scheduler(scheduling_policy=policy, max_num_seqs=2)
+    arrived, waits = {}, []
+    for t in range(60):
+        for k in range(3):
+            s.add(request(1000 * t + k, prompt_len=4, max_tokens=4, arrival_s=t, tenant="flood"))
+        if t % 5 == 0:
+            s.add(request(1000 * t + 999, prompt_len=4, max_tokens=4, arrival_s=t, tenant="light"))
+            arrived[1000 * t + 999] = t
+        for rid in step(s).admitted:
+            if rid in arrived:
+                waits.append(t - arrived.pop(rid))
+    return waits + [60 - t for t in arrived.values()]  # still waiting at the end
+
+
+def test_a_flooding_tenant_cannot_starve_a_light_one():
+    fair, fcfs = _light_tenant_waits("fair"), _light_tenant_waits("fcfs")
+    assert len(fair) == 12 and max(fair) <= 4  # at most one flood request's run ahead of it
+    assert max(fcfs) > 20  # the control: without fairness the light tenant's wait keeps growing
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrivals=st.lists(st.tuples(st.integers(-3, 3), st.integers(1, 10), st.integers(1, 6)), min_size=1,
+                         max_size=30))
+def test_priority_preempts_only_a_worst_running_request_for_a_strictly_better_one(arrivals):
+    """Slots run short (blocks never do): every preemption admits a strictly better priority in the
+    same step, and its victim had the worst priority running."""
+    s = scheduler(scheduling_policy="priority", max_num_seqs=3, num_blocks=1000)
+    reqs = [request(rid, prompt_len=n, max_tokens=m, arrival_s=rid, priority=prio)
+            for rid, (prio, n, m) in enumerate(arrivals)]
+    for req in reqs:
+        s.add(req)
+        worst_running = max((r.priority for r in s.running), default=None)
+        out = step(s)
+        best_admitted = min((reqs[rid].priority for rid in out.admitted), default=None)
+        for victim in (reqs[rid] for rid in out.preempted):
+            assert victim.priority == worst_running and best_admitted < victim.priority
