@@ -27,7 +27,7 @@ class ContinuousScheduler(Scheduler):
             out.rows.append(ScheduledRow(req, self.phase_of(req, n), n, slot=len(out.rows)))
             budget -= n
             i += 1
-        if len(out.preempted) == short:  # blocks ran short for the running ones: nobody joins
+        if len(out.preempted) == short:  # unless blocks ran short for the running ones
             self._admit(out, budget)
         return out
 

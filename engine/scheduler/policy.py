@@ -9,7 +9,7 @@ blocks run out). Only `priority` lets a waiting request preempt a running one.
   preempts the running request of the worst priority, but only one of strictly worse priority.
 - sjf: least predicted remaining work first (prompt tokens still to compute + output tokens still
   allowed). Aging bounds starvation: a request that has waited SJF_MAX_WAIT_S since it arrived
-  goes ahead of every request that has not, in arrival order, so no later arrival overtakes it.
+  goes ahead of every request that has not, in arrival order: no later arrival is admitted before it.
 - fair: the tenant with the fewest weighted tokens served first (PROMPT_WEIGHT per prompt token
   computed, recomputation included; OUTPUT_WEIGHT per token generated), one request per tenant per
   round, so a flooding tenant's backlog queues behind another tenant's next request. A tenant with
