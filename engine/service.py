@@ -22,7 +22,7 @@ from .handles import RequestHandle
 from .lanes import check_lane_name, lane_config
 from .limits import ClientLimiter, ClientLimits
 from .memory import GiB, check_kv_fits
-from .request import SamplingParams, check_priority_tenant
+from .request import MAX_TENANT_CHARS, SamplingParams, check_priority_tenant
 from .worker import EngineWorker, Submission
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ class EngineService:
         if priority < 0:
             self.access.require_presenter(client, "a priority better than 0")
         if not client.presenter:
-            tenant = client.key
+            tenant = client.key[:MAX_TENANT_CHARS]
         params = params or SamplingParams()
         with self._lock:
             workers = [self.workers[name] for name in self._running(lanes)]

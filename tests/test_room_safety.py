@@ -18,7 +18,7 @@ import pytest
 import websockets
 
 from engine import SamplingParams
-from engine.access import Access, is_loopback
+from engine.access import Access, Client, is_loopback
 from engine.api import ws as ws_module
 from engine.api.server import create_app
 from engine.limits import ClientLimiter, ClientLimits
@@ -215,6 +215,14 @@ def test_viewer_cannot_jump_the_queue_nor_pose_as_another_tenant(base, svc):
     wait_idle(svc)
     seen = request_events(svc, since, rid)
     assert seen and all(e["priority"] == 3 and e["tenant"] == "ip:127.0.0.1" for e in seen)
+
+
+def test_a_long_client_key_still_submits_as_its_own_tenant(svc):
+    since, key = svc.hub.head, "ip:" + "f" * 100  # keys are made by the server: never refused
+    hs = svc.submit([5], greedy(2), client=Client(key, presenter=False), tenant="someone-else")
+    assert all(h.result(30).finish_reason == "length" for h in hs)
+    seen = request_events(svc, since, hs[0].request_id)
+    assert seen and all(e["tenant"] == key[:64] for e in seen)
 
 
 def test_api_priority_below_zero_needs_the_presenter_token(base, svc):
