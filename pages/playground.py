@@ -54,12 +54,16 @@ with st.container(border=True):
         st.markdown("**One click**")
         preset = presets.by_name(opts["compare"])
         stream = (preset or presets.DEFAULT).stream  # the stream that shows this comparison's difference
-        if st.button(stream.label, icon=":material/bolt:", type="primary", width="stretch",
-                     help=f"{stream.explain}. Goes to every lane."):
+        locked = stream.presenter_only and not client.presenter
+        if st.button(stream.label, icon=":material/bolt:", type="primary", width="stretch", disabled=locked,
+                     help=f"{stream.explain}. Goes to every lane."
+                          + (f" For the presenter: {preset_stream.PRESENTER_ONLY}." if locked else "")):
             try:
                 st.session_state.stream = preset_stream.fire(svc, stream, client)
             except ValueError as e:
                 st.warning(str(e))
+        if locked:
+            st.caption("This stream is for the presenter: it names tenants and priorities.")
         if st.button("1 prompt", width="stretch"):
             submit(random.choice(bundled_prompts()), max_tokens, temperature)
         runner = st.session_state.get("stream")  # the one this tab fired last

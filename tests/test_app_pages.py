@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from engine.service import get_service, shutdown_service
 from service_helpers import assert_all_free, make_service, wait_settled
+from ui import preset_stream, presets
 
 PAGES = Path(__file__).resolve().parents[1] / "pages"
 
@@ -59,6 +60,51 @@ def test_preset_runs_its_lanes_and_its_stream_reaches_both(svc):
     assert_all_free(svc)
     at.sidebar.radio(key="compare").set_value("continuous vs dynamic").run()
     assert svc.lane_names == ["continuous", "dynamic"]
+
+
+@pytest.mark.parametrize("name,policy,label", [
+    ("FCFS vs SJF", "sjf", "3 long ahead of 6 short"),
+    ("FCFS vs fair", "fair", "Flood of 16 + 3 from another tenant"),
+    ("FCFS vs priority", "priority", "Queue of 12 + 1 urgent")])
+def test_policy_preset_sets_the_lanes_policies_and_its_stream_carries_tenants_and_priorities(
+        svc, name, policy, label):
+    at = app("playground.py")
+    at.sidebar.radio(key="compare").set_value(name).run()
+    assert not at.exception and svc.lane_names == ["fcfs", policy]
+    wait_settled(svc)
+    assert [c.scheduling_policy for c in svc.lanes.values()] == ["fcfs", policy]
+    assert svc.lanes["fcfs"].max_num_seqs == svc.lanes[policy].max_num_seqs < svc.cfg.max_num_seqs
+    assert any("What to watch" in i.value and "Gantt" in i.value for i in at.info)
+    cursor = svc.hub.head
+    next(b for b in at.button if b.label == label).click().run()
+    assert not at.exception
+    runner = at.session_state["stream"]
+    runner.join(30)
+    assert runner.submitted == len(runner.arrivals) and not runner.errors
+    events = request_events(svc, cursor, 2 * len(runner.arrivals))
+    assert len(events) == 2 * len(runner.arrivals) and {e["lane"] for e in events} == {"fcfs", policy}
+    for lane in ("fcfs", policy):  # each lane got the stream's tenants and priorities, in order
+        sent = sorted((e for e in events if e["lane"] == lane), key=lambda e: e["request_id"])
+        assert [(e["tenant"], e["priority"]) for e in sent] == [(a.tenant, a.priority) for a in runner.arrivals]
+    assert_all_free(svc)
+    at.sidebar.radio(key="compare").set_value("continuous vs dynamic").run()
+    assert svc.lane_names == ["continuous", "dynamic"]
+
+
+def test_viewer_cannot_fire_a_stream_that_names_tenants(svc, monkeypatch):
+    """A viewer is its own tenant and may not ask for priority -1: the button says it is the presenter's."""
+    from engine.access import Access, Client
+    svc.set_lanes(presets.by_name("FCFS vs fair").lanes)
+    wait_settled(svc)
+    monkeypatch.setattr(svc, "access", Access(room=True, token="presenter-token-xyz"))
+    at = app("playground.py")
+    button = next(b for b in at.button if b.label == "Flood of 16 + 3 from another tenant")
+    assert button.disabled and "presenter" in button.help and "tenant" in button.help
+    with pytest.raises(ValueError, match="presenter"):
+        preset_stream.fire(svc, presets.by_name("FCFS vs fair").stream, Client("viewer-1", presenter=False))
+    monkeypatch.undo()
+    svc.set_lanes(presets.by_name("continuous vs dynamic").lanes)
+    wait_settled(svc)
 
 
 def test_a_new_tab_adopts_the_running_lanes(svc):

@@ -44,3 +44,41 @@ def test_running_preset_recognises_its_lanes():
     preset = presets.by_name("block size 16 vs 128")
     assert presets.running_preset(preset.lane_configs(BASE), BASE) is preset
     assert presets.running_preset({"continuous": BASE}, BASE) is None
+
+
+POLICY_PRESETS = {"FCFS vs SJF": "sjf", "FCFS vs fair": "fair", "FCFS vs priority": "priority"}
+
+
+@pytest.mark.parametrize("name,policy", POLICY_PRESETS.items())
+def test_policy_presets_differ_only_by_policy_with_a_batch_small_enough_to_queue(name, policy):
+    preset = presets.by_name(name)
+    fcfs, other = preset.lane_configs(BASE).values()
+    assert (fcfs.scheduling_policy, other.scheduling_policy) == ("fcfs", policy)
+    assert describe_difference(other, fcfs) == [f"{policy} policy"]
+    for fit in (Fit(8192, 8), Fit(128, 4)):
+        assert len(preset.stream.fitted(fit)) > 2 * other.max_num_seqs  # requests queue
+
+
+def test_sjf_stream_sends_long_requests_just_ahead_of_short_ones():
+    arrivals = presets.by_name("FCFS vs SJF").stream.fitted(Fit(128, 4))
+    long = [x for x in arrivals if x.max_tokens == max(a.max_tokens for a in arrivals)]
+    short = [x for x in arrivals if x.at_s > max(a.at_s for a in long)]
+    assert len(long) == 3 and len(short) == 6 and max(x.max_tokens for x in short) * 4 <= long[0].max_tokens
+    assert not presets.by_name("FCFS vs SJF").stream.presenter_only  # a viewer may fire it
+
+
+def test_fair_stream_floods_from_one_tenant_and_another_comes_later():
+    stream = presets.by_name("FCFS vs fair").stream
+    arrivals = stream.fitted(Fit(128, 4))
+    flood = [x for x in arrivals if x.tenant == "flood"]
+    few = [x for x in arrivals if x.tenant == "few"]
+    assert len(flood) == 16 and len(few) == 3 and len(flood) + len(few) == len(arrivals)
+    assert min(x.at_s for x in few) > max(x.at_s for x in flood)
+    assert stream.presenter_only
+
+
+def test_priority_stream_sends_one_urgent_request_after_a_queue():
+    stream = presets.by_name("FCFS vs priority").stream
+    arrivals = stream.fitted(Fit(128, 4))
+    assert [x.priority for x in arrivals] == [0] * 12 + [-1] and arrivals[-1].at_s > arrivals[-2].at_s
+    assert stream.presenter_only and not presets.DEFAULT.stream.presenter_only

@@ -2,7 +2,8 @@
 
 One stream at a time per process (like the load generator): firing another stops the one running,
 unless a viewer would stop someone else's. Every request goes to every lane, as the viewer `client`
-when a viewer fired it (room limits apply).
+when a viewer fired it (room limits apply). A stream that names tenants or priorities is the
+presenter's: the service makes a viewer its own tenant and refuses it a priority below 0.
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from .presets import Arrival, Fit, Stream, prompt_ids
 
 log = logging.getLogger(__name__)
 TAG = "preset"
+PRESENTER_ONLY = ("this stream names tenants and priorities, which only the presenter's requests keep "
+                  "(a viewer is its own tenant and may not ask for a priority below 0)")
 
 
 def fit_of(svc) -> Fit:
@@ -45,7 +48,8 @@ class StreamRunner(threading.Thread):
     def submit(self, i: int, a: Arrival) -> None:
         params = SamplingParams(max_tokens=a.max_tokens, temperature=0.0, ignore_eos=True)
         try:
-            self.svc.submit(prompt_ids(a.prompt_len, i), params, tag=TAG, client=self.client)
+            self.svc.submit(prompt_ids(a.prompt_len, i), params, tag=TAG, client=self.client,
+                            priority=a.priority, tenant=a.tenant)
             self.submitted += 1
         except (ValueError, TimeoutError) as e:
             self.errors.append(str(e))
@@ -60,8 +64,11 @@ _lock = threading.Lock()
 
 
 def fire(svc, stream: Stream, client: Client = LOCAL) -> StreamRunner:
-    """Start `stream`; a viewer cannot replace a stream that someone else started (ValueError)."""
+    """Start `stream`; a viewer cannot replace a stream that someone else started, nor fire one that
+    names tenants or priorities (ValueError)."""
     global _current
+    if stream.presenter_only and not client.presenter:
+        raise ValueError(PRESENTER_ONLY)
     with _lock:
         running = _current is not None and _current.is_alive() and not _current.halt.is_set()
         if running and not client.presenter and _current.client.key != client.key:

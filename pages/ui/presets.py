@@ -7,6 +7,7 @@ default model on a 2-core CPU within about 20-40 s.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,6 +21,8 @@ class Arrival:
     at_s: float        # seconds after the stream starts
     prompt_len: int    # prompt tokens
     max_tokens: int    # output tokens (EOS ignored)
+    tenant: str | None = None  # whose request (the fair policy)
+    priority: int = 0          # lower runs first (the priority policy)
 
 
 @dataclass(frozen=True)
@@ -40,8 +43,15 @@ class Stream:
         out = []
         for a in self.arrivals(fit):
             max_tokens = max(1, min(a.max_tokens, fit.max_model_len // 4))
-            out.append(Arrival(a.at_s, max(1, min(a.prompt_len, fit.max_model_len - max_tokens)), max_tokens))
+            prompt_len = max(1, min(a.prompt_len, fit.max_model_len - max_tokens))
+            out.append(dataclasses.replace(a, prompt_len=prompt_len, max_tokens=max_tokens))
         return out
+
+    @property
+    def presenter_only(self) -> bool:
+        """Names tenants or priorities: a viewer is always its own tenant and may not ask for a
+        priority below 0, so only the presenter's stream would show what it is made for."""
+        return any(a.tenant is not None or a.priority != 0 for a in self.arrivals(Fit(2048, 8)))
 
 
 @dataclass(frozen=True)
@@ -91,7 +101,36 @@ def _many_at_once(fit: Fit) -> list[Arrival]:
     return [Arrival(0.0, 24, 24) for _ in range(16)]
 
 
+def _long_ahead_of_short(fit: Fit) -> list[Arrival]:
+    # Max batch 2: two short requests hold both slots; 3 long ones arrive, then 6 short ones. When
+    # the slots free, FCFS starts the long ones and the short ones queue behind them (head-of-line
+    # blocking); SJF starts the short ones. SJF's aging (2 s) then lets the long ones in, so the
+    # short ones are short enough to be served within it.
+    return ([Arrival(0.05 * i, 16, 8) for i in range(2)]
+            + [Arrival(0.2 + 0.05 * i, 32, 64) for i in range(3)]
+            + [Arrival(0.4 + 0.05 * i, 16, 4) for i in range(6)])
+
+
+def _flood_and_few(fit: Fit) -> list[Arrival]:
+    # Max batch 4: tenant "flood" sends 16 requests at once; "few" sends 3 from 1 s on. FCFS serves
+    # few's requests after flood's whole backlog; fair gives each a slot at the next turn.
+    return ([Arrival(0.0, 24, 16, tenant="flood") for _ in range(16)]
+            + [Arrival(1.0 + 0.5 * i, 24, 16, tenant="few") for i in range(3)])
+
+
+def _urgent_after_queue(fit: Fit) -> list[Arrival]:
+    # Max batch 4: 12 requests at once (4 run, 8 queue), then at 1.5 s one with priority -1. FCFS
+    # queues it behind the 8; priority starts it at once, preempting a running request.
+    return [Arrival(0.0, 24, 24) for _ in range(12)] + [Arrival(1.5, 24, 24, priority=-1)]
+
+
 CONTINUOUS = {"strategy": "continuous"}
+
+
+def _policies(size: int, *policies: str) -> dict[str, dict]:
+    """Lanes named after their policy, alike in everything else (continuous, max batch `size`)."""
+    return {p: {**CONTINUOUS, "max_num_seqs": size, "scheduling_policy": p} for p in policies}
+
 
 PRESETS: tuple[Preset, ...] = (
     Preset("continuous vs static",
@@ -131,6 +170,21 @@ PRESETS: tuple[Preset, ...] = (
            "Max batch 4 serves the 16 requests in waves of 4 while the rest queue; 32 runs them together: "
            "fewer, bigger iterations. Compare throughput and TTFT.",
            Stream("16 at once", "16 requests at once, 24-token prompts, 24-token answers", _many_at_once)),
+    Preset("FCFS vs SJF", _policies(2, "fcfs", "sjf"),
+           "Gantt: which rows start once the first two finish. FCFS starts the 3 long requests and the 6 "
+           "short ones queue behind them; SJF starts the short ones first, the long ones after. Compare TTFT.",
+           Stream("3 long ahead of 6 short", "Max batch 2: 2 short requests, then 3 asking 64 tokens, then "
+                  "6 asking 4", _long_ahead_of_short)),
+    Preset("FCFS vs fair", _policies(4, "fcfs", "fair"),
+           "Gantt: the rows of tenant \"few\" (the last 3). FCFS starts them after all 16 of \"flood\"; "
+           "fair starts each at the next free slot, ahead of flood's backlog.",
+           Stream("Flood of 16 + 3 from another tenant", "Tenant flood sends 16 requests at once, tenant few "
+                  "3 from 1 s on", _flood_and_few)),
+    Preset("FCFS vs priority", _policies(4, "fcfs", "priority"),
+           "Gantt: the last row (priority -1). FCFS starts it after the 8 queued requests; priority starts "
+           "it at once, preempting a running request (recomputed later).",
+           Stream("Queue of 12 + 1 urgent", "12 requests at once, then at 1.5 s one with priority -1",
+                  _urgent_after_queue)),
 )
 DEFAULT = PRESETS[0]
 
