@@ -21,9 +21,6 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 PRESENTER_COOKIE = "inflight_presenter"
-# What a viewer may not do, in the words the refusals use.
-CONTROL_ACTIONS = ("pause", "resume", "step", "slow_motion", "configure", "lanes", "clear", "abort others",
-                   "benchmark", "engine settings", "load generator")
 
 
 class NotPresenter(PermissionError):

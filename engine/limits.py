@@ -96,10 +96,6 @@ class ClientLimiter:
             self._prune()
             return reservation
 
-    def in_flight(self, key: str) -> int:
-        with self._lock:
-            return self._running(key)
-
     def _running(self, key: str) -> int:
         live = [r for r in self._in_flight.get(key, ()) if r.running]
         if live:

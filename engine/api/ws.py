@@ -77,7 +77,8 @@ class _Connection:
                                   "message": "binary frames are not accepted: send each command as JSON text"})
 
     async def _send(self, message: dict) -> None:
-        await asyncio.wait_for(self.ws.send_json(message), SEND_TIMEOUT_S)
+        async with asyncio.timeout(SEND_TIMEOUT_S):  # no task per message, unlike wait_for
+            await self.ws.send_json(message)
 
     async def _send_loop(self) -> None:
         period = 1 / MAX_RATE_HZ

@@ -1,31 +1,26 @@
 """A load generator for the live page: Poisson arrivals of bundled real prompts."""
 from __future__ import annotations
 
-import logging
 import random
-import threading
 
 from engine import SamplingParams
 from engine.bench.workloads import Lengths, load_prompts
 
-log = logging.getLogger(__name__)
+from .submitter import Submitter
 
 
-class LoadGenerator(threading.Thread):
+class LoadGenerator(Submitter):
     """Submits chat prompts to the service at `rate` requests/s (exponential gaps) until stopped.
 
     Output lengths are uniform in [mean - spread, mean + spread] tokens with ignore_eos, so
     the length spread (what separates static from continuous batching) is under control."""
 
     def __init__(self, service, rate: float, mean_tokens: int, spread: int, seed: int = 0, tag: str = "loadgen"):
-        super().__init__(daemon=True, name="inflight-loadgen")
-        self.svc, self.rate, self.tag = service, rate, tag
+        super().__init__(service, "inflight-loadgen")
+        self.rate, self.tag = rate, tag
         self.lengths = Lengths("uniform", low=max(1, mean_tokens - spread), high=mean_tokens + spread)
         self.prompts = [p["prompt"] for p in load_prompts()]
         self.rng = random.Random(seed)
-        self.halt = threading.Event()
-        self.submitted = 0
-        self.errors: list[str] = []
 
     def run(self) -> None:
         while not self.halt.wait(self.rng.expovariate(self.rate)):
@@ -33,16 +28,8 @@ class LoadGenerator(threading.Thread):
 
     def submit_one(self) -> None:
         messages = [{"role": "user", "content": self.rng.choice(self.prompts)}]
-        params = SamplingParams(max_tokens=self.lengths.sample(self.rng), ignore_eos=True)
-        try:
-            self.svc.submit(messages=messages, params=params, tag=self.tag)
-            self.submitted += 1
-        except (ValueError, TimeoutError) as e:
-            self.errors.append(str(e))
-            log.warning("load generator: %s", e)
-
-    def stop(self) -> None:
-        self.halt.set()
+        self.submit(messages=messages, params=SamplingParams(max_tokens=self.lengths.sample(self.rng),
+                                                             ignore_eos=True), tag=self.tag)
 
 
 _current: LoadGenerator | None = None  # one per process, like the service it feeds

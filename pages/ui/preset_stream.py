@@ -7,7 +7,6 @@ presenter's: the service makes a viewer its own tenant and refuses it a priority
 """
 from __future__ import annotations
 
-import logging
 import threading
 import time
 
@@ -15,8 +14,8 @@ from engine import SamplingParams
 from engine.access import LOCAL, Client
 
 from .presets import Arrival, Fit, Stream, prompt_ids
+from .submitter import Submitter
 
-log = logging.getLogger(__name__)
 TAG = "preset"
 PRESENTER_ONLY = ("this stream names tenants and priorities, which only the presenter's requests keep "
                   "(a viewer is its own tenant and may not ask for a priority below 0)")
@@ -29,34 +28,19 @@ def fit_of(svc) -> Fit:
     return Fit(min(lens, default=2048), max(static, default=svc.cfg.static_batch_size))
 
 
-class StreamRunner(threading.Thread):
+class StreamRunner(Submitter):
     def __init__(self, svc, stream: Stream, client: Client = LOCAL):
-        super().__init__(daemon=True, name="inflight-preset-stream")
-        self.svc, self.stream, self.client = svc, stream, client
+        super().__init__(svc, "inflight-preset-stream", client)
+        self.stream = stream
         self.arrivals: list[Arrival] = stream.fitted(fit_of(svc))
-        self.halt = threading.Event()
-        self.submitted = 0
-        self.errors: list[str] = []
 
     def run(self) -> None:
         t0 = time.monotonic()
         for i, a in enumerate(self.arrivals):
             if self.halt.wait(max(0.0, t0 + a.at_s - time.monotonic())):
                 return
-            self.submit(i, a)
-
-    def submit(self, i: int, a: Arrival) -> None:
-        params = SamplingParams(max_tokens=a.max_tokens, temperature=0.0, ignore_eos=True)
-        try:
-            self.svc.submit(prompt_ids(a.prompt_len, i), params, tag=TAG, client=self.client,
-                            priority=a.priority, tenant=a.tenant)
-            self.submitted += 1
-        except (ValueError, TimeoutError) as e:
-            self.errors.append(str(e))
-            log.warning("preset stream: %s", e)
-
-    def stop(self) -> None:
-        self.halt.set()
+            params = SamplingParams(max_tokens=a.max_tokens, temperature=0.0, ignore_eos=True)
+            self.submit(prompt_ids(a.prompt_len, i), params, tag=TAG, priority=a.priority, tenant=a.tenant)
 
 
 _current: StreamRunner | None = None  # one per process, like the service it feeds

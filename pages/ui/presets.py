@@ -2,8 +2,8 @@
 
 Pure data (no Streamlit, no threads). A lane is written as overrides of the service's base config,
 so the model, device and KV memory stay shared. Streams are token-id prompts of exact lengths, so
-they can be fitted to any model's context (`Fit`); each is tuned to show its difference with the
-default model on a 2-core CPU within about 20-40 s.
+they can be fitted to any model's context (`Fit`); each is meant to show its difference with the
+default model on a 2-core CPU within a minute or less.
 """
 from __future__ import annotations
 
