@@ -110,6 +110,8 @@ class EngineWorker(threading.Thread):
             "last_step_ms": self.last_step_ms,
             "kv_blocks": None if eng is None else eng.cache.num_blocks,
             "kv_used_blocks": None if eng is None else eng.cache.num_blocks - eng.cache.num_free,
+            "num_running": 0 if eng is None else eng.scheduler.num_running,
+            "num_waiting": 0 if eng is None else eng.scheduler.num_waiting,
             "max_model_len": None if eng is None else eng.max_model_len,
             "device": None if eng is None else str(eng.runner.device),
         }
