@@ -153,6 +153,7 @@ def test_metric_cards_computed_from_events(svc):
     values = dict(re.findall(r'data-label="([^"]+)" data-value="([^"]*)"', cards))
     assert {"Throughput", "TTFT p50", "TPOT p99", "Padding waste", "KV waste"} <= set(values)
     assert int(values["Requests done"]) >= 1 and values["Throughput"].endswith(" tok/s")
+    assert re.fullmatch(r"\$\d+\.\d\d/M tok", values["Cost"])
 
 
 @pytest.mark.parametrize("page", ["about.py", "kv_cache.py", "benchmark.py"])
@@ -171,6 +172,7 @@ def test_benchmark_page_runs_in_background_and_shows_results(svc):
     job.join(120)
     assert job.error is None and job.result is not None
     assert [r["strategy"] for r in job.result["results"]] == ["continuous", "static"]
+    assert all(r["usd_per_million_output_tokens"] > 0 for r in job.result["results"])
     assert not svc.paused.is_set()  # the live engines resume after the run
     at.run()
     assert not at.exception
