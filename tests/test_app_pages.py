@@ -156,6 +156,15 @@ def test_metric_cards_computed_from_events(svc):
     assert re.fullmatch(r"\$\d+\.\d\d/M tok", values["Cost"])
 
 
+def test_kv_page_shows_the_roofline_of_recent_iterations(svc):
+    svc.submit([5, 6, 7], None, lanes=["continuous"])[0].result(30)
+    at = app("kv_cache.py")
+    assert not at.exception
+    assert any("Roofline" in h.value for h in at.subheader)
+    assert any("KiB per token" in m.value for m in at.markdown)
+    assert len(at.dataframe) == 2  # where the KV memory goes; the roofline per lane
+
+
 @pytest.mark.parametrize("page", ["about.py", "kv_cache.py", "benchmark.py"])
 def test_other_pages_render(svc, page):
     app(page)
