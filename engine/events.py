@@ -77,18 +77,23 @@ class StepMessage(Event):
     TYPE: ClassVar[str] = "step"
     event: StepEvent
     deltas: dict[int, str] = field(default_factory=dict)
+    roofline: dict | None = None  # engine/roofline.py step_roofline(); sent only when known
 
     def to_dict(self) -> dict:
-        return {**self.event.to_dict(), **self.source(), "deltas": {str(k): v for k, v in self.deltas.items()}}
+        extra = {} if self.roofline is None else {"roofline": self.roofline}
+        return {**self.event.to_dict(), **self.source(), "deltas": {str(k): v for k, v in self.deltas.items()},
+                **extra}
 
     def hub_item(self) -> dict:
         # the hub keeps the StepEvent (Python readers use it as is); JSON is built later, once, by the
         # readers that need it (engine.api.protocol.encode_event)
-        return {"type": self.TYPE, **self.source(), "event": self.event, "deltas": self.deltas}
+        return {"type": self.TYPE, **self.source(), "event": self.event, "deltas": self.deltas,
+                "roofline": self.roofline}
 
     @classmethod
     def from_hub_item(cls, item: dict) -> StepMessage:
-        return cls(event=item["event"], deltas=item["deltas"], **{f.name: item.get(f.name) for f in fields(Event)})
+        return cls(event=item["event"], deltas=item["deltas"], roofline=item.get("roofline"),
+                   **{f.name: item.get(f.name) for f in fields(Event)})
 
 
 @dataclass(kw_only=True)
