@@ -6,9 +6,9 @@ publishes them, so nothing is missed however rarely /metrics is scraped; the gau
 waiting, KV usage) are read from the lanes at scrape time. Every series carries `model_name` (as
 vLLM) and `lane`.
 
-Where our meaning differs slightly from vLLM's: prompt tokens are the prefill tokens computed
-(a recompute after preemption counts again; tokens served from the prefix cache do not), and an
-iteration's tokens leave out static batching's padding. Latencies use the engine's clock: time to
+As in vLLM, a request's prompt tokens count once, at its first token (tokens served from the prefix
+cache included; prefix_cache_hits says how many were); an iteration's tokens leave out static
+batching's padding. Latencies use the engine's clock: time to
 first token and inter-token latency end at the end of the step that sampled the token.
 """
 from __future__ import annotations
@@ -19,8 +19,6 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
-
-from .events import PREFILL
 
 log = logging.getLogger(__name__)
 LABELS = ("model_name", "lane")
@@ -44,7 +42,7 @@ class ServiceMetrics:
         self.registry = CollectorRegistry()
         self._model_of = model_of
         self._lock = threading.Lock()
-        self._arrival: dict[tuple[str, int], float] = {}     # (lane, request id) -> arrival
+        self._arrival: dict[tuple[str, int], tuple[float, int]] = {}  # (lane, request id) -> arrival, prompt
         self._last_token: dict[tuple[str, int], float] = {}  # (lane, request id) -> its last token's time
         self._seen: set[tuple[str, str]] = set()             # (model, lane) whose series exist
         self.registry.register(_LaneGauges(lane_states))
@@ -54,7 +52,7 @@ class ServiceMetrics:
     def _counters(self) -> None:
         def counter(name, doc, extra=()):
             return Counter(name, doc, [*LABELS, *extra], registry=self.registry)
-        self.prompt_tokens = counter("vllm:prompt_tokens", "Prefill tokens computed.")
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens of the requests that started answering.")
         self.generation_tokens = counter("vllm:generation_tokens", "Tokens generated.")
         self.preemptions = counter("vllm:num_preemptions", "Requests preempted (their KV freed, to recompute).")
         self.prefix_queries = counter("vllm:prefix_cache_queries", "Prefix cache queries, in prompt tokens.")
@@ -83,7 +81,7 @@ class ServiceMetrics:
             if kind == "step":
                 self._on_step(labels, item["event"])
             elif kind == "request":
-                self._arrival[lane, item["request_id"]] = item["arrival_s"]
+                self._arrival[lane, item["request_id"]] = (item["arrival_s"], item["num_prompt_tokens"])
             elif kind == "finished":
                 self._on_finished(labels, item)
 
@@ -100,21 +98,20 @@ class ServiceMetrics:
 
     def _on_step(self, labels: tuple[str, str], ev) -> None:
         lane = labels[1]
-        prefill = sum(e.num_tokens for e in ev.entries if e.phase == PREFILL)
-        self.prompt_tokens.labels(*labels).inc(prefill)
         self.generation_tokens.labels(*labels).inc(len(ev.sampled))
         self.iteration_tokens.labels(*labels).observe(ev.tokens_used - ev.num_padding_tokens)
         self.preemptions.labels(*labels).inc(len(ev.preempted))
-        # prefix cache counters: present once the engine reports them (engine/telemetry.py)
-        self.prefix_queries.labels(*labels).inc(getattr(ev, "prefix_queries", 0))
-        self.prefix_hits.labels(*labels).inc(getattr(ev, "prefix_hits", 0))
+        self.prefix_queries.labels(*labels).inc(ev.prefix_queries)
+        self.prefix_hits.labels(*labels).inc(ev.prefix_hits)
         for rid in ev.sampled:
             key = (lane, rid)
             last = self._last_token.get(key)
             if last is not None:
                 self.itl.labels(*labels).observe(ev.t_end - last)
             elif key in self._arrival:
-                self.ttft.labels(*labels).observe(ev.t_end - self._arrival[key])
+                arrival, prompt_tokens = self._arrival[key]
+                self.ttft.labels(*labels).observe(ev.t_end - arrival)
+                self.prompt_tokens.labels(*labels).inc(prompt_tokens)
             self._last_token[key] = ev.t_end
 
     def _on_finished(self, labels: tuple[str, str], item: dict) -> None:

@@ -127,6 +127,7 @@ def test_room_mode_needs_the_presenter_token(svc, base):
 
 # ---- the arithmetic, on hand-made events ----------------------------------------------------------
 def _step(t_end, entries, sampled, **extra):
+    extra = {"prefix_queries": 0, "prefix_hits": 0, **extra}
     ev = SimpleNamespace(t_end=t_end, entries=entries, sampled=sampled, preempted=[],
                          tokens_used=sum(e.num_tokens for e in entries), **extra)
     ev.num_padding_tokens = sum(e.num_tokens for e in entries if e.phase == PADDING)
@@ -135,8 +136,9 @@ def _step(t_end, entries, sampled, **extra):
 
 def test_latencies_prefix_counters_and_padding_from_events():
     m = ServiceMetrics(lambda: {}, lambda lane: "m")
-    m.observe({"type": "request", "lane": "a", "request_id": 7, "arrival_s": 1.0})
-    m.observe(_step(1.5, [StepEntry(7, PREFILL, 10, 10), StepEntry(8, PADDING, 6, 0)], {7: 42},
+    m.observe({"type": "request", "lane": "a", "request_id": 7, "arrival_s": 1.0, "num_prompt_tokens": 16})
+    # 6 of its 16 prompt tokens came from the prefix cache: the prompt still counts 16, as in vLLM
+    m.observe(_step(1.5, [StepEntry(7, PREFILL, 10, 16, cached_tokens=6), StepEntry(8, PADDING, 6, 0)], {7: 42},
                     prefix_queries=16, prefix_hits=6))
     m.observe(_step(1.75, [StepEntry(7, DECODE, 1, 11)], {7: 43}))
     m.observe({"type": "finished", "lane": "a", "request_id": 7, "finish_reason": "stop", "arrival_s": 1.0,
@@ -150,7 +152,7 @@ def test_latencies_prefix_counters_and_padding_from_events():
     assert s["vllm:e2e_request_latency_seconds_sum", None, None] == pytest.approx(1.0)
     assert s["vllm:iteration_tokens_total_sum", None, None] == 11  # padding left out
     assert s["vllm:iteration_tokens_total_bucket", "8.0", None] == 1
-    assert s["vllm:prompt_tokens_total", None, None] == 10
+    assert s["vllm:prompt_tokens_total", None, None] == 16
     assert s["vllm:prefix_cache_queries_total", None, None] == 16
     assert s["vllm:prefix_cache_hits_total", None, None] == 6
     assert s["vllm:request_success_total", None, "stop"] == 1

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from engine.api.server import create_app
 from engine_helpers import greedy
@@ -43,14 +45,23 @@ def test_the_cache_on_lane_skips_the_shared_prefix_and_writes_the_same_text(svc)
     assert_all_free(svc)
 
 
-def test_openai_usage_reports_cached_prompt_tokens(svc):
+def test_openai_usage_and_metrics_report_cached_prompt_tokens(svc):
     with serve(create_app(svc)) as addr, openai.OpenAI(base_url=f"http://{addr}/v1", api_key="none",
                                                        max_retries=0, timeout=60) as client:
         def ask():
             return client.completions.create(model="m", prompt=SYSTEM + [21, 22], max_tokens=2, temperature=0,
                                              extra_body={"lanes": ["cache on"], "ignore_eos": True})
         ask()
+        before = httpx.get(f"http://{addr}/metrics", timeout=10).text
         again = ask()
+        after = httpx.get(f"http://{addr}/metrics", timeout=10).text
+    hits = [_sample(text, "vllm:prefix_cache_hits_total", "cache on") for text in (before, after)]
+    assert hits[1] - hits[0] == 40
     assert again.usage.prompt_tokens == 42
     assert again.usage.prompt_tokens_details.cached_tokens == 40
     assert_all_free(svc)
+
+
+def _sample(text: str, name: str, lane: str) -> float:
+    return next(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                if s.name == name and s.labels.get("lane") == lane)
