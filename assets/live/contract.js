@@ -2,13 +2,12 @@
 // component's data): turned into index constants once, so no view hard-codes a step entry's layout.
 
 const Contract = (() => {
-  const ENTRY_NAMES = { rid: "request_id", phase: "phase", tokens: "num_tokens", ctx: "context_len", slot: "slot" };
-  // Read when the engine sends them (an older recording or server does not): index -1 when absent.
-  const OPTIONAL_NAMES = { cached: "cached_tokens" };
+  const ENTRY_NAMES = { rid: "request_id", phase: "phase", tokens: "num_tokens", ctx: "context_len", slot: "slot",
+                        cached: "cached_tokens" };
   const PHASE_NAMES = { prefill: "prefill", decode: "decode", padding: "padding" };
 
   // -> { entry: { rid, phase, tokens, ctx, slot, cached } (indexes into an entry list), phase: { prefill,
-  // decode, padding } (names) }. Throws if the engine's contract lacks a field the views need.
+  // decode, padding } (names) }. Throws if the engine's contract lacks a field the views read.
   function fromWire(wire) {
     const fields = (wire && wire.entry_fields) || [];
     const phases = (wire && wire.phases) || [];
@@ -17,7 +16,6 @@ const Contract = (() => {
       entry[key] = fields.indexOf(name);
       if (entry[key] < 0) throw new Error(`event contract: step entries have no "${name}"`);
     }
-    for (const [key, name] of Object.entries(OPTIONAL_NAMES)) entry[key] = fields.indexOf(name);
     for (const [key, name] of Object.entries(PHASE_NAMES)) {
       if (!phases.includes(name)) throw new Error(`event contract: no phase "${name}"`);
       phase[key] = name;

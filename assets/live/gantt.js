@@ -58,12 +58,12 @@ const Gantt = (() => {
   }
 
   function cachedTip(R, s) {
-    return [`#${R.rid} · ${SEG_LABEL.cached}`, `${s.cached.toLocaleString()} prompt tokens served by the prefix cache`,
+    return [`#${R.rid} · ${SEG_LABEL.cached}`, `${s.cached.toLocaleString()} tokens served by the prefix cache at (re)admission`,
             `not computed; ${s.computed.toLocaleString()} computed in this iteration (the solid part)`,
             "the split is by tokens, not by time"];
   }
 
-  // The admission bar of a prefix hit, split by tokens: the hatched part for the cached prompt tokens
+  // The admission bar of a prefix hit, split by tokens: the hatched part for the cached tokens
   // (they took no time), the solid part for the tokens computed. -> [[a, b, kind, tip], ...]
   function pieces(R, sg, a, b) {
     if (!sg.cached) return [[a, b, sg.kind, () => segTip(R, sg)]];

@@ -214,7 +214,7 @@ const KvDetail = (() => {
     const cachedTok = R ? R.cached : 0;
     const text = `Prefix cache: ${shared} of its ${table.length} blocks shared`
       + (others.length ? ` — with ${others.join(", ")} (blocks in common)` : "")
-      + ` · ${cachedTok ? `${cachedTok.toLocaleString()} prompt tokens (${fromCache(kc, R)} blocks) came from the cache`
+      + ` · ${cachedTok ? `${cachedTok.toLocaleString()} tokens (${fromCache(kc, R)} blocks) came from the cache`
         + " at admission, not computed" : "nothing came from the cache"}`
       + ` · pool: ${kc.sharers.size} shared, ${kc.cached} cached-evictable blocks`;
     return el("div", "ifl-frag-pool", text);

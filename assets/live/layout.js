@@ -16,7 +16,7 @@ const Layout = (() => {
     gantt: [["queued", "queued (arrival → first scheduled)"], ["prefill", "prefill chunk (one bar per iteration)"],
             ["decode", "decode"], ["preempted", "preempted"], ["recompute", "recomputed prefill"],
             ["held", "padding: finished, still held in the batch"], ["finish", "finished"], ["abort", "aborted / error"],
-            ["fromcache", "from cache: prompt tokens a prefix hit skipped (share of the admission bar)", "prefix"]],
+            ["fromcache", "from cache: the prefill a prefix hit skipped (token share of the admission bar)", "prefix"]],
     slots: [["prefill-cell", "prefill"], ["decode", "decode"], ["held-cell", "padding: finished row still computed"],
             ["idle", "empty slot"]],
     kv: [["kvfull", "tokens held (fill = tokens / block size)"], ["kvpart", "allocated, not yet written"],

@@ -113,7 +113,7 @@ const LiveState = (() => {
       const rid = e[E.rid], phase = e[E.phase], tokens = e[E.tokens], ctx = e[E.ctx];
       let g = by.get(rid);
       if (!g) by.set(rid, (g = { rid, real: 0, pad: 0, cached: 0, prefill: false, decode: false, slot: e[E.slot], ctx }));
-      if (E.cached >= 0) g.cached += e[E.cached] || 0;  // prompt tokens a prefix hit served at admission
+      g.cached += e[E.cached];  // tokens a prefix hit served at (re)admission
       if (phase === P.padding) g.pad += tokens;
       else {
         g.real += tokens;
@@ -218,10 +218,12 @@ const LiveState = (() => {
     R.reason = R.reason ?? "unknown (events coalesced)";  // no finish marker: its time is unknown
   }
 
-  // Decode and held runs over consecutive iterations merge into one bar; each prefill chunk is its own.
+  // Decode and held runs over consecutive iterations merge into one bar; each prefill chunk is its own,
+  // and so is an admission with a prefix hit (a resumed request's can be a decode row).
   function addSegment(R, kind, t0, t1, it, step) {
     const last = R.segs[R.segs.length - 1];
-    const merge = last && last.kind === kind && (kind === KIND.decode || kind === KIND.held) && last.it1 === it - 1;
+    const merge = last && last.kind === kind && (kind === KIND.decode || kind === KIND.held) && last.it1 === it - 1
+      && !last.cached;
     if (merge) {
       last.t1 = t1;
       last.it1 = it;
