@@ -9,8 +9,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.service import get_service, shutdown_service
-from service_helpers import assert_all_free, make_service, wait_settled
+from service_helpers import assert_all_free, make_service, wait_idle, wait_settled
+from test_kv_stats import FIRST, SECOND, hub_with
 from ui import preset_stream, presets
+from ui.kv_stats import KVStats
 
 PAGES = Path(__file__).resolve().parents[1] / "pages"
 
@@ -168,6 +170,22 @@ def test_kv_page_shows_the_roofline_of_recent_iterations(svc):
 @pytest.mark.parametrize("page", ["about.py", "kv_cache.py", "benchmark.py"])
 def test_other_pages_render(svc, page):
     app(page)
+
+
+def test_kv_cache_page_shows_a_request_table_pointing_into_shared_blocks(svc):
+    """The page's accounting fed hand-made step events of a prefix hit (the engine's own are tested in
+    test_prefix_cache*): #2's table starts with two blocks it shares with #1, served from the cache."""
+    wait_idle(svc)
+    stats = KVStats()
+    stats.consume(hub_with(FIRST, SECOND, lane=svc.lane_names[0]))
+    stats.cursor = svc.hub.head  # from here on, only what the (idle) service publishes
+    at = AppTest.from_file(str(PAGES / "kv_cache.py"), default_timeout=60)
+    at.session_state["kv_stats"], at.session_state["kv_selected"] = stats, 2
+    at.run()
+    assert not at.exception, at.exception
+    lanes, table = at.dataframe[0].value, at.dataframe[1].value
+    assert lanes.loc[svc.lane_names[0], "shared blocks"] == 2
+    assert list(table["shared with"]) == ["#1", "#1", ""] and list(table["from prefix cache"]) == [True, True, False]
 
 
 def test_benchmark_page_runs_in_background_and_shows_results(svc):

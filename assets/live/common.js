@@ -8,6 +8,7 @@ const Common = (() => {
   const C = {
     bg: "#0B0F17", plot: "#0F1522", grid: "#232C3D", axis: "#46516A", text: "#E8ECF3", muted: "#9AA4B5",
     free: "#252C39", idle: "#171D2A", held: "#4B5563", heldDim: "#262C37", preempt: "#F43F5E",
+    cached: "#94A3B8",  // cached-evictable KV blocks (slate: no request's color, brighter than free)
     white: "#FFFFFF",
   };
   const FONT = "Inter, 'Source Sans Pro', 'Segoe UI', Roboto, Helvetica, Arial, sans-serif";

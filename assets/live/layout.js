@@ -10,21 +10,27 @@ const Layout = (() => {
     gantt: "Requests", slots: "Batch slots", kv: "KV cache — physical blocks", util: "Utilization",
     text: "Generated text", detail: "One request's KV: logical blocks → block table → physical pool",
   };
-  // Legends explain every color and shading used by a view.
+  // Legends explain every color and shading used by a view. A third element names a group shown only
+  // when the page has it (the root's class ifl-has-<group>): GPU samples, prefix caching.
   const LEGENDS = {
     gantt: [["queued", "queued (arrival → first scheduled)"], ["prefill", "prefill chunk (one bar per iteration)"],
             ["decode", "decode"], ["preempted", "preempted"], ["recompute", "recomputed prefill"],
-            ["held", "padding: finished, still held in the batch"], ["finish", "finished"], ["abort", "aborted / error"]],
+            ["held", "padding: finished, still held in the batch"], ["finish", "finished"], ["abort", "aborted / error"],
+            ["fromcache", "from cache: the prefill a prefix hit skipped (token share of the admission bar)", "prefix"]],
     slots: [["prefill-cell", "prefill"], ["decode", "decode"], ["held-cell", "padding: finished row still computed"],
             ["idle", "empty slot"]],
     kv: [["kvfull", "tokens held (fill = tokens / block size)"], ["kvpart", "allocated, not yet written"],
-         ["reserved", "reserved, unused (static reserves prompt + max_tokens)"], ["free", "free block"]],
+         ["reserved", "reserved, unused (static reserves prompt + max_tokens)"], ["free", "free block"],
+         ["kvshared", "shared by several requests (stripes: their colors; ×count)", "prefix"],
+         ["kvcached", "cached, evictable: no holder, reused on a prefix hit, evicted LRU first", "prefix"]],
     util: [["l-busy", "busy slots ÷ max batch"], ["l-budget", "tokens computed ÷ token budget"],
-           ["l-kv", "KV blocks used ÷ pool"], ["l-gpu", "GPU utilization (NVML)"], ["l-gpumem", "GPU memory used"],
+           ["l-kv", "KV blocks used ÷ pool"], ["l-gpu", "GPU utilization (NVML)", "gpu"],
+           ["l-gpumem", "GPU memory used", "gpu"], ["l-hit", "prefix cache hit rate (tokens, last 5 s)", "prefix"],
            ["l-tps", "tokens/s, prefill + decode (1 s rolling; lower band)"]],
     text: [["decode", "border color = request (the same in every view)"]],
     detail: [["kvfull", "tokens held"], ["kvpart", "slots allocated, empty"], ["reserved", "reserved, unused"],
-             ["free", "free"]],
+             ["free", "free"], ["fromcache-block", "from the prefix cache at admission", "prefix"],
+             ["kvshared", "shared block (×holders)", "prefix"], ["kvcached", "cached, evictable", "prefix"]],
   };
 
   // views: { timeline, status, <view name>: module with build(inst, cell, lane) }.
@@ -85,8 +91,8 @@ const Layout = (() => {
       chips.appendChild(el("span", null, "request"));
       box.appendChild(chips);
     }
-    for (const [kind, label] of LEGENDS[v] || []) {
-      const item = el("span", kind.startsWith("l-gpu") ? "ifl-legend-item ifl-legend-gpu" : "ifl-legend-item");
+    for (const [kind, label, group] of LEGENDS[v] || []) {
+      const item = el("span", group ? `ifl-legend-item ifl-legend-${group}` : "ifl-legend-item");
       item.append(el("span", `ifl-sw ifl-sw-${kind}`), el("span", null, label));
       box.appendChild(item);
     }

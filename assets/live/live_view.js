@@ -143,7 +143,7 @@ function applyServiceStatus(inst, status) {
   if (typeof status.t === "number") inst.clockOffset = status.t - Common.perfNow();
   const limits = inst.cfg.lanes.map((n) => {  // what the charts depend on
     const c = laneConfig(inst, n) || {};
-    return `${c.strategy}|${c.max_num_seqs}|${c.static_batch_size}`;
+    return `${c.strategy}|${c.max_num_seqs}|${c.static_batch_size}|${c.enable_prefix_caching}`;
   }).join(",");
   if (limits !== inst.limits) {
     inst.limits = limits;

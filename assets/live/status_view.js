@@ -2,7 +2,7 @@
 
 const StatusView = (() => {
   const { el, setText, fmt } = Common;
-  const { KIND, maxBatch } = LiveState;
+  const { KIND, maxBatch, prefixOn } = LiveState;
 
   // header: short labels of how this lane differs from the other one, e.g. ["block 128"] (text).
   function build(name, header) {
@@ -58,11 +58,20 @@ const StatusView = (() => {
     setText(e.follow, "zoomed · double-click a chart to follow now");
     const g = st && st.gpu.length ? st.gpu[st.gpu.length - 1] : null;
     inst.root.classList.toggle("ifl-has-gpu", !!g);
+    inst.root.classList.toggle("ifl-has-prefix", !!st && inst.cfg.lanes.some((n) => hasPrefix(inst, st.by.get(n))));
     e.gpu.hidden = !g;
     if (g) setText(e.gpu, `GPU ${fmt(g.util, 0)}% · ${fmt(g.usedMb / 1024, 1)} / ${fmt(g.totalMb / 1024, 1)} GiB`);
     e.note.hidden = !(st && st.coalesced > 0);
     if (st && st.coalesced > 0) setText(e.note, `${st.coalesced.toLocaleString()} events coalesced`);
     drawBanner(inst);
+  }
+
+  // A lane that caches prefixes, or whose KV snapshot has shared or cached blocks (its legends show).
+  function hasPrefix(inst, S) {
+    if (!S) return false;
+    if (prefixOn(S, inst.laneConfig(S.name))) return true;
+    const kb = S.kv ? KvBlocks.of(S.kv) : null;
+    return !!kb && (kb.cached > 0 || kb.sharers.size > 0);
   }
 
   // Model download / first start: progress messages shown prominently until every engine is ready.

@@ -1,14 +1,15 @@
-// Timeline bands: utilization (busy slots, token budget, KV blocks, GPU samples, in %) and tokens/s
-// below it, one point per iteration.
+// Timeline bands: utilization (busy slots, token budget, KV blocks, GPU samples, in %; the prefix
+// cache hit rate where the lane caches prefixes) and tokens/s below it, one point per iteration.
 
 const UtilView = (() => {
-  const { C, fmt, pct, rgba } = Common;
-  const { maxBatch } = LiveState;
+  const { C, FONT, fmt, pct, rgba } = Common;
+  const { HIT_WINDOW_S, maxBatch, prefixOn } = LiveState;
   const UTIL_LINES = [
     { key: "busy", name: "busy slots", color: "#F8FAFC", dash: [], width: 2.8 },
     { key: "budget", name: "token budget", color: "#FBBF24", dash: [2, 3], width: 2.3 },
     { key: "kv", name: "KV blocks", color: "#22D3EE", dash: [7, 4], width: 2.3 },
   ];
+  const HIT_LINE = { key: "hit", name: "prefix cache hit rate", color: "#F0ABFC", dash: [4, 2, 1, 2], width: 2.3 };
   const TPS_COLOR = "#C084FC";
   const GPU_LINES = [  // NVML samples, time axis only
     { key: "util", name: "GPU utilization", color: "#4ADE80", dash: [], width: 2 },
@@ -21,7 +22,8 @@ const UtilView = (() => {
   function utilSeries(inst, S, fc, range) {
     const timeMode = fc.axis === "time";
     const maxB = maxBatch(S, inst.laneConfig(S.name));
-    const out = { x: [], st: [], busy: [], budget: [], kv: [], tps: [], top: 100, tpsTop: 10 };
+    const out = { x: [], st: [], busy: [], budget: [], kv: [], hit: [], tps: [], top: 100, tpsTop: 10,
+                  prefix: prefixOn(S, inst.laneConfig(S.name)) };
     const steps = S.steps;
     let prev = null;
     for (let i = 0; i < steps.length; i++) {
@@ -32,11 +34,11 @@ const UtilView = (() => {
       if (prev && timeMode && st.t0 - prev.t1 > 1.0) {
         out.x.push(null);
         out.st.push(null);
-        for (const key of ["busy", "budget", "kv", "tps"]) out[key].push(null);
+        for (const key of ["busy", "budget", "kv", "hit", "tps"]) out[key].push(null);
       }
       prev = st;
       const v = { busy: pct(st.busy, maxB || Math.max(st.rows, 1)), budget: pct(st.used, st.budget),
-                  kv: pct(st.kvUsed, st.kvBlocks), tps: st.tps };
+                  kv: pct(st.kvUsed, st.kvBlocks), hit: st.hitRecent == null ? null : 100 * st.hitRecent, tps: st.tps };
       out.x.push(x);
       out.st.push(st);
       for (const key in v) out[key].push(v[key]);
@@ -92,7 +94,7 @@ const UtilView = (() => {
     const top = u.top * 1.06, Y = Axes.yScale(band, top);
     band.yticks = valueTicks(Y, top, 4, "%");
     Axes.yGrid(ctx, band);
-    for (const l of UTIL_LINES) {
+    for (const l of u.prefix ? [...UTIL_LINES, HIT_LINE] : UTIL_LINES) {
       ctx.strokeStyle = l.color;
       ctx.lineWidth = l.width * k;
       ctx.setLineDash(l.dash.map((d) => d * l.width * k));
@@ -101,7 +103,27 @@ const UtilView = (() => {
     }
     ctx.setLineDash([]);
     if (fc.axis === "time") drawGpu(ctx, inst, X, Y);
+    if (u.prefix) drawHitRate(ctx, inst, S, band);
     band.series = u;
+  }
+
+  // The hit rate in words, top left: over the whole stream and recently (the line shows the recent one).
+  function drawHitRate(ctx, inst, S, band) {
+    const k = inst.scale, last = S.steps[S.steps.length - 1];
+    const text = `prefix cache hits: ${hitText(S.prefix.hits, S.prefix.queries)} all · `
+      + `${last && last.hitRecent != null ? fmt(100 * last.hitRecent, 0) + "%" : "–"} last ${HIT_WINDOW_S} s`;
+    ctx.font = `600 ${Math.round(12 * k)}px ${FONT}`;
+    ctx.textBaseline = "top";
+    ctx.textAlign = "left";
+    const w = ctx.measureText(text).width;
+    ctx.fillStyle = rgba(C.plot, 0.85);
+    ctx.fillRect(band.x + 4 * k, band.y + 4 * k, w + 10 * k, 18 * k);
+    ctx.fillStyle = HIT_LINE.color;
+    ctx.fillText(text, band.x + 9 * k, band.y + 7 * k);
+  }
+
+  function hitText(hits, queries) {
+    return queries ? `${fmt(pct(hits, queries), 0)}% of ${queries.toLocaleString()} tokens` : "none looked up yet";
   }
 
   // The device's utilization and memory (shared by every engine): straight lines between samples.
@@ -140,6 +162,11 @@ const UtilView = (() => {
     const lines = [`iteration ${st.it} · ${fmt(st.t1)} s`,
                    `busy slots ${fmt(u.busy[i], 0)}% · token budget ${fmt(u.budget[i], 0)}%`,
                    `KV blocks ${fmt(u.kv[i], 0)}% · ${fmt(u.tps[i], 0)} tokens/s`];
+    if (u.prefix) {
+      lines.push(`prefix cache: ${st.hits} of ${st.queries} tokens hit this iteration`,
+                 `hit rate ${st.hitRecent != null ? fmt(100 * st.hitRecent, 0) + "%" : "–"} last ${HIT_WINDOW_S} s · `
+                 + `${st.hitAll != null ? fmt(100 * st.hitAll, 0) + "%" : "–"} all`);
+    }
     const g = nearestGpu(inst.state.gpu, st.t1);
     if (g) lines.push(`GPU ${fmt(g.util, 0)}% · memory ${fmt(g.mem, 0)}% (NVML at ${fmt(g.t)} s)`);
     return lines;
