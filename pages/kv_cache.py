@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from engine.remote_config import RemoteConfig
 from engine.service import get_service
 from ui.live_view import live_view
 from ui.hub_reader import session_reader
@@ -18,10 +19,13 @@ st.markdown(
     "**physical block** anywhere in the pool, so memory is taken as the request grows and returned the "
     "moment it finishes. Pick a request in the playground (or here) to follow it.")
 
-lanes = svc.lane_names
-lane = st.segmented_control("Lane", lanes, default=lanes[0], key="kv_lane") or lanes[0]
-live_view(key="kv_detail", lanes=[lane], running=lanes, mode="kv_detail",
-          selected=st.session_state.get("kv_selected"))
+lanes = [n for n, c in svc.lanes.items() if not isinstance(c, RemoteConfig)]  # a remote server shows no blocks
+if lanes:
+    lane = st.segmented_control("Lane", lanes, default=lanes[0], key="kv_lane") or lanes[0]
+    live_view(key="kv_detail", lanes=[lane], running=svc.lane_names, mode="kv_detail",
+              selected=st.session_state.get("kv_selected"))
+else:
+    st.info("Every lane is a remote server, and a remote server does not expose its KV blocks.")
 
 
 @st.fragment(run_every=1.0)
