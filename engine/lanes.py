@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 
 from .config import STRATEGIES, EngineConfig
@@ -83,6 +84,12 @@ def load_lanes(path: str, base: EngineConfig) -> dict[str, EngineConfig | Remote
             raise ValueError(f"{path}: lane {name!r} must map to an object of EngineConfig fields")
         lanes[check_lane_name(name)] = _named(name, base, overrides)
     return lanes
+
+
+def lanes_from_env(base: EngineConfig, environ=os.environ) -> dict[str, EngineConfig | RemoteConfig] | None:
+    """The lanes the server starts with: the JSON file named by INFLIGHT_LANES (None: the default lanes)."""
+    path = environ.get("INFLIGHT_LANES", "").strip()
+    return load_lanes(path, base) if path else None
 
 
 def _named(name: str, base: EngineConfig, overrides: dict) -> EngineConfig | RemoteConfig:

@@ -11,7 +11,7 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from engine.api.server import create_app
-from engine.lanes import parse_lane
+from engine.lanes import lanes_from_env, parse_lane
 from engine.remote_config import RemoteConfig, remote_config
 from engine.remote_metrics import read_metrics
 from engine_helpers import greedy
@@ -214,3 +214,11 @@ def test_a_lane_switches_between_local_and_remote_and_configure_leaves_remote_la
     outs = [h.result(30) for h in svc.submit([5, 6, 7], greedy(4))]
     assert [o.finish_reason for o in outs] == ["length", "length"] and outs[0].text == outs[1].text
     wait_idle(svc)
+
+
+def test_the_server_starts_with_the_lanes_of_INFLIGHT_LANES(svc, tmp_path):
+    path = tmp_path / "lanes.json"
+    path.write_text('{"here": {}, "cluster": {"remote": "http://gpu-box:8000/v1", "model": "org/m"}}')
+    lanes = lanes_from_env(svc.cfg, {"INFLIGHT_LANES": str(path)})
+    assert lanes == {"here": svc.cfg, "cluster": RemoteConfig("http://gpu-box:8000/v1", "org/m")}
+    assert lanes_from_env(svc.cfg, {}) is None
