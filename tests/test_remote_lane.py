@@ -208,9 +208,12 @@ def test_a_lane_switches_between_local_and_remote_and_configure_leaves_remote_la
     assert svc.lanes["b"].max_num_seqs == 4 and svc.lanes["a"] == remote_config(spec)
     with pytest.raises(ValueError, match="remote server"):
         svc.configure(lanes=["a"], max_num_seqs=2)
+    old = svc.workers["a"]
     svc.set_lanes({"a": svc.cfg, "b": spec})
     wait_settled(svc)
     assert [type(w).__name__ for w in svc.workers.values()] == ["EngineWorker", "RemoteWorker"]
+    old.join(5)
+    assert not old.is_alive()  # the replaced remote lane drained and stopped
     outs = [h.result(30) for h in svc.submit([5, 6, 7], greedy(4))]
     assert [o.finish_reason for o in outs] == ["length", "length"] and outs[0].text == outs[1].text
     wait_idle(svc)
@@ -222,3 +225,18 @@ def test_the_server_starts_with_the_lanes_of_INFLIGHT_LANES(svc, tmp_path):
     lanes = lanes_from_env(svc.cfg, {"INFLIGHT_LANES": str(path)})
     assert lanes == {"here": svc.cfg, "cluster": RemoteConfig("http://gpu-box:8000/v1", "org/m")}
     assert lanes_from_env(svc.cfg, {}) is None
+
+
+def test_a_removed_remote_lane_finishes_its_requests_then_stops(svc, remote):
+    remote_svc, url = remote
+    use_lanes(svc, {"remote": url, "model": remote_svc.cfg.model})
+    old = svc.workers["remote"]
+    remote_svc.set_slow_motion(0.03)
+    try:
+        (far,) = svc.submit([5, 6, 7], greedy(6), lanes=["remote"])
+        svc.set_lanes({"local": svc.lanes["local"]})
+        assert far.result(10).finish_reason == "length"
+        old.join(5)
+        assert not old.is_alive()
+    finally:
+        remote_svc.set_slow_motion(0)
