@@ -1,5 +1,6 @@
 """EngineService: lanes (a name plus an EngineConfig), one LLMEngine each, stepping in its own
-thread; one API for all callers.
+thread; one API for all callers. A lane may instead be a remote OpenAI-compatible server (a
+RemoteConfig, served by a RemoteWorker: engine/remote_lane.py).
 
 The UI, the websocket and the OpenAI routes all go through this object. One submission can go to
 several lanes at once; it gets the same request id and the same arrival time on each, so the lanes
@@ -19,15 +20,18 @@ from .event_hub import EventHub
 from .events import LanesEvent, StatusEvent
 from .gpu_monitor import start_gpu_monitor
 from .handles import RequestHandle
-from .lanes import check_lane_name, lane_config
+from .lanes import check_lane_name, lane_spec
 from .limits import ClientLimiter, ClientLimits
 from .memory import GiB, check_kv_fits
 from .metrics_registry import ServiceMetrics
+from .remote_config import RemoteConfig
+from .remote_lane import RemoteWorker
 from .request import MAX_TENANT_CHARS, SamplingParams, check_priority_tenant
 from .worker import EngineWorker, Submission
 
 log = logging.getLogger(__name__)
-Lanes = dict[str, EngineConfig]
+LaneConfig = EngineConfig | RemoteConfig
+Lanes = dict[str, LaneConfig]
 
 
 class EngineService:
@@ -65,12 +69,16 @@ class EngineService:
         """Seconds since the service started: the time axis every engine and view shares."""
         return time.perf_counter() - self._t0
 
-    def _new_worker(self, lane: str, cfg: EngineConfig) -> EngineWorker:
+    def _new_worker(self, lane: str, cfg: LaneConfig) -> EngineWorker | RemoteWorker:
+        if isinstance(cfg, RemoteConfig):
+            w = RemoteWorker(self, lane, cfg)
+            w.start()
+            return w
         # A lane on the same model, device and dtype as another shares its weights (waiting for them
         # if that lane is still loading): one copy in memory, and no two loads at once.
         share = self.engine_on(cfg)
         loading = None if share is not None else next(
-            (w for w in self.workers.values() if _same_weights(w.cfg, cfg)), None)
+            (w for w in self.workers.values() if isinstance(w.cfg, EngineConfig) and _same_weights(w.cfg, cfg)), None)
         w = EngineWorker(self, lane, cfg, share=share, weights_from=loading)
         w.start()
         return w
@@ -183,12 +191,17 @@ class EngineService:
     # ---- settings and lanes --------------------------------------------------------------------
     def configure(self, lanes=None, **changes) -> EngineConfig:
         """Change settings (any EngineConfig field but strategy) on the given lanes (default: all
-        lanes and the base config new lanes start from). Returns the new base config."""
+        local lanes and the base config new lanes start from; a remote lane's settings are its
+        server's). Returns the new base config."""
         if "strategy" in changes:
             raise ValueError("a lane's strategy is part of the lane: change it with set_lanes")
         with self._lock:
             base, target = self._target
             names = set(self._running(lanes))
+            remote = [n for n in names if isinstance(target[n], RemoteConfig)]
+            if lanes is not None and remote:
+                raise ValueError(f"lane {remote[0]!r} is a remote server: its settings are the server's")
+            names -= set(remote)
             new_base = dataclasses.replace(base, **changes) if lanes is None else base
             new_lanes = {n: dataclasses.replace(c, **changes) if n in names else c for n, c in target.items()}
             self._apply(new_base, new_lanes)
@@ -197,8 +210,9 @@ class EngineService:
 
     def set_lanes(self, lanes: dict) -> None:
         """Run exactly these lanes (name -> an EngineConfig, or a dict of the fields that differ from
-        the base config), in display order: new ones start, changed ones drain and restart, removed
-        ones drain and stop. Requests in flight always finish."""
+        the base config; or a RemoteConfig, or a dict with a "remote" URL), in display order: new ones
+        start, changed ones drain and restart, removed ones drain and stop. Requests in flight always
+        finish."""
         with self._lock:
             base = self._target[0]
             self._apply(base, _check_lanes(lanes, base))
@@ -206,7 +220,7 @@ class EngineService:
 
     def _publish_lanes(self) -> None:
         lanes = self._target[1]
-        self.hub.publish(LanesEvent(lanes={n: dataclasses.asdict(c) for n, c in lanes.items()}).hub_item())
+        self.hub.publish(LanesEvent(lanes={n: lane_dict(c) for n, c in lanes.items()}).hub_item())
 
     def _apply(self, base: EngineConfig, lanes: Lanes) -> None:
         """Each engine stops admitting, finishes its in-flight requests, restarts with the new
@@ -215,23 +229,35 @@ class EngineService:
         every engine keeps (or returns to) the committed ones, which never show the failed ones."""
         for name, c in lanes.items():  # each pool that will be built must fit what is free now
             w = self.workers.get(name)
-            if c.kv_cache_memory_gb is not None and (w is None or w.cfg != c):
+            if getattr(c, "kv_cache_memory_gb", None) is not None and (w is None or w.cfg != c):
                 check_kv_fits(int(c.kv_cache_memory_gb * GiB), _device_of(c))
         self._target = (base, lanes)
         workers = dict(self.workers)
         for name, c in lanes.items():  # new lanes first: they may share the weights of lanes going away
             if name not in workers:
                 workers[name] = self._new_worker(name, c)
-        for name, w in workers.items():
+        for name, w in list(workers.items()):
             if name not in lanes:
                 w.stop(drain=True)
                 self._configuring.discard(name)
-            elif w.cfg != lanes[name]:
-                self._configuring.add(name)
-                w.reconfigure(lanes[name])
+            else:
+                workers[name] = self._change(w, lanes[name])
         self.workers = {name: workers[name] for name in lanes}  # display order; one assignment
         if not self._configuring:
             self._commit()
+
+    def _change(self, w, cfg: LaneConfig):
+        """The worker that runs cfg in w's lane: w itself (reconfigured if need be), or, when w or cfg
+        is remote, a new worker while w drains and stops."""
+        if w.cfg == cfg:
+            return w
+        if isinstance(w, EngineWorker) and isinstance(cfg, EngineConfig):
+            self._configuring.add(w.lane)
+            w.reconfigure(cfg)
+            return w
+        w.stop(drain=True)
+        self._configuring.discard(w.lane)
+        return self._new_worker(w.lane, cfg)
 
     def _commit(self) -> None:
         self._committed = self._target
@@ -261,10 +287,7 @@ class EngineService:
         old = self._committed[1]
         lanes = {name: old.get(name, c) for name, c in self._target[1].items()}
         self._target = (self._committed[0], lanes)
-        for name, w in self.workers.items():
-            if w.cfg != lanes[name]:
-                self._configuring.add(name)
-                w.reconfigure(lanes[name])
+        self.workers = {name: self._change(w, lanes[name]) for name, w in self.workers.items()}
 
     # ---- state ---------------------------------------------------------------------------------
     def status(self) -> dict:
@@ -274,7 +297,7 @@ class EngineService:
             "paused": self.paused.is_set(),
             "slow_motion_s": self.min_interval_s,
             "config": dataclasses.asdict(self.cfg),
-            "engines": {name: {**w.status(), "config": dataclasses.asdict(w.cfg)}
+            "engines": {name: {**w.status(), "config": lane_dict(w.cfg)}
                         for name, w in list(self.workers.items())},
         }
 
@@ -321,6 +344,11 @@ class EngineService:
         return None
 
 
+def lane_dict(cfg: LaneConfig) -> dict:
+    """A lane's settings as status and the `lanes` event show them (a remote lane's without its key)."""
+    return cfg.to_dict() if isinstance(cfg, RemoteConfig) else dataclasses.asdict(cfg)
+
+
 def _same_weights(a: EngineConfig, b: EngineConfig) -> bool:
     return (a.model, a.device, a.dtype) == (b.model, b.device, b.dtype)
 
@@ -337,16 +365,17 @@ def strategy_lanes(base: EngineConfig, strategies) -> Lanes:
 
 
 def _check_lanes(lanes, base: EngineConfig) -> Lanes:
-    """name -> EngineConfig, each name checked; a dict value is the fields that differ from base."""
+    """name -> EngineConfig or RemoteConfig, each name checked; a dict value is the fields that differ
+    from base, or a remote lane's spec ({"remote": url, "model": ...})."""
     if not isinstance(lanes, dict) or not lanes:
         raise ValueError(f"lanes must be a non-empty mapping of lane name -> EngineConfig, got {lanes!r}")
     out = {}
     for name, cfg in lanes.items():
         check_lane_name(name)
         if isinstance(cfg, dict):
-            cfg = lane_config(base, cfg)
-        if not isinstance(cfg, EngineConfig):
-            raise ValueError(f"lane {name!r}: expected an EngineConfig or a dict of its fields, "
+            cfg = lane_spec(base, cfg)
+        if not isinstance(cfg, (EngineConfig, RemoteConfig)):
+            raise ValueError(f"lane {name!r}: expected an EngineConfig, a RemoteConfig or a dict of fields, "
                              f"got {type(cfg).__name__}")
         out[name] = cfg
     return out

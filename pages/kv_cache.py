@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from engine.remote_config import RemoteConfig
 from engine.service import get_service
 from ui.live_view import live_view
 from ui.hub_reader import session_reader
@@ -20,11 +21,15 @@ st.markdown(
     "tables at the **same physical blocks** (shared), and a finished request's full blocks stay **cached** "
     "for the next hit until the pool needs them. Pick a request in the playground (or here) to follow it.")
 
-lanes = svc.lane_names
-lane = st.segmented_control("Lane", lanes, default=lanes[0], key="kv_lane") or lanes[0]
-picked = live_view(key="kv_detail", lanes=[lane], running=lanes, mode="kv_detail",
-                   selected=st.session_state.get("kv_selected"))
-selected = picked.selected if picked is not None and picked.selected is not None else st.session_state.get("kv_selected")
+lanes = [n for n, c in svc.lanes.items() if not isinstance(c, RemoteConfig)]  # a remote server shows no blocks
+lane, selected = None, st.session_state.get("kv_selected")
+if lanes:
+    lane = st.segmented_control("Lane", lanes, default=lanes[0], key="kv_lane") or lanes[0]
+    picked = live_view(key="kv_detail", lanes=[lane], running=svc.lane_names, mode="kv_detail", selected=selected)
+    if picked is not None and picked.selected is not None:
+        selected = picked.selected
+else:
+    st.info("Every lane is a remote server, and a remote server does not expose its KV blocks.")
 
 
 @st.fragment(run_every=1.0)
@@ -57,5 +62,6 @@ def block_table(stats: KVStats, lane: str, selected: int | None) -> None:
                "'From prefix cache': served at admission, never computed for this request.")
 
 
-fragmentation(lane, selected)
+if lane is not None:
+    fragmentation(lane, selected)
 st.fragment(run_every=2.0)(roofline_section)(svc)

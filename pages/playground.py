@@ -8,6 +8,7 @@ import streamlit as st
 from engine import SamplingParams
 from engine.bench.workloads import load_prompts
 from engine.cost import usd_per_million_tokens
+from engine.remote_config import RemoteConfig
 from engine.service import get_service
 from ui import loadgen, preset_stream, presets, sidebar
 from ui.cards import Card, cards_html
@@ -124,8 +125,9 @@ def metric_cards() -> None:
     price = current_price()
     for r in summary.values():
         r["usd_per_million_output_tokens"] = usd_per_million_tokens(r["output_tokens_per_s"], price)
-    st.markdown(cards_html([(s, lane_cards(summary[s], other.get(s), summary.get(other.get(s))))
-                            for s in shown]), unsafe_allow_html=True)
+    st.markdown(cards_html([(s, lane_cards(summary[s], other.get(s), summary.get(other.get(s)),
+                                           isinstance(svc.lanes.get(s), RemoteConfig))) for s in shown]),
+                unsafe_allow_html=True)
     if m.skipped:
         st.caption(f"{m.skipped} events left the ring buffer before this tab read them.")
 
@@ -139,7 +141,18 @@ def versus(r: dict, other_name: str | None, other: dict | None, key: str, higher
     return {"delta": f"{vs:.2f}x vs {other_name}", "tone": "up" if good else "down"}
 
 
-def lane_cards(r: dict, other_name: str | None, other: dict | None) -> list[Card]:
+# what a remote server's requests, timed at this client, cannot tell
+ENGINE_ONLY = ("Longest token wait", "Padding waste", "KV waste", "Mean batch", "Mean step")
+TIMED_HERE = Card("Timed", "at this client", help="A remote server's requests are timed here: sent, each "
+                  "streamed chunk, finished. Its batches and KV blocks are not visible from outside")
+
+
+def lane_cards(r: dict, other_name: str | None, other: dict | None, remote: bool = False) -> list[Card]:
+    cards = _all_cards(r, other_name, other)
+    return [c for c in cards if c.label not in ENGINE_ONLY] + [TIMED_HERE] if remote else cards
+
+
+def _all_cards(r: dict, other_name: str | None, other: dict | None) -> list[Card]:
     def vs(key, higher_is_better=False):
         return versus(r, other_name, other, key, higher_is_better)
 

@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.service import get_service, shutdown_service
-from service_helpers import assert_all_free, make_service, wait_idle, wait_settled
+from service_helpers import assert_all_free, free_port, make_service, wait_idle, wait_settled
 from test_kv_stats import FIRST, SECOND, hub_with
 from ui import preset_stream, presets
 from ui.kv_stats import KVStats
@@ -165,6 +165,27 @@ def test_kv_page_shows_the_roofline_of_recent_iterations(svc):
     assert any("Roofline" in h.value for h in at.subheader)
     assert any("KiB per token" in m.value for m in at.markdown)
     assert len(at.dataframe) == 2  # where the KV memory goes; the roofline per lane
+
+
+def test_pages_with_a_remote_lane(svc):
+    """A remote lane (here a server that is down) is listed, kept, timed at the client, and left out
+    of the KV views."""
+    remote = {"remote": f"http://127.0.0.1:{free_port()}/v1", "model": "m", "metrics": False}
+    svc.set_lanes({"continuous": svc.lanes["continuous"], "far": remote})
+    try:
+        wait_settled(svc)
+        assert [h.result(10).finish_reason for h in svc.submit([5, 6, 7], None)] == ["length", "error"]
+        at = app("playground.py")
+        cards = "".join(m.value for m in at.markdown)
+        assert 'data-label="Timed" data-value="at this client"' in cards
+        at.sidebar.radio(key="compare").set_value("Custom").run()
+        assert any("Remote lane far: m at http://127.0.0.1" in t.value for t in at.sidebar.text)
+        next(b for b in at.sidebar.button if b.label == "Apply lanes").click().run()
+        assert not at.exception and svc.lane_names == ["continuous", "static", "far"]
+        app("kv_cache.py")
+    finally:
+        svc.set_lanes(presets.by_name("continuous vs dynamic").lanes)
+        wait_settled(svc)
 
 
 @pytest.mark.parametrize("page", ["about.py", "kv_cache.py", "benchmark.py"])

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from engine.events import (ENTRY_FIELDS, EVENTS, PHASES, Event, FinishedEvent, GpuEvent, LanesEvent, RequestEvent,
-                           StatusEvent, StepEntry, StepMessage, wire_contract)
+from engine.events import (ENTRY_FIELDS, EVENTS, PHASES, REMOTE, Event, FinishedEvent, GpuEvent, LanesEvent,
+                           RemoteMetricsEvent, RequestEvent, StatusEvent, StepEntry, StepMessage, wire_contract)
 from engine.request import RequestOutput
 from engine.telemetry import StepEvent
 
@@ -20,6 +20,7 @@ SAMPLES = [
     StatusEvent(event="progress", message="loading", t=0.5),
     GpuEvent(t=1.0, util_pct=73, mem_used_mb=100.0, mem_total_mb=200.0),
     LanesEvent(lanes={"fast": {"strategy": "continuous", "block_size": 16}}),
+    RemoteMetricsEvent(t=2.0, num_running=3.0, num_waiting=0.0, kv_usage=None, lane="vllm", strategy=REMOTE),
 ]
 
 
@@ -40,7 +41,7 @@ def test_to_dict_round_trips_through_json(event):
 
 
 def test_wire_keys_are_the_ones_clients_read():
-    request, finished, failed, progress, gpu, lanes = (e.to_dict() for e in SAMPLES)
+    request, finished, failed, progress, gpu, lanes, remote = (e.to_dict() for e in SAMPLES)
     assert set(request) == {"type", "request_id", "tag", "prompt", "messages", "num_prompt_tokens", "max_tokens",
                             "arrival_s", "priority", "tenant", "strategy"}
     assert set(finished) == {"type", "request_id", "finish_reason", "error", "text", "num_prompt_tokens",
@@ -52,6 +53,8 @@ def test_wire_keys_are_the_ones_clients_read():
     assert progress == {"type": "status", "event": "progress", "message": "loading", "t": 0.5}
     assert gpu == {"type": "gpu", "t": 1.0, "util_pct": 73, "mem_used_mb": 100.0, "mem_total_mb": 200.0}
     assert lanes == {"type": "lanes", "lanes": {"fast": {"strategy": "continuous", "block_size": 16}}}
+    assert remote == {"type": "remote_metrics", "t": 2.0, "num_running": 3.0, "num_waiting": 0.0, "kv_usage": None,
+                      "lane": "vllm", "strategy": "remote"}
 
 
 def test_step_message_is_the_step_event_plus_text_deltas():
@@ -90,4 +93,5 @@ def test_wire_contract_names_entry_fields_and_phases():
     c = json.loads(json.dumps(wire_contract()))
     assert c["entry_fields"] == list(ENTRY_FIELDS) == [f.name for f in dataclasses.fields(StepEntry)]
     assert c["phases"] == list(PHASES) == ["prefill", "decode", "padding"]
-    assert {e.TYPE for e in EVENTS} == {"step", "request", "finished", "status", "gpu", "lanes"}
+    assert c["event_types"] == [e.TYPE for e in EVENTS] and c["remote_strategy"] == REMOTE
+    assert {e.TYPE for e in EVENTS} == {"step", "request", "finished", "status", "gpu", "lanes", "remote_metrics"}

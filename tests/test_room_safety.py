@@ -27,7 +27,8 @@ from service_helpers import assert_all_free, make_service, serve, wait_idle, wai
 TOKEN, API_KEY = "presenter-token-123", "audience-key-456"
 LIMITS = ClientLimits(burst=3, per_minute=60, max_in_flight=2, max_tokens=40)
 CONTROL = [{"cmd": "pause"}, {"cmd": "resume"}, {"cmd": "step"}, {"cmd": "slow_motion", "interval_s": 5},
-           {"cmd": "configure", "changes": {"num_kv_blocks": 1}}]
+           {"cmd": "configure", "changes": {"num_kv_blocks": 1}},
+           {"cmd": "lanes", "lanes": {"mine": {"remote": "http://elsewhere.example/v1", "model": "m"}}}]
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +92,7 @@ def test_viewer_is_refused_every_control_command_then_auth_unlocks(base, svc):
                 err = await command(ws, msg)
                 assert err["type"] == "error" and "for the presenter" in err["message"], msg
             assert not svc.paused.is_set() and svc.min_interval_s == 0 and svc.cfg.num_kv_blocks == 256
+            assert "mine" not in svc.lane_names  # no remote lane pointed anywhere by a viewer
             err = await command(ws, {"cmd": "auth", "token": "guess"})
             assert err["type"] == "error" and "wrong presenter token" in err["message"]
             ok = await command(ws, {"cmd": "auth", "token": TOKEN})

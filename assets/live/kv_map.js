@@ -63,7 +63,16 @@ const KvMap = (() => {
 
   function draw(inst, S, view) {
     const size = inst.sizes.get(view.wrap);
-    const sig = `${S.kvRev}|${inst.sel}|${size ? size.w + "x" + size.h : ""}`;
+    const remote = (inst.laneConfig(S.name) || {}).source === "remote";
+    const sig = `${S.kvRev}|${inst.sel}|${size ? size.w + "x" + size.h : ""}|${remote}`;
+    if (remote) {
+      if (inst.changed(view.canvas, sig)) {
+        const c = canvasContext(inst.sizes, view);
+        if (c) c.ctx.clearRect(0, 0, c.W, c.H);
+        setText(view.caption, "A remote server does not expose its KV block map");
+      }
+      return;
+    }
     if (!S.kv) {
       if (inst.changed(view.canvas, sig)) {
         const c = canvasContext(inst.sizes, view);

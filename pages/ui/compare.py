@@ -3,6 +3,7 @@
 Only an explicit change applies (a widget's callback), so several open tabs never fight: a new tab
 adopts what runs, a tab adopts a change of lanes made elsewhere (the live view reruns the page when
 the running lanes change), and a viewer always shows the presenter's choice, disabled, with the reason.
+Remote lanes (set through the socket's `lanes` command) are listed, not edited, and kept on Apply.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import streamlit as st
 
 from engine.config import STRATEGIES
 from engine.lanes import check_lane_name
+from engine.remote_config import RemoteConfig
 
 from . import presets
 
@@ -66,21 +68,29 @@ def compare_control(svc, presenter: bool) -> str:
     return choice
 
 
+def _remote(svc) -> dict:
+    return {n: c for n, c in svc.lanes.items() if isinstance(c, RemoteConfig)}
+
+
 def _editable(svc, count: int) -> dict:
-    """The running lanes, cut or padded to `count` (a second lane starts as static)."""
-    lanes = dict(list(svc.lanes.items())[:count])
+    """The running local lanes, cut or padded to `count` (a second lane starts as static)."""
+    lanes = dict([(n, c) for n, c in svc.lanes.items() if not isinstance(c, RemoteConfig)][:count])
     if len(lanes) < count:
-        first = next(iter(lanes.values()))
+        first = next(iter(lanes.values()), svc.cfg)
         lanes["static" if "static" not in lanes else "lane 2"] = dataclasses.replace(first, strategy="static")
     return lanes
 
 
 def lane_editor(svc, count: int) -> None:
-    """Each lane's name and settings; Apply runs exactly these lanes (requests in flight finish)."""
+    """Each local lane's name and settings; Apply runs exactly these lanes and the remote ones
+    (requests in flight finish)."""
+    remote = _remote(svc)
     with st.sidebar.expander("Lane settings", expanded=True), st.form("lanes", border=False):
         edited = [_lane_fields(i, name, cfg) for i, (name, cfg) in enumerate(_editable(svc, count).items())]
+        for name, cfg in remote.items():
+            st.text(f"Remote lane {name}: {cfg.model} at {cfg.remote} (kept)")
         if st.form_submit_button("Apply lanes", type="primary", width="stretch"):
-            _apply_lanes(svc, edited)
+            _apply_lanes(svc, edited + list(remote.items()))
 
 
 def _lane_fields(i: int, name: str, cfg) -> tuple[str, dict]:

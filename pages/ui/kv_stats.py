@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from engine.events import REMOTE
+
 KEEP_REQUESTS = 5000
 
 
@@ -25,6 +27,8 @@ class KVStats:
         batch = hub.read(self.cursor, limit=20000)
         self.cursor = batch.cursor
         for _, item in batch.events:
+            if item.get("strategy") == REMOTE:
+                continue  # a remote server shows no KV blocks
             if item["type"] == "step":
                 self._step(item["lane"], item["event"])
             elif item["type"] == "request":
