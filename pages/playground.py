@@ -22,6 +22,8 @@ from ui.trace_download import trace_download
 
 svc = get_service()
 client = current_client(svc)
+if client.presenter and svc.access.room:
+    room_join_panel(svc)  # first in the sidebar: the room scans it from the projector
 opts = sidebar.view_options(svc, client.presenter)
 if client.presenter:
     if sidebar.playback(svc):
@@ -29,8 +31,6 @@ if client.presenter:
         st.session_state.metrics = None
     sidebar.engine_settings(svc)
     trace_download(svc)
-    if svc.access.room:
-        room_join_panel(svc)
 else:
     st.sidebar.info(VIEWER_NOTE, icon=":material/visibility:")
 

@@ -43,7 +43,7 @@ def test_presenter_in_a_room_sees_the_qr_code_url_and_who_joined(svc, monkeypatc
     assert panel_shown(at) and len(at.sidebar.get("image")) == 1
     assert any(m.value.endswith(":8501/join**") for m in at.sidebar.markdown)
     assert "cannot reach" in at.sidebar.warning[0].value  # the test app listens on loopback
-    assert at.sidebar.metric[0].value == "1 person" and "2 requests" in at.sidebar.metric[0].delta
+    assert at.sidebar.metric[0].value == "1 person" and at.sidebar.metric[0].delta == "2 requests"
     assert list(at.sidebar.dataframe[0].value["name"]) == ["Ada"]
 
 

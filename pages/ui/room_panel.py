@@ -39,7 +39,9 @@ def room_join_panel(svc) -> None:
 def _counts(svc) -> None:
     room = svc.participants.summary()
     n = room["participants"]
-    st.metric("Joined", f"{n} {'person' if n == 1 else 'people'}", f"{room['requests']} requests", delta_color="off")
+    r = room["requests"]
+    st.metric("Joined", f"{n} {'person' if n == 1 else 'people'}", f"{r} request{'' if r == 1 else 's'}",
+              delta_color="off", delta_arrow="off")
     rows = svc.participants.table()
     if rows:
         st.dataframe({"name": [p.name for p in rows], "requests": [p.requests for p in rows]},
