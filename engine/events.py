@@ -123,6 +123,7 @@ class RequestEvent(Event):
     arrival_s: float
     priority: int = 0           # lower runs first under the priority policy
     tenant: str | None = None   # whose request (the fair policy); None: no tenant named
+    name: str | None = None     # the participant who sent it through /join (plain text); None: not named
 
 
 @dataclass(kw_only=True)

@@ -24,6 +24,7 @@ from .lanes import check_lane_name, lane_spec
 from .limits import ClientLimiter, ClientLimits
 from .memory import GiB, check_kv_fits
 from .metrics_registry import ServiceMetrics
+from .participants import Participants, clean_name
 from .remote_config import RemoteConfig
 from .remote_lane import RemoteWorker
 from .request import MAX_TENANT_CHARS, SamplingParams, check_priority_tenant
@@ -48,6 +49,7 @@ class EngineService:
         self._configuring: set[str] = set()
         self.access = access or Access.from_env()
         self.limiter = ClientLimiter(limits or ClientLimits.from_env())
+        self.participants = Participants()  # who joined through /join
         self.step_fault = None  # chaos testing: called before each step with the lane; may raise
         self.hub = EventHub(hub_capacity)
         self.metrics = ServiceMetrics(self._lane_states, self._model_of)  # GET /metrics
@@ -118,17 +120,21 @@ class EngineService:
     # ---- commands ----------------------------------------------------------------------------
     def submit(self, prompt=None, params: SamplingParams | None = None, *, messages=None,
                lanes=None, tag: str = "api", timeout: float = 60.0,
-               client: Client = LOCAL, priority: int = 0, tenant: str | None = None) -> list[RequestHandle]:
+               client: Client = LOCAL, priority: int = 0, tenant: str | None = None,
+               name: str | None = None) -> list[RequestHandle]:
         """Queue one request on each lane (default: all); returns one handle per lane.
 
         Give `prompt` (text or token ids) or chat `messages`. Bad input raises ValueError
         (checked by the engines themselves, so the limits are exact) and nothing is queued.
         A viewer `client` is held to the room's limits (LimitExceeded, a ValueError); it may not
         jump the queue (a priority below 0 is refused: NotPresenter), and its tenant is its client
-        key whatever it names, so it can neither pose as another tenant nor split itself into many."""
+        key whatever it names, so it can neither pose as another tenant nor split itself into many.
+        `name`: the participant's display name (plain text, see engine/participants.py); a named
+        request counts toward the room's participants."""
         if (prompt is None) == (messages is None):
             raise ValueError("give exactly one of prompt or messages")
         _check_text(prompt, messages)
+        name = None if name is None else clean_name(name)
         check_priority_tenant(priority, tenant)
         if priority < 0:
             self.access.require_presenter(client, "a priority better than 0")
@@ -143,7 +149,7 @@ class EngineService:
         arrival = self.clock()
         handles = [RequestHandle(rid, w.lane, tag) for w in workers]
         for w, h in zip(workers, handles):
-            w.add(h, Submission(prompt, messages, params, arrival, priority, tenant))
+            w.add(h, Submission(prompt, messages, params, arrival, priority, tenant, name))
         if reservation is not None:
             reservation.hold(handles)  # counts as in flight until every copy has finished
         for w, h in zip(workers, handles):
@@ -154,6 +160,8 @@ class EngineService:
         if rejected is not None:
             self._abort_handles(workers, handles)
             raise ValueError(rejected.rejection)
+        if name is not None:
+            self.participants.count(client.key, name, arrival)
         return handles
 
     @staticmethod
@@ -296,6 +304,7 @@ class EngineService:
             "t": self.clock(),
             "paused": self.paused.is_set(),
             "slow_motion_s": self.min_interval_s,
+            "room": self.participants.summary(),
             "config": dataclasses.asdict(self.cfg),
             "engines": {name: {**w.status(), "config": lane_dict(w.cfg)}
                         for name, w in list(self.workers.items())},

@@ -34,6 +34,7 @@ class Submission:
     arrival_s: float
     priority: int = 0
     tenant: str | None = None
+    name: str | None = None   # the participant's display name (/join)
 
 
 def _hold_back(params) -> int:
@@ -266,7 +267,7 @@ class EngineWorker(threading.Thread):
                                    prompt=sub.prompt if isinstance(sub.prompt, str) else None,
                                    messages=sub.messages, num_prompt_tokens=len(out.prompt_token_ids),
                                    max_tokens=sub.params.max_tokens, arrival_s=sub.arrival_s,
-                                   priority=sub.priority, tenant=sub.tenant))
+                                   priority=sub.priority, tenant=sub.tenant, name=sub.name))
 
     def _abort(self, request_id: int) -> None:
         parked = [d for d in self._deferred if d[0].request_id == request_id]

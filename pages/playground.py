@@ -17,16 +17,21 @@ from ui.metrics import LiveMetrics, ratio
 from ui.price import current as current_price
 from ui.price import price_input
 from ui.role import VIEWER_NOTE, current_client
+from ui.room_panel import room_join_panel
 from ui.status import loading_banner
+from ui.trace_download import trace_download
 
 svc = get_service()
 client = current_client(svc)
+if client.presenter and svc.access.room:
+    room_join_panel(svc)  # first in the sidebar: the room scans it from the projector
 opts = sidebar.view_options(svc, client.presenter)
 if client.presenter:
     if sidebar.playback(svc):
         st.session_state.clear_after_s = svc.clock()
         st.session_state.metrics = None
     sidebar.engine_settings(svc)
+    trace_download(svc)
 else:
     st.sidebar.info(VIEWER_NOTE, icon=":material/visibility:")
 

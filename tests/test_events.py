@@ -13,7 +13,7 @@ from engine.telemetry import StepEvent
 
 SAMPLES = [
     RequestEvent(request_id=3, tag="ui", prompt="hi", messages=None, num_prompt_tokens=2, max_tokens=8,
-                 arrival_s=1.5, priority=-2, tenant="team-a", strategy="continuous"),
+                 arrival_s=1.5, priority=-2, tenant="team-a", name="Ada", strategy="continuous"),
     FinishedEvent(request_id=3, finish_reason="length", error=None, text="ab", num_prompt_tokens=2,
                   num_output_tokens=8, arrival_s=1.5, first_token_s=1.6, finish_s=2.0, strategy="static"),
     StatusEvent(event="configure_failed", error="bad block size", strategy="continuous"),
@@ -43,7 +43,7 @@ def test_to_dict_round_trips_through_json(event):
 def test_wire_keys_are_the_ones_clients_read():
     request, finished, failed, progress, gpu, lanes, remote = (e.to_dict() for e in SAMPLES)
     assert set(request) == {"type", "request_id", "tag", "prompt", "messages", "num_prompt_tokens", "max_tokens",
-                            "arrival_s", "priority", "tenant", "strategy"}
+                            "arrival_s", "priority", "tenant", "name", "strategy"}
     assert set(finished) == {"type", "request_id", "finish_reason", "error", "text", "num_prompt_tokens",
                              "num_output_tokens", "arrival_s", "first_token_s", "finish_s", "num_cached_tokens",
                              "strategy"}
