@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from .config import EngineConfig
+from .cpu_share import SHARE as CORES
 from .events import FinishedEvent, RequestEvent, StatusEvent, StepMessage
 from .handles import RequestHandle
 from .llm_engine import LLMEngine
@@ -150,8 +151,10 @@ class EngineWorker(threading.Thread):
             if self._should_step():
                 self._step()
             else:
+                CORES.resting(self)
                 self._wake.wait(POLL_WAIT_S if self.engine.has_unfinished() else IDLE_WAIT_S)
                 self._wake.clear()
+        CORES.resting(self)
         self._run_commands()
         self._abort_all("the service stopped")
         self.engine = None  # a stopped lane's memory (KV pool, weights if unshared) goes now
@@ -189,6 +192,8 @@ class EngineWorker(threading.Thread):
         try:
             if self.svc.step_fault is not None:
                 self.svc.step_fault(self.lane)  # chaos testing only (tests, engine.bench.soak)
+            if self.engine.runner.device.type == "cpu":
+                CORES.stepping(self)
             ev = self.engine.step()
         except Exception as e:  # noqa: BLE001 - end the affected requests, restart, keep serving
             log.exception("engine %s step failed; restarting it", self.lane)
@@ -197,6 +202,7 @@ class EngineWorker(threading.Thread):
             self._stream(ended, [])
             return
         if not ev.entries and not ev.finished:
+            CORES.resting(self)
             self._wake.wait(POLL_WAIT_S)  # nothing schedulable yet (static: the batch is filling)
             self._wake.clear()
             return
