@@ -118,7 +118,7 @@ const Common = (() => {
     };
   }
 
-  return { PALETTE, C, FONT, reqColor, clamp, perfNow, sameList, fmt, pct, clip, reqLabel, rgba, mix, el, setText, hatchPattern,
+  return { PALETTE, C, FONT, reqColor, clamp, perfNow, sameList, fmt, pct, reqLabel, rgba, mix, el, setText, hatchPattern,
            canvasContext, tooltip };
 })();
 
