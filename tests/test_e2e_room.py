@@ -6,6 +6,7 @@ presenter link, another opens the app as someone in the room would, a third is a
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -14,7 +15,7 @@ from browser_helpers import CHROMIUM, require_browser
 from service_helpers import free_port
 
 TOKEN = "room-presenter-token-42"
-NAME = "Ada <i>L</i>"  # shown as text everywhere: the tags must not become markup
+NAME = "Ada <i>L</i>"  # shown as text everywhere: the name must not become markup
 PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True, "device_scale_factor": 2}
 
 sync_playwright, expect = require_browser()
@@ -71,9 +72,12 @@ def test_a_phone_joins_its_answer_streams_and_the_projector_labels_it(server):
         assert phone.locator("#out").inner_text().strip() and phone.evaluate("window.pieces") > 1
         assert phone.evaluate("document.documentElement.scrollWidth") <= 390  # fits the phone's width
 
-        tags = projector.locator(".ifl-tag", has_text=NAME)  # the text card, one per lane
-        expect(tags.first).to_be_visible(timeout=30_000)
+        names = projector.locator(".ifl-tag.ifl-named", has_text=NAME)  # the text card shows the name, one per lane
+        expect(names.first).to_be_visible(timeout=30_000)
         assert projector.locator(".ifl-tag i").count() == 0
+        # and the Gantt labels its row "#id name" (on the canvas; its label lists the rows as text)
+        gantt = projector.locator(".ifl-timeline-canvas").first
+        expect(gantt).to_have_attribute("aria-label", re.compile(r"#\d+ " + re.escape(NAME)))
         expect(projector.get_by_text("1 person")).to_be_visible(timeout=10_000)
 
         send(phone, "Another one")  # the second of a burst of 2

@@ -69,7 +69,7 @@ def test_a_phone_prompt_streams_back_and_carries_the_name(svc, base):
     text = "".join(m.get("text", "") for m in msgs)
     requests = [e for _, e in svc.hub.read(cursor).events if e["type"] == "request" and e["request_id"] == rid]
     assert {e["lane"] for e in requests} == set(svc.lane_names)  # on every lane, so in every view
-    assert all(e["name"] == "Ada Lovelace" and e["tag"] == "Ada Lovelace" for e in requests)
+    assert all(e["name"] == "Ada Lovelace" and e["tag"] == "join" for e in requests)
     finished = next(e for _, e in svc.hub.read(cursor).events
                     if e["type"] == "finished" and e["request_id"] == rid and e["lane"] == svc.lane_names[0])
     assert finished["text"] == text

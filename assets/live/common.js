@@ -1,4 +1,5 @@
-// Shared look and small DOM / canvas helpers of the live views (no state, no socket).
+// Shared look and small DOM / canvas helpers of the live views (no state, no socket; loads in node for the
+// tests: the DOM is touched only when a helper is called).
 
 const Common = (() => {
   // Qualitative palette indexed by request id: neighbouring ids differ strongly in hue. Red and grey
@@ -20,6 +21,13 @@ const Common = (() => {
   const sameList = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
   const fmt = (x, d = 2) => (x == null || !Number.isFinite(x) ? "–" : x.toFixed(d));
   const pct = (a, b) => (b ? (100 * a) / b : 0);
+  // At most n characters (code points: an emoji is not cut in half), an ellipsis marking the cut.
+  function clip(text, n) {
+    const chars = Array.from(text);
+    return chars.length <= n ? text : chars.slice(0, n - 1).join("") + "…";
+  }
+  // A request as the views name it: "#12", or "#12 Ada" when a participant sent it (max: name length).
+  const reqLabel = (R, max = 14) => (R && R.name ? `#${R.rid} ${clip(R.name, max)}` : `#${R.rid}`);
 
   function rgb(hex) {
     const n = parseInt(hex.slice(1), 16);
@@ -110,6 +118,8 @@ const Common = (() => {
     };
   }
 
-  return { PALETTE, C, FONT, reqColor, clamp, perfNow, sameList, fmt, pct, rgba, mix, el, setText, hatchPattern,
+  return { PALETTE, C, FONT, reqColor, clamp, perfNow, sameList, fmt, pct, reqLabel, rgba, mix, el, setText, hatchPattern,
            canvasContext, tooltip };
 })();
+
+if (typeof module !== "undefined") module.exports = Common;

@@ -7,7 +7,7 @@ const Contract = (() => {
   const PHASE_NAMES = { prefill: "prefill", decode: "decode", padding: "padding" };
 
   // -> { entry: { rid, phase, tokens, ctx, slot, cached } (indexes into an entry list), phase: { prefill,
-  // decode, padding } (names) }. Throws if the engine's contract lacks a field the views read.
+  // decode, padding } (names), remote (a remote lane's strategy) }. Throws if the engine's contract lacks a field the views read.
   function fromWire(wire) {
     const fields = (wire && wire.entry_fields) || [];
     const phases = (wire && wire.phases) || [];
@@ -20,7 +20,8 @@ const Contract = (() => {
       if (!phases.includes(name)) throw new Error(`event contract: no phase "${name}"`);
       phase[key] = name;
     }
-    return Object.freeze({ entry: Object.freeze(entry), phase: Object.freeze(phase) });
+    const remote = (wire && wire.remote_strategy) || "remote";  // the strategy a remote lane's events carry
+    return Object.freeze({ entry: Object.freeze(entry), phase: Object.freeze(phase), remote });
   }
 
   return { fromWire };

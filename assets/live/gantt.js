@@ -1,9 +1,10 @@
 // Timeline band: the Gantt chart, one row per request (newest on top), one bar per phase run.
 
 const Gantt = (() => {
-  const { C, FONT, fmt, rgba, mix, reqColor, hatchPattern } = Common;
+  const { C, FONT, fmt, rgba, mix, reqColor, reqLabel, hatchPattern } = Common;
   const MAX_ROWS = 26;  // rows: the newest requests that touch the visible window
   const MIN_ROWS = 8;   // rows are never taller than 1/MIN_ROWS of the plot
+  const NAME_CHARS = 10;  // a participant's name in a row label (the timeline widens its margin for it)
   const SEG_H = { queued: 0.24, preempted: 0.34, prefill: 0.8, recompute: 0.8, decode: 0.8, held: 0.8, cached: 0.8,
                   finish: 0.92 };
   const SEG_LABEL = { queued: "queued", prefill: "prefill chunk", decode: "decode", preempted: "preempted",
@@ -53,12 +54,12 @@ const Gantt = (() => {
 
   function segTip(R, s) {
     const its = s.it0 != null ? (s.it0 === s.it1 ? `iteration ${s.it0}` : `iterations ${s.it0}–${s.it1}`) : "";
-    return [`#${R.rid} · ${SEG_LABEL[s.kind]}`, `${fmt(s.t0)}–${fmt(s.t1)} s (${fmt(s.t1 - s.t0, 3)} s)`,
+    return [`${reqLabel(R, 40)} · ${SEG_LABEL[s.kind]}`, `${fmt(s.t0)}–${fmt(s.t1)} s (${fmt(s.t1 - s.t0, 3)} s)`,
             s.open ? "still waiting" : its].filter(Boolean);
   }
 
   function cachedTip(R, s) {
-    return [`#${R.rid} · ${SEG_LABEL.cached}`, `${s.cached.toLocaleString()} tokens served by the prefix cache at (re)admission`,
+    return [`${reqLabel(R, 40)} · ${SEG_LABEL.cached}`, `${s.cached.toLocaleString()} tokens served by the prefix cache at (re)admission`,
             `not computed; ${s.computed.toLocaleString()} computed in this iteration (the solid part)`,
             "the split is by tokens, not by time"];
   }
@@ -89,7 +90,7 @@ const Gantt = (() => {
   }
 
   function finishTip(R) {
-    return [`#${R.rid} · finished${R.reason ? ` (${R.reason})` : ""}`, `at ${fmt(R.finishT)} s`
+    return [`${reqLabel(R, 40)} · finished${R.reason ? ` (${R.reason})` : ""}`, `at ${fmt(R.finishT)} s`
       + (R.nOut ? ` · ${R.nOut} tokens` : ""), R.error ? String(R.error) : ""].filter(Boolean);
   }
 
@@ -144,7 +145,7 @@ const Gantt = (() => {
     ctx.globalAlpha = 1;
     const every = Math.max(1, Math.ceil((15 * k) / rowH));  // labels that fit
     band.yticks = ids.filter((r) => r % every === 0 || r === inst.sel)
-      .map((r) => ({ y: Y(r), label: `#${r}`, strong: r === inst.sel }));
+      .map((r) => ({ y: Y(r), label: reqLabel(S.reqs.get(r) || { rid: r }, NAME_CHARS), strong: r === inst.sel }));
     col.rows = ids.slice();
   }
 

@@ -28,7 +28,8 @@ const KvDetail = (() => {
     const rid = detailRid(inst, S);
     const size = inst.sizes.get(view.wrap);
     const R = rid != null ? S.reqs.get(rid) : null;
-    const sig = `${S.kvRev}|${rid}|${R ? R.state + R.maxTokens : ""}|${size ? size.w + "x" + size.h : ""}`;
+    const remote = LiveState.isRemote(S, inst.laneConfig(S.name));
+    const sig = `${S.kvRev}|${rid}|${R ? R.state + R.maxTokens : ""}|${size ? size.w + "x" + size.h : ""}|${remote}`;
     if (inst.offscreen(view.wrap) || !inst.changed(view.canvas, sig)) return;
     const c = canvasContext(inst.sizes, view);
     if (!c) return;
@@ -36,6 +37,10 @@ const KvDetail = (() => {
     view.head.textContent = "";
     view.stats.textContent = "";
     const table = rid != null && S.kv ? (S.kv.block_tables || {})[String(rid)] : null;
+    if (remote) {
+      view.head.appendChild(el("span", "ifl-muted", "A remote server does not expose its KV blocks"));
+      return;
+    }
     if (rid == null || !table) {
       view.head.appendChild(el("span", "ifl-muted", rid == null
         ? "No request holds KV blocks right now. Submit one, or pick one in any view."

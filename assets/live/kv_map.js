@@ -63,7 +63,7 @@ const KvMap = (() => {
 
   function draw(inst, S, view) {
     const size = inst.sizes.get(view.wrap);
-    const remote = (inst.laneConfig(S.name) || {}).source === "remote";
+    const remote = LiveState.isRemote(S, inst.laneConfig(S.name));
     const sig = `${S.kvRev}|${inst.sel}|${size ? size.w + "x" + size.h : ""}|${remote}`;
     if (remote) {
       if (inst.changed(view.canvas, sig)) {

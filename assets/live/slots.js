@@ -5,7 +5,7 @@
 
 const Slots = (() => {
   const { C, FONT, fmt, mix, reqColor, hatchPattern } = Common;
-  const { KIND, maxBatch } = LiveState;
+  const { KIND, maxBatch, isRemote } = LiveState;
   const REMOTE_NOTE = "A remote server does not expose its batch slots (its rows are timed at this client)";
 
   // Columns of the grid, as edges: one column per iteration; on the time axis idle time between
@@ -44,7 +44,7 @@ const Slots = (() => {
   }
 
   function draw(ctx, inst, S, fc, X, band) {
-    if ((inst.laneConfig(S.name) || {}).source === "remote") return drawNote(ctx, inst, band, REMOTE_NOTE);
+    if (isRemote(S, inst.laneConfig(S.name))) return drawNote(ctx, inst, band, REMOTE_NOTE);
     const range = [X.invert(band.x), X.invert(band.x + band.w)];
     const { cols, edges } = slotColumns(S, fc, range, band.w / Math.max(range[1] - range[0], 1e-9));
     let nSlots = maxBatch(S, inst.laneConfig(S.name)) || 1;

@@ -1,8 +1,9 @@
 // The event reducer: folds /engine/ws events into per-lane state (keyed by `ev.lane`) the views draw from.
 // Pure data (no DOM, no socket): it loads in node on its own for the tests (tests/js/).
 //
-// Per lane: a bounded list of step summaries, the requests (with Gantt segments and text), the latest
-// KV snapshot and the prefix cache's token counts. Events are folded in as they arrive; nothing is kept raw.
+// Per lane: a bounded list of step summaries (with their roofline numbers), the requests (with Gantt
+// segments and text), the latest KV snapshot, the prefix cache's token counts, the device's peaks and,
+// for a remote lane, its server's polled gauges. Events are folded in as they arrive; nothing is kept raw.
 
 const LiveState = (() => {
   const MAX_STEPS = 300;        // iterations kept per lane (slots grid, utilization)
@@ -10,6 +11,7 @@ const LiveState = (() => {
   const MAX_SEGS = 64;          // segments kept per request before old ones are trimmed
   const RATE_WINDOW_S = 1.0;    // tokens/s: rolling window over step events
   const MAX_GPU_SAMPLES = 600;  // NVML samples kept (5 min at the monitor's 2 per second)
+  const MAX_REMOTE_SAMPLES = 300;  // a remote server's gauges kept (5 min at one poll a second)
   const HIT_WINDOW_S = 5.0;     // prefix cache hit rate, "recent": admissions over this window
   // What a request is doing, per segment and overall (views shade by these).
   const KIND = { queued: "queued", prefill: "prefill", recompute: "recompute", decode: "decode", held: "held",
@@ -18,16 +20,17 @@ const LiveState = (() => {
   // contract: Contract.fromWire(...) (the step entry layout and phase names).
   function newState(lanes, contract) {
     return { contract, by: new Map(lanes.map((name) => [name, newLane(name)])), coalesced: 0, latestT: null,
-             progress: null, gpu: [], gpuRev: 0 };
+             progress: null, gpu: [], gpuRev: 0, named: 0 };
   }
 
   function newLane(name) {
     return { name, steps: [], reqs: new Map(), kv: null, kvRev: 0, rev: 0, textRev: 0, lastIt: -1, lastT: null,
-             lastStepMs: null, lastEvent: null, gapPending: false, prefix: { queries: 0, hits: 0 } };
+             lastStepMs: null, lastEvent: null, gapPending: false, prefix: { queries: 0, hits: 0 }, peaks: null,
+             remote: false, server: [] };
   }
 
   function newRequest(rid) {
-    return { rid, tag: null, prompt: null, nPrompt: null, maxTokens: null, arrival: null, state: KIND.queued,
+    return { rid, tag: null, name: null, prompt: null, nPrompt: null, maxTokens: null, arrival: null, state: KIND.queued,
              segs: [], open: null, text: "", textRev: 0, nOut: 0, preemptions: 0, cached: 0, finishT: null, finishX: null,
              reason: null, error: null, done: false, lost: false, endT: null, lastIt: null, lastKind: null, ctx: 0 };
   }
@@ -66,9 +69,11 @@ const LiveState = (() => {
     if (ev.type === "gpu") return ingestGpu(st, ev);
     const S = st.by.get(ev.lane);
     if (!S) return false;
+    if (ev.strategy === st.contract.remote) S.remote = true;
     if (ev.type === "step") onStep(st.contract, S, ev);
-    else if (ev.type === "request") onRequest(S, ev);
+    else if (ev.type === "request") onRequest(st, S, ev);
     else if (ev.type === "finished") onFinished(S, ev);
+    else if (ev.type === "remote_metrics") onServerGauges(S, ev);
     else return false;
     const tEnd = ev.type === "step" ? ev.t_end : t;
     if (tEnd != null) st.latestT = st.latestT == null ? tEnd : Math.max(st.latestT, tEnd);
@@ -93,9 +98,11 @@ const LiveState = (() => {
     return null;
   }
 
-  function onRequest(S, ev) {
+  function onRequest(st, S, ev) {
     const R = requestRecord(S, ev.request_id);
     R.tag = ev.tag ?? null;
+    R.name = typeof ev.name === "string" && ev.name ? ev.name : null;  // plain text: views draw it as text
+    if (R.name) st.named++;
     R.prompt = promptText(ev);
     R.nPrompt = ev.num_prompt_tokens ?? R.nPrompt;
     R.maxTokens = ev.max_tokens ?? R.maxTokens;
@@ -154,7 +161,8 @@ const LiveState = (() => {
     const summary = { it, step: ev.step, t0, t1, cells, bySlot, real, pad, busy, rows: groups.size,
                       used: ev.tokens_used, budget: ev.token_budget, kvUsed: kv.used, kvBlocks: kv.num_blocks,
                       waiting: ev.num_waiting, running: ev.num_running, tps: 0,
-                      queries: ev.prefix_queries || 0, hits: ev.prefix_hits || 0, hitAll: null, hitRecent: null };
+                      queries: ev.prefix_queries || 0, hits: ev.prefix_hits || 0, hitAll: null, hitRecent: null,
+                      roof: roofPoint(S, ev.roofline) };
     summary.tps = rollingRate(S.steps, summary);
     prefixRates(S, summary);
     S.steps.push(summary);
@@ -294,6 +302,22 @@ const LiveState = (() => {
     S.textRev++;
   }
 
+  // A step's roofline numbers (engine/roofline.py): utilizations are null where the device's peaks are
+  // unknown; the peaks the step came with are kept on the lane (they draw the roof).
+  function roofPoint(S, r) {
+    if (!r) return null;
+    if (r.peak_bytes_per_s > 0 && r.peak_flops_per_s > 0) S.peaks = { bytesPerS: r.peak_bytes_per_s, flopsPerS: r.peak_flops_per_s };
+    return { intensity: r.intensity, flopsPerS: r.flops_per_s, bytesPerS: r.bytes_per_s,
+             mem: r.mem_util ?? null, compute: r.compute_util ?? null };
+  }
+
+  // A remote lane's server's own gauges, polled from its /metrics (null: it does not export that one).
+  function onServerGauges(S, ev) {
+    S.server.push({ t: ev.t, running: ev.num_running ?? null, waiting: ev.num_waiting ?? null,
+                    kv: ev.kv_usage == null ? null : 100 * ev.kv_usage });
+    if (S.server.length > MAX_REMOTE_SAMPLES) S.server.splice(0, S.server.length - MAX_REMOTE_SAMPLES);
+  }
+
   // Real (prefill + decode) tokens per second over the last RATE_WINDOW_S of step events.
   function rollingRate(steps, cur) {
     const from = cur.t1 - RATE_WINDOW_S;
@@ -381,7 +405,13 @@ const LiveState = (() => {
     return config ? !!config.enable_prefix_caching : S.prefix.queries > 0;
   }
 
-  return { KIND, HIT_WINDOW_S, newState, applyBatch, hasOpenWork, maxBatch, prefixOn };
+  // Whether a lane is a remote server (no slots, no KV blocks to show): its configuration says so;
+  // before the first status, its events' strategy.
+  function isRemote(S, config) {
+    return config ? config.source === "remote" : S.remote;
+  }
+
+  return { KIND, HIT_WINDOW_S, newState, applyBatch, hasOpenWork, maxBatch, prefixOn, isRemote };
 })();
 
 if (typeof module !== "undefined") module.exports = LiveState;

@@ -30,6 +30,7 @@ MAX_PROMPT_CHARS = 1000
 MAX_BODY_BYTES = 8 * 1024
 MAX_TOKENS = 128           # per answer (lower still if the room's limit is lower)
 TEMPERATURE = 0.7          # a room typing the same prompt gets different answers
+JOIN_TAG = "join"          # the tag of every request a phone sends
 HEARTBEAT_S = 1.0          # while no text arrives, check this often whether the phone left
 _TYPES = {"join.js": "text/javascript; charset=utf-8", "join.css": "text/css; charset=utf-8"}
 _HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
@@ -93,8 +94,8 @@ async def _submit(request: Request, svc):
     except ValueError as e:
         raise ApiError(str(e)) from None
     params = SamplingParams(max_tokens=_max_tokens(svc), temperature=TEMPERATURE)
-    # the tag is what the live views' text cards show today: the name lands there as well
-    return await submit(svc, messages=[{"role": "user", "content": prompt}], params=params, tag=name,
+    # the tag says where it came from; the live views show the name (as text) where they label requests
+    return await submit(svc, messages=[{"role": "user", "content": prompt}], params=params, tag=JOIN_TAG,
                         client=client, name=name)
 
 

@@ -8,7 +8,8 @@ continuous preempts), so the reducer must key by lane; a small event ring. A fir
 the recorder connects: its "oldest" replay starts with skipped (coalesced) events, as a late browser tab
 sees. Then the recorder submits text, token-id and chat prompts through the socket and aborts one mid-run;
 and, to the prefix-caching lane only, three prompts sharing a system prompt: the later two once the first
-decodes, so they hit its cached blocks and share them while it still runs.
+decodes, so they hit its cached blocks and share them while it still runs; and one prompt from a
+participant (named, as /join sends it), to the prefix-caching lane.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ OUT = TESTS / "data" / "events_tiny_llama.json"
 LANES = {"iteration-level": "continuous", "batch of 3": "static"}  # lane -> strategy
 PREFIX_LANE = "iteration-level"  # caches prefixes
 SYSTEM = "You keep the lighthouse on the rock. Answer in one line. "
+PARTICIPANT = "Ada <i>Lovelace</i>"  # markup-like on purpose: the views must show it as text
 
 
 def service(model_dir) -> EngineService:
@@ -55,7 +57,7 @@ def early_burst(svc: EngineService) -> None:
     wait_idle(svc)
 
 
-async def record(url: str) -> list[dict]:
+async def record(url: str, svc: EngineService) -> list[dict]:
     # two full static batches that fit the pool (static reserves prompt + max_tokens up front)
     prompts = [{"prompt": "The lighthouse keeper"}, {"prompt": [5, 6, 7, 8, 9, 10, 11, 12]},
                {"messages": [{"role": "user", "content": "<b>hi</b> story"}]},
@@ -68,6 +70,9 @@ async def record(url: str) -> list[dict]:
             params = {"max_tokens": 10 + 4 * i, "ignore_eos": True}
             await ws.send(json.dumps({"cmd": "submit", "ref": f"r{i}", "tag": "rec", "params": params, **p}))
         await submit_shared(ws, 0)
+        (named,) = await asyncio.to_thread(svc.submit, "Hello from the room", SamplingParams(max_tokens=8, ignore_eos=True),
+                                           lanes=[PREFIX_LANE], tag="join", name=PARTICIPANT)
+        open_requests.add((named.request_id, PREFIX_LANE))
         aborted, first_shared, shared_replies = False, None, 0
         while True:
             msg = json.loads(await asyncio.wait_for(ws.recv(), 60))  # more than enough on 2 cores
@@ -110,7 +115,7 @@ def main() -> None:
         try:
             early_burst(svc)
             with serve(create_app(svc)) as base:
-                messages = asyncio.run(record(f"ws://{base}/engine/ws"))
+                messages = asyncio.run(record(f"ws://{base}/engine/ws", svc))
         finally:
             svc.stop()
     text = json.dumps({"contract": wire_contract(), "lanes": list(LANES), "messages": messages},

@@ -9,6 +9,7 @@ const ASSETS = path.join(__dirname, "..", "..", "assets", "live");
 const Contract = require(path.join(ASSETS, "contract.js"));
 const LiveState = require(path.join(ASSETS, "state.js"));
 const KvBlocks = require(path.join(ASSETS, "kv_blocks.js"));
+const Common = require(path.join(ASSETS, "common.js"));
 
 const rec = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
 const contract = Contract.fromWire(rec.contract);
@@ -209,6 +210,76 @@ const tests = {
         assert.equal(S.steps[i].hitRecent, rate(recent), `${name} step ${ev.step}: recent`);
       });
     }
+  },
+
+  "a participant's name: on its request, as sent (text), and in its label"() {
+    const batches = acceptedBatches(rec.messages);
+    const st = replay(batches);
+    const named = allEvents(batches).filter((e) => e.type === "request" && e.name);
+    assert.ok(named.length >= 1, "the recording has a named request");
+    for (const ev of named) {
+      const R = st.by.get(ev.lane).reqs.get(ev.request_id);
+      assert.equal(R.name, ev.name);
+      assert.equal(R.tag, ev.tag);
+      assert.equal(Common.reqLabel(R, 40), `#${R.rid} ${ev.name}`);
+      assert.equal(Common.reqLabel(R, 5), `#${R.rid} ${Array.from(ev.name).slice(0, 4).join("")}…`);
+    }
+    assert.equal(st.named, named.length);
+    for (const S of st.by.values()) {
+      for (const R of S.reqs.values()) if (!named.some((e) => e.lane === S.name && e.request_id === R.rid)) {
+        assert.equal(R.name, null);
+        assert.equal(Common.reqLabel(R), `#${R.rid}`);
+      }
+    }
+  },
+
+  "roofline numbers per iteration and the device's peaks, as the steps carry them"() {
+    const batches = acceptedBatches(rec.messages);
+    const st = replay(batches);
+    for (const name of rec.lanes) {
+      const steps = ofType(allEvents(batches), "step", name), S = st.by.get(name);
+      assert.ok(steps.every((e) => e.roofline && e.roofline.peak_bytes_per_s > 0), `${name}: every step has peaks`);
+      steps.forEach((ev, i) => {
+        const p = S.steps[i].roof, r = ev.roofline;
+        assert.deepEqual(p, { intensity: r.intensity, flopsPerS: r.flops_per_s, bytesPerS: r.bytes_per_s,
+                              mem: r.mem_util, compute: r.compute_util }, `${name} step ${ev.step}`);
+        assert.ok(Math.abs(p.mem * r.peak_bytes_per_s - p.bytesPerS) < 1e-6 * p.bytesPerS);
+      });
+      const last = steps[steps.length - 1].roofline;
+      assert.deepEqual(S.peaks, { bytesPerS: last.peak_bytes_per_s, flopsPerS: last.peak_flops_per_s });
+    }
+    // a step without peaks (not measured): a point without utilization; without roofline: none
+    const step = ofType(allEvents(batches), "step", rec.lanes[0])[0];
+    const bare = LiveState.newState(rec.lanes, contract);
+    LiveState.applyBatch(bare, { skipped: 0, events: [
+      { ...step, roofline: { intensity: 2, flops_per_s: 10, bytes_per_s: 5, flops: 1, bytes: 1 } },
+      { ...step, step: step.step + 1, roofline: undefined }] });
+    const [a, b] = bare.by.get(rec.lanes[0]).steps;
+    assert.deepEqual(a.roof, { intensity: 2, flopsPerS: 10, bytesPerS: 5, mem: null, compute: null });
+    assert.equal(b.roof, null);
+    assert.equal(bare.by.get(rec.lanes[0]).peaks, null);
+  },
+
+  "a remote lane: its server's polled gauges, and it says it is remote"() {
+    const lanes = ["local", "far"];
+    const st = LiveState.newState(lanes, contract);
+    const gauges = (t, running, waiting, kv) => ({ type: "remote_metrics", lane: "far", strategy: contract.remote, t,
+                                                   num_running: running, num_waiting: waiting, kv_usage: kv });
+    const events = [gauges(1, 3, 0, 0.25), gauges(2, 5, 2, 0.5), gauges(3, null, null, null)];
+    const { changed } = LiveState.applyBatch(st, { skipped: 0, events });
+    assert.ok(changed);
+    const far = st.by.get("far"), local = st.by.get("local");
+    assert.deepEqual(far.server, [{ t: 1, running: 3, waiting: 0, kv: 25 }, { t: 2, running: 5, waiting: 2, kv: 50 },
+                                  { t: 3, running: null, waiting: null, kv: null }]);
+    assert.equal(st.latestT, 3);
+    assert.ok(LiveState.isRemote(far, null) && !LiveState.isRemote(local, null), "from the events' strategy");
+    assert.ok(LiveState.isRemote(local, { source: "remote" }) && !LiveState.isRemote(far, { strategy: "continuous" }),
+              "the lane's configuration decides once known");
+    assert.deepEqual(local.server, []);
+    const many = Array.from({ length: 400 }, (_, i) => gauges(10 + i, i, 0, 0.1));
+    LiveState.applyBatch(st, { skipped: 0, events: many });
+    assert.equal(far.server.length, 300, "bounded");
+    assert.equal(far.server[far.server.length - 1].t, 409);
   },
 
   "clear_after_s hides everything older"() {
