@@ -50,8 +50,13 @@ def loading(svc) -> bool:
 
 
 def play_while_loading(svc, path: Path = SHIPPED) -> Replayer | None:
-    """The shipped recording, looping until the engines are ready (started once; None when they are)."""
+    """The shipped recording, looping until the engines are ready; returns what plays (None: live).
+    A landing replay whose engines are ready is ended here too, not only by its thread's next check, so
+    the page that notices the engines are ready draws them."""
     with _lock:
-        if svc.replay is None and path.exists() and loading(svc):
+        r = svc.replay
+        if r is None and path.exists() and loading(svc):
             play(svc, load(path), loop=True, until=lambda: not loading(svc))
+        elif r is not None and r.until is not None and r.until():
+            stop_replay(svc)
         return svc.replay
