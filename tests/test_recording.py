@@ -160,3 +160,15 @@ def test_the_socket_serves_a_replay_then_the_engines_again(svc, recorded):
     with serve(create_app(svc)) as base:
         asyncio.run(asyncio.wait_for(main(f"ws://{base}/engine/ws"), 60))
     assert svc.replay is None
+
+
+def test_the_cli_records_a_presets_stream_on_its_lanes(tiny_model_dirs, tmp_path, capsys):
+    from engine.recording.__main__ import main
+    out = tmp_path / "cli.jsonl.gz"
+    assert main(["record", "--preset", "max batch 4 vs 32", "--out", str(out), "--model",
+                 str(tiny_model_dirs["llama"]), "--device", "cpu", "--dtype", "float32"]) == 0
+    rec = load(out)
+    assert rec.lanes == ["max batch 4", "max batch 32"] and rec.events[0][1]["type"] == "lanes"
+    finished = [e for _, e in rec.events if e["type"] == "finished"]
+    assert len(finished) == 32 and {e["finish_reason"] for e in finished} == {"length"}  # 16 on each lane
+    assert main(["info", str(out)]) == 0 and "lanes: max batch 4, max batch 32" in capsys.readouterr().out
