@@ -61,6 +61,8 @@ class EngineService:
         self.paused = threading.Event()
         self.min_interval_s = 0.0  # slow motion: each iteration lasts at least this long
         self.last_progress = ""    # latest model download / conversion message
+        self.recorder = None  # engine/recording: the Recorder writing this service's events, if any
+        self.replay = None    # engine/recording: a Replayer the live views show instead of the engines
         self.workers: dict[str, EngineWorker] = {}  # replaced whole, never changed in place
         for name, lane_cfg in lanes.items():
             self.workers = {**self.workers, name: self._new_worker(name, lane_cfg)}
@@ -99,6 +101,9 @@ class EngineService:
             w.wait_ready(timeout)
 
     def stop(self) -> None:
+        for player in (self.replay, self.recorder):  # a recording in progress keeps what was written
+            if player is not None:
+                player.stop()
         if self.gpu_monitor is not None:
             self.gpu_monitor.stop()
         for w in list(self.workers.values()):

@@ -8,9 +8,10 @@ import streamlit as st
 from engine import SamplingParams
 from engine.bench.workloads import load_prompts
 from engine.cost import usd_per_million_tokens
+from engine.recording import play_while_loading
 from engine.remote_config import RemoteConfig
 from engine.service import get_service
-from ui import loadgen, preset_stream, presets, sidebar
+from ui import loadgen, preset_stream, presets, replay_panel, sidebar
 from ui.cards import Card, cards_html
 from ui.live_view import live_view
 from ui.metrics import LiveMetrics, ratio
@@ -23,6 +24,7 @@ from ui.trace_download import trace_download
 
 svc = get_service()
 client = current_client(svc)
+play_while_loading(svc)  # a fresh machine: the shipped recording plays until the engines are ready
 if client.presenter and svc.access.room:
     room_join_panel(svc)  # first in the sidebar: the room scans it from the projector
 opts = sidebar.view_options(svc, client.presenter)
@@ -32,6 +34,8 @@ if client.presenter:
         st.session_state.metrics = None
     sidebar.engine_settings(svc)
     trace_download(svc)
+    replay_panel.recorder(svc)
+    replay_panel.replay_controls(svc)
 else:
     st.sidebar.info(VIEWER_NOTE, icon=":material/visibility:")
 
@@ -104,8 +108,13 @@ with st.container(border=True):
 # ---- live views (client-side, fed by /engine/ws) ---------------------------------------------------
 if preset is not None:
     st.info(f"**What to watch:** {preset.watch}", icon=":material/visibility:")
-picked = live_view(key="live", lanes=opts["lanes"], headers=opts["headers"], axis=opts["axis"],
-                   large_text=opts["large_text"], clear_after_s=st.session_state.get("clear_after_s"))
+replay = svc.replay
+lanes, headers, clear_after_s = opts["lanes"], opts["headers"], st.session_state.get("clear_after_s")
+if replay is not None:  # the views show a recording: its lanes, all of it
+    replay_panel.banner(replay)
+    (lanes, headers), clear_after_s = replay_panel.view_lanes(replay), None
+picked = live_view(key="live", lanes=lanes, headers=headers, running=lanes if replay else None, axis=opts["axis"],
+                   large_text=opts["large_text"], clear_after_s=clear_after_s)
 st.session_state.kv_selected = picked.selected  # the KV cache page follows the same request
 
 

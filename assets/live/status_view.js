@@ -73,7 +73,8 @@ const StatusView = (() => {
 
   function drawBadges(inst) {
     const st = inst.state, e = inst.el;
-    setText(e.conn, inst.conn === "live" ? "● live" : inst.conn === "reconnecting" ? "reconnecting…" : "connecting…");
+    const live = inst.service && inst.service.replay ? "● recording" : "● live";  // a replay (engine/recording)
+    setText(e.conn, inst.conn === "live" ? live : inst.conn === "reconnecting" ? "reconnecting…" : "connecting…");
     e.conn.dataset.kind = inst.conn;
     e.follow.hidden = Object.keys(inst.zoom).length === 0;
     setText(e.follow, "zoomed · double-click a chart to follow now");
@@ -108,6 +109,8 @@ const StatusView = (() => {
     if (failed) {
       text = `Engine “${failed[0]}” failed to load: ${failed[1].error}`;
       kind = "err";
+    } else if (svc && svc.replay) {
+      [text, kind] = [`${svc.replay.label} · ${svc.replay.speed}x${svc.replay.paused ? " · paused" : ""}`, "wait"];
     } else if (loading || (!svc && st && st.progress)) {
       text = `Loading the model… ${st && st.progress ? st.progress.message : ""}`;
       kind = "wait";
