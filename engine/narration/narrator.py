@@ -58,15 +58,18 @@ class Narrator:
         st = self.lanes.setdefault(lane, LaneState())
         st.strategy = item.get("strategy") or st.strategy
         if item["type"] == "request":
-            t = item["arrival_s"]
-            self._end_runs(t)
-            st.arrive(Req(item["request_id"], t, item["num_prompt_tokens"], item["max_tokens"],
-                          item.get("tenant"), item.get("priority", 0)), same_run=self._idle_at.pop(lane, None) is not None)
+            self._end_runs(item["arrival_s"])
+            same_run = self._idle_at.pop(lane, None) is not None
+            st.arrive(Req(item["request_id"], item["arrival_s"], item["num_prompt_tokens"], item["max_tokens"],
+                          item.get("tenant"), item.get("priority", 0)), same_run)
         elif item["type"] == "step":
             self._end_runs(item["event"].t_end)
             self._step(lane, st, item["event"])
-        elif item["type"] == "finished" and st.finish(item["request_id"]):
-            self._idle_at[lane] = item["finish_s"] or item["arrival_s"]
+        elif item["type"] == "finished":
+            t = item["finish_s"] or item["arrival_s"]
+            self._end_runs(t)
+            if st.finish(item["request_id"]):
+                self._idle_at[lane] = t
 
     def _lanes_event(self, item: dict) -> None:
         for name, cfg in item["lanes"].items():
