@@ -4,7 +4,6 @@ from __future__ import annotations
 import pytest
 
 from engine import SamplingParams
-from engine.event_hub import EventHub
 from engine.events import DECODE, PADDING, PREFILL, StepEntry, StepMessage
 from engine.narration import Narrator
 from engine.telemetry import StepEvent
@@ -58,13 +57,14 @@ def test_static_rows_of_finished_requests_are_padding():
 
 
 def test_preemption_and_recompute():
-    items = [request(5, "a"), request(6, "a"), stepped(step(1, [StepEntry(5, PREFILL, 16, 16), StepEntry(6, PREFILL, 16, 16)],
-                                                          admitted=[5, 6])),
+    both = [StepEntry(5, PREFILL, 16, 16), StepEntry(6, PREFILL, 16, 16)]
+    items = [request(5, "a"), request(6, "a"), stepped(step(1, both, admitted=[5, 6])),
              stepped(step(2, [D(5, 17)], preempted=[6], used=16)),
              stepped(step(3, [StepEntry(6, PREFILL, 17, 17)], admitted=[6]))]
     said = told(items)
     assert "iteration 2: the KV pool is full (16 of 16 blocks): #6 was preempted" in said[-2]
-    assert said[-1] == "iteration 3: #6 is back after its preemption: recomputing 17 tokens it had already computed once"
+    assert said[-1] == ("iteration 3: #6 is back after its preemption: recomputing 17 tokens it had already "
+                        "computed once")
 
 
 def test_prefix_hit_and_chunked_prefill():
@@ -72,8 +72,10 @@ def test_prefix_hit_and_chunked_prefill():
              stepped(step(1, [D(1), StepEntry(7, PREFILL, 16, 416, cached_tokens=400)], admitted=[7])),
              stepped(step(2, [D(1), D(7), StepEntry(5, PREFILL, 256, 256)], admitted=[5]))]
     said = told(items)
-    assert said[0] == "iteration 1: #7 took 400 of its 416 prompt tokens from the prefix cache and prefills only the rest"
-    assert said[1] == "iteration 2: #5's 1,500-token prompt is being prefilled in 256-token chunks while 2 requests keep decoding"
+    assert said[0] == ("iteration 1: #7 took 400 of its 416 prompt tokens from the prefix cache and prefills "
+                       "only the rest")
+    assert said[1] == ("iteration 2: #5's 1,500-token prompt is being prefilled in 256-token chunks while 2 "
+                       "requests keep decoding")
 
 
 def test_a_whole_long_prefill_stalls_the_decodes():

@@ -15,7 +15,9 @@ def scenario_button(svc, client, choice: str) -> None:
     scenario = by_title(choice)
     shown = scenario or shipped()[0]
     locked = shown.presenter_only and not client.presenter
-    help_ = f"{shown.explain}. Goes to every lane." + (f" For the presenter: {runner.PRESENTER_ONLY}." if locked else "")
+    help_ = f"{shown.explain}. Goes to every lane."
+    if locked:
+        help_ += f" For the presenter: {runner.PRESENTER_ONLY}."
     if client.presenter:
         help_ += f" Keys: {KEYS}."
     if st.button("Run scenario" if scenario else "Send requests", icon=":material/bolt:", type="primary",
