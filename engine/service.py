@@ -32,6 +32,10 @@ from .worker import EngineWorker, Submission
 
 log = logging.getLogger(__name__)
 LaneConfig = EngineConfig | RemoteConfig
+# automatic slow motion: while at most this many requests run on a lane, each of its iterations lasts
+# at least this long, so a presenter can talk over a handful of rows; a crowd runs at full speed
+AUTO_SLOW_MAX_RUNNING = 4
+AUTO_SLOW_INTERVAL_S = 0.4
 Lanes = dict[str, LaneConfig]
 
 
@@ -60,6 +64,7 @@ class EngineService:
         self._next_id = 0
         self.paused = threading.Event()
         self.min_interval_s = 0.0  # slow motion: each iteration lasts at least this long
+        self.auto_slow_motion = False  # slow down while only a few requests run (pace_s)
         self.last_progress = ""    # latest model download / conversion message
         self.recorder = None  # engine/recording: the Recorder writing this service's events, if any
         self.replay = None    # engine/recording: a Replayer the live views show instead of the engines
@@ -201,6 +206,15 @@ class EngineService:
         self.min_interval_s = float(min_interval_s)
         self._status("slow_motion")
 
+    def set_auto_slow_motion(self, on: bool) -> None:
+        self.auto_slow_motion = bool(on)
+        self._status("slow_motion")
+
+    def pace_s(self, num_running: int) -> float:
+        """How long an iteration that ran `num_running` requests lasts at least (slow motion)."""
+        auto = self.auto_slow_motion and 0 < num_running <= AUTO_SLOW_MAX_RUNNING
+        return max(self.min_interval_s, AUTO_SLOW_INTERVAL_S if auto else 0.0)
+
     # ---- settings and lanes --------------------------------------------------------------------
     def configure(self, lanes=None, **changes) -> EngineConfig:
         """Change settings (any EngineConfig field but strategy) on the given lanes (default: all
@@ -309,6 +323,7 @@ class EngineService:
             "t": self.clock(),
             "paused": self.paused.is_set(),
             "slow_motion_s": self.min_interval_s,
+            "auto_slow_motion": self.auto_slow_motion,
             "room": self.participants.summary(),
             "config": dataclasses.asdict(self.cfg),
             "engines": {name: {**w.status(), "config": lane_dict(w.cfg)}

@@ -210,7 +210,7 @@ class EngineWorker(threading.Thread):
         self.last_step_ms = 1000 * ev.duration_s
         roofline = None if self.roofline is None else self.roofline.step(ev)
         self._stream(list(ev.sampled), ev.finished, StepMessage(event=ev, roofline=roofline))
-        rest = self.svc.min_interval_s - (time.perf_counter() - t0)
+        rest = self.svc.pace_s(ev.num_running) - (time.perf_counter() - t0)
         if rest > 0:
             self._halt.wait(rest)  # slow motion
 

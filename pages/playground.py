@@ -11,14 +11,18 @@ from engine.cost import usd_per_million_tokens
 from engine.recording import play_while_loading
 from engine.remote_config import RemoteConfig
 from engine.service import get_service
-from ui import loadgen, preset_stream, presets, replay_panel, sidebar
+from ui import loadgen, replay_panel, sidebar
 from ui.cards import Card, cards_html
 from ui.live_view import live_view
 from ui.metrics import LiveMetrics, ratio
+from ui.narration_panel import narration
+from ui.presentation import presentation_toggle
 from ui.price import current as current_price
 from ui.price import price_input
 from ui.role import VIEWER_NOTE, current_client
 from ui.room_panel import room_join_panel
+from ui.scenario_button import scenario_button
+from ui.shortcuts import keyboard_shortcuts
 from ui.status import loading_banner
 from ui.trace_download import trace_download
 
@@ -36,10 +40,14 @@ if client.presenter:
     trace_download(svc)
     replay_panel.recorder(svc)
     replay_panel.replay_controls(svc)
+    keyboard_shortcuts()
 else:
     st.sidebar.info(VIEWER_NOTE, icon=":material/visibility:")
 
-st.title("Inflight — watch an LLM engine batch requests")
+c_title, c_mode = st.columns([5, 1], vertical_alignment="center")
+c_title.title("Inflight — watch an LLM engine batch requests")
+with c_mode:
+    presenting = presentation_toggle()
 st.caption(sidebar.config_summary(svc))
 loading_banner(svc)
 
@@ -65,23 +73,9 @@ with st.container(border=True):
         temperature = st.slider("Temperature", 0.0, 1.5, 0.0, 0.05, key="temperature")
     with c_loads:
         st.markdown("**One click**")
-        preset = presets.by_name(opts["compare"])
-        stream = (preset or presets.DEFAULT).stream  # the stream that shows this comparison's difference
-        locked = stream.presenter_only and not client.presenter
-        if st.button(stream.label, icon=":material/bolt:", type="primary", width="stretch", disabled=locked,
-                     help=f"{stream.explain}. Goes to every lane."
-                          + (f" For the presenter: {preset_stream.PRESENTER_ONLY}." if locked else "")):
-            try:
-                st.session_state.stream = preset_stream.fire(svc, stream, client)
-            except ValueError as e:
-                st.warning(str(e))
-        if locked:
-            st.caption("This stream is for the presenter: it names tenants and priorities.")
+        scenario_button(svc, client, opts["compare"])
         if st.button("1 prompt", width="stretch"):
             submit(random.choice(bundled_prompts()), max_tokens, temperature)
-        runner = st.session_state.get("stream")  # the one this tab fired last
-        if runner is not None and runner.errors:
-            st.warning(f"{len(runner.errors)} of {len(runner.arrivals)} requests were refused: {runner.errors[-1]}")
     with c_gen:
         st.markdown("**Load generator** (Poisson arrivals of bundled prompts)")
         if not client.presenter:
@@ -106,16 +100,15 @@ with st.container(border=True):
 
 
 # ---- live views (client-side, fed by /engine/ws) ---------------------------------------------------
-if preset is not None:
-    st.info(f"**What to watch:** {preset.watch}", icon=":material/visibility:")
 replay = svc.replay
 lanes, headers, clear_after_s = opts["lanes"], opts["headers"], st.session_state.get("clear_after_s")
 if replay is not None:  # the views show a recording: its lanes, all of it
     replay_panel.banner(replay)
     (lanes, headers), clear_after_s = replay_panel.view_lanes(replay), None
 picked = live_view(key="live", lanes=lanes, headers=headers, running=lanes if replay else None, axis=opts["axis"],
-                   large_text=opts["large_text"], clear_after_s=clear_after_s)
+                   large_text=presenting, clear_after_s=clear_after_s)
 st.session_state.kv_selected = picked.selected  # the KV cache page follows the same request
+narration(svc, presenting)
 
 
 # ---- metric cards (from the same events, in Python) ----------------------------------------------

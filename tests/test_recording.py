@@ -162,10 +162,10 @@ def test_the_socket_serves_a_replay_then_the_engines_again(svc, recorded):
     assert svc.replay is None
 
 
-def test_the_cli_records_a_presets_stream_on_its_lanes(tiny_model_dirs, tmp_path, capsys):
+def test_the_cli_records_a_scenarios_stream_on_its_lanes(tiny_model_dirs, tmp_path, capsys):
     from engine.recording.__main__ import main
     out = tmp_path / "cli.jsonl.gz"
-    assert main(["record", "--preset", "max batch 4 vs 32", "--out", str(out), "--model",
+    assert main(["record", "--scenario", "Burst: max batch 4 vs 32", "--out", str(out), "--model",
                  str(tiny_model_dirs["llama"]), "--device", "cpu", "--dtype", "float32"]) == 0
     rec = load(out)
     assert rec.lanes == ["max batch 4", "max batch 32"] and rec.events[0][1]["type"] == "lanes"

@@ -32,8 +32,9 @@ from ..request import SamplingParams
 
 MAX_MESSAGE_BYTES = 64 * 1024
 COMMANDS = ("subscribe", "submit", "abort", "pause", "resume", "step", "status", "slow_motion", "configure",
-            "lanes", "auth")
-CONTROL_COMMANDS = ("pause", "resume", "step", "slow_motion", "configure", "lanes")  # presenter only in a room
+            "lanes", "scenario", "auth")
+# presenter only in a room
+CONTROL_COMMANDS = ("pause", "resume", "step", "slow_motion", "configure", "lanes", "scenario")
 PARAM_FIELDS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "stop_token_ids", "ignore_eos")
 
 

@@ -16,6 +16,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..access import PRESENTER_COOKIE, NotPresenter, client_key
 from ..recording.stage import source
+from ..scenarios import runner as scenario_runner
+from ..scenarios.catalog import by_number
 from .protocol import (CONTROL_COMMANDS, ProtocolError, Subscription, lane_names, lane_specs, parse_command,
                        sampling_params)
 
@@ -168,6 +170,8 @@ class _Connection:
             await run_in_threadpool(svc.configure, lane_names(msg), **changes)
         elif cmd == "lanes":
             await run_in_threadpool(svc.set_lanes, lane_specs(msg.get("lanes")))
+        elif cmd == "scenario":  # the n-th shipped scenario (1-9 on the presenter's keyboard): its lanes, its stream
+            await run_in_threadpool(scenario_runner.start, svc, by_number(msg.get("number")), self.client)
         return {"cmd": cmd, "status": self.src.status(), "role": self.role}
 
     def _abort(self, rid) -> None:

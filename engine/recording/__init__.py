@@ -1,6 +1,6 @@
 """Record the service's events to a file and replay them in the same views without any engine.
 
-    python -m engine.recording record --preset "continuous vs static" --out run.jsonl.gz
+    python -m engine.recording record --scenario "Straggler: continuous vs static" --out run.jsonl.gz
 """
 from .format import Recording, load
 from .recorder import Recorder, start_recording, stop_recording

@@ -1,6 +1,6 @@
 """python -m engine.recording: record a scripted run, or describe a recording.
 
-  python -m engine.recording record --preset "continuous vs static" --out run.jsonl.gz [--model M]
+  python -m engine.recording record --scenario "Straggler: continuous vs static" --out run.jsonl.gz [--model M]
   python -m engine.recording info run.jsonl.gz
 """
 from __future__ import annotations
@@ -11,15 +11,15 @@ from pathlib import Path
 
 from ..config import EngineConfig
 from .format import load
-from .script import record_preset
+from .script import record_scenario
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m engine.recording", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
-    rec = sub.add_parser("record", help="run a preset's stream on its lanes and record every event")
-    rec.add_argument("--preset", default="continuous vs static", help="a playground preset's name")
+    rec = sub.add_parser("record", help="run a scenario's stream on its lanes and record every event")
+    rec.add_argument("--scenario", default="Straggler: continuous vs static", help="a shipped scenario's title")
     rec.add_argument("--out", required=True, type=Path, help="the recording (gzip JSON lines: .jsonl.gz)")
     rec.add_argument("--model", default=None, help="hub id or local directory (default: $INFLIGHT_MODEL or "
                                                    "SmolLM2-135M-Instruct)")
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
               f"{rec.end - rec.start:.1f} s")
         return 0
     fields = {k: v for k, v in (("model", args.model), ("device", args.device), ("dtype", args.dtype)) if v}
-    res = record_preset(args.preset, args.out, EngineConfig(**fields), args.max_seconds)
+    res = record_scenario(args.scenario, args.out, EngineConfig(**fields), args.max_seconds)
     print(f"{args.out}: {res['events']} events over {res['seconds']:.1f} s, {res['requests']} requests, "
           f"{args.out.stat().st_size // 1024} KiB")
     for problem in ([f"{res['skipped']} events lost"] if res["skipped"] else []) + res["refused"][:3] + (

@@ -1,38 +1,28 @@
-"""A scripted run to record: one preset's lanes (pages/ui/presets.py, plain data) serve its request
-stream on a fresh service, recorded from the engines' first event to the stream's last answer."""
+"""A scripted run to record: one shipped scenario's lanes (assets/scenarios/) serve its request stream on
+a fresh service, recorded from the engines' first event to the stream's last answer."""
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 from ..config import EngineConfig
+from ..scenarios.catalog import by_title, shipped
+from ..scenarios.runner import StreamRunner
 from ..service import EngineService
 from .recorder import start_recording, stop_recording
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def _presets():
-    """The playground's presets and their stream runner (no Streamlit in either)."""
-    if str(ROOT) not in sys.path:
-        sys.path.append(str(ROOT))
-    from pages.ui import preset_stream, presets
-    return presets, preset_stream
-
-
-def record_preset(name: str, out: Path, base: EngineConfig, max_seconds: float = 60.0, log=print) -> dict:
-    """Run preset `name`'s stream on its lanes and record it to `out`; returns what was recorded."""
-    presets, preset_stream = _presets()
-    preset = presets.by_name(name)
-    if preset is None:
-        raise ValueError(f"unknown preset {name!r}; known: {', '.join(p.name for p in presets.PRESETS)}")
-    svc = EngineService(base, lanes=preset.lane_configs(base))
+def record_scenario(title: str, out: Path, base: EngineConfig, max_seconds: float = 60.0, log=print) -> dict:
+    """Run scenario `title`'s stream on its lanes and record it to `out`; returns what was recorded."""
+    scenario = by_title(title)
+    if scenario is None:
+        raise ValueError(f"unknown scenario {title!r}; known: {', '.join(s.title for s in shipped())}")
+    svc = EngineService(base, lanes=scenario.lane_configs(base))
     try:
         log(f"loading {base.model} for lanes {', '.join(svc.lane_names)}…")
         svc.wait_ready()
         rec = start_recording(svc, out)
-        runner = preset_stream.StreamRunner(svc, preset.stream)
+        runner = StreamRunner(svc, scenario)
         runner.start()
         done = _wait_done(svc, runner, time.monotonic() + max_seconds)
         stop_recording(svc)

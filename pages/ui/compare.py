@@ -1,4 +1,4 @@
-"""The sidebar's "Compare" control: which lanes run (a preset, custom lanes, or a single lane).
+"""The sidebar's "Compare" control: which lanes run (a scenario's, custom lanes, or a single lane).
 
 Only an explicit change applies (a widget's callback), so several open tabs never fight: a new tab
 adopts what runs, a tab adopts a change of lanes made elsewhere (the live view reruns the page when
@@ -15,11 +15,11 @@ import streamlit as st
 from engine.config import STRATEGIES
 from engine.lanes import check_lane_name
 from engine.remote_config import RemoteConfig
+from engine.scenarios.catalog import by_title, running_scenario, shipped
 
-from . import presets
 
 CUSTOM, SINGLE = "Custom", "Single lane"
-CHOICES = [*(p.name for p in presets.PRESETS), CUSTOM, SINGLE]
+CHOICES = [*(s.title for s in shipped()), CUSTOM, SINGLE]
 LOCKED = "The presenter chooses the lanes"
 BLOCK_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 BUDGETS = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
@@ -29,16 +29,16 @@ def running_choice(svc) -> str:
     """The choice that shows what the service runs now."""
     if len(svc.lanes) == 1:
         return SINGLE
-    p = presets.running_preset(svc.lanes, svc.cfg)
-    return p.name if p else CUSTOM
+    s = running_scenario(svc.lanes, svc.cfg)
+    return s.title if s else CUSTOM
 
 
 def _apply_choice(svc) -> None:
     choice = st.session_state.compare
-    preset = presets.by_name(choice)
+    scenario = by_title(choice)
     try:
-        if preset is not None:
-            svc.set_lanes(preset.lanes)
+        if scenario is not None:
+            svc.set_lanes(scenario.lanes)
         elif choice == SINGLE:
             name, cfg = next(iter(svc.lanes.items()))
             svc.set_lanes({name: cfg})
@@ -47,7 +47,7 @@ def _apply_choice(svc) -> None:
 
 
 def compare_control(svc, presenter: bool) -> str:
-    """The radio (presets, Custom, Single lane) and, for Custom and Single lane, the lane editor.
+    """The radio (scenarios, Custom, Single lane) and, for Custom and Single lane, the lane editor.
     Returns the choice shown."""
     running, names = running_choice(svc), svc.lane_names
     if not presenter or st.session_state.get("compare_lanes", names) != names:
