@@ -65,10 +65,17 @@ class CoreShare:
         with self._lock:
             self._busy.add(lane)
             share = max(1, self.cores // len(self._busy)) if self.enabled else self.cores
-        if self._set is not None and getattr(self._mine, "threads", None) != share:
-            self._set(share)
-            self._mine.threads = share
+        self._team(share)
         return share
+
+    def whole(self) -> None:
+        """Give the calling thread every core until its lane's next step (to measure the device)."""
+        self._team(self.cores)
+
+    def _team(self, threads: int) -> None:
+        if self._set is not None and getattr(self._mine, "threads", None) != threads:
+            self._set(threads)
+            self._mine.threads = threads
 
     def resting(self, lane: object) -> None:
         """The lane has nothing to compute now: the others may take its cores at their next step."""

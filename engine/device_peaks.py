@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from .cpu_share import SHARE as CORES
+
 log = logging.getLogger(__name__)
 REPEATS = 5
 _LOCK = threading.Lock()
@@ -48,7 +50,7 @@ def peaks_file() -> Path:
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"{_cpu_model()} ({torch.get_num_threads()} threads)"
+    return f"{_cpu_model()} ({CORES.cores} threads)"  # a lane's thread may run on fewer: see cpu_share
 
 
 def _cpu_model() -> str:
@@ -73,6 +75,8 @@ def device_peaks(device, dtype: torch.dtype, path: Path | None = None) -> Device
         if key in cache:
             peaks = DevicePeaks(**cache[key])
         else:
+            if device.type == "cpu":
+                CORES.whole()  # a lane thread's team may be its share of the cores: measure on all
             peaks = measure_peaks(device, dtype)
             cache[key] = asdict(peaks)
             _write(path, cache)
@@ -90,7 +94,7 @@ def _read(path: Path) -> dict:
 def _write(path: Path, cache: dict) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # processes measuring at once do not clash
         tmp.write_text(json.dumps(cache, indent=2) + "\n")
         tmp.replace(path)
     except OSError as e:  # a read-only home: measured again next time

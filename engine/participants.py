@@ -3,7 +3,8 @@
 A name is plain text (the views set it with textContent, never as HTML): trimmed, inner runs of
 whitespace made one space, control and formatting characters refused, at most MAX_NAME_CHARS long.
 The tally is keyed by client (its IP address in a room), so a phone that renames itself stays one
-participant; the presenter's page reads the names, everyone else only the counts.
+participant. The presenter's page lists the names and status() carries only the counts; each request's
+name still travels on its `request` event, since the projector labels the request with it.
 """
 from __future__ import annotations
 

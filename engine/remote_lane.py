@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 TICK_S = 0.05         # at most one step event per tick: bounded however fast the server streams
 CONNECT_S = 5.0
 UNKNOWN_TOKEN = -1    # a remote server streams text: each counted token's id is unknown
+MAX_REPORTED_PROMPT = 1 << 20  # prompt tokens believed from a server's usage report
 
 
 @dataclass(eq=False)
@@ -88,7 +89,7 @@ class RemoteWorker(threading.Thread):
                                    prompt=sub.prompt if isinstance(sub.prompt, str) else None,
                                    messages=sub.messages, num_prompt_tokens=f.prompt_tokens,
                                    max_tokens=sub.params.max_tokens, arrival_s=sub.arrival_s,
-                                   priority=sub.priority, tenant=sub.tenant))
+                                   priority=sub.priority, tenant=sub.tenant, name=sub.name))
         self._call(self._launch, f)
 
     def abort(self, request_id: int) -> None:
@@ -169,6 +170,8 @@ class RemoteWorker(threading.Thread):
             self._end(f, "abort", "aborted")
         elif not self._stopping.is_set() and f.finish_s is None:
             f.task = asyncio.create_task(self._run(f))
+            # cancelled before its first step, the task never reaches _run's handler: end it here
+            f.task.add_done_callback(lambda t, f=f: t.cancelled() and self._end(f, "abort", "aborted"))
 
     def _abort(self, request_id: int) -> None:
         f = self.handles.get(request_id)
@@ -247,7 +250,10 @@ class RemoteWorker(threading.Thread):
             if rest > 0:
                 await asyncio.sleep(rest)
             self._dirty.clear()
-            self._tick()
+            try:
+                self._tick()
+            except Exception:  # noqa: BLE001 - a bad tick must not stop every later one
+                log.exception("remote lane %s: tick failed", self.lane)
 
     def _tick(self) -> None:
         """Publish the step (requests with text so far, their new text) and then the requests that
@@ -305,8 +311,9 @@ class RemoteWorker(threading.Thread):
     def _output(f: _Flight) -> RequestOutput:
         """The request's result; token counts from the server's usage when it sent one, else counted here."""
         usage = f.usage or {}
-        n_prompt = _count(usage.get("prompt_tokens"), f.prompt_tokens or 0)
-        n_out = _count(usage.get("completion_tokens"), f.chunks)
+        # the server's counts, bounded: they size lists here
+        n_prompt = min(_count(usage.get("prompt_tokens"), f.prompt_tokens or 0), MAX_REPORTED_PROMPT)
+        n_out = min(_count(usage.get("completion_tokens"), f.chunks), f.sub.params.max_tokens)
         prompt = f.sub.prompt if isinstance(f.sub.prompt, list) else [UNKNOWN_TOKEN] * n_prompt
         return RequestOutput(request_id=f.handle.request_id, prompt_token_ids=list(prompt),
                              output_token_ids=[UNKNOWN_TOKEN] * n_out, text=f.text, finish_reason=f.reason,

@@ -194,6 +194,8 @@ class EngineWorker(threading.Thread):
                 self.svc.step_fault(self.lane)  # chaos testing only (tests, engine.bench.soak)
             if self.engine.runner.device.type == "cpu":
                 CORES.stepping(self)
+            else:  # a lane reconfigured onto a GPU leaves the CPU's cores to the others
+                CORES.resting(self)
             ev = self.engine.step()
         except Exception as e:  # noqa: BLE001 - end the affected requests, restart, keep serving
             log.exception("engine %s step failed; restarting it", self.lane)
@@ -212,7 +214,8 @@ class EngineWorker(threading.Thread):
         self._stream(list(ev.sampled), ev.finished, StepMessage(event=ev, roofline=roofline))
         rest = self.svc.pace_s(ev.num_running) - (time.perf_counter() - t0)
         if rest > 0:
-            self._halt.wait(rest)  # slow motion
+            CORES.resting(self)  # slow motion: nothing computes while it waits
+            self._halt.wait(rest)
 
     def _stream(self, sampled: list[int], finished: list[int], step_item: StepMessage | None = None) -> None:
         """Push new text to the handles and hand over final outputs; publish the step (with

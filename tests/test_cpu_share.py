@@ -27,13 +27,17 @@ def test_the_share_is_set_for_the_calling_thread_only():
     seen = {}
 
     def lane():
-        share = CoreShare(cores=2, enabled=True)
+        share = CoreShare(cores=2, enabled=True)  # the test machine's cores may differ: say 2
         share.stepping("other lane")
         share.stepping("this lane")  # two lanes step: this thread's team shrinks to 1
         seen["lane"] = torch.get_num_threads()
+        share.whole()  # measuring the device: every core, until the lane's next step
+        seen["whole"] = torch.get_num_threads()
+        share.stepping("this lane")
+        seen["again"] = torch.get_num_threads()
 
     t = threading.Thread(target=lane)
     t.start()
     t.join()
-    assert seen["lane"] == 1
+    assert (seen["lane"], seen["whole"], seen["again"]) == (1, 2, 1)
     assert torch.get_num_threads() == before, "other threads keep their own setting"

@@ -107,6 +107,8 @@ def test_a_preempted_request_recomputes_only_what_the_cache_lacks():
     out = step(s)  # request 1 resumes on request 0's 2 cached blocks: 2 of its 6 tokens to compute
     assert rows(out) == [(0, "decode", 1, 0), (1, "prefill", 2, 0)]
     assert out.rows[1].num_cached == 4 and (out.prefix_queries, out.prefix_hits) == (6, 4)
+    # the request's own count is of prompt tokens from its first admission (a resumed hit covers output)
+    assert out.rows[1].request.num_cached_tokens == 0
 
 
 def test_static_rows_prefill_only_what_the_cache_lacks_padded_to_the_longest():

@@ -116,6 +116,20 @@ def test_abort_cancels_the_remote_stream(svc, remote):
     assert_all_free(remote_svc)
 
 
+def test_an_abort_right_after_the_submit_still_ends_the_request(svc, remote):
+    remote_svc, url = remote
+    use_lanes(svc, {"remote": url, "model": remote_svc.cfg.model})
+    worker = svc.workers["remote"]
+    for _ in range(5):  # the abort may land before the request's task has run a single step
+        (far,) = svc.submit([5, 6, 7], greedy(50), lanes=["remote"])
+        svc.abort(far.request_id)
+        assert far.result(5).finish_reason in ("abort", "length")
+    deadline = time.monotonic() + 5
+    while worker.handles and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not worker.handles, "an aborted request stayed in flight"
+
+
 def test_a_refusal_is_an_error_with_the_servers_message(svc, remote):
     remote_svc, url = remote
     use_lanes(svc, {"remote": url, "model": remote_svc.cfg.model})

@@ -22,6 +22,7 @@ class KVCacheManager:
         self.allocator = BlockAllocator(num_blocks)
         self.block_tables: dict[int, list[int]] = {}
         self.prefix = PrefixCache() if prefix_caching else None
+        self._cached_list: tuple[int, list[int]] = (-1, [])  # (prefix.version, its evictable blocks)
 
     @property
     def num_blocks(self) -> int:
@@ -29,12 +30,17 @@ class KVCacheManager:
 
     @property
     def num_free(self) -> int:
-        return self.allocator.num_free + (len(self.prefix.evictable) if self.prefix else 0)
+        return self.allocator.num_free + (len(self.prefix.evictable) if self.prefix is not None else 0)
 
     @property
     def cached_blocks(self) -> list[int]:
-        """Evictable cached blocks, least recently used first."""
-        return list(self.prefix.evictable) if self.prefix else []
+        """Evictable cached blocks, least recently used first. The same list while they stay the same
+        (every step event carries it: a pool of cached blocks is not copied per step); never mutate it."""
+        if self.prefix is None:
+            return []
+        if self._cached_list[0] != self.prefix.version:
+            self._cached_list = (self.prefix.version, list(self.prefix.evictable))
+        return self._cached_list[1]
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -67,6 +73,14 @@ class KVCacheManager:
             self.prefix.register(table[i], hashes[i])
         request.num_committed_blocks = full
 
+    def blocks_to_start(self, num_tokens: int, cached: list[int]) -> int:
+        """Free blocks (evictable ones included) that starting a table of num_tokens on `cached` takes."""
+        return max(0, self.blocks_for(num_tokens) - len(cached)) + self._revived(cached)
+
+    def _revived(self, cached: list[int]) -> int:
+        """Cached blocks that nobody holds: taking them uses up evictable (free) blocks."""
+        return sum(1 for b in cached if self.allocator.ref_count(b) == 0)
+
     # ---- tables ------------------------------------------------------------------------------
     def allocate(self, request_id: int, num_tokens: int, cached: list[int] = ()) -> bool:
         """Extend the request's table to cover num_tokens, starting a new table with the `cached`
@@ -75,8 +89,7 @@ class KVCacheManager:
             raise ValueError(f"request {request_id} already has a block table; cached blocks start one")
         need = max(0, self.blocks_for(num_tokens) - len(cached)) if cached else self.num_new_blocks(
             request_id, num_tokens)
-        revived = sum(1 for b in cached if self.allocator.ref_count(b) == 0)
-        if need + revived > self.num_free:
+        if need + self._revived(cached) > self.num_free:
             return False
         for b in cached:
             self.prefix.take(b)
@@ -94,7 +107,7 @@ class KVCacheManager:
         if not table:
             return
         released = self.allocator.release(table)
-        if self.prefix:  # the deepest blocks first: they are evicted before the prefix they extend
+        if self.prefix is not None:  # the deepest blocks first: they are evicted before the prefix they extend
             released = self.prefix.keep(released[::-1])
         self.allocator.put_free(released)
 

@@ -30,6 +30,7 @@ class PrefixCache:
         self._block_of: dict[bytes, int] = {}
         self._hash_of: dict[int, bytes] = {}
         self.evictable: OrderedDict[int, None] = OrderedDict()  # least recently used first
+        self.version = 0  # changes whenever `evictable` does
 
     def __len__(self) -> int:
         return len(self._hash_of)
@@ -58,13 +59,16 @@ class PrefixCache:
         for b in released:
             if b in self._hash_of:
                 self.evictable[b] = None
+                self.version += 1
             else:
                 uncached.append(b)
         return uncached
 
     def take(self, block: int) -> None:
         """A request holds `block` again: it is no longer evictable."""
-        self.evictable.pop(block, None)
+        if block in self.evictable:
+            del self.evictable[block]
+            self.version += 1
 
     def evict(self, n: int) -> list[int]:
         """Forget the n least recently used evictable blocks and return them."""
@@ -73,4 +77,5 @@ class PrefixCache:
             block, _ = self.evictable.popitem(last=False)
             del self._block_of[self._hash_of.pop(block)]
             out.append(block)
+            self.version += 1
         return out

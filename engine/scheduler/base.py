@@ -142,7 +142,8 @@ class Scheduler(ABC):
             return False
         request.status = RequestStatus.RUNNING
         request.num_computed_tokens += hit
-        request.num_cached_tokens = hit
+        if request.num_preemptions == 0:  # a resumed request's hit may cover output: not prompt tokens
+            request.num_cached_tokens = min(hit, len(request.prompt_token_ids))
         request.num_committed_blocks = len(cached)
         out.admitted.append(request.request_id)
         if self.cache.prefix is not None:

@@ -57,9 +57,11 @@ class ContinuousScheduler(Scheduler):
         self._order_waiting()  # the victims queue behind the head
 
     def _could_start(self, req: Request) -> bool:
-        first_chunk = min(req.num_tokens, self.cfg.max_num_batched_tokens)
+        cached = self._cached_prefix(req)
+        hit = len(cached) * self.cache.block_size
+        first_chunk = min(req.num_tokens - hit, self.cfg.max_num_batched_tokens)
         return (len(self.running) < self.cfg.max_num_seqs
-                and self.cache.blocks_for(first_chunk) <= self.cache.num_free)
+                and self.cache.blocks_to_start(hit + first_chunk, cached) <= self.cache.num_free)
 
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
@@ -74,7 +76,7 @@ class ContinuousScheduler(Scheduler):
             self.waiting.popleft()
             self.running.append(req)
             out.rows.append(ScheduledRow(req, self.phase_of(req, n), n, slot=len(out.rows),
-                                         num_cached=req.num_cached_tokens))
+                                         num_cached=len(cached) * self.cache.block_size))
             budget -= n
 
     def _release(self, request: Request) -> None:
