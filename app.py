@@ -1,7 +1,7 @@
 """Inflight's server entry: `streamlit run app.py`.
 
 One process: the Streamlit pages, the engine threads (created once, at startup),
-the live event socket /engine/ws and the OpenAI-compatible /v1 routes, all on one port.
+the live event socket /engine/ws, the OpenAI-compatible /v1 routes and /metrics, all on one port.
 """
 from contextlib import asynccontextmanager
 

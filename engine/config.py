@@ -36,6 +36,8 @@ class EngineConfig:
     max_num_seqs: int = 16
     max_num_batched_tokens: int = 512
     enable_chunked_prefill: bool = True
+    # Share the KV blocks of prompt prefixes between requests and keep them cached (any strategy).
+    enable_prefix_caching: bool = False
     static_batch_size: int = 8
     static_max_wait_s: float = 0.5
     seed: int = 0
@@ -71,6 +73,8 @@ class EngineConfig:
                "max_num_batched_tokens", self.max_num_batched_tokens, "an integer >= 1")
         _check(isinstance(self.enable_chunked_prefill, bool), "enable_chunked_prefill",
                self.enable_chunked_prefill, "True or False")
+        _check(isinstance(self.enable_prefix_caching, bool), "enable_prefix_caching",
+               self.enable_prefix_caching, "True or False")
         _check(_is_int(self.static_batch_size) and self.static_batch_size >= 1, "static_batch_size",
                self.static_batch_size, "an integer >= 1")
         _check(_is_num(self.static_max_wait_s) and self.static_max_wait_s >= 0, "static_max_wait_s",

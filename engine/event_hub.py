@@ -2,14 +2,17 @@
 
 Writers (engine threads) append; readers keep their own cursor. A reader that
 falls more than `capacity` events behind skips the oldest ones and is told how
-many it missed, so memory stays flat however slow a reader is.
+many it missed, so memory stays flat however slow a reader is. Listeners instead see every event,
+in the publishing thread (the Prometheus counters must miss none).
 """
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from dataclasses import dataclass
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class Batch:
@@ -24,6 +27,11 @@ class EventHub:
         self._buf: deque = deque(maxlen=capacity)
         self._next_seq = 0
         self._cond = threading.Condition()
+        self._listeners: tuple = ()
+
+    def add_listener(self, fn) -> None:
+        """fn(event) is called for every event published from now on; it must be quick."""
+        self._listeners = (*self._listeners, fn)
 
     def publish(self, event) -> int:
         with self._cond:
@@ -31,7 +39,12 @@ class EventHub:
             self._buf.append((seq, event))
             self._next_seq += 1
             self._cond.notify_all()
-            return seq
+        for fn in self._listeners:
+            try:
+                fn(event)
+            except Exception:  # noqa: BLE001 - a listener's bug must not stop an engine thread
+                log.exception("event listener failed")
+        return seq
 
     @property
     def head(self) -> int:

@@ -30,6 +30,9 @@ class StepEntry:
     num_tokens: int
     context_len: int
     slot: int = -1  # static/dynamic: the row in the launched batch; continuous: position in the batch
+    # Tokens served from the prefix cache when this step admitted the request (its prefill skipped
+    # them: num_tokens leaves them out, context_len counts them); 0 on every other entry.
+    cached_tokens: int = 0
 
     def to_list(self) -> list:
         return list(_entry_values(self))
@@ -74,18 +77,23 @@ class StepMessage(Event):
     TYPE: ClassVar[str] = "step"
     event: StepEvent
     deltas: dict[int, str] = field(default_factory=dict)
+    roofline: dict | None = None  # engine/roofline.py step_roofline(); sent only when known
 
     def to_dict(self) -> dict:
-        return {**self.event.to_dict(), **self.source(), "deltas": {str(k): v for k, v in self.deltas.items()}}
+        extra = {} if self.roofline is None else {"roofline": self.roofline}
+        return {**self.event.to_dict(), **self.source(), "deltas": {str(k): v for k, v in self.deltas.items()},
+                **extra}
 
     def hub_item(self) -> dict:
         # the hub keeps the StepEvent (Python readers use it as is); JSON is built later, once, by the
         # readers that need it (engine.api.protocol.encode_event)
-        return {"type": self.TYPE, **self.source(), "event": self.event, "deltas": self.deltas}
+        return {"type": self.TYPE, **self.source(), "event": self.event, "deltas": self.deltas,
+                "roofline": self.roofline}
 
     @classmethod
     def from_hub_item(cls, item: dict) -> StepMessage:
-        return cls(event=item["event"], deltas=item["deltas"], **{f.name: item.get(f.name) for f in fields(Event)})
+        return cls(event=item["event"], deltas=item["deltas"], roofline=item.get("roofline"),
+                   **{f.name: item.get(f.name) for f in fields(Event)})
 
 
 @dataclass(kw_only=True)
@@ -116,12 +124,14 @@ class FinishedEvent(Event):
     arrival_s: float
     first_token_s: float | None
     finish_s: float | None
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
 
     @classmethod
     def of(cls, out: RequestOutput) -> FinishedEvent:
         return cls(request_id=out.request_id, finish_reason=out.finish_reason, error=out.error, text=out.text,
                    num_prompt_tokens=len(out.prompt_token_ids), num_output_tokens=len(out.output_token_ids),
-                   arrival_s=out.arrival_s, first_token_s=out.first_token_s, finish_s=out.finish_s)
+                   arrival_s=out.arrival_s, first_token_s=out.first_token_s, finish_s=out.finish_s,
+                   num_cached_tokens=out.num_cached_tokens)
 
 
 @dataclass(kw_only=True)

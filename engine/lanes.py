@@ -109,6 +109,7 @@ _LABELS = {
     "max_num_seqs": lambda v: f"max batch {v}",
     "max_num_batched_tokens": lambda v: f"budget {v} tok",
     "enable_chunked_prefill": lambda v: f"chunked prefill {_on_off(v)}",
+    "enable_prefix_caching": lambda v: f"prefix cache {_on_off(v)}",
     "static_batch_size": lambda v: f"static batch {v}",
     "static_max_wait_s": lambda v: f"wait {v:g} s",
     "seed": lambda v: f"seed {v}",

@@ -46,7 +46,8 @@ class LLMEngine:
 
     # ---- setup -------------------------------------------------------------------------------
     def _fresh_state(self) -> None:
-        self.cache = KVCacheManager(self.runner.pool.num_blocks, self.cfg.block_size)
+        self.cache = KVCacheManager(self.runner.pool.num_blocks, self.cfg.block_size,
+                                    prefix_caching=self.cfg.enable_prefix_caching)
         self.scheduler = make_scheduler(self.cfg, self.cache, self.clock)
 
     def reset(self, reason: str) -> list[int]:
@@ -262,7 +263,8 @@ class LLMEngine:
         for row in sched.rows:
             req = row.request
             if row.num_new:
-                entries.append(StepEntry(req.request_id, row.phase, row.num_new, req.num_computed_tokens, row.slot))
+                entries.append(StepEntry(req.request_id, row.phase, row.num_new, req.num_computed_tokens, row.slot,
+                                         row.num_cached))
             if row.num_pad:
                 entries.append(StepEntry(req.request_id, PADDING, row.num_pad, req.num_computed_tokens, row.slot))
         tables = {rid: list(t) for rid, t in self.cache.block_tables.items()}
@@ -276,8 +278,10 @@ class LLMEngine:
             admitted=sched.admitted, finished=finished, preempted=sched.preempted,
             tokens_used=sched.num_tokens, token_budget=self.cfg.max_num_batched_tokens,
             num_blocks=self.cache.num_blocks, block_size=self.cfg.block_size,
-            used_blocks=self.cache.num_blocks - self.cache.num_free, block_tables=tables, kv_tokens=kv_tokens, reserved_unused_slots=held - sum(kv_tokens.values()),
-            sampled=sampled,
+            used_blocks=self.cache.num_blocks - self.cache.num_free, block_tables=tables, kv_tokens=kv_tokens,
+            reserved_unused_slots=held - sum(kv_tokens.values()), sampled=sampled,
+            cached_blocks=self.cache.cached_blocks, prefix_queries=sched.prefix_queries,
+            prefix_hits=sched.prefix_hits,
         )
 
     # ---- convenience -------------------------------------------------------------------------

@@ -94,6 +94,7 @@ class RequestOutput:
     finish_s: float | None
     error: str | None = None
     num_preemptions: int = 0
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at its latest admission
 
     @property
     def finished(self) -> bool:
@@ -116,6 +117,11 @@ class Request:
     # Tokens whose K/V are in the cache. Preemption resets it; the request then
     # recomputes prompt + output so far.
     num_computed_tokens: int = 0
+    # Prefix caching: prompt tokens served from the cache at its latest admission, the hashes of its
+    # full blocks so far, and how many of its leading blocks are in the cache's index.
+    num_cached_tokens: int = 0
+    block_hashes: list[bytes] = field(default_factory=list)
+    num_committed_blocks: int = 0
     text: str = ""
     finish_reason: FinishReason | None = None
     error: str | None = None
@@ -153,4 +159,5 @@ class Request:
             finish_s=self.finish_s,
             error=self.error,
             num_preemptions=self.num_preemptions,
+            num_cached_tokens=self.num_cached_tokens,
         )

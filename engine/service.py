@@ -22,6 +22,7 @@ from .handles import RequestHandle
 from .lanes import check_lane_name, lane_config
 from .limits import ClientLimiter, ClientLimits
 from .memory import GiB, check_kv_fits
+from .metrics_registry import ServiceMetrics
 from .request import MAX_TENANT_CHARS, SamplingParams, check_priority_tenant
 from .worker import EngineWorker, Submission
 
@@ -45,6 +46,8 @@ class EngineService:
         self.limiter = ClientLimiter(limits or ClientLimits.from_env())
         self.step_fault = None  # chaos testing: called before each step with the lane; may raise
         self.hub = EventHub(hub_capacity)
+        self.metrics = ServiceMetrics(self._lane_states, self._model_of)  # GET /metrics
+        self.hub.add_listener(self.metrics.observe)
         self.progress = progress or self._publish_progress
         self._t0 = time.perf_counter()
         self._lock = threading.RLock()
@@ -274,6 +277,13 @@ class EngineService:
             "engines": {name: {**w.status(), "config": dataclasses.asdict(w.cfg)}
                         for name, w in list(self.workers.items())},
         }
+
+    def _lane_states(self) -> dict[str, tuple[str, dict]]:
+        return {name: (w.cfg.model, w.status()) for name, w in list(self.workers.items())}
+
+    def _model_of(self, lane: str) -> str:
+        w = self.workers.get(lane)
+        return w.cfg.model if w is not None else ""
 
     def idle(self) -> bool:
         """No request in flight or queued on any engine."""

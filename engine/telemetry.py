@@ -37,6 +37,11 @@ class StepEvent:
     reserved_unused_slots: int  # slots held by requests but holding no token
     # new tokens sampled this step: request id -> token id
     sampled: dict[int, int] = field(default_factory=dict)
+    # prefix caching: evictable cached blocks (held by nobody, least recently used first), and the
+    # tokens of this step's admitted requests looked up in the cache and found there
+    cached_blocks: list[int] = field(default_factory=list)
+    prefix_queries: int = 0
+    prefix_hits: int = 0
 
     @property
     def block_owner(self) -> np.ndarray:
@@ -44,8 +49,17 @@ class StepEvent:
         derived on demand so that a step pays nothing for it)."""
         owner = np.full(self.num_blocks, -1, dtype=np.int32)
         for rid, table in self.block_tables.items():
-            owner[table] = rid
+            owner[table] = rid  # a shared block shows one of its holders
         return owner
+
+    @property
+    def shared_blocks(self) -> dict[int, int]:
+        """Block -> reference count, for the blocks more than one request holds (prefix caching)."""
+        refs: dict[int, int] = {}
+        for table in self.block_tables.values():
+            for b in table:
+                refs[b] = refs.get(b, 0) + 1
+        return {b: n for b, n in refs.items() if n > 1}
 
     @property
     def duration_s(self) -> float:
@@ -79,6 +93,9 @@ class StepEvent:
                 "block_tables": {str(k): v for k, v in self.block_tables.items()},
                 "kv_tokens": {str(k): v for k, v in self.kv_tokens.items()},
                 "reserved_unused_slots": self.reserved_unused_slots,
+                "cached": self.cached_blocks,
             },
+            "prefix_queries": self.prefix_queries,
+            "prefix_hits": self.prefix_hits,
             "sampled": {str(k): v for k, v in self.sampled.items()},
         }

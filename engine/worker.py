@@ -17,6 +17,7 @@ from .handles import RequestHandle
 from .llm_engine import LLMEngine
 from .memory import release_freed_memory
 from .request import SamplingParams
+from .roofline import EngineRoofline, engine_roofline
 
 log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.5      # nothing to do: wake up at least this often
@@ -62,6 +63,7 @@ class EngineWorker(threading.Thread):
         self._step_credits = 0             # single steps granted while paused
         self.last_step_ms = 0.0
         self.steps = 0
+        self.roofline: EngineRoofline | None = None  # the engine's model costs and device peaks
 
     # ---- called from other threads -----------------------------------------------------------
     def add(self, handle: RequestHandle, sub: Submission) -> None:
@@ -110,6 +112,8 @@ class EngineWorker(threading.Thread):
             "last_step_ms": self.last_step_ms,
             "kv_blocks": None if eng is None else eng.cache.num_blocks,
             "kv_used_blocks": None if eng is None else eng.cache.num_blocks - eng.cache.num_free,
+            "num_running": 0 if eng is None else eng.scheduler.num_running,
+            "num_waiting": 0 if eng is None else eng.scheduler.num_waiting,
             "max_model_len": None if eng is None else eng.max_model_len,
             "device": None if eng is None else str(eng.runner.device),
         }
@@ -154,7 +158,9 @@ class EngineWorker(threading.Thread):
 
     def _build(self, cfg: EngineConfig) -> LLMEngine:
         with _BUILD_LOCK:  # model loading is not thread-safe (transformers initialises on the meta device)
-            return LLMEngine(cfg, progress=self.svc.progress, clock=self.svc.clock, share_weights_with=self._share)
+            engine = LLMEngine(cfg, progress=self.svc.progress, clock=self.svc.clock, share_weights_with=self._share)
+            self.roofline = engine_roofline(engine)  # under the lock: no other load disturbs a first measurement
+            return engine
 
     def _run_commands(self) -> None:
         while True:
@@ -195,7 +201,8 @@ class EngineWorker(threading.Thread):
             return
         self.steps += 1
         self.last_step_ms = 1000 * ev.duration_s
-        self._stream(list(ev.sampled), ev.finished, StepMessage(event=ev))
+        roofline = None if self.roofline is None else self.roofline.step(ev)
+        self._stream(list(ev.sampled), ev.finished, StepMessage(event=ev, roofline=roofline))
         rest = self.svc.min_interval_s - (time.perf_counter() - t0)
         if rest > 0:
             self._halt.wait(rest)  # slow motion

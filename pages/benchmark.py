@@ -14,7 +14,7 @@ from engine.bench.config import ALL_STRATEGIES, BenchConfig
 from engine.bench.report import write_csv
 from engine.bench.workloads import PRESETS
 from engine.service import get_service
-from ui import bench_job
+from ui import bench_job, price
 from ui.role import VIEWER_NOTE, is_presenter
 
 svc = get_service()
@@ -38,6 +38,8 @@ with st.form("bench"):
     rates_text = c2.text_input("Arrival rates (requests/s, comma separated; empty = all at t=0)", "")
     slo_ttft = c3.number_input("SLO: TTFT (s)", 0.0, 600.0, 5.0, 0.5)
     slo_tpot = c3.number_input("SLO: TPOT (s)", 0.0, 10.0, 0.2, 0.05)
+    price_per_hour = c3.number_input(price.LABEL, 0.0, 10_000.0, price.current(), 0.1, format="%.2f",
+                                     help=price.HELP)
     submitted = st.form_submit_button("Run benchmark", type="primary", disabled=running)
 
 if submitted:
@@ -46,8 +48,9 @@ if submitted:
         if not strategies:
             raise ValueError("pick at least one strategy")
         # The live engines' configuration (a copy: the service may be reconfigured meanwhile).
+        price.remember(price_per_hour)
         cfg = BenchConfig(engine=dataclasses.replace(svc.cfg), slo_ttft_s=slo_ttft or None,
-                          slo_tpot_s=slo_tpot or None)
+                          slo_tpot_s=slo_tpot or None, price_per_hour=price_per_hour)
         job = bench_job.start(bench_job.BenchJob(workload, scale, strategies, rates, cfg, service=svc))
         running = True
     except (ValueError, RuntimeError) as e:
@@ -79,7 +82,8 @@ if job is not None and job.result is not None and not job.is_alive():
     table = pd.DataFrame(res["results"])
     cols = [c for c in ("lane", "strategy", "rate", "output_tokens_per_s", "requests_per_s", "ttft_p50_s",
                         "ttft_p99_s", "tpot_p50_s", "e2e_p50_s", "padding_waste_pct", "kv_waste_pct",
-                        "mean_batch_size", "goodput_requests_per_s", "telemetry_pct") if c in table]
+                        "mean_batch_size", "goodput_requests_per_s", "telemetry_pct", "usd_per_million_output_tokens")
+            if c in table]
     cols += [c for c in table if c.startswith("vs_") and c.endswith("_output_tokens_per_s")]
     st.subheader("Results")
     st.dataframe(table[cols].round(3), width="stretch", hide_index=True)

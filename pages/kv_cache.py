@@ -7,7 +7,9 @@ import streamlit as st
 
 from engine.service import get_service
 from ui.live_view import live_view
+from ui.hub_reader import session_reader
 from ui.kv_stats import KVStats
+from ui.roofline_panel import roofline_section
 
 svc = get_service()
 st.title("KV cache: paged blocks vs up-front reservation")
@@ -24,11 +26,7 @@ live_view(key="kv_detail", lanes=[lane], running=lanes, mode="kv_detail",
 
 @st.fragment(run_every=1.0)
 def fragmentation() -> None:
-    stats = st.session_state.get("kv_stats")
-    if stats is None:
-        stats = st.session_state.kv_stats = KVStats()
-    stats.consume(svc.hub)
-    rows = stats.table()
+    rows = session_reader("kv_stats", KVStats, svc.hub).table()
     if not rows:
         st.info("Numbers appear once an engine holds KV blocks.")
         return
@@ -41,3 +39,4 @@ def fragmentation() -> None:
 
 
 fragmentation()
+st.fragment(run_every=2.0)(roofline_section)(svc)

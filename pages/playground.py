@@ -7,11 +7,14 @@ import streamlit as st
 
 from engine import SamplingParams
 from engine.bench.workloads import load_prompts
+from engine.cost import usd_per_million_tokens
 from engine.service import get_service
 from ui import loadgen, preset_stream, presets, sidebar
 from ui.cards import Card, cards_html
 from ui.live_view import live_view
 from ui.metrics import LiveMetrics, ratio
+from ui.price import current as current_price
+from ui.price import price_input
 from ui.role import VIEWER_NOTE, current_client
 from ui.status import loading_banner
 
@@ -118,6 +121,9 @@ def metric_cards() -> None:
         st.info("Metrics appear as soon as the first request finishes.")
         return
     other = {shown[0]: shown[1], shown[1]: shown[0]} if len(shown) == 2 else {}  # each lane vs the other
+    price = current_price()
+    for r in summary.values():
+        r["usd_per_million_output_tokens"] = usd_per_million_tokens(r["output_tokens_per_s"], price)
     st.markdown(cards_html([(s, lane_cards(summary[s], other.get(s), summary.get(other.get(s))))
                             for s in shown]), unsafe_allow_html=True)
     if m.skipped:
@@ -155,7 +161,13 @@ def lane_cards(r: dict, other_name: str | None, other: dict | None) -> list[Card
              help="Allocated KV slots holding no token (static reserves prompt + max_tokens up front)"),
         Card("Mean batch", fmt(r["mean_batch_size"]), help="Rows per forward pass"),
         Card("Mean step", fmt(r["mean_step_ms"], " ms", digits=0)),
+        Card("Cost", "–" if r["usd_per_million_output_tokens"] is None else
+             f"${r['usd_per_million_output_tokens']:.2f}/M tok", **vs("usd_per_million_output_tokens"),
+             help=f"Dollars per million output tokens at ${current_price():.2f} per device hour. "
+                  "Live lanes share the device, so each lane's figure is higher than it would be alone; "
+                  "the ratio between lanes is what compares them"),
     ]
 
 
+price_input(st.columns([1, 4])[0])
 metric_cards()

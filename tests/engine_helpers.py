@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 
@@ -27,15 +28,22 @@ def greedy(max_tokens: int, **kw) -> SamplingParams:
 
 
 def check_kv_invariants(eng: LLMEngine) -> None:
-    """free + used == total, no block in two tables, no used block on the free list, refs match."""
+    """Every block is exactly one of free, held (reference count = the tables holding it) or cached and
+    evictable (prefix caching: held by nobody, still indexed)."""
     cache = eng.cache
     alloc = cache.allocator
-    owned = [b for t in cache.block_tables.values() for b in t]
-    assert len(owned) == len(set(owned)), "a block appears in two block tables"
-    assert alloc.num_free + len(owned) == cache.num_blocks, "free + used != total"
-    assert all(alloc.ref_count(b) == 1 for b in owned), "a held block's reference count is not 1"
-    free = set(alloc._free)
-    assert len(free) == alloc.num_free and not (free & set(owned)), "a used block is on the free list"
+    holders = Counter(b for t in cache.block_tables.values() for b in t)
+    for table in cache.block_tables.values():
+        assert len(table) == len(set(table)), "a block appears twice in one table"
+    assert all(alloc.ref_count(b) == n for b, n in holders.items()), "reference counts differ from the tables"
+    free, cached = set(alloc._free), set(cache.cached_blocks)
+    assert len(free) == alloc.num_free, "a block is on the free list twice"
+    assert not (free & holders.keys()) and not (cached & holders.keys()), "a held block is free or evictable"
+    assert not (free & cached), "a cached block is also on the free list"
+    assert len(free) + len(cached) + len(holders) == cache.num_blocks, "free + cached + held != total"
+    assert all(alloc.ref_count(b) == 0 for b in free | cached)
+    if cache.prefix is None:
+        assert all(n == 1 for n in holders.values()), "a block is shared without prefix caching"
 
 
 def owner_of_blocks(eng: LLMEngine) -> dict[int, int]:

@@ -26,7 +26,8 @@ def request(rid: int, prompt_len: int, max_tokens: int = 4, arrival_s: float = 0
 def scheduler(strategy: str = "continuous", num_blocks: int = 64, block_size: int = 4, clock=None,
               **cfg) -> Scheduler:
     config = EngineConfig(model="no-model", device="cpu", strategy=strategy, block_size=block_size, **cfg)
-    return make_scheduler(config, KVCacheManager(num_blocks, block_size), clock or FakeClock())
+    cache = KVCacheManager(num_blocks, block_size, prefix_caching=config.enable_prefix_caching)
+    return make_scheduler(config, cache, clock or FakeClock())
 
 
 def step(sched: Scheduler, now: float = 0.0) -> SchedulerOutput:

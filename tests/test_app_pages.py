@@ -153,6 +153,16 @@ def test_metric_cards_computed_from_events(svc):
     values = dict(re.findall(r'data-label="([^"]+)" data-value="([^"]*)"', cards))
     assert {"Throughput", "TTFT p50", "TPOT p99", "Padding waste", "KV waste"} <= set(values)
     assert int(values["Requests done"]) >= 1 and values["Throughput"].endswith(" tok/s")
+    assert re.fullmatch(r"\$\d+\.\d\d/M tok", values["Cost"])
+
+
+def test_kv_page_shows_the_roofline_of_recent_iterations(svc):
+    svc.submit([5, 6, 7], None, lanes=["continuous"])[0].result(30)
+    at = app("kv_cache.py")
+    assert not at.exception
+    assert any("Roofline" in h.value for h in at.subheader)
+    assert any("KiB per token" in m.value for m in at.markdown)
+    assert len(at.dataframe) == 2  # where the KV memory goes; the roofline per lane
 
 
 @pytest.mark.parametrize("page", ["about.py", "kv_cache.py", "benchmark.py"])
@@ -171,6 +181,7 @@ def test_benchmark_page_runs_in_background_and_shows_results(svc):
     job.join(120)
     assert job.error is None and job.result is not None
     assert [r["strategy"] for r in job.result["results"]] == ["continuous", "static"]
+    assert all(r["usd_per_million_output_tokens"] > 0 for r in job.result["results"])
     assert not svc.paused.is_set()  # the live engines resume after the run
     at.run()
     assert not at.exception

@@ -35,3 +35,17 @@ def test_blocking_read_wakes_on_publish():
     hub.publish({"x": 1})
     t.join(5)
     assert got and got[0].events[0][1] == {"x": 1}
+
+
+def test_listeners_see_every_event_and_a_failing_one_harms_nothing():
+    hub = EventHub(capacity=4)
+    seen = []
+
+    def broken(_):
+        raise RuntimeError("listener bug")
+
+    hub.add_listener(broken)
+    hub.add_listener(seen.append)
+    for i in range(10):
+        assert hub.publish({"i": i}) == i
+    assert [e["i"] for e in seen] == list(range(10))  # the ring kept 4; the listener saw all

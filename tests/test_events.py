@@ -25,11 +25,11 @@ SAMPLES = [
 
 def step_event() -> StepEvent:
     return StepEvent(step=4, strategy="continuous", t_start=1.0, t_end=1.25,
-                     entries=[StepEntry(7, "decode", 1, 12, 0), StepEntry(8, "padding", 3, 5, 1)],
+                     entries=[StepEntry(7, "decode", 1, 12, 0), StepEntry(8, "prefill", 3, 11, 1, cached_tokens=8)],
                      num_waiting=1, num_running=2, admitted=[8], finished=[], preempted=[], tokens_used=4,
                      token_budget=64, num_blocks=8, block_size=4, used_blocks=5,
-                     block_tables={7: [0, 1, 2], 8: [3, 4]}, kv_tokens={7: 12, 8: 5}, reserved_unused_slots=3,
-                     sampled={7: 42})
+                     block_tables={7: [0, 1, 2], 8: [0, 1, 3]}, kv_tokens={7: 12, 8: 11}, reserved_unused_slots=1,
+                     sampled={7: 42}, cached_blocks=[5, 6], prefix_queries=11, prefix_hits=8)
 
 
 @pytest.mark.parametrize("event", SAMPLES, ids=lambda e: f"{e.TYPE}-{getattr(e, 'event', '')}")
@@ -44,7 +44,8 @@ def test_wire_keys_are_the_ones_clients_read():
     assert set(request) == {"type", "request_id", "tag", "prompt", "messages", "num_prompt_tokens", "max_tokens",
                             "arrival_s", "priority", "tenant", "strategy"}
     assert set(finished) == {"type", "request_id", "finish_reason", "error", "text", "num_prompt_tokens",
-                             "num_output_tokens", "arrival_s", "first_token_s", "finish_s", "strategy"}
+                             "num_output_tokens", "arrival_s", "first_token_s", "finish_s", "num_cached_tokens",
+                             "strategy"}
     assert failed == {"type": "status", "event": "configure_failed", "error": "bad block size",
                       "strategy": "continuous"}
     # service-wide events name no strategy: every subscriber gets them
@@ -57,10 +58,14 @@ def test_step_message_is_the_step_event_plus_text_deltas():
     msg = StepMessage(event=step_event(), deltas={7: "x"}, strategy="continuous")
     wire = json.loads(json.dumps(msg.to_dict()))
     assert wire["type"] == "step" and wire["strategy"] == "continuous" and wire["deltas"] == {"7": "x"}
-    assert wire["entries"] == [[7, "decode", 1, 12, 0], [8, "padding", 3, 5, 1]]
+    assert wire["entries"] == [[7, "decode", 1, 12, 0, 0], [8, "prefill", 3, 11, 1, 8]]
     entry = dict(zip(ENTRY_FIELDS, wire["entries"][1]))
-    assert entry == {"request_id": 8, "phase": "padding", "num_tokens": 3, "context_len": 5, "slot": 1}
-    assert wire["kv"]["block_tables"] == {"7": [0, 1, 2], "8": [3, 4]} and wire["kv"]["reserved_unused_slots"] == 3
+    assert entry == {"request_id": 8, "phase": "prefill", "num_tokens": 3, "context_len": 11, "slot": 1,
+                     "cached_tokens": 8}
+    assert wire["kv"]["block_tables"] == {"7": [0, 1, 2], "8": [0, 1, 3]} and wire["kv"]["reserved_unused_slots"] == 1
+    # prefix caching: evictable blocks on the wire; shared ones are derived from the tables
+    assert wire["kv"]["cached"] == [5, 6] and (wire["prefix_queries"], wire["prefix_hits"]) == (11, 8)
+    assert msg.event.shared_blocks == {0: 2, 1: 2}
     # the hub keeps the StepEvent; JSON is built by the readers that need it
     item = msg.hub_item()
     assert item["type"] == "step" and item["strategy"] == "continuous" and item["event"] is msg.event

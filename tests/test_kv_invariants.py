@@ -24,9 +24,11 @@ ops = st.lists(
 @pytest.fixture(scope="module")
 def engines(tiny_model_dirs):
     # Small pool and budget so preemption, chunking and static reservations all happen.
-    return {(s, p): make_engine(tiny_model_dirs["llama"], strategy=s, scheduling_policy=p, num_kv_blocks=12,
-                                max_model_len=48, max_num_batched_tokens=12, max_num_seqs=4, static_batch_size=3)
-            for s in STRATEGIES for p in SCHEDULING_POLICIES}
+    # The prompts below share prefixes, so with prefix caching blocks are shared, cached and evicted.
+    return {(s, p, c): make_engine(tiny_model_dirs["llama"], strategy=s, scheduling_policy=p, num_kv_blocks=12,
+                                   max_model_len=48, max_num_batched_tokens=12, max_num_seqs=4, static_batch_size=3,
+                                   enable_prefix_caching=c)
+            for s in STRATEGIES for p in SCHEDULING_POLICIES for c in (False, True)}
 
 
 @pytest.mark.parametrize("policy", SCHEDULING_POLICIES)
@@ -34,7 +36,18 @@ def engines(tiny_model_dirs):
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seq=ops)
 def test_random_add_abort_step(engines, strategy, policy, seq):
-    eng = engines[strategy, policy]
+    _random_run(engines[strategy, policy, False], seq)
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seq=ops)
+def test_random_add_abort_step_with_prefix_caching(engines, strategy, policy, seq):
+    _random_run(engines[strategy, policy, True], seq)
+
+
+def _random_run(eng, seq):
     added, want = [], {}
     for op in seq:
         if op[0] == "add":

@@ -82,3 +82,17 @@ def test_priority_stream_sends_one_urgent_request_after_a_queue():
     arrivals = stream.fitted(Fit(128, 4))
     assert [x.priority for x in arrivals] == [0] * 12 + [-1] and arrivals[-1].at_s > arrivals[-2].at_s
     assert stream.presenter_only and not presets.DEFAULT.stream.presenter_only
+
+
+def test_prefix_cache_preset_sends_one_system_prompt_to_lanes_that_differ_only_in_caching():
+    preset = presets.by_name("prefix cache off vs on")
+    lanes = preset.lane_configs(BASE)
+    assert [c.enable_prefix_caching for c in lanes.values()] == [False, True]
+    assert describe_difference(lanes["cache on"], lanes["cache off"]) == ["prefix cache on"]
+    arrivals = preset.stream.fitted(Fit(2048, 8))
+    prompts = [a.prompt(i) for i, a in enumerate(arrivals)]
+    n = presets.SYSTEM_PROMPT
+    assert all(p[:n] == prompts[0][:n] and len(p) == n + 16 for p in prompts)
+    assert len({tuple(p[n:]) for p in prompts}) == len(prompts), "each asks its own question"
+    small = preset.stream.fitted(Fit(128, 8))  # a small context shortens the shared part too
+    assert all(a.shared_prefix < a.prompt_len <= 128 - a.max_tokens for a in small)

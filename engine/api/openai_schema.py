@@ -167,7 +167,9 @@ def _messages(messages) -> list[dict]:
 # ---- response bodies --------------------------------------------------------------------------
 def usage(out: RequestOutput) -> dict:
     p, c = len(out.prompt_token_ids), len(out.output_token_ids)
-    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    # as OpenAI reports it: prompt tokens served from the prefix cache
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+            "prompt_tokens_details": {"cached_tokens": out.num_cached_tokens}}
 
 
 def response_id(req: ApiRequest, request_id: int) -> str:

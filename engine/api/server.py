@@ -7,6 +7,7 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, WebSocketRoute
 
 from ..service import EngineService
+from .metrics_route import metrics_route
 from .openai_routes import openai_routes
 from .presenter import presenter_route
 from .ws import engine_ws_endpoint
@@ -16,7 +17,7 @@ ServiceGetter = Callable[[], EngineService]
 
 def build_routes(get_service: ServiceGetter) -> list[BaseRoute]:
     return [WebSocketRoute("/engine/ws", engine_ws_endpoint(get_service)), presenter_route(get_service),
-            *openai_routes(get_service)]
+            metrics_route(get_service), *openai_routes(get_service)]
 
 
 def create_app(service: EngineService) -> Starlette:

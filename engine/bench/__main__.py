@@ -67,6 +67,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=2, help="warm-up requests per lane and peer (not measured)")
     ap.add_argument("--slo-ttft", type=float, default=None, help="goodput SLO on TTFT, seconds")
     ap.add_argument("--slo-tpot", type=float, default=None, help="goodput SLO on TPOT, seconds")
+    ap.add_argument("--price-per-hour", type=float, default=None,
+                    help="dollars per device hour, for the cost per million output tokens "
+                         "(default: $INFLIGHT_PRICE_PER_HOUR or 2.00)")
     ap.add_argument("--json", default=None, help="write results as JSON")
     ap.add_argument("--csv", default=None, help="write results as CSV")
     ap.add_argument("--details", action="store_true", help="include per-request and per-step records in the JSON")
@@ -198,8 +201,9 @@ def main(argv=None) -> int:
         ours, _ = plan_lanes(strategies, lanes, engine)  # reject bad names before anything loads
         rates = parse_rates(args.rates)
         workload = build_workload(args)
+        price = {} if args.price_per_hour is None else {"price_per_hour": args.price_per_hour}
         cfg = BenchConfig(engine=engine, warmup_requests=args.warmup, threads=args.threads,
-                          slo_ttft_s=args.slo_ttft, slo_tpot_s=args.slo_tpot)
+                          slo_ttft_s=args.slo_ttft, slo_tpot_s=args.slo_tpot, **price)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -222,7 +226,8 @@ def main(argv=None) -> int:
           f"{w['name']}: {w['num_requests']} requests, prompts {w['prompt_tokens_mean']:.0f} tokens on average, "
           f"{w['output_tokens_total']} output tokens (mean {w['output_tokens_mean']:.0f}, "
           f"max {w['output_tokens_max']})")
-    print(lanes_line(ours, engine) + "\n")
+    print(lanes_line(ours, engine))
+    print(f"$/M out: dollars per million output tokens at ${cfg.price_per_hour:.2f} per device hour\n")
     print(format_table(result.results))
     print(cpu_note(result.results))
     if args.save_trace:

@@ -25,6 +25,7 @@ COLUMNS = [
     ("batch", "mean_batch_size", "{:.1f}", 1),
     ("goodput r/s", "goodput_requests_per_s", "{:.2f}", 1),
     ("telem %", "telemetry_pct", "{:.1f}", 1),
+    ("$/M out", "usd_per_million_output_tokens", "{:.2f}", 1),
 ]
 
 # Speedups: (header, key, higher_is_better)

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..config import EngineConfig
+from ..cost import usd_per_million_tokens
 from ..lanes import check_lane_name, lane_overrides
 from .config import ALL_STRATEGIES, OUR_STRATEGIES, PEER_STRATEGIES, BenchConfig
 from .control import check_cancel
@@ -126,6 +127,8 @@ def run_benchmark(workload: Workload, strategies: str | list[str] = (), cfg: Ben
                 run.info["repeats"] = [{"output_tokens_per_s": s["output_tokens_per_s"], "ttft_p50_s": s["ttft_p50_s"],
                                         "other_cpu_pct": r.info.get("other_cpu_pct")} for s, r in tries]
             summary = {"lane": name, **summary, "strategy": ours[name].strategy if name in ours else name}
+            summary["usd_per_million_output_tokens"] = usd_per_million_tokens(summary["output_tokens_per_s"],
+                                                                              cfg.price_per_hour)
             summary["rate"] = w.params.get("rate")
             summary["workload"] = w.name
             summary["info"] = run.info

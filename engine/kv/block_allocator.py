@@ -11,8 +11,9 @@ class OutOfBlocks(RuntimeError):
 class BlockAllocator:
     """Hands out physical block ids in [0, num_blocks).
 
-    A block returns to the free list when its reference count drops to zero.
-    Freed blocks go to the back, so recently used blocks are reused last.
+    A block is held while its reference count is above zero. `free` puts a block whose count drops to
+    zero back on the free list (at the back, so recently used blocks are reused last); `release` only
+    drops the counts and hands those blocks to the caller (the prefix cache keeps them evictable).
     """
 
     def __init__(self, num_blocks: int):
@@ -35,17 +36,27 @@ class BlockAllocator:
         return out
 
     def incref(self, block: int) -> None:
-        if self._refs[block] < 1:
-            raise ValueError(f"block {block} is free; cannot share it")
+        """One more holder of a held block, or the first holder again of a released one that the caller
+        kept off the free list (a cached block)."""
         self._refs[block] += 1
 
-    def free(self, blocks: list[int]) -> None:
+    def release(self, blocks: list[int]) -> list[int]:
+        """Drop one reference from each block; returns those no longer held (not put on the free list)."""
+        dropped = []
         for b in blocks:
             if self._refs[b] < 1:
                 raise ValueError(f"double free of KV block {b}")
             self._refs[b] -= 1
             if self._refs[b] == 0:
-                self._free.append(b)
+                dropped.append(b)
+        return dropped
+
+    def put_free(self, blocks: list[int]) -> None:
+        """Return released blocks (reference count zero) to the free list."""
+        self._free.extend(blocks)
+
+    def free(self, blocks: list[int]) -> None:
+        self.put_free(self.release(blocks))
 
     def ref_count(self, block: int) -> int:
         return self._refs[block]

@@ -1,16 +1,27 @@
-"""Block tables: which physical blocks hold each request's KV."""
+"""Block tables: which physical blocks hold each request's KV (shared through the prefix cache)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .block_allocator import BlockAllocator
+from .prefix_cache import PrefixCache, extend_block_hashes
+
+if TYPE_CHECKING:
+    from ..request import Request
 
 
 class KVCacheManager:
-    """Grows and frees per-request block tables on top of a BlockAllocator."""
+    """Grows and frees per-request block tables on top of a BlockAllocator.
 
-    def __init__(self, num_blocks: int, block_size: int):
+    With prefix caching, a request's table may start with blocks it shares with others (reference
+    counts), and blocks nobody holds stay cached until the pool needs them: `num_free` counts those
+    evictable blocks as free."""
+
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False):
         self.block_size = block_size
         self.allocator = BlockAllocator(num_blocks)
         self.block_tables: dict[int, list[int]] = {}
+        self.prefix = PrefixCache() if prefix_caching else None
 
     @property
     def num_blocks(self) -> int:
@@ -18,7 +29,12 @@ class KVCacheManager:
 
     @property
     def num_free(self) -> int:
-        return self.allocator.num_free
+        return self.allocator.num_free + (len(self.prefix.evictable) if self.prefix else 0)
+
+    @property
+    def cached_blocks(self) -> list[int]:
+        """Evictable cached blocks, least recently used first."""
+        return list(self.prefix.evictable) if self.prefix else []
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -28,20 +44,59 @@ class KVCacheManager:
         have = len(self.block_tables.get(request_id, ()))
         return max(0, self.blocks_for(num_tokens) - have)
 
-    def allocate(self, request_id: int, num_tokens: int) -> bool:
-        """Extend the request's table to cover num_tokens; False (and no change) if blocks run out."""
-        need = self.num_new_blocks(request_id, num_tokens)
-        if need > self.allocator.num_free:
+    # ---- prefix caching ----------------------------------------------------------------------
+    def match(self, request: Request) -> list[int]:
+        """Cached blocks holding the request's leading full blocks (none without prefix caching). The
+        last token is never served from the cache: its logits must be computed."""
+        if self.prefix is None:
+            return []
+        tokens = request.all_token_ids
+        hashes = extend_block_hashes(request.block_hashes, tokens, self.block_size)
+        return self.prefix.match(hashes, (len(tokens) - 1) // self.block_size)
+
+    def commit(self, request: Request) -> None:
+        """The request's KV now covers num_computed_tokens: cache its newly full blocks."""
+        if self.prefix is None:
+            return
+        full = request.num_computed_tokens // self.block_size
+        table = self.block_tables[request.request_id]
+        if full <= request.num_committed_blocks:
+            return
+        hashes = extend_block_hashes(request.block_hashes, request.all_token_ids, self.block_size)
+        for i in range(request.num_committed_blocks, full):
+            self.prefix.register(table[i], hashes[i])
+        request.num_committed_blocks = full
+
+    # ---- tables ------------------------------------------------------------------------------
+    def allocate(self, request_id: int, num_tokens: int, cached: list[int] = ()) -> bool:
+        """Extend the request's table to cover num_tokens, starting a new table with the `cached`
+        blocks from match(); False (and no change) if blocks run out."""
+        if cached and request_id in self.block_tables:
+            raise ValueError(f"request {request_id} already has a block table; cached blocks start one")
+        need = max(0, self.blocks_for(num_tokens) - len(cached)) if cached else self.num_new_blocks(
+            request_id, num_tokens)
+        revived = sum(1 for b in cached if self.allocator.ref_count(b) == 0)
+        if need + revived > self.num_free:
             return False
-        table = self.block_tables.setdefault(request_id, [])
+        for b in cached:
+            self.prefix.take(b)
+            self.allocator.incref(b)
+        table = self.block_tables.setdefault(request_id, list(cached))
         if need:
+            short = need - self.allocator.num_free
+            if short > 0:
+                self.allocator.put_free(self.prefix.evict(short))
             table.extend(self.allocator.allocate(need))
         return True
 
     def free(self, request_id: int) -> None:
         table = self.block_tables.pop(request_id, None)
-        if table:
-            self.allocator.free(table)
+        if not table:
+            return
+        released = self.allocator.release(table)
+        if self.prefix:  # the deepest blocks first: they are evicted before the prefix they extend
+            released = self.prefix.keep(released[::-1])
+        self.allocator.put_free(released)
 
     def slots(self, request_id: int, start: int, end: int) -> list[int]:
         table, bs = self.block_tables[request_id], self.block_size

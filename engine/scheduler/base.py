@@ -26,6 +26,7 @@ class ScheduledRow:
     num_new: int
     num_pad: int = 0
     slot: int = -1
+    num_cached: int = 0   # tokens served from the prefix cache when this row's request was admitted
 
     @property
     def samples(self) -> bool:
@@ -38,6 +39,9 @@ class SchedulerOutput:
     rows: list[ScheduledRow] = field(default_factory=list)
     admitted: list[int] = field(default_factory=list)
     preempted: list[int] = field(default_factory=list)
+    # prefix caching: tokens of the admitted requests looked up in the cache, and found there
+    prefix_queries: int = 0
+    prefix_hits: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -80,6 +84,7 @@ class Scheduler(ABC):
             samples = row.samples  # read before the count moves
             self.policy.on_served(req, row.num_new if row.phase == PREFILL else 0, int(samples))
             req.num_computed_tokens += row.num_new
+            self.cache.commit(req)
             if samples:
                 tok = next(it)
                 req.output_token_ids.append(tok)
@@ -125,8 +130,25 @@ class Scheduler(ABC):
         decoding = request.output_token_ids and request.num_computed_tokens == request.num_tokens - 1
         return DECODE if decoding and num_new == 1 else PREFILL
 
-    def _start(self, request: Request) -> None:
+    def _cached_prefix(self, request: Request) -> list[int]:
+        """Blocks of the prefix cache holding a request's leading tokens, when it starts from scratch."""
+        return self.cache.match(request) if request.num_computed_tokens == 0 else []
+
+    def _start(self, out: SchedulerOutput, request: Request, cached: list[int], num_tokens: int) -> bool:
+        """Start a waiting request on its cached prefix blocks, with KV for num_tokens more tokens after
+        them; False (and nothing changed) when the blocks do not fit."""
+        hit = len(cached) * self.cache.block_size
+        if not self.cache.allocate(request.request_id, request.num_computed_tokens + hit + num_tokens, cached):
+            return False
         request.status = RequestStatus.RUNNING
+        request.num_computed_tokens += hit
+        request.num_cached_tokens = hit
+        request.num_committed_blocks = len(cached)
+        out.admitted.append(request.request_id)
+        if self.cache.prefix is not None:
+            out.prefix_queries += request.num_tokens
+            out.prefix_hits += hit
+        return True
 
     def _preempt(self, request: Request) -> None:
         """Free the request's KV and queue it first; it recomputes prompt + output so far."""

@@ -64,17 +64,17 @@ class ContinuousScheduler(Scheduler):
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             req = self.waiting[0]
-            remaining = req.num_tokens - req.num_computed_tokens
+            cached = self._cached_prefix(req)
+            remaining = req.num_tokens - req.num_computed_tokens - len(cached) * self.cache.block_size
             if remaining > budget and not self.cfg.enable_chunked_prefill:
                 break
             n = min(remaining, budget)
-            if not self.cache.allocate(req.request_id, n):
+            if not self._start(out, req, cached, n):
                 break  # nobody overtakes the head of the queue
             self.waiting.popleft()
             self.running.append(req)
-            self._start(req)
-            out.admitted.append(req.request_id)
-            out.rows.append(ScheduledRow(req, self.phase_of(req, n), n, slot=len(out.rows)))
+            out.rows.append(ScheduledRow(req, self.phase_of(req, n), n, slot=len(out.rows),
+                                         num_cached=req.num_cached_tokens))
             budget -= n
 
     def _release(self, request: Request) -> None:

@@ -3,7 +3,8 @@
 A batch launches (static: when static_batch_size requests wait; dynamic: also
 when the oldest has waited static_max_wait_s), takes its rows from the waiting
 queue in policy order, reserves each row's KV for prompt + max_tokens up
-front, prefills every row padded to the longest prompt,
+front, prefills every row padded to the longest prompt (the part of it
+that the prefix cache does not hold, when prefix caching is on),
 then decodes every row each step until its longest request finishes. Rows that
 finish early keep their slot and their KV and are still computed (as pad
 tokens) until then; nobody joins mid-batch. This is what generate() does on a
@@ -48,19 +49,21 @@ class StaticScheduler(Scheduler):
         self._order_waiting()
         while self.waiting and len(self.batch) < self.cfg.static_batch_size:
             req = self.waiting[0]
-            if not self.cache.allocate(req.request_id, req.max_total_tokens):
+            cached = self._cached_prefix(req)
+            rest = req.max_total_tokens - len(cached) * self.cache.block_size
+            if not self._start(out, req, cached, rest):
                 break  # the reservation does not fit: it waits for the next batch
             self.waiting.popleft()
             self.batch.append(req)
-            self._start(req)
-            out.admitted.append(req.request_id)
         self.running = self.batch
         if not self.batch:
             return
-        longest = max(r.num_tokens for r in self.batch)
+        # Every row prefills what the prefix cache did not hold, left-padded to the longest such part.
+        longest = max(r.num_tokens - r.num_computed_tokens for r in self.batch)
         for slot, req in enumerate(self.batch):
-            out.rows.append(ScheduledRow(req, PREFILL, req.num_tokens, num_pad=longest - req.num_tokens,
-                                         slot=slot))
+            n = req.num_tokens - req.num_computed_tokens
+            out.rows.append(ScheduledRow(req, PREFILL, n, num_pad=longest - n, slot=slot,
+                                         num_cached=req.num_cached_tokens))
 
     def _release(self, request: Request) -> None:
         # A finished row keeps its slot and KV until the whole batch is done.

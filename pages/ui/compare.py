@@ -93,6 +93,8 @@ def _lane_fields(i: int, name: str, cfg) -> tuple[str, dict]:
         block_size=st.select_slider("KV block size (tokens)", BLOCK_SIZES, _nearest(BLOCK_SIZES, cfg.block_size),
                                     key=f"{tag}-block"),
         enable_chunked_prefill=st.toggle("Chunked prefill", cfg.enable_chunked_prefill, key=f"{tag}-chunked"),
+        enable_prefix_caching=st.toggle("Prefix caching", cfg.enable_prefix_caching, key=f"{tag}-prefix",
+                                        help="Share the KV blocks of prompt prefixes and keep them cached"),
         max_num_batched_tokens=st.select_slider("Token budget per iteration", BUDGETS,
                                                 _nearest(BUDGETS, cfg.max_num_batched_tokens), key=f"{tag}-budget"),
         max_num_seqs=st.slider("Max batch (sequences)", 1, 256, cfg.max_num_seqs, key=f"{tag}-seqs"),

@@ -13,7 +13,7 @@ import time
 from engine import SamplingParams
 from engine.access import LOCAL, Client
 
-from .presets import Arrival, Fit, Stream, prompt_ids
+from .presets import Arrival, Fit, Stream
 from .submitter import Submitter
 
 TAG = "preset"
@@ -40,7 +40,7 @@ class StreamRunner(Submitter):
             if self.halt.wait(max(0.0, t0 + a.at_s - time.monotonic())):
                 return
             params = SamplingParams(max_tokens=a.max_tokens, temperature=0.0, ignore_eos=True)
-            self.submit(prompt_ids(a.prompt_len, i), params, tag=TAG, priority=a.priority, tenant=a.tenant)
+            self.submit(a.prompt(i), params, tag=TAG, priority=a.priority, tenant=a.tenant)
 
 
 _current: StreamRunner | None = None  # one per process, like the service it feeds

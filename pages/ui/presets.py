@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from engine.lanes import lane_config
 
 LONG_PROMPT = 1500  # tokens: the prompt that arrives mid-decode in the chunked-prefill stream
+SYSTEM_PROMPT = 400  # tokens: the system prompt every request shares in the prefix-cache stream
+SYSTEM_PROMPT_SEED = 10_007  # prompt_ids seed of that system prompt (no request's own seed)
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,12 @@ class Arrival:
     max_tokens: int    # output tokens (EOS ignored)
     tenant: str | None = None  # whose request (the fair policy)
     priority: int = 0          # lower runs first (the priority policy)
+    shared_prefix: int = 0     # leading prompt tokens every arrival of the stream shares (a system prompt)
+
+    def prompt(self, seed: int) -> list[int]:
+        """Token ids: the stream's shared system prompt, then tokens of this request's own."""
+        shared = prompt_ids(self.shared_prefix, seed=SYSTEM_PROMPT_SEED)
+        return shared + prompt_ids(self.prompt_len - self.shared_prefix, seed)
 
 
 @dataclass(frozen=True)
@@ -44,7 +52,8 @@ class Stream:
         for a in self.arrivals(fit):
             max_tokens = max(1, min(a.max_tokens, fit.max_model_len // 4))
             prompt_len = max(1, min(a.prompt_len, fit.max_model_len - max_tokens))
-            out.append(dataclasses.replace(a, prompt_len=prompt_len, max_tokens=max_tokens))
+            out.append(dataclasses.replace(a, prompt_len=prompt_len, max_tokens=max_tokens,
+                                           shared_prefix=min(a.shared_prefix, prompt_len - 1)))
         return out
 
     @property
@@ -124,6 +133,12 @@ def _urgent_after_queue(fit: Fit) -> list[Arrival]:
     return [Arrival(0.0, 24, 24) for _ in range(12)] + [Arrival(1.5, 24, 24, priority=-1)]
 
 
+def _shared_system_prompt(fit: Fit) -> list[Arrival]:
+    # Every request: the same 400-token system prompt, then a 16-token question of its own. With the
+    # cache on, only the first computes the system prompt; the others prefill their question alone.
+    return [Arrival(0.6 * i, SYSTEM_PROMPT + 16, 16, shared_prefix=SYSTEM_PROMPT) for i in range(12)]
+
+
 CONTINUOUS = {"strategy": "continuous"}
 
 
@@ -186,6 +201,14 @@ PRESETS: tuple[Preset, ...] = (
            "it at once, preempting a running request (recomputed later).",
            Stream("Queue of 12 + 1 urgent", "12 requests at once, then at 1.5 s one with priority -1",
                   _urgent_after_queue)),
+    Preset("prefix cache off vs on",
+           {"cache off": {**CONTINUOUS, "enable_prefix_caching": False},
+            "cache on": {**CONTINUOUS, "enable_prefix_caching": True}},
+           "Gantt: with the cache on, every request after the first skips the shared 400-token system prompt "
+           "(drawn as served from the cache) and prefills only its question; KV map: the blocks they share. "
+           "Off, each computes all 416 tokens. Compare TTFT.",
+           Stream("12 requests, one system prompt", "12 requests, one every 0.6 s: the same 400-token system "
+                  "prompt, then a 16-token question of their own", _shared_system_prompt)),
 )
 DEFAULT = PRESETS[0]
 

@@ -1,0 +1,53 @@
+"""python -m engine.roofline_report: a model's roofline numbers on this device, without loading weights.
+
+  python -m engine.roofline_report [--model M] [--device cpu|cuda] [--dtype auto|float32|bfloat16] [--remeasure]
+
+Prints the model's weight and KV bytes per token, the device's measured peaks (cached on disk,
+engine/device_peaks.py) and the batch size from which a decode step turns compute-bound.
+"""
+from __future__ import annotations
+
+import argparse
+
+from .config import default_device, default_model
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m engine.roofline_report", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None, help="hub id or local directory (default: $INFLIGHT_MODEL or SmolLM2)")
+    ap.add_argument("--device", default=None, help="auto | cpu | cuda (default: $INFLIGHT_DEVICE or auto)")
+    ap.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16")
+    ap.add_argument("--remeasure", action="store_true", help="measure the device's peaks again")
+    args = ap.parse_args(argv)
+    for line in report(args.model or default_model(), args.device or default_device(), args.dtype, args.remeasure):
+        print(line)
+    return 0
+
+
+def report(model: str, device: str, dtype: str, remeasure: bool = False) -> list[str]:
+    import torch
+    from transformers import AutoConfig
+
+    from . import device_peaks as dp
+    from .model.loader import resolve_model_dir
+    from .model.runner import resolve_device, resolve_dtype
+    from .roofline import ModelCost, model_summary
+
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    cost = ModelCost.from_hf_config(AutoConfig.from_pretrained(resolve_model_dir(model)),
+                                    torch.tensor([], dtype=torch_dtype).element_size())
+    peaks = dp.measure_peaks(dev, torch_dtype) if remeasure else dp.device_peaks(dev, torch_dtype)
+    s = model_summary(cost, peaks)
+    bound = ", ".join(f"{'-' if b is None else f'{b:.0f}'} at {c} tokens of context"
+                      for c, b in s["decode_compute_bound_batch"].items())
+    return [f"model {model} ({torch_dtype}): {s['weight_bytes'] / 1e6:.0f} MB of matmul weights, "
+            f"KV {s['kv_bytes_per_token'] / 1024:.1f} KiB per token",
+            f"device {peaks.device}: {peaks.bytes_per_s / 1e9:.1f} GB/s, {peaks.flops_per_s / 1e9:.1f} GFLOP/s "
+            f"(ridge {peaks.ridge:.1f} FLOPs per byte); measured by {peaks.method}",
+            f"decode turns compute-bound from a batch of: {bound} ('-': never, KV reads outgrow the FLOPs)"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,160 @@
+"""GET /metrics: vLLM-named Prometheus metrics per lane, read back with prometheus_client's own parser."""
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from engine import SamplingParams
+from engine.access import Access
+from engine.api.server import create_app
+from engine.events import DECODE, PADDING, PREFILL, StepEntry
+from engine.metrics_registry import ServiceMetrics
+from service_helpers import assert_all_free, make_service, serve
+
+LANES = ("continuous", "dynamic")
+TOKEN = "presenter-token-metrics-1"
+
+
+@pytest.fixture(scope="module")
+def svc(tiny_model_dirs):
+    s = make_service(tiny_model_dirs["llama"], strategies=LANES)
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def base(svc):
+    with serve(create_app(svc)) as addr:
+        yield f"http://{addr}"
+
+
+@pytest.fixture(autouse=True)
+def _clean(svc):
+    yield
+    svc.resume()
+    assert_all_free(svc)
+
+
+def scrape(base, **headers) -> dict:
+    """{(sample name, frozenset of labels other than model_name): value}"""
+    r = httpx.get(f"{base}/metrics", headers=headers, timeout=10)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/plain")
+    out = {}
+    for fam in text_string_to_metric_families(r.text):
+        for s in fam.samples:
+            labels = {k: v for k, v in s.labels.items() if k != "model_name"}
+            out[s.name, frozenset(labels.items())] = s.value
+    return out
+
+
+def value(samples, name, lane, **labels):
+    """A series' value; 0 for one not there yet (a lane's series appear with its first event)."""
+    return samples.get((name, frozenset({"lane": lane, **labels}.items())), 0)
+
+
+def greedy(n):
+    return SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+
+
+def test_counters_and_histograms_after_real_requests(svc, base):
+    before = scrape(base)
+    prompts = ["Hello there", "The quick brown fox jumps", "Once upon a time"]
+    handles = [h for p in prompts for h in svc.submit(p, greedy(5))]
+    outs = [h.result(60) for h in handles]
+    after = scrape(base)
+    assert ("vllm:generation_tokens_total", frozenset({"lane": "dynamic"}.items())) in after
+    prompt_len = sum(len(o.prompt_token_ids) for o in outs) // len(LANES)
+    for lane in LANES:
+        def delta(name, **labels):
+            return value(after, name, lane, **labels) - value(before, name, lane, **labels)
+        assert delta("vllm:generation_tokens_total") == 15
+        assert delta("vllm:prompt_tokens_total") == prompt_len
+        assert delta("vllm:request_success_total", finished_reason="length") == 3
+        assert delta("vllm:request_success_total", finished_reason="abort") == 0
+        assert delta("vllm:time_to_first_token_seconds_count") == 3
+        assert delta("vllm:inter_token_latency_seconds_count") == 3 * 4
+        assert delta("vllm:e2e_request_latency_seconds_count") == 3
+        assert delta("vllm:e2e_request_latency_seconds_sum") > 0
+        # every token computed but the last one sampled per request: prompts, then 4 decode steps each
+        assert delta("vllm:iteration_tokens_total_sum") == prompt_len + 3 * 4
+        assert value(after, "vllm:num_requests_running", lane) == 0
+        assert value(after, "vllm:kv_cache_usage_perc", lane) == 0
+        assert value(after, "vllm:prefix_cache_queries_total", lane) >= 0
+
+
+def test_model_name_label_is_the_lane_model(svc, base):
+    r = httpx.get(f"{base}/metrics", timeout=10)
+    fam = next(f for f in text_string_to_metric_families(r.text) if f.name == "vllm:num_requests_waiting")
+    assert {s.labels["lane"] for s in fam.samples} == set(LANES)
+    assert {s.labels["model_name"] for s in fam.samples} == {svc.cfg.model}
+
+
+def test_gauges_follow_the_queue_and_the_batch(svc, base):
+    svc.pause()
+    handles = svc.submit("Hello there", greedy(4), lanes=["continuous"])
+    samples = scrape(base)
+    assert value(samples, "vllm:num_requests_waiting", "continuous") == 1
+    assert value(samples, "vllm:num_requests_running", "continuous") == 0
+    steps = svc.workers["continuous"].steps
+    svc.step_once()
+    deadline = time.monotonic() + 10
+    while svc.workers["continuous"].steps == steps and time.monotonic() < deadline:
+        time.sleep(0.01)
+    samples = scrape(base)
+    assert value(samples, "vllm:num_requests_waiting", "continuous") == 0
+    assert value(samples, "vllm:num_requests_running", "continuous") == 1
+    assert 0 < value(samples, "vllm:kv_cache_usage_perc", "continuous") <= 1
+    svc.resume()
+    handles[0].result(30)
+
+
+def test_room_mode_needs_the_presenter_token(svc, base):
+    svc.access, loopback = Access(room=True, token=TOKEN, api_key="audience-key-metrics"), svc.access
+    try:
+        assert httpx.get(f"{base}/metrics", timeout=10).status_code == 401
+        bad = httpx.get(f"{base}/metrics", headers={"Authorization": "Bearer audience-key-metrics"}, timeout=10)
+        assert bad.status_code == 401
+        assert scrape(base, Authorization=f"Bearer {TOKEN}")
+    finally:
+        svc.access = loopback
+    assert httpx.get(f"{base}/metrics", headers={"Origin": "http://evil.example"}, timeout=10).status_code == 403
+
+
+# ---- the arithmetic, on hand-made events ----------------------------------------------------------
+def _step(t_end, entries, sampled, **extra):
+    extra = {"prefix_queries": 0, "prefix_hits": 0, **extra}
+    ev = SimpleNamespace(t_end=t_end, entries=entries, sampled=sampled, preempted=[],
+                         tokens_used=sum(e.num_tokens for e in entries), **extra)
+    ev.num_padding_tokens = sum(e.num_tokens for e in entries if e.phase == PADDING)
+    return {"type": "step", "lane": "a", "event": ev}
+
+
+def test_latencies_prefix_counters_and_padding_from_events():
+    m = ServiceMetrics(lambda: {}, lambda lane: "m")
+    m.observe({"type": "request", "lane": "a", "request_id": 7, "arrival_s": 1.0, "num_prompt_tokens": 16})
+    # 6 of its 16 prompt tokens came from the prefix cache: the prompt still counts 16, as in vLLM
+    m.observe(_step(1.5, [StepEntry(7, PREFILL, 10, 16, cached_tokens=6), StepEntry(8, PADDING, 6, 0)], {7: 42},
+                    prefix_queries=16, prefix_hits=6))
+    m.observe(_step(1.75, [StepEntry(7, DECODE, 1, 11)], {7: 43}))
+    m.observe({"type": "finished", "lane": "a", "request_id": 7, "finish_reason": "stop", "arrival_s": 1.0,
+               "finish_s": 2.0})
+    m.observe({"type": "status", "event": "paused"})  # the service's own: ignored
+    text = m.exposition().decode()
+    s = {(x.name, x.labels.get("le"), x.labels.get("finished_reason")): x.value
+         for f in text_string_to_metric_families(text) for x in f.samples}
+    assert s["vllm:time_to_first_token_seconds_sum", None, None] == pytest.approx(0.5)
+    assert s["vllm:inter_token_latency_seconds_sum", None, None] == pytest.approx(0.25)
+    assert s["vllm:e2e_request_latency_seconds_sum", None, None] == pytest.approx(1.0)
+    assert s["vllm:iteration_tokens_total_sum", None, None] == 11  # padding left out
+    assert s["vllm:iteration_tokens_total_bucket", "8.0", None] == 1
+    assert s["vllm:prompt_tokens_total", None, None] == 16
+    assert s["vllm:prefix_cache_queries_total", None, None] == 16
+    assert s["vllm:prefix_cache_hits_total", None, None] == 6
+    assert s["vllm:request_success_total", None, "stop"] == 1
+    assert s["vllm:request_success_total", None, "error"] == 0
+    assert not m._arrival and not m._last_token  # nothing kept for a finished request
