@@ -38,8 +38,8 @@ def test_interval_union_and_intersection():
 
 
 def test_backlogged_window_and_tenant_rates():
-    # a: busy [0, 6); b: busy [2, 3) and [5, 8) -> both backlogged during [2, 3) and [5, 6), 2 s
-    recs = [_rec(0, 0, 0, 1, 4), _rec(1, 1, 1, 2, 6), _rec(2, 2, 2, 2.5, 3), _rec(3, 5, 5, 6, 8)]
+    # a waits during [0, 6); b during [2, 3) and [5, 8) -> both backlogged during [2, 3) and [5, 6), 2 s
+    recs = [_rec(0, 0, 4, 4.5, 5), _rec(1, 1, 6, 6.5, 7), _rec(2, 2, 3, 3.5, 4), _rec(3, 5, 8, 8.5, 9)]
     tenant_of = {0: "a", 1: "a", 2: "b", 3: "b"}
     assert backlogged_window(recs, tenant_of) == [(2, 3), (5, 6)]
     steps = [_step(1.0, {0: 10}),            # before the window: counted in tokens_served only
@@ -55,13 +55,13 @@ def test_backlogged_window_and_tenant_rates():
 
 
 def test_one_tenant_or_no_overlap_has_no_index():
-    recs = [_rec(0, 0, 0, 1, 2), _rec(1, 3, 3, 4, 5)]
+    recs = [_rec(0, 0, 1, 1, 2), _rec(1, 3, 4, 4, 5)]
     assert tenant_service(recs, [_step(1.5, {0: 3})], {0: "a", 1: "b"})["jain_index"] is None
     assert tenant_service(recs, [_step(1.5, {0: 3})], {0: "a", 1: "a"})["jain_index"] is None
 
 
 def test_summary_splits_classes_and_tenants():
-    recs = [_rec(0, 0.0, 0.0, 2.0, 6.0), _rec(1, 0.0, 3.0, 3.5, 4.0), _rec(2, 0.0, 1.0, 1.5, 2.0)]
+    recs = [_rec(0, 0.0, 2.0, 2.0, 6.0), _rec(1, 0.0, 3.0, 3.5, 4.0), _rec(2, 0.0, 1.0, 1.5, 2.0)]
     specs = [_spec(0, "long", "x"), _spec(1, "short", "y"), _spec(2, "short", "y")]
     steps = [_step(1.0, {0: 4}), _step(2.0, {0: 1, 2: 4}), _step(4.0, {0: 1, 1: 5})]
     m = summarize(StrategyRun("continuous", recs, steps, 0.0), specs=specs)
@@ -71,8 +71,9 @@ def test_summary_splits_classes_and_tenants():
     assert short["requests"] == 2 and short["queue_wait_max_s"] == pytest.approx(3.0)
     assert short["ttft_p50_s"] == pytest.approx(2.5) and short["e2e_p99_s"] == pytest.approx(2 + 0.99 * 2)
     assert m["classes"]["long"]["ttft_p50_s"] == pytest.approx(2.0)
-    assert m["backlogged_s"] == pytest.approx(4.0)  # x busy [0, 6), y busy [0, 4)
-    assert m["tenants"]["x"]["tokens_served"] == 6 and m["tenants"]["y"]["backlogged_rate"] == pytest.approx(9 / 4)
+    assert m["backlogged_s"] == pytest.approx(2.0)  # x waits during [0, 2), y during [0, 3)
+    assert m["tenants"]["x"]["tokens_served"] == 6 and m["tenants"]["y"]["backlogged_rate"] == pytest.approx(4 / 2)
+    assert m["jain_index"] == pytest.approx(81 / 82)  # rates 2.5 and 2
     plain = summarize(StrategyRun("continuous", recs, steps, 0.0), specs=[_spec(i) for i in range(3)])
     assert "classes" not in plain and "tenants" not in plain and "jain_index" not in plain
     peer = summarize(StrategyRun("hf-generate", recs, [_step(1.0)], 0.0), specs=specs)

@@ -1,7 +1,9 @@
 """Service per tenant, and how fairly it was shared while every tenant wanted more.
 
-- A tenant is *backlogged* at time t when one of its requests has arrived and not finished
-  (arrival_s <= t < finish_s): it has work queued or running. The *window* is the set of
+- A tenant is *backlogged* at time t when one of its requests is waiting: it has arrived and
+  not yet been admitted (arrival_s <= t < scheduled_s, its first admission; never admitted:
+  until the run's last finish). A running request is not backlog: it gets one token per step
+  whatever the policy, so only admission can be fair or unfair. The *window* is the set of
   times at which every tenant of the workload is backlogged (a union of intervals).
 - A tenant's tokens served: the tokens steps computed for its requests (their prefill and
   decode entries, padding excluded): prompt tokens (recomputation included) and one per decode,
@@ -51,11 +53,11 @@ def intersect(xs: list[Interval], ys: list[Interval]) -> list[Interval]:
 
 
 def backlogged_window(records: list[RequestRecord], tenant_of: dict[int, str]) -> list[Interval]:
-    """When every tenant is backlogged (records without a finish time count until the last finish)."""
+    """When every tenant has a request waiting for admission."""
     end = max((r.finish_s for r in records if r.finish_s is not None), default=0.0)
     busy: dict[str, list[Interval]] = {}
     for r in records:
-        busy.setdefault(tenant_of[r.index], []).append((r.arrival_s, end if r.finish_s is None else r.finish_s))
+        busy.setdefault(tenant_of[r.index], []).append((r.arrival_s, end if r.scheduled_s is None else r.scheduled_s))
     window: list[Interval] | None = None
     for intervals in busy.values():
         window = merge(intervals) if window is None else intersect(window, merge(intervals))

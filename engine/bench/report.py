@@ -129,7 +129,7 @@ def format_table(results: list[dict]) -> str:
         if any(r.get("classes") for r in rows):
             out.append("\nper class (queue max: longest wait from arrival to admission)\n" + class_table(rows))
         if any(r.get("tenants") for r in rows):
-            out.append("\nper tenant, tokens served (prompt + output) and rate while every tenant was backlogged\n"
+            out.append("\nper tenant: tokens served (prompt + decode) and their rate while every tenant had requests waiting\n"
                        + tenant_table(rows))
         for base in baselines(rows):
             others = [r for r in rows if r is not base]
