@@ -10,6 +10,8 @@ from streamlit import config
 
 from engine.access import Access
 from engine.api.server import build_routes
+from engine.config import EngineConfig
+from engine.lanes import lanes_from_env
 from engine.service import EngineService, get_service, shutdown_service
 
 
@@ -28,7 +30,9 @@ def _announce(access: Access, address: str, port: int) -> None:
 async def lifespan(_app):
     address, port = config.get_option("server.address"), config.get_option("server.port")
     access = Access.from_env(address)
-    get_service(lambda: EngineService(access=access))  # engines load in their own threads; pages show progress
+    base = EngineConfig()
+    lanes = lanes_from_env(base)  # INFLIGHT_LANES=lanes.json: e.g. a local lane beside a remote server
+    get_service(lambda: EngineService(base, access=access, lanes=lanes))  # engines load in their own threads
     _announce(access, address, port)
     yield
     shutdown_service()

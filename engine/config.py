@@ -90,6 +90,6 @@ def _is_num(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _check(ok: bool, name: str, value, expected: str) -> None:
+def _check(ok: bool, name: str, value, expected: str, owner: str = "EngineConfig") -> None:
     if not ok:
-        raise ValueError(f"EngineConfig.{name} must be {expected}, got {value!r}")
+        raise ValueError(f"{owner}.{name} must be {expected}, got {value!r}")

@@ -4,6 +4,19 @@ Events are dataclasses whose `to_dict()` is the wire shape ({"type": ..., fields
 event carries (lane, strategy) live on `Event`: adding one there adds it to every event. A step entry
 travels as a list in ENTRY_FIELDS order; `wire_contract()` hands that order and the phase names to
 the browser, so no client hard-codes them.
+
+Remote lanes (engine/remote_lane.py: a lane served by an OpenAI-compatible server elsewhere) emit the
+same events, built from timestamps taken here, at the client: sent, each streamed chunk, finished.
+They are labelled: every event of such a lane carries strategy REMOTE, and its config in `lanes` and
+in status carries `source: REMOTE`. What they mean there:
+- `request`: num_prompt_tokens is None unless the prompt was given as token ids (the server counts).
+- `step`: one per tick (at most every 50 ms) in which chunks arrived. A request is queued until its
+  first chunk (the server's own queueing and prefill are not visible from outside); the tick that
+  brings its first chunk carries it as a prefill entry, later ticks as decode entries whose
+  num_tokens is the chunks received (0 while it waits). slot is -1, there is no KV (0 blocks),
+  token_budget is 0 and `sampled` is empty: a remote server streams text, not token ids.
+- `finished`: the token counts are the server's usage when it reports it, else the chunks counted.
+- `remote_metrics`: the server's own gauges, polled from its /metrics.
 """
 from __future__ import annotations
 
@@ -20,6 +33,7 @@ PREFILL = "prefill"  # a prompt chunk, or a recompute after preemption
 DECODE = "decode"    # one new token
 PADDING = "padding"  # computed but discarded: static batching's pad tokens and finished rows still in the batch
 PHASES = (PREFILL, DECODE, PADDING)
+REMOTE = "remote"    # the strategy of a remote lane's events, and the `source` of its config
 
 
 @dataclass
@@ -104,11 +118,12 @@ class RequestEvent(Event):
     tag: str
     prompt: str | None  # None when given as token ids or chat messages
     messages: list | None
-    num_prompt_tokens: int
+    num_prompt_tokens: int | None  # None: not known yet (a remote lane's text prompt)
     max_tokens: int
     arrival_s: float
     priority: int = 0           # lower runs first under the priority policy
     tenant: str | None = None   # whose request (the fair policy); None: no tenant named
+    name: str | None = None     # the participant who sent it through /join (plain text); None: not named
 
 
 @dataclass(kw_only=True)
@@ -157,14 +172,27 @@ class GpuEvent(Event):
 
 @dataclass(kw_only=True)
 class LanesEvent(Event):
-    """The lanes now running: name -> its configuration."""
+    """The lanes now running: name -> its configuration (a remote lane's has `source: "remote"`,
+    its URL and model, and never its API key)."""
     TYPE: ClassVar[str] = "lanes"
     lanes: dict[str, dict[str, Any]]
 
 
-EVENTS = (StepMessage, RequestEvent, FinishedEvent, StatusEvent, GpuEvent, LanesEvent)
+@dataclass(kw_only=True)
+class RemoteMetricsEvent(Event):
+    """A remote lane's server's own gauges, read from its Prometheus /metrics (vLLM or SGLang names),
+    summed over its engines (KV usage: their mean). None: the server does not export that one."""
+    TYPE: ClassVar[str] = "remote_metrics"
+    t: float
+    num_running: float | None
+    num_waiting: float | None
+    kv_usage: float | None  # 0-1
+
+
+EVENTS = (StepMessage, RequestEvent, FinishedEvent, StatusEvent, GpuEvent, LanesEvent, RemoteMetricsEvent)
 
 
 def wire_contract() -> dict:
     """What a client needs to read events without hard-coding them (the live view gets this)."""
-    return {"entry_fields": list(ENTRY_FIELDS), "phases": list(PHASES)}
+    return {"entry_fields": list(ENTRY_FIELDS), "phases": list(PHASES), "event_types": [e.TYPE for e in EVENTS],
+            "remote_strategy": REMOTE}

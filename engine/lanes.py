@@ -1,4 +1,5 @@
-"""Lanes: a name plus a full EngineConfig, written as text (`name:key=value,...`) or JSON.
+"""Lanes: a name plus a full EngineConfig, written as text (`name:key=value,...`) or JSON; or a name
+plus a remote OpenAI-compatible server (`name:remote=http://host:8000/v1,model=...`, engine/remote_config.py).
 
 Pure functions, no threads: the benchmark's CLI and the UI parse, compare and label lanes here.
 """
@@ -6,9 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 
 from .config import STRATEGIES, EngineConfig
+from .remote_config import RemoteConfig, is_remote_spec, remote_config
 
 MAX_NAME_LEN = 32
 _NAME_RE = re.compile(r"^[A-Za-z0-9 ._-]+$")
@@ -29,6 +32,11 @@ def lane_config(base: EngineConfig, overrides: dict) -> EngineConfig:
     if unknown:
         raise ValueError(f"unknown EngineConfig field {unknown[0]!r}; fields: {', '.join(FIELDS)}")
     return dataclasses.replace(base, **overrides)
+
+
+def lane_spec(base: EngineConfig, spec: dict) -> EngineConfig | RemoteConfig:
+    """A lane's spec: a remote server's ({"remote": url, "model": ...}) or the fields that differ from base."""
+    return remote_config(spec) if is_remote_spec(spec) else lane_config(base, spec)
 
 
 def parse_value(text: str):
@@ -64,8 +72,8 @@ def parse_lane(text: str, base: EngineConfig) -> tuple[str, EngineConfig]:
     return name, _named(name, base, overrides)
 
 
-def load_lanes(path: str, base: EngineConfig) -> dict[str, EngineConfig]:
-    """A JSON file {"lane name": {"strategy": "static", "block_size": 128, ...}, ...}."""
+def load_lanes(path: str, base: EngineConfig) -> dict[str, EngineConfig | RemoteConfig]:
+    """A JSON file {"lane name": {"strategy": "static", "block_size": 128, ...}, ...} (or {"remote": ...})."""
     with open(path) as f:
         data = json.load(f)
     if not isinstance(data, dict) or not data:
@@ -78,9 +86,15 @@ def load_lanes(path: str, base: EngineConfig) -> dict[str, EngineConfig]:
     return lanes
 
 
-def _named(name: str, base: EngineConfig, overrides: dict) -> EngineConfig:
+def lanes_from_env(base: EngineConfig, environ=os.environ) -> dict[str, EngineConfig | RemoteConfig] | None:
+    """The lanes the server starts with: the JSON file named by INFLIGHT_LANES (None: the default lanes)."""
+    path = environ.get("INFLIGHT_LANES", "").strip()
+    return load_lanes(path, base) if path else None
+
+
+def _named(name: str, base: EngineConfig, overrides: dict) -> EngineConfig | RemoteConfig:
     try:
-        return lane_config(base, overrides)
+        return lane_spec(base, overrides)
     except (ValueError, TypeError) as e:
         raise ValueError(f"lane {name!r}: {e}") from None
 
@@ -116,6 +130,10 @@ _LABELS = {
 }
 
 
-def describe_difference(a: EngineConfig, b: EngineConfig) -> list[str]:
-    """Short labels of how a differs from b, in field order, e.g. ["static", "block 128"]."""
+def describe_difference(a, b) -> list[str]:
+    """Short labels of how a differs from b, in field order, e.g. ["static", "block 128"]. Beside a
+    remote lane, each side says what it is: ["remote host:8000", "Llama-3.1-8B"] and ["continuous", ...]."""
+    if isinstance(a, RemoteConfig) or isinstance(b, RemoteConfig):
+        where = f"remote {a.host}" if isinstance(a, RemoteConfig) else a.strategy
+        return [where, _LABELS["model"](a.model)]
     return [_LABELS.get(k, lambda v, k=k: f"{k} {v}")(v) for k, v in lane_overrides(a, b).items()]

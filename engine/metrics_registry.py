@@ -10,6 +10,9 @@ As in vLLM, a request's prompt tokens count once, at its first token (tokens ser
 cache included; prefix_cache_hits says how many were); an iteration's tokens leave out static
 batching's padding. Latencies use the engine's clock: time to
 first token and inter-token latency end at the end of the step that sampled the token.
+
+Remote lanes are left out: their server exports its own /metrics, and what we time of them is
+measured at the client, not in an engine.
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+
+from .events import REMOTE
 
 log = logging.getLogger(__name__)
 LABELS = ("model_name", "lane")
@@ -73,7 +78,7 @@ class ServiceMetrics:
     def observe(self, item: dict) -> None:
         """One EventHub item (an EventHub listener); events without a lane are the service's own."""
         lane, kind = item.get("lane"), item.get("type")
-        if lane is None:
+        if lane is None or item.get("strategy") == REMOTE:
             return
         labels = (self._model_of(lane), lane)
         with self._lock:

@@ -67,7 +67,8 @@ def step_work(cost: ModelCost, entries, num_sampled: int) -> tuple[int, int]:
 
 
 def step_roofline(cost: ModelCost, ev, peaks=None) -> dict:
-    """One StepEvent's roofline numbers (JSON-ready); utilizations only with the device's peaks."""
+    """One StepEvent's roofline numbers (JSON-ready); utilizations, and the peaks they divide by (the live
+    view draws the device's roof from them), only with the device's peaks."""
     flops, moved = step_work(cost, ev.entries, len(ev.sampled))
     seconds = max(ev.t_end - ev.t_start, 1e-9)
     out = {"flops": flops, "bytes": moved, "intensity": flops / moved, "flops_per_s": flops / seconds,
@@ -75,6 +76,7 @@ def step_roofline(cost: ModelCost, ev, peaks=None) -> dict:
     if peaks is not None:
         out["mem_util"] = out["bytes_per_s"] / peaks.bytes_per_s
         out["compute_util"] = out["flops_per_s"] / peaks.flops_per_s
+        out["peak_bytes_per_s"], out["peak_flops_per_s"] = peaks.bytes_per_s, peaks.flops_per_s
     return out
 
 

@@ -1,5 +1,6 @@
 """EngineService: lanes (a name plus an EngineConfig), one LLMEngine each, stepping in its own
-thread; one API for all callers.
+thread; one API for all callers. A lane may instead be a remote OpenAI-compatible server (a
+RemoteConfig, served by a RemoteWorker: engine/remote_lane.py).
 
 The UI, the websocket and the OpenAI routes all go through this object. One submission can go to
 several lanes at once; it gets the same request id and the same arrival time on each, so the lanes
@@ -19,15 +20,23 @@ from .event_hub import EventHub
 from .events import LanesEvent, StatusEvent
 from .gpu_monitor import start_gpu_monitor
 from .handles import RequestHandle
-from .lanes import check_lane_name, lane_config
+from .lanes import check_lane_name, lane_spec
 from .limits import ClientLimiter, ClientLimits
 from .memory import GiB, check_kv_fits
 from .metrics_registry import ServiceMetrics
+from .participants import Participants, clean_name
+from .remote_config import RemoteConfig
+from .remote_lane import RemoteWorker
 from .request import MAX_TENANT_CHARS, SamplingParams, check_priority_tenant
 from .worker import EngineWorker, Submission
 
 log = logging.getLogger(__name__)
-Lanes = dict[str, EngineConfig]
+LaneConfig = EngineConfig | RemoteConfig
+# automatic slow motion: while at most this many requests run on a lane, each of its iterations lasts
+# at least this long, so a presenter can talk over a handful of rows; a crowd runs at full speed
+AUTO_SLOW_MAX_RUNNING = 4
+AUTO_SLOW_INTERVAL_S = 0.4
+Lanes = dict[str, LaneConfig]
 
 
 class EngineService:
@@ -44,6 +53,7 @@ class EngineService:
         self._configuring: set[str] = set()
         self.access = access or Access.from_env()
         self.limiter = ClientLimiter(limits or ClientLimits.from_env())
+        self.participants = Participants()  # who joined through /join
         self.step_fault = None  # chaos testing: called before each step with the lane; may raise
         self.hub = EventHub(hub_capacity)
         self.metrics = ServiceMetrics(self._lane_states, self._model_of)  # GET /metrics
@@ -54,7 +64,10 @@ class EngineService:
         self._next_id = 0
         self.paused = threading.Event()
         self.min_interval_s = 0.0  # slow motion: each iteration lasts at least this long
+        self.auto_slow_motion = False  # slow down while only a few requests run (pace_s)
         self.last_progress = ""    # latest model download / conversion message
+        self.recorder = None  # engine/recording: the Recorder writing this service's events, if any
+        self.replay = None    # engine/recording: a Replayer the live views show instead of the engines
         self.workers: dict[str, EngineWorker] = {}  # replaced whole, never changed in place
         for name, lane_cfg in lanes.items():
             self.workers = {**self.workers, name: self._new_worker(name, lane_cfg)}
@@ -65,12 +78,16 @@ class EngineService:
         """Seconds since the service started: the time axis every engine and view shares."""
         return time.perf_counter() - self._t0
 
-    def _new_worker(self, lane: str, cfg: EngineConfig) -> EngineWorker:
+    def _new_worker(self, lane: str, cfg: LaneConfig) -> EngineWorker | RemoteWorker:
+        if isinstance(cfg, RemoteConfig):
+            w = RemoteWorker(self, lane, cfg)
+            w.start()
+            return w
         # A lane on the same model, device and dtype as another shares its weights (waiting for them
         # if that lane is still loading): one copy in memory, and no two loads at once.
         share = self.engine_on(cfg)
         loading = None if share is not None else next(
-            (w for w in self.workers.values() if _same_weights(w.cfg, cfg)), None)
+            (w for w in self.workers.values() if isinstance(w.cfg, EngineConfig) and _same_weights(w.cfg, cfg)), None)
         w = EngineWorker(self, lane, cfg, share=share, weights_from=loading)
         w.start()
         return w
@@ -89,6 +106,9 @@ class EngineService:
             w.wait_ready(timeout)
 
     def stop(self) -> None:
+        for player in (self.replay, self.recorder):  # a recording in progress keeps what was written
+            if player is not None:
+                player.stop()
         if self.gpu_monitor is not None:
             self.gpu_monitor.stop()
         for w in list(self.workers.values()):
@@ -110,17 +130,21 @@ class EngineService:
     # ---- commands ----------------------------------------------------------------------------
     def submit(self, prompt=None, params: SamplingParams | None = None, *, messages=None,
                lanes=None, tag: str = "api", timeout: float = 60.0,
-               client: Client = LOCAL, priority: int = 0, tenant: str | None = None) -> list[RequestHandle]:
+               client: Client = LOCAL, priority: int = 0, tenant: str | None = None,
+               name: str | None = None) -> list[RequestHandle]:
         """Queue one request on each lane (default: all); returns one handle per lane.
 
         Give `prompt` (text or token ids) or chat `messages`. Bad input raises ValueError
         (checked by the engines themselves, so the limits are exact) and nothing is queued.
         A viewer `client` is held to the room's limits (LimitExceeded, a ValueError); it may not
         jump the queue (a priority below 0 is refused: NotPresenter), and its tenant is its client
-        key whatever it names, so it can neither pose as another tenant nor split itself into many."""
+        key whatever it names, so it can neither pose as another tenant nor split itself into many.
+        `name`: the participant's display name (plain text, see engine/participants.py); a named
+        request counts toward the room's participants."""
         if (prompt is None) == (messages is None):
             raise ValueError("give exactly one of prompt or messages")
         _check_text(prompt, messages)
+        name = None if name is None else clean_name(name)
         check_priority_tenant(priority, tenant)
         if priority < 0:
             self.access.require_presenter(client, "a priority better than 0")
@@ -135,7 +159,7 @@ class EngineService:
         arrival = self.clock()
         handles = [RequestHandle(rid, w.lane, tag) for w in workers]
         for w, h in zip(workers, handles):
-            w.add(h, Submission(prompt, messages, params, arrival, priority, tenant))
+            w.add(h, Submission(prompt, messages, params, arrival, priority, tenant, name))
         if reservation is not None:
             reservation.hold(handles)  # counts as in flight until every copy has finished
         for w, h in zip(workers, handles):
@@ -146,6 +170,8 @@ class EngineService:
         if rejected is not None:
             self._abort_handles(workers, handles)
             raise ValueError(rejected.rejection)
+        if name is not None:
+            self.participants.count(client.key, name, arrival)
         return handles
 
     @staticmethod
@@ -180,15 +206,29 @@ class EngineService:
         self.min_interval_s = float(min_interval_s)
         self._status("slow_motion")
 
+    def set_auto_slow_motion(self, on: bool) -> None:
+        self.auto_slow_motion = bool(on)
+        self._status("slow_motion")
+
+    def pace_s(self, num_running: int) -> float:
+        """How long an iteration that ran `num_running` requests lasts at least (slow motion)."""
+        auto = self.auto_slow_motion and 0 < num_running <= AUTO_SLOW_MAX_RUNNING
+        return max(self.min_interval_s, AUTO_SLOW_INTERVAL_S if auto else 0.0)
+
     # ---- settings and lanes --------------------------------------------------------------------
     def configure(self, lanes=None, **changes) -> EngineConfig:
         """Change settings (any EngineConfig field but strategy) on the given lanes (default: all
-        lanes and the base config new lanes start from). Returns the new base config."""
+        local lanes and the base config new lanes start from; a remote lane's settings are its
+        server's). Returns the new base config."""
         if "strategy" in changes:
             raise ValueError("a lane's strategy is part of the lane: change it with set_lanes")
         with self._lock:
             base, target = self._target
             names = set(self._running(lanes))
+            remote = [n for n in names if isinstance(target[n], RemoteConfig)]
+            if lanes is not None and remote:
+                raise ValueError(f"lane {remote[0]!r} is a remote server: its settings are the server's")
+            names -= set(remote)
             new_base = dataclasses.replace(base, **changes) if lanes is None else base
             new_lanes = {n: dataclasses.replace(c, **changes) if n in names else c for n, c in target.items()}
             self._apply(new_base, new_lanes)
@@ -197,8 +237,9 @@ class EngineService:
 
     def set_lanes(self, lanes: dict) -> None:
         """Run exactly these lanes (name -> an EngineConfig, or a dict of the fields that differ from
-        the base config), in display order: new ones start, changed ones drain and restart, removed
-        ones drain and stop. Requests in flight always finish."""
+        the base config; or a RemoteConfig, or a dict with a "remote" URL), in display order: new ones
+        start, changed ones drain and restart, removed ones drain and stop. Requests in flight always
+        finish."""
         with self._lock:
             base = self._target[0]
             self._apply(base, _check_lanes(lanes, base))
@@ -206,7 +247,7 @@ class EngineService:
 
     def _publish_lanes(self) -> None:
         lanes = self._target[1]
-        self.hub.publish(LanesEvent(lanes={n: dataclasses.asdict(c) for n, c in lanes.items()}).hub_item())
+        self.hub.publish(LanesEvent(lanes={n: lane_dict(c) for n, c in lanes.items()}).hub_item())
 
     def _apply(self, base: EngineConfig, lanes: Lanes) -> None:
         """Each engine stops admitting, finishes its in-flight requests, restarts with the new
@@ -215,23 +256,35 @@ class EngineService:
         every engine keeps (or returns to) the committed ones, which never show the failed ones."""
         for name, c in lanes.items():  # each pool that will be built must fit what is free now
             w = self.workers.get(name)
-            if c.kv_cache_memory_gb is not None and (w is None or w.cfg != c):
+            if getattr(c, "kv_cache_memory_gb", None) is not None and (w is None or w.cfg != c):
                 check_kv_fits(int(c.kv_cache_memory_gb * GiB), _device_of(c))
         self._target = (base, lanes)
         workers = dict(self.workers)
         for name, c in lanes.items():  # new lanes first: they may share the weights of lanes going away
             if name not in workers:
                 workers[name] = self._new_worker(name, c)
-        for name, w in workers.items():
+        for name, w in list(workers.items()):
             if name not in lanes:
                 w.stop(drain=True)
                 self._configuring.discard(name)
-            elif w.cfg != lanes[name]:
-                self._configuring.add(name)
-                w.reconfigure(lanes[name])
+            else:
+                workers[name] = self._change(w, lanes[name])
         self.workers = {name: workers[name] for name in lanes}  # display order; one assignment
         if not self._configuring:
             self._commit()
+
+    def _change(self, w, cfg: LaneConfig):
+        """The worker that runs cfg in w's lane: w itself (reconfigured if need be), or, when w or cfg
+        is remote, a new worker while w drains and stops."""
+        if w.cfg == cfg:
+            return w
+        if isinstance(w, EngineWorker) and isinstance(cfg, EngineConfig):
+            self._configuring.add(w.lane)
+            w.reconfigure(cfg)
+            return w
+        w.stop(drain=True)
+        self._configuring.discard(w.lane)
+        return self._new_worker(w.lane, cfg)
 
     def _commit(self) -> None:
         self._committed = self._target
@@ -261,10 +314,7 @@ class EngineService:
         old = self._committed[1]
         lanes = {name: old.get(name, c) for name, c in self._target[1].items()}
         self._target = (self._committed[0], lanes)
-        for name, w in self.workers.items():
-            if w.cfg != lanes[name]:
-                self._configuring.add(name)
-                w.reconfigure(lanes[name])
+        self.workers = {name: self._change(w, lanes[name]) for name, w in self.workers.items()}
 
     # ---- state ---------------------------------------------------------------------------------
     def status(self) -> dict:
@@ -273,8 +323,10 @@ class EngineService:
             "t": self.clock(),
             "paused": self.paused.is_set(),
             "slow_motion_s": self.min_interval_s,
+            "auto_slow_motion": self.auto_slow_motion,
+            "room": self.participants.summary(),
             "config": dataclasses.asdict(self.cfg),
-            "engines": {name: {**w.status(), "config": dataclasses.asdict(w.cfg)}
+            "engines": {name: {**w.status(), "config": lane_dict(w.cfg)}
                         for name, w in list(self.workers.items())},
         }
 
@@ -321,6 +373,11 @@ class EngineService:
         return None
 
 
+def lane_dict(cfg: LaneConfig) -> dict:
+    """A lane's settings as status and the `lanes` event show them (a remote lane's without its key)."""
+    return cfg.to_dict() if isinstance(cfg, RemoteConfig) else dataclasses.asdict(cfg)
+
+
 def _same_weights(a: EngineConfig, b: EngineConfig) -> bool:
     return (a.model, a.device, a.dtype) == (b.model, b.device, b.dtype)
 
@@ -337,16 +394,17 @@ def strategy_lanes(base: EngineConfig, strategies) -> Lanes:
 
 
 def _check_lanes(lanes, base: EngineConfig) -> Lanes:
-    """name -> EngineConfig, each name checked; a dict value is the fields that differ from base."""
+    """name -> EngineConfig or RemoteConfig, each name checked; a dict value is the fields that differ
+    from base, or a remote lane's spec ({"remote": url, "model": ...})."""
     if not isinstance(lanes, dict) or not lanes:
         raise ValueError(f"lanes must be a non-empty mapping of lane name -> EngineConfig, got {lanes!r}")
     out = {}
     for name, cfg in lanes.items():
         check_lane_name(name)
         if isinstance(cfg, dict):
-            cfg = lane_config(base, cfg)
-        if not isinstance(cfg, EngineConfig):
-            raise ValueError(f"lane {name!r}: expected an EngineConfig or a dict of its fields, "
+            cfg = lane_spec(base, cfg)
+        if not isinstance(cfg, (EngineConfig, RemoteConfig)):
+            raise ValueError(f"lane {name!r}: expected an EngineConfig, a RemoteConfig or a dict of fields, "
                              f"got {type(cfg).__name__}")
         out[name] = cfg
     return out

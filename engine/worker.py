@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from .config import EngineConfig
+from .cpu_share import SHARE as CORES
 from .events import FinishedEvent, RequestEvent, StatusEvent, StepMessage
 from .handles import RequestHandle
 from .llm_engine import LLMEngine
@@ -34,6 +35,7 @@ class Submission:
     arrival_s: float
     priority: int = 0
     tenant: str | None = None
+    name: str | None = None   # the participant's display name (/join)
 
 
 def _hold_back(params) -> int:
@@ -149,8 +151,10 @@ class EngineWorker(threading.Thread):
             if self._should_step():
                 self._step()
             else:
+                CORES.resting(self)
                 self._wake.wait(POLL_WAIT_S if self.engine.has_unfinished() else IDLE_WAIT_S)
                 self._wake.clear()
+        CORES.resting(self)
         self._run_commands()
         self._abort_all("the service stopped")
         self.engine = None  # a stopped lane's memory (KV pool, weights if unshared) goes now
@@ -188,6 +192,8 @@ class EngineWorker(threading.Thread):
         try:
             if self.svc.step_fault is not None:
                 self.svc.step_fault(self.lane)  # chaos testing only (tests, engine.bench.soak)
+            if self.engine.runner.device.type == "cpu":
+                CORES.stepping(self)
             ev = self.engine.step()
         except Exception as e:  # noqa: BLE001 - end the affected requests, restart, keep serving
             log.exception("engine %s step failed; restarting it", self.lane)
@@ -196,6 +202,7 @@ class EngineWorker(threading.Thread):
             self._stream(ended, [])
             return
         if not ev.entries and not ev.finished:
+            CORES.resting(self)
             self._wake.wait(POLL_WAIT_S)  # nothing schedulable yet (static: the batch is filling)
             self._wake.clear()
             return
@@ -203,7 +210,7 @@ class EngineWorker(threading.Thread):
         self.last_step_ms = 1000 * ev.duration_s
         roofline = None if self.roofline is None else self.roofline.step(ev)
         self._stream(list(ev.sampled), ev.finished, StepMessage(event=ev, roofline=roofline))
-        rest = self.svc.min_interval_s - (time.perf_counter() - t0)
+        rest = self.svc.pace_s(ev.num_running) - (time.perf_counter() - t0)
         if rest > 0:
             self._halt.wait(rest)  # slow motion
 
@@ -266,7 +273,7 @@ class EngineWorker(threading.Thread):
                                    prompt=sub.prompt if isinstance(sub.prompt, str) else None,
                                    messages=sub.messages, num_prompt_tokens=len(out.prompt_token_ids),
                                    max_tokens=sub.params.max_tokens, arrival_s=sub.arrival_s,
-                                   priority=sub.priority, tenant=sub.tenant))
+                                   priority=sub.priority, tenant=sub.tenant, name=sub.name))
 
     def _abort(self, request_id: int) -> None:
         parked = [d for d in self._deferred if d[0].request_id == request_id]

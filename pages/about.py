@@ -18,9 +18,9 @@ In both, rows that have finished keep their place in the batch and are still com
 
 **Lanes.** A lane is a name plus a full set of engine settings (the strategy is one of them). The
 views show two lanes side by side on the same request stream, each column headed by how its settings
-differ from the other's ("block 128" beside "block 16"). **Compare** in the sidebar picks a preset
-(each with a one-click request stream that shows its difference and a line on what to watch), custom
-lanes, or a single lane.
+differ from the other's ("block 128" beside "block 16"). **Compare** in the sidebar picks a scenario
+(its lanes, a one-click request stream that shows their difference, a line on what to watch, and a
+narration of notable iterations under the views), custom lanes, or a single lane.
 
 **Gantt.** One row per request, along the time axis (or iterations). *Queued* is the time spent
 waiting. *Prefill* covers the prompt, one segment per chunk. *Decode* produces one token per

@@ -1,10 +1,11 @@
 """KV cache page: one request's logical blocks -> block table -> physical blocks, live,
-and the fragmentation story (paged vs reserved) in numbers."""
+the fragmentation story (paged vs reserved) in numbers, and with prefix caching the blocks requests share."""
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
+from engine.remote_config import RemoteConfig
 from engine.service import get_service
 from ui.live_view import live_view
 from ui.hub_reader import session_reader
@@ -16,17 +17,25 @@ st.title("KV cache: paged blocks vs up-front reservation")
 st.markdown(
     "A request's tokens fill **logical blocks** in order. Its **block table** maps each one to a "
     "**physical block** anywhere in the pool, so memory is taken as the request grows and returned the "
-    "moment it finishes. Pick a request in the playground (or here) to follow it.")
+    "moment it finishes. With prefix caching on, requests that start with the same tokens point their "
+    "tables at the **same physical blocks** (shared), and a finished request's full blocks stay **cached** "
+    "for the next hit until the pool needs them. Pick a request in the playground (or here) to follow it.")
 
-lanes = svc.lane_names
-lane = st.segmented_control("Lane", lanes, default=lanes[0], key="kv_lane") or lanes[0]
-live_view(key="kv_detail", lanes=[lane], running=lanes, mode="kv_detail",
-          selected=st.session_state.get("kv_selected"))
+lanes = [n for n, c in svc.lanes.items() if not isinstance(c, RemoteConfig)]  # a remote server shows no blocks
+lane, selected = None, st.session_state.get("kv_selected")
+if lanes:
+    lane = st.segmented_control("Lane", lanes, default=lanes[0], key="kv_lane") or lanes[0]
+    picked = live_view(key="kv_detail", lanes=[lane], running=svc.lane_names, mode="kv_detail", selected=selected)
+    if picked is not None and picked.selected is not None:
+        selected = picked.selected
+else:
+    st.info("Every lane is a remote server, and a remote server does not expose its KV blocks.")
 
 
 @st.fragment(run_every=1.0)
-def fragmentation() -> None:
-    rows = session_reader("kv_stats", KVStats, svc.hub).table()
+def fragmentation(lane: str, selected: int | None) -> None:
+    stats = session_reader("kv_stats", KVStats, svc.hub)
+    rows = stats.table()
     if not rows:
         st.info("Numbers appear once an engine holds KV blocks.")
         return
@@ -35,8 +44,24 @@ def fragmentation() -> None:
     st.caption(
         "Allocated: slots in the blocks requests hold now. Holding tokens: slots with a token in them. "
         "Unused: allocated minus holding. 'Contiguous reservation' is what the same requests would take "
-        "if each reserved prompt + max_tokens up front, as static batching does.")
+        "if each reserved prompt + max_tokens up front, as static batching does. Shared: blocks in more "
+        "than one request's table; cached: held by none, kept for a prefix hit (evicted least recently used "
+        "first). Hit rate: prompt tokens served from the prefix cache ÷ prompt tokens looked up, since this "
+        "page opened.")
+    block_table(stats, lane, selected)
 
 
-fragmentation()
+def block_table(stats: KVStats, lane: str, selected: int | None) -> None:
+    rid = stats.request_to_show(lane, selected)
+    if rid is None:
+        return
+    st.subheader(f"Request #{rid}'s block table, in the lane picked above", anchor=False)
+    st.dataframe(pd.DataFrame(stats.block_rows(lane, rid)).set_index("logical block"), width="stretch")
+    st.caption("Each logical block points at a physical block. A block with more than one holder is shared: "
+               "the prefix cache handed the same computed KV to every request that starts with those tokens. "
+               "'From prefix cache': served at admission, never computed for this request.")
+
+
+if lane is not None:
+    fragmentation(lane, selected)
 st.fragment(run_every=2.0)(roofline_section)(svc)

@@ -8,28 +8,46 @@ import streamlit as st
 from engine import SamplingParams
 from engine.bench.workloads import load_prompts
 from engine.cost import usd_per_million_tokens
+from engine.recording import play_while_loading
+from engine.remote_config import RemoteConfig
 from engine.service import get_service
-from ui import loadgen, preset_stream, presets, sidebar
+from ui import loadgen, replay_panel, sidebar
 from ui.cards import Card, cards_html
 from ui.live_view import live_view
 from ui.metrics import LiveMetrics, ratio
+from ui.narration_panel import narration
+from ui.presentation import presentation_toggle
 from ui.price import current as current_price
 from ui.price import price_input
 from ui.role import VIEWER_NOTE, current_client
+from ui.room_panel import room_join_panel
+from ui.scenario_button import scenario_button
+from ui.shortcuts import keyboard_shortcuts
 from ui.status import loading_banner
+from ui.trace_download import trace_download
 
 svc = get_service()
 client = current_client(svc)
+play_while_loading(svc)  # a fresh machine: the shipped recording plays until the engines are ready
+if client.presenter and svc.access.room:
+    room_join_panel(svc)  # first in the sidebar: the room scans it from the projector
 opts = sidebar.view_options(svc, client.presenter)
 if client.presenter:
     if sidebar.playback(svc):
         st.session_state.clear_after_s = svc.clock()
         st.session_state.metrics = None
     sidebar.engine_settings(svc)
+    trace_download(svc)
+    replay_panel.recorder(svc)
+    replay_panel.replay_controls(svc)
+    keyboard_shortcuts()
 else:
     st.sidebar.info(VIEWER_NOTE, icon=":material/visibility:")
 
-st.title("Inflight — watch an LLM engine batch requests")
+c_title, c_mode = st.columns([5, 1], vertical_alignment="center")
+c_title.title("Inflight — watch an LLM engine batch requests")
+with c_mode:
+    presenting = presentation_toggle()
 st.caption(sidebar.config_summary(svc))
 loading_banner(svc)
 
@@ -55,23 +73,9 @@ with st.container(border=True):
         temperature = st.slider("Temperature", 0.0, 1.5, 0.0, 0.05, key="temperature")
     with c_loads:
         st.markdown("**One click**")
-        preset = presets.by_name(opts["compare"])
-        stream = (preset or presets.DEFAULT).stream  # the stream that shows this comparison's difference
-        locked = stream.presenter_only and not client.presenter
-        if st.button(stream.label, icon=":material/bolt:", type="primary", width="stretch", disabled=locked,
-                     help=f"{stream.explain}. Goes to every lane."
-                          + (f" For the presenter: {preset_stream.PRESENTER_ONLY}." if locked else "")):
-            try:
-                st.session_state.stream = preset_stream.fire(svc, stream, client)
-            except ValueError as e:
-                st.warning(str(e))
-        if locked:
-            st.caption("This stream is for the presenter: it names tenants and priorities.")
+        scenario_button(svc, client, opts["compare"])
         if st.button("1 prompt", width="stretch"):
             submit(random.choice(bundled_prompts()), max_tokens, temperature)
-        runner = st.session_state.get("stream")  # the one this tab fired last
-        if runner is not None and runner.errors:
-            st.warning(f"{len(runner.errors)} of {len(runner.arrivals)} requests were refused: {runner.errors[-1]}")
     with c_gen:
         st.markdown("**Load generator** (Poisson arrivals of bundled prompts)")
         if not client.presenter:
@@ -96,11 +100,15 @@ with st.container(border=True):
 
 
 # ---- live views (client-side, fed by /engine/ws) ---------------------------------------------------
-if preset is not None:
-    st.info(f"**What to watch:** {preset.watch}", icon=":material/visibility:")
-picked = live_view(key="live", lanes=opts["lanes"], headers=opts["headers"], axis=opts["axis"],
-                   large_text=opts["large_text"], clear_after_s=st.session_state.get("clear_after_s"))
+replay = svc.replay
+lanes, headers, clear_after_s = opts["lanes"], opts["headers"], st.session_state.get("clear_after_s")
+if replay is not None:  # the views show a recording: its lanes, all of it
+    replay_panel.banner(replay)
+    (lanes, headers), clear_after_s = replay_panel.view_lanes(replay), None
+picked = live_view(key="live", lanes=lanes, headers=headers, running=lanes if replay else None, axis=opts["axis"],
+                   large_text=presenting, clear_after_s=clear_after_s)
 st.session_state.kv_selected = picked.selected  # the KV cache page follows the same request
+narration(svc, presenting)
 
 
 # ---- metric cards (from the same events, in Python) ----------------------------------------------
@@ -124,8 +132,9 @@ def metric_cards() -> None:
     price = current_price()
     for r in summary.values():
         r["usd_per_million_output_tokens"] = usd_per_million_tokens(r["output_tokens_per_s"], price)
-    st.markdown(cards_html([(s, lane_cards(summary[s], other.get(s), summary.get(other.get(s))))
-                            for s in shown]), unsafe_allow_html=True)
+    st.markdown(cards_html([(s, lane_cards(summary[s], other.get(s), summary.get(other.get(s)),
+                                           isinstance(svc.lanes.get(s), RemoteConfig))) for s in shown]),
+                unsafe_allow_html=True)
     if m.skipped:
         st.caption(f"{m.skipped} events left the ring buffer before this tab read them.")
 
@@ -139,7 +148,18 @@ def versus(r: dict, other_name: str | None, other: dict | None, key: str, higher
     return {"delta": f"{vs:.2f}x vs {other_name}", "tone": "up" if good else "down"}
 
 
-def lane_cards(r: dict, other_name: str | None, other: dict | None) -> list[Card]:
+# what a remote server's requests, timed at this client, cannot tell
+ENGINE_ONLY = ("Longest token wait", "Padding waste", "KV waste", "Mean batch", "Mean step")
+TIMED_HERE = Card("Timed", "at this client", help="A remote server's requests are timed here: sent, each "
+                  "streamed chunk, finished. Its batches and KV blocks are not visible from outside")
+
+
+def lane_cards(r: dict, other_name: str | None, other: dict | None, remote: bool = False) -> list[Card]:
+    cards = _all_cards(r, other_name, other)
+    return [c for c in cards if c.label not in ENGINE_ONLY] + [TIMED_HERE] if remote else cards
+
+
+def _all_cards(r: dict, other_name: str | None, other: dict | None) -> list[Card]:
     def vs(key, higher_is_better=False):
         return versus(r, other_name, other, key, higher_is_better)
 

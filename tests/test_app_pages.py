@@ -9,8 +9,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.service import get_service, shutdown_service
-from service_helpers import assert_all_free, make_service, wait_settled
-from ui import preset_stream, presets
+from service_helpers import assert_all_free, free_port, make_service, wait_idle, wait_settled
+from test_kv_stats import FIRST, SECOND, hub_with
+from engine.scenarios import runner as scenario_runner
+from engine.scenarios.catalog import by_title
+from ui.kv_stats import KVStats
 
 PAGES = Path(__file__).resolve().parents[1] / "pages"
 
@@ -41,33 +44,33 @@ def request_events(svc, since: int, want: int) -> list[dict]:
         time.sleep(0.02)
 
 
-def test_preset_runs_its_lanes_and_its_stream_reaches_both(svc):
-    """A preset that is not a strategy pair: its lanes run, its stream goes to both, clamped to the
+def test_scenario_runs_its_lanes_and_its_stream_reaches_both(svc):
+    """A scenario that is not a strategy pair: its lanes run, its stream goes to both, clamped to the
     tiny model's context (512 tokens) instead of refused."""
     at = app("playground.py")
-    at.sidebar.radio(key="compare").set_value("chunked prefill on vs off").run()
+    at.sidebar.radio(key="compare").set_value("Long prompt during decodes: chunked prefill on vs off").run()
     assert not at.exception
     assert svc.lane_names == ["chunked on", "chunked off"]
     wait_settled(svc)
     assert not svc.lanes["chunked off"].enable_chunked_prefill and svc.lanes["chunked on"].enable_chunked_prefill
     assert any("What to watch" in i.value and "long prompt" in i.value for i in at.info)
     cursor = svc.hub.head
-    next(b for b in at.button if b.label == "8 decoding + a 1,500-token prompt").click().run()
+    next(b for b in at.button if b.label == "Run scenario").click().run()
     assert not at.exception
     events = request_events(svc, cursor, 18)
-    assert {e["lane"] for e in events} == {"chunked on", "chunked off"} and {e["tag"] for e in events} == {"preset"}
+    assert {e["lane"] for e in events} == {"chunked on", "chunked off"} and {e["tag"] for e in events} == {"scenario"}
     assert len(events) == 18 and max(e["num_prompt_tokens"] for e in events) == 512 - 16
     assert_all_free(svc)
-    at.sidebar.radio(key="compare").set_value("continuous vs dynamic").run()
+    at.sidebar.radio(key="compare").set_value("Steady Poisson load: continuous vs dynamic").run()
     assert svc.lane_names == ["continuous", "dynamic"]
 
 
-@pytest.mark.parametrize("name,policy,label", [
-    ("FCFS vs SJF", "sjf", "3 long ahead of 6 short"),
-    ("FCFS vs fair", "fair", "Flood of 16 + 3 from another tenant"),
-    ("FCFS vs priority", "priority", "Queue of 12 + 1 urgent")])
-def test_policy_preset_sets_the_lanes_policies_and_its_stream_carries_tenants_and_priorities(
-        svc, name, policy, label):
+@pytest.mark.parametrize("name,policy", [
+    ("Head-of-line blocking: FCFS vs SJF", "sjf"),
+    ("A flooding tenant: FCFS vs fair", "fair"),
+    ("An urgent request: FCFS vs priority", "priority")])
+def test_policy_scenario_sets_the_lanes_policies_and_its_stream_carries_tenants_and_priorities(
+        svc, name, policy):
     at = app("playground.py")
     at.sidebar.radio(key="compare").set_value(name).run()
     assert not at.exception and svc.lane_names == ["fcfs", policy]
@@ -76,7 +79,7 @@ def test_policy_preset_sets_the_lanes_policies_and_its_stream_carries_tenants_an
     assert svc.lanes["fcfs"].max_num_seqs == svc.lanes[policy].max_num_seqs < svc.cfg.max_num_seqs
     assert any("What to watch" in i.value and "Gantt" in i.value for i in at.info)
     cursor = svc.hub.head
-    next(b for b in at.button if b.label == label).click().run()
+    next(b for b in at.button if b.label == "Run scenario").click().run()
     assert not at.exception
     runner = at.session_state["stream"]
     runner.join(30)
@@ -87,30 +90,60 @@ def test_policy_preset_sets_the_lanes_policies_and_its_stream_carries_tenants_an
         sent = sorted((e for e in events if e["lane"] == lane), key=lambda e: e["request_id"])
         assert [(e["tenant"], e["priority"]) for e in sent] == [(a.tenant, a.priority) for a in runner.arrivals]
     assert_all_free(svc)
-    at.sidebar.radio(key="compare").set_value("continuous vs dynamic").run()
+    at.sidebar.radio(key="compare").set_value("Steady Poisson load: continuous vs dynamic").run()
     assert svc.lane_names == ["continuous", "dynamic"]
 
 
 def test_viewer_cannot_fire_a_stream_that_names_tenants(svc, monkeypatch):
     """A viewer is its own tenant and may not ask for priority -1: the button says it is the presenter's."""
     from engine.access import Access, Client
-    svc.set_lanes(presets.by_name("FCFS vs fair").lanes)
+    svc.set_lanes(by_title("A flooding tenant: FCFS vs fair").lanes)
     wait_settled(svc)
     monkeypatch.setattr(svc, "access", Access(room=True, token="presenter-token-xyz"))
     at = app("playground.py")
-    button = next(b for b in at.button if b.label == "Flood of 16 + 3 from another tenant")
+    button = next(b for b in at.button if b.label == "Run scenario")
     assert button.disabled and "presenter" in button.help and "tenant" in button.help
     with pytest.raises(ValueError, match="presenter"):
-        preset_stream.fire(svc, presets.by_name("FCFS vs fair").stream, Client("viewer-1", presenter=False))
+        scenario_runner.fire(svc, by_title("A flooding tenant: FCFS vs fair"), Client("viewer-1", presenter=False))
     monkeypatch.undo()
-    svc.set_lanes(presets.by_name("continuous vs dynamic").lanes)
+    svc.set_lanes(by_title("Steady Poisson load: continuous vs dynamic").lanes)
     wait_settled(svc)
+
+
+def test_presentation_mode_narration_and_auto_slow_motion(svc):
+    """Presentation mode hides the sidebar (CSS) and enlarges the narration; the narration under the
+    views describes the run from its events; auto slow motion is a service setting."""
+    at = app("playground.py")
+    assert not any("stSidebar" in h.body for h in at.get("html"))
+    cursor = svc.hub.head
+    next(b for b in at.button if b.label == "Run scenario").click().run()
+    at.session_state["stream"].join(30)
+    wait_idle(svc, 60)
+    assert request_events(svc, cursor, 2)
+    time.sleep(3.2)  # the narrator ends a lane's run once it stays idle a while
+    at.toggle(key="large_text").set_value(True).run()
+    assert not at.exception
+    html = [h.body for h in at.get("html")]
+    assert any("stSidebar" in b and "display: none" in b for b in html)
+    narration = next(b for b in html if "ifl-narration" in b)
+    assert "font-size:1.6rem" in narration and "finished all 20 requests in" in narration
+    at.sidebar.toggle(key="auto_slow").set_value(True).run()
+    assert svc.auto_slow_motion and svc.pace_s(1) > 0 and svc.pace_s(50) == svc.min_interval_s
+    at.sidebar.toggle(key="auto_slow").set_value(False).run()
+    assert not svc.auto_slow_motion
+
+
+def test_a_viewer_cannot_run_a_scenario_whose_lanes_do_not_run(svc):
+    from engine.access import Client, NotPresenter
+    with pytest.raises(NotPresenter, match="presenter"):
+        scenario_runner.start(svc, by_title("Burst: max batch 4 vs 32"), Client("viewer-1", presenter=False))
+    assert svc.lane_names == ["continuous", "dynamic"]
 
 
 def test_a_new_tab_adopts_the_running_lanes(svc):
     at = app("playground.py")
-    assert at.sidebar.radio(key="compare").value == "continuous vs dynamic"
-    assert next(b for b in at.button if b.label == "Trickle of 12")  # that preset's stream
+    assert at.sidebar.radio(key="compare").value == "Steady Poisson load: continuous vs dynamic"
+    assert next(b for b in at.button if b.label == "Run scenario")  # that scenario's lanes and stream
 
 
 def test_single_lane_custom_lanes_and_playback_controls(svc):
@@ -132,7 +165,7 @@ def test_single_lane_custom_lanes_and_playback_controls(svc):
     at.sidebar.slider(key="slow_motion").set_value(0.25).run()
     assert svc.min_interval_s == 0.25
     at.sidebar.slider(key="slow_motion").set_value(0.0).run()
-    at.sidebar.radio(key="compare").set_value("continuous vs dynamic").run()
+    at.sidebar.radio(key="compare").set_value("Steady Poisson load: continuous vs dynamic").run()
     assert svc.lane_names == ["continuous", "dynamic"]
     assert not at.exception
 
@@ -165,9 +198,46 @@ def test_kv_page_shows_the_roofline_of_recent_iterations(svc):
     assert len(at.dataframe) == 2  # where the KV memory goes; the roofline per lane
 
 
+def test_pages_with_a_remote_lane(svc):
+    """A remote lane (here a server that is down) is listed, kept, timed at the client, and left out
+    of the KV views."""
+    remote = {"remote": f"http://127.0.0.1:{free_port()}/v1", "model": "m", "metrics": False}
+    svc.set_lanes({"continuous": svc.lanes["continuous"], "far": remote})
+    try:
+        wait_settled(svc)
+        assert [h.result(10).finish_reason for h in svc.submit([5, 6, 7], None)] == ["length", "error"]
+        at = app("playground.py")
+        cards = "".join(m.value for m in at.markdown)
+        assert 'data-label="Timed" data-value="at this client"' in cards
+        at.sidebar.radio(key="compare").set_value("Custom").run()
+        assert any("Remote lane far: m at http://127.0.0.1" in t.value for t in at.sidebar.text)
+        next(b for b in at.sidebar.button if b.label == "Apply lanes").click().run()
+        assert not at.exception and svc.lane_names == ["continuous", "static", "far"]
+        app("kv_cache.py")
+    finally:
+        svc.set_lanes(by_title("Steady Poisson load: continuous vs dynamic").lanes)
+        wait_settled(svc)
+
+
 @pytest.mark.parametrize("page", ["about.py", "kv_cache.py", "benchmark.py"])
 def test_other_pages_render(svc, page):
     app(page)
+
+
+def test_kv_cache_page_shows_a_request_table_pointing_into_shared_blocks(svc):
+    """The page's accounting fed hand-made step events of a prefix hit (the engine's own are tested in
+    test_prefix_cache*): #2's table starts with two blocks it shares with #1, served from the cache."""
+    wait_idle(svc)
+    stats = KVStats()
+    stats.consume(hub_with(FIRST, SECOND, lane=svc.lane_names[0]))
+    stats.cursor = svc.hub.head  # from here on, only what the (idle) service publishes
+    at = AppTest.from_file(str(PAGES / "kv_cache.py"), default_timeout=60)
+    at.session_state["kv_stats"], at.session_state["kv_selected"] = stats, 2
+    at.run()
+    assert not at.exception, at.exception
+    lanes, table = at.dataframe[0].value, at.dataframe[1].value
+    assert lanes.loc[svc.lane_names[0], "shared blocks"] == 2
+    assert list(table["shared with"]) == ["#1", "#1", ""] and list(table["from prefix cache"]) == [True, True, False]
 
 
 def test_benchmark_page_runs_in_background_and_shows_results(svc):
@@ -191,18 +261,19 @@ def test_benchmark_page_runs_in_background_and_shows_results(svc):
 
 def test_viewer_in_a_room_gets_no_controls_but_can_submit(svc, monkeypatch):
     """Room mode without the presenter cookie: no playback, settings, lane change, load generator
-    or benchmark; each place says why; prompts and the preset's stream still go in, within limits."""
+    or benchmark; each place says why; prompts and the scenario's stream still go in, within limits."""
     from engine.access import Access
     monkeypatch.setattr(svc, "access", Access(room=True, token="presenter-token-xyz"))
     at = app("playground.py")
     labels = {b.label for b in at.sidebar.button}
     assert not labels & {"Pause", "Resume", "Step", "Clear views", "Apply", "Apply lanes"}
     compare = at.sidebar.radio(key="compare")
-    assert compare.disabled and compare.value == "continuous vs dynamic" and "presenter" in compare.help
+    assert compare.disabled and compare.value == "Steady Poisson load: continuous vs dynamic"
+    assert "presenter" in compare.help
     assert "viewer" in at.sidebar.info[0].value and "presenter" in at.sidebar.info[0].value
     assert next(b for b in at.button if "generator" in b.label).disabled
     cursor = svc.hub.head
-    next(b for b in at.button if b.label == "Trickle of 12").click().run()  # a submission, not control
+    next(b for b in at.button if b.label == "Run scenario").click().run()  # a submission, not control
     assert not at.exception and len(request_events(svc, cursor, 2)) >= 2
     runner = at.session_state["stream"]
     runner.join(30)

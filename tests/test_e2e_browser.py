@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -107,16 +108,16 @@ def test_gpu_samples_show_in_badge_and_legend(page):
 LANE_ROWS = """() => JSON.parse(document.querySelector('.ifl-timeline-canvas')?.dataset.rows || '{}')"""
 
 
-def test_preset_chunked_prefill_both_columns_move(page):
-    """A newcomer picks a preset that is not a strategy pair, fires its stream: both lanes' columns
+def test_scenario_chunked_prefill_both_columns_move(page):
+    """A newcomer picks a scenario that is not a strategy pair, runs it: both lanes' columns
     (headed by how they differ) draw the requests, and the cards compare them."""
-    page.get_by_text("chunked prefill on vs off", exact=True).first.click()
+    page.get_by_text("Long prompt during decodes: chunked prefill on vs off", exact=True).first.click()
     heads = page.locator(".ifl-shead")
     expect(heads).to_have_count(2, timeout=60_000)
     expect(heads.nth(0)).to_contain_text("chunked prefill on")
     expect(heads.nth(1)).to_contain_text("chunked prefill off")
     expect(page.locator(".ifl-pill[data-kind='ok']")).to_have_count(2, timeout=60_000)  # both lanes ready
-    page.get_by_role("button", name="8 decoding + a 1,500-token prompt").click()
+    page.get_by_role("button", name="Run scenario").click()
     frames0 = int(page.locator(".ifl-root").first.get_attribute("data-frames"))
     try:
         page.wait_for_function(f"""() => {{ const r = ({LANE_ROWS})();
@@ -154,5 +155,47 @@ def test_the_page_follows_lanes_changed_elsewhere(page, server):
     _set_lanes_over_the_socket(server, {"block 16": {"block_size": 16}, "block 128": {"block_size": 128}})
     expect(page.locator(".ifl-sname")).to_have_text(["block 16", "block 128"], timeout=30_000)
     expect(page.locator(".ifl-shead")).to_have_text(["block 16", "block 128"])
-    expect(page.get_by_role("button", name="16 short requests")).to_be_visible(timeout=10_000)
+    expect(page.get_by_text("16 requests over 4 s", exact=False)).to_be_visible(timeout=10_000)  # its stream
+    no_exception(page)
+
+
+def _status(url: str) -> dict:
+    with connect(url.replace("http", "ws", 1) + "/engine/ws") as ws:
+        return json.loads(ws.recv())["status"]
+
+
+def _wait_status(url: str, pred, timeout_s: float = 10.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while not pred(status := _status(url)):
+        assert time.monotonic() < deadline, status
+        time.sleep(0.1)
+    return status
+
+
+def test_presenter_keyboard_shortcuts(page, server):
+    """Space pauses and resumes, s toggles slow motion, a digit starts that scenario; keys typed into
+    the prompt box are text, not commands."""
+    page.locator("h1").first.click()
+    page.keyboard.press(" ")
+    _wait_status(server, lambda s: s["paused"])
+    page.keyboard.press("ArrowRight")  # paused: one iteration (nothing to do here), still paused
+    page.keyboard.press(" ")
+    _wait_status(server, lambda s: not s["paused"])
+    page.keyboard.press("s")
+    _wait_status(server, lambda s: s["slow_motion_s"] > 0)
+    page.keyboard.press("s")
+    _wait_status(server, lambda s: s["slow_motion_s"] == 0)
+    box = page.get_by_placeholder("Type a prompt")
+    box.click()
+    box.press_sequentially("s 2 ")
+    expect(box).to_have_value("s 2 ")
+    assert not _status(server)["paused"] and _status(server)["slow_motion_s"] == 0
+    page.locator("h1").first.click()
+    page.keyboard.press("2")  # the burst scenario: its lanes, then its stream
+    _wait_status(server, lambda s: list(s["engines"]) == ["max batch 4", "max batch 32"], 30)
+    expect(page.locator(".ifl-sname")).to_have_text(["max batch 4", "max batch 32"], timeout=30_000)
+    page.get_by_text("Presentation mode", exact=True).click()
+    expect(page.locator('section[data-testid="stSidebar"]')).to_be_hidden(timeout=10_000)
+    expect(page.locator(".ifl-narration")).to_be_visible(timeout=60_000)
+    shot(page, "5-presentation-mode-narration")
     no_exception(page)

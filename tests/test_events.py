@@ -6,20 +6,21 @@ import json
 
 import pytest
 
-from engine.events import (ENTRY_FIELDS, EVENTS, PHASES, Event, FinishedEvent, GpuEvent, LanesEvent, RequestEvent,
-                           StatusEvent, StepEntry, StepMessage, wire_contract)
+from engine.events import (ENTRY_FIELDS, EVENTS, PHASES, REMOTE, Event, FinishedEvent, GpuEvent, LanesEvent,
+                           RemoteMetricsEvent, RequestEvent, StatusEvent, StepEntry, StepMessage, wire_contract)
 from engine.request import RequestOutput
 from engine.telemetry import StepEvent
 
 SAMPLES = [
     RequestEvent(request_id=3, tag="ui", prompt="hi", messages=None, num_prompt_tokens=2, max_tokens=8,
-                 arrival_s=1.5, priority=-2, tenant="team-a", strategy="continuous"),
+                 arrival_s=1.5, priority=-2, tenant="team-a", name="Ada", strategy="continuous"),
     FinishedEvent(request_id=3, finish_reason="length", error=None, text="ab", num_prompt_tokens=2,
                   num_output_tokens=8, arrival_s=1.5, first_token_s=1.6, finish_s=2.0, strategy="static"),
     StatusEvent(event="configure_failed", error="bad block size", strategy="continuous"),
     StatusEvent(event="progress", message="loading", t=0.5),
     GpuEvent(t=1.0, util_pct=73, mem_used_mb=100.0, mem_total_mb=200.0),
     LanesEvent(lanes={"fast": {"strategy": "continuous", "block_size": 16}}),
+    RemoteMetricsEvent(t=2.0, num_running=3.0, num_waiting=0.0, kv_usage=None, lane="vllm", strategy=REMOTE),
 ]
 
 
@@ -40,9 +41,9 @@ def test_to_dict_round_trips_through_json(event):
 
 
 def test_wire_keys_are_the_ones_clients_read():
-    request, finished, failed, progress, gpu, lanes = (e.to_dict() for e in SAMPLES)
+    request, finished, failed, progress, gpu, lanes, remote = (e.to_dict() for e in SAMPLES)
     assert set(request) == {"type", "request_id", "tag", "prompt", "messages", "num_prompt_tokens", "max_tokens",
-                            "arrival_s", "priority", "tenant", "strategy"}
+                            "arrival_s", "priority", "tenant", "name", "strategy"}
     assert set(finished) == {"type", "request_id", "finish_reason", "error", "text", "num_prompt_tokens",
                              "num_output_tokens", "arrival_s", "first_token_s", "finish_s", "num_cached_tokens",
                              "strategy"}
@@ -52,6 +53,8 @@ def test_wire_keys_are_the_ones_clients_read():
     assert progress == {"type": "status", "event": "progress", "message": "loading", "t": 0.5}
     assert gpu == {"type": "gpu", "t": 1.0, "util_pct": 73, "mem_used_mb": 100.0, "mem_total_mb": 200.0}
     assert lanes == {"type": "lanes", "lanes": {"fast": {"strategy": "continuous", "block_size": 16}}}
+    assert remote == {"type": "remote_metrics", "t": 2.0, "num_running": 3.0, "num_waiting": 0.0, "kv_usage": None,
+                      "lane": "vllm", "strategy": "remote"}
 
 
 def test_step_message_is_the_step_event_plus_text_deltas():
@@ -90,4 +93,5 @@ def test_wire_contract_names_entry_fields_and_phases():
     c = json.loads(json.dumps(wire_contract()))
     assert c["entry_fields"] == list(ENTRY_FIELDS) == [f.name for f in dataclasses.fields(StepEntry)]
     assert c["phases"] == list(PHASES) == ["prefill", "decode", "padding"]
-    assert {e.TYPE for e in EVENTS} == {"step", "request", "finished", "status", "gpu", "lanes"}
+    assert c["event_types"] == [e.TYPE for e in EVENTS] and c["remote_strategy"] == REMOTE
+    assert {e.TYPE for e in EVENTS} == {"step", "request", "finished", "status", "gpu", "lanes", "remote_metrics"}

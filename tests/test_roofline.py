@@ -66,6 +66,7 @@ def test_step_utilization_against_the_peaks():
     assert r["flops"] == flops and r["bytes"] == moved and r["intensity"] == pytest.approx(flops / moved)
     assert r["mem_util"] == pytest.approx(moved / 0.01 / 1e11)
     assert r["compute_util"] == pytest.approx(flops / 0.01 / 1e13)
+    assert (r["peak_bytes_per_s"], r["peak_flops_per_s"]) == (1e11, 1e13)  # the roof, for the live view
     assert "mem_util" not in step_roofline(c, ev)  # no peaks: no utilization
 
 

@@ -27,7 +27,9 @@ from service_helpers import assert_all_free, make_service, serve, wait_idle, wai
 TOKEN, API_KEY = "presenter-token-123", "audience-key-456"
 LIMITS = ClientLimits(burst=3, per_minute=60, max_in_flight=2, max_tokens=40)
 CONTROL = [{"cmd": "pause"}, {"cmd": "resume"}, {"cmd": "step"}, {"cmd": "slow_motion", "interval_s": 5},
-           {"cmd": "configure", "changes": {"num_kv_blocks": 1}}]
+           {"cmd": "configure", "changes": {"num_kv_blocks": 1}},
+           {"cmd": "lanes", "lanes": {"mine": {"remote": "http://elsewhere.example/v1", "model": "m"}}},
+           {"cmd": "scenario", "number": 2}]
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +93,8 @@ def test_viewer_is_refused_every_control_command_then_auth_unlocks(base, svc):
                 err = await command(ws, msg)
                 assert err["type"] == "error" and "for the presenter" in err["message"], msg
             assert not svc.paused.is_set() and svc.min_interval_s == 0 and svc.cfg.num_kv_blocks == 256
+            assert "mine" not in svc.lane_names  # no remote lane pointed anywhere by a viewer
+            assert svc.lane_names == ["continuous", "dynamic"]  # nor a scenario's lanes
             err = await command(ws, {"cmd": "auth", "token": "guess"})
             assert err["type"] == "error" and "wrong presenter token" in err["message"]
             ok = await command(ws, {"cmd": "auth", "token": TOKEN})
@@ -99,6 +103,29 @@ def test_viewer_is_refused_every_control_command_then_auth_unlocks(base, svc):
             assert ok["type"] == "reply" and ok["status"]["paused"] is True
             await command(ws, {"cmd": "resume"})
     run(main())
+
+
+def test_presenter_starts_a_scenario_by_number(base, svc):
+    """The keyboard's 1-9: the n-th scenario's lanes run, then its stream reaches them."""
+    from engine.scenarios.catalog import by_number
+    scenario = by_number(2)
+
+    async def main():
+        async with websockets.connect(f"ws://{base}/engine/ws?token={TOKEN}") as ws:
+            await ws.recv()
+            err = await command(ws, {"cmd": "scenario", "number": 99})
+            assert err["type"] == "error" and "from 1 to" in err["message"]
+            ok = await command(ws, {"cmd": "scenario", "number": 2})
+            assert ok["type"] == "reply" and ok["cmd"] == "scenario"
+    cursor = svc.hub.head
+    run(main())
+    assert svc.lane_names == list(scenario.lanes)
+    deadline = time.monotonic() + 30
+    while len([e for _, e in svc.hub.read(cursor).events if e["type"] == "finished"]) < 2 * len(scenario.arrivals):
+        assert time.monotonic() < deadline, "the scenario's requests did not all finish"
+        time.sleep(0.05)
+    svc.set_lanes({"continuous": {"strategy": "continuous"}, "dynamic": {"strategy": "dynamic"}})
+    wait_settled(svc)
 
 
 def test_token_in_the_socket_url_or_presenter_cookie(base, svc):

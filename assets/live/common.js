@@ -1,4 +1,5 @@
-// Shared look and small DOM / canvas helpers of the live views (no state, no socket).
+// Shared look and small DOM / canvas helpers of the live views (no state, no socket; loads in node for the
+// tests: the DOM is touched only when a helper is called).
 
 const Common = (() => {
   // Qualitative palette indexed by request id: neighbouring ids differ strongly in hue. Red and grey
@@ -8,6 +9,7 @@ const Common = (() => {
   const C = {
     bg: "#0B0F17", plot: "#0F1522", grid: "#232C3D", axis: "#46516A", text: "#E8ECF3", muted: "#9AA4B5",
     free: "#252C39", idle: "#171D2A", held: "#4B5563", heldDim: "#262C37", preempt: "#F43F5E",
+    cached: "#94A3B8",  // cached-evictable KV blocks (slate: no request's color, brighter than free)
     white: "#FFFFFF",
   };
   const FONT = "Inter, 'Source Sans Pro', 'Segoe UI', Roboto, Helvetica, Arial, sans-serif";
@@ -19,6 +21,13 @@ const Common = (() => {
   const sameList = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
   const fmt = (x, d = 2) => (x == null || !Number.isFinite(x) ? "–" : x.toFixed(d));
   const pct = (a, b) => (b ? (100 * a) / b : 0);
+  // At most n characters (code points: an emoji is not cut in half), an ellipsis marking the cut.
+  function clip(text, n) {
+    const chars = Array.from(text);
+    return chars.length <= n ? text : chars.slice(0, n - 1).join("") + "…";
+  }
+  // A request as the views name it: "#12", or "#12 Ada" when a participant sent it (max: name length).
+  const reqLabel = (R, max = 14) => (R && R.name ? `#${R.rid} ${clip(R.name, max)}` : `#${R.rid}`);
 
   function rgb(hex) {
     const n = parseInt(hex.slice(1), 16);
@@ -109,6 +118,8 @@ const Common = (() => {
     };
   }
 
-  return { PALETTE, C, FONT, reqColor, clamp, perfNow, sameList, fmt, pct, rgba, mix, el, setText, hatchPattern,
+  return { PALETTE, C, FONT, reqColor, clamp, perfNow, sameList, fmt, pct, reqLabel, rgba, mix, el, setText, hatchPattern,
            canvasContext, tooltip };
 })();
+
+if (typeof module !== "undefined") module.exports = Common;

@@ -2,11 +2,12 @@
 // component's data): turned into index constants once, so no view hard-codes a step entry's layout.
 
 const Contract = (() => {
-  const ENTRY_NAMES = { rid: "request_id", phase: "phase", tokens: "num_tokens", ctx: "context_len", slot: "slot" };
+  const ENTRY_NAMES = { rid: "request_id", phase: "phase", tokens: "num_tokens", ctx: "context_len", slot: "slot",
+                        cached: "cached_tokens" };
   const PHASE_NAMES = { prefill: "prefill", decode: "decode", padding: "padding" };
 
-  // -> { entry: { rid, phase, tokens, ctx, slot } (indexes into an entry list), phase: { prefill, decode,
-  // padding } (names) }. Throws if the engine's contract lacks a field the views read.
+  // -> { entry: { rid, phase, tokens, ctx, slot, cached } (indexes into an entry list), phase: { prefill,
+  // decode, padding } (names), remote (a remote lane's strategy) }. Throws if the engine's contract lacks a field the views read.
   function fromWire(wire) {
     const fields = (wire && wire.entry_fields) || [];
     const phases = (wire && wire.phases) || [];
@@ -19,7 +20,8 @@ const Contract = (() => {
       if (!phases.includes(name)) throw new Error(`event contract: no phase "${name}"`);
       phase[key] = name;
     }
-    return Object.freeze({ entry: Object.freeze(entry), phase: Object.freeze(phase) });
+    const remote = (wire && wire.remote_strategy) || "remote";  // the strategy a remote lane's events carry
+    return Object.freeze({ entry: Object.freeze(entry), phase: Object.freeze(phase), remote });
   }
 
   return { fromWire };

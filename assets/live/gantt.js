@@ -1,11 +1,14 @@
 // Timeline band: the Gantt chart, one row per request (newest on top), one bar per phase run.
 
 const Gantt = (() => {
-  const { C, fmt, rgba, mix, reqColor } = Common;
+  const { C, FONT, fmt, rgba, mix, reqColor, reqLabel, hatchPattern } = Common;
   const MAX_ROWS = 26;  // rows: the newest requests that touch the visible window
   const MIN_ROWS = 8;   // rows are never taller than 1/MIN_ROWS of the plot
-  const SEG_H = { queued: 0.24, preempted: 0.34, prefill: 0.8, recompute: 0.8, decode: 0.8, held: 0.8, finish: 0.92 };
+  const NAME_CHARS = 10;  // a participant's name in a row label (the timeline widens its margin for it)
+  const SEG_H = { queued: 0.24, preempted: 0.34, prefill: 0.8, recompute: 0.8, decode: 0.8, held: 0.8, cached: 0.8,
+                  finish: 0.92 };
   const SEG_LABEL = { queued: "queued", prefill: "prefill chunk", decode: "decode", preempted: "preempted",
+                      cached: "from cache (prefill a prefix hit skipped)",
                       recompute: "recompute (prefill after preemption)", held: "finished, held in batch (padding)" };
 
   // Extent of a request on the x axis, open waits extended to "now" (time) / the latest iteration.
@@ -51,12 +54,43 @@ const Gantt = (() => {
 
   function segTip(R, s) {
     const its = s.it0 != null ? (s.it0 === s.it1 ? `iteration ${s.it0}` : `iterations ${s.it0}–${s.it1}`) : "";
-    return [`#${R.rid} · ${SEG_LABEL[s.kind]}`, `${fmt(s.t0)}–${fmt(s.t1)} s (${fmt(s.t1 - s.t0, 3)} s)`,
+    return [`${reqLabel(R, 40)} · ${SEG_LABEL[s.kind]}`, `${fmt(s.t0)}–${fmt(s.t1)} s (${fmt(s.t1 - s.t0, 3)} s)`,
             s.open ? "still waiting" : its].filter(Boolean);
   }
 
+  function cachedTip(R, s) {
+    return [`${reqLabel(R, 40)} · ${SEG_LABEL.cached}`, `${s.cached.toLocaleString()} tokens served by the prefix cache at (re)admission`,
+            `not computed; ${s.computed.toLocaleString()} computed in this iteration (the solid part)`,
+            "the split is by tokens, not by time"];
+  }
+
+  // The admission bar of a prefix hit, split by tokens: the hatched part for the cached tokens
+  // (they took no time), the solid part for the tokens computed. -> [[a, b, kind, tip], ...]
+  function pieces(R, sg, a, b) {
+    if (!sg.cached) return [[a, b, sg.kind, () => segTip(R, sg)]];
+    const mid = a + ((b - a) * sg.cached) / (sg.cached + sg.computed);
+    return [[a, mid, "cached", () => cachedTip(R, sg)], [mid, b, sg.kind, () => segTip(R, sg)]];
+  }
+
+  // Hatched in the request's color, outlined, labelled where it fits.
+  function cachedBar(ctx, k, color, xa, y, w, h) {
+    ctx.fillStyle = C.idle;
+    ctx.fillRect(xa, y, w, h);
+    ctx.fillStyle = hatchPattern(ctx, color, k);
+    ctx.fillRect(xa, y, w, h);
+    ctx.strokeStyle = color;
+    ctx.lineWidth = 1;
+    ctx.strokeRect(xa + 0.5, y + 0.5, Math.max(w - 1, 0), Math.max(h - 1, 0));
+    ctx.font = `600 ${Math.round(Math.min(12 * k, h * 0.7))}px ${FONT}`;
+    if (h < 9 || ctx.measureText("from cache").width + 6 > w) return;
+    ctx.fillStyle = C.text;
+    ctx.textBaseline = "middle";
+    ctx.textAlign = "left";
+    ctx.fillText("from cache", xa + 3, y + h / 2);
+  }
+
   function finishTip(R) {
-    return [`#${R.rid} · finished${R.reason ? ` (${R.reason})` : ""}`, `at ${fmt(R.finishT)} s`
+    return [`${reqLabel(R, 40)} · finished${R.reason ? ` (${R.reason})` : ""}`, `at ${fmt(R.finishT)} s`
       + (R.nOut ? ` · ${R.nOut} tokens` : ""), R.error ? String(R.error) : ""].filter(Boolean);
   }
 
@@ -77,8 +111,11 @@ const Gantt = (() => {
       const xa = X(a), xb = Math.max(X(b), xa + 1);
       const picked = inst.sel === R.rid;
       ctx.globalAlpha = inst.sel != null && !picked ? 0.16 : 1;
-      ctx.fillStyle = segFill(kind, reqColor(R.rid), R.reason);
-      ctx.fillRect(xa, y, xb - xa, h);
+      if (kind === "cached") cachedBar(ctx, k, reqColor(R.rid), xa, y, xb - xa, h);
+      else {
+        ctx.fillStyle = segFill(kind, reqColor(R.rid), R.reason);
+        ctx.fillRect(xa, y, xb - xa, h);
+      }
       const lw = picked && kind !== "finish" ? 2 * k : kind === "recompute" ? 2 * k
         : kind === "prefill" && xb - xa > 3 ? 1 : 0;  // outlines show chunk boundaries
       if (lw) {
@@ -97,7 +134,7 @@ const Gantt = (() => {
       for (const sg of segs) {
         const a = timeMode ? sg.t0 : sg.x0, b = timeMode ? sg.t1 : sg.x1;
         if (a == null || b == null || b < range[0] || a > range[1]) continue;
-        bar(R, a, b, sg.kind, () => segTip(R, sg));
+        for (const [pa, pb, kind, tip] of pieces(R, sg, a, b)) bar(R, pa, pb, kind, tip);
       }
       const fx = timeMode ? R.finishT : R.finishX;
       if (fx != null && fx >= range[0] && fx <= range[1]) {
@@ -108,7 +145,7 @@ const Gantt = (() => {
     ctx.globalAlpha = 1;
     const every = Math.max(1, Math.ceil((15 * k) / rowH));  // labels that fit
     band.yticks = ids.filter((r) => r % every === 0 || r === inst.sel)
-      .map((r) => ({ y: Y(r), label: `#${r}`, strong: r === inst.sel }));
+      .map((r) => ({ y: Y(r), label: reqLabel(S.reqs.get(r) || { rid: r }, NAME_CHARS), strong: r === inst.sel }));
     col.rows = ids.slice();
   }
 

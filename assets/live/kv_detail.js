@@ -1,5 +1,6 @@
 // View (mode "kv_detail"): one request's logical blocks -> block table -> physical pool, and how much
-// of its allocation is unused, paged vs a contiguous reservation.
+// of its allocation is unused, paged vs a contiguous reservation. With prefix caching: which of its
+// blocks are shared and with whom, and which came from the cache at its admission.
 
 const KvDetail = (() => {
   const { C, FONT, clamp, fmt, pct, rgba, reqColor, el, hatchPattern, canvasContext } = Common;
@@ -27,7 +28,8 @@ const KvDetail = (() => {
     const rid = detailRid(inst, S);
     const size = inst.sizes.get(view.wrap);
     const R = rid != null ? S.reqs.get(rid) : null;
-    const sig = `${S.kvRev}|${rid}|${R ? R.state + R.maxTokens : ""}|${size ? size.w + "x" + size.h : ""}`;
+    const remote = LiveState.isRemote(S, inst.laneConfig(S.name));
+    const sig = `${S.kvRev}|${rid}|${R ? R.state + R.maxTokens : ""}|${size ? size.w + "x" + size.h : ""}|${remote}`;
     if (inst.offscreen(view.wrap) || !inst.changed(view.canvas, sig)) return;
     const c = canvasContext(inst.sizes, view);
     if (!c) return;
@@ -35,17 +37,24 @@ const KvDetail = (() => {
     view.head.textContent = "";
     view.stats.textContent = "";
     const table = rid != null && S.kv ? (S.kv.block_tables || {})[String(rid)] : null;
+    if (remote) {
+      view.head.appendChild(el("span", "ifl-muted", "A remote server does not expose its KV blocks"));
+      return;
+    }
     if (rid == null || !table) {
       view.head.appendChild(el("span", "ifl-muted", rid == null
         ? "No request holds KV blocks right now. Submit one, or pick one in any view."
         : `Request #${rid} holds no KV blocks right now${R && R.done ? " (finished: its blocks were freed)" : ""}.`));
       return;
     }
-    const kc = KvMap.cells(S.kv);
+    const kc = KvBlocks.of(S.kv);
     const held = (S.kv.kv_tokens || {})[String(rid)] ?? 0;
     head(view.head, rid, R, S);
-    drawBlockTable(c, inst, kc, rid, table, held);
+    drawBlockTable(c, inst, kc, rid, table, held, fromCache(kc, R));
     detailStats(view.stats, kc, rid, R, table, held, S);
+    if (LiveState.prefixOn(S, inst.laneConfig(S.name)) || kc.sharers.size || kc.cached) {
+      view.stats.appendChild(sharingNote(kc, rid, R, table));
+    }
   }
 
   function head(box, rid, R, S) {
@@ -55,9 +64,15 @@ const KvDetail = (() => {
     if (R && R.prompt) box.appendChild(el("span", "ifl-detail-prompt", R.prompt));
   }
 
-  // Three aligned rows: logical blocks (fill = tokens), the block table (physical ids), and the
-  // physical pool as a strip, with a line from each table entry to where its block really lives.
-  function drawBlockTable(c, inst, kc, rid, table, held) {
+  // Its leading blocks a prefix hit served at its (latest) admission.
+  function fromCache(kc, R) {
+    return R ? Math.floor(R.cached / kc.bs) : 0;
+  }
+
+  // Three aligned rows: logical blocks (fill = tokens; dashed white: from the prefix cache), the block
+  // table (physical ids; a white box: shared, with its holder count), and the physical pool as a
+  // strip, with a line from each table entry to where its block really lives.
+  function drawBlockTable(c, inst, kc, rid, table, held, nCached) {
     const { ctx, W, H } = c;
     const k = inst.scale;
     const color = reqColor(rid);
@@ -109,36 +124,54 @@ const KvDetail = (() => {
         ctx.fillStyle = tokens > bs / 2 ? C.bg : C.text;
         ctx.fillText(`${tokens}`, x + boxW / 2, yA + rowH / 2);
       }
-      // table entry: the physical block id
-      ctx.fillStyle = "#1B2334";
-      ctx.fillRect(x, yB, boxW, rowH);
-      ctx.strokeStyle = color;
-      ctx.lineWidth = 1.5 * k;
-      ctx.strokeRect(x + 0.5, yB + 0.5, boxW - 1, rowH - 1);
-      if (boxW >= 30 * k) {
-        ctx.fillStyle = C.text;
-        ctx.fillText(String(table[i]), x + boxW / 2, yB + rowH / 2);
-      }
+      if (i < nCached) dashedBox(ctx, k, x, yA, boxW, rowH);
+      tableEntry(ctx, k, color, x, yB, boxW, rowH, table[i], kc.refs[table[i]]);
     }
     if (w >= 18 * k) {  // logical indices above the first row
       ctx.fillStyle = C.muted;
       ctx.font = `${Math.round(12 * k)}px ${FONT}`;
       for (let i = 0; i < n; i++) ctx.fillText(String(i), xOf(i) + boxW / 2, yA - 9 * k);
     }
-    drawPoolStrip(ctx, inst, kc, rid, L, yC, span, poolH);
+    drawPoolStrip(ctx, inst, kc, rid, table, L, yC, span, poolH);
     ctx.textAlign = "left";
   }
 
-  function drawPoolStrip(ctx, inst, kc, rid, L, y, span, h) {
+  function dashedBox(ctx, k, x, y, w, h) {
+    ctx.strokeStyle = C.white;
+    ctx.lineWidth = 1.5 * k;
+    ctx.setLineDash([4 * k, 3 * k]);
+    ctx.strokeRect(x + 1, y + 1, w - 2, h - 2);
+    ctx.setLineDash([]);
+  }
+
+  // One table entry: the physical block id; a shared block is boxed in white with its holder count.
+  function tableEntry(ctx, k, color, x, y, w, h, block, refs) {
+    const shared = refs > 1;
+    ctx.fillStyle = shared ? "#2A3347" : "#1B2334";
+    ctx.fillRect(x, y, w, h);
+    ctx.strokeStyle = shared ? C.white : color;
+    ctx.lineWidth = (shared ? 2.5 : 1.5) * k;
+    ctx.strokeRect(x + 0.5, y + 0.5, w - 1, h - 1);
+    if (w < 30 * k) return;
+    ctx.fillStyle = C.text;
+    ctx.fillText(shared ? `${block} ×${refs}` : String(block), x + w / 2, y + h / 2);
+  }
+
+  function drawPoolStrip(ctx, inst, kc, rid, table, L, y, span, h) {
     const color = reqColor(rid);
-    const bw = span / kc.n;
+    const bw = span / kc.n, mine = new Set(table);  // its shared blocks may list another holder first
     ctx.fillStyle = C.free;
     ctx.fillRect(L, y, span, h);
     for (let b = 0; b < kc.n; b++) {
       const o = kc.owner[b];
+      if (kc.lru[b] >= 0) {  // cached-evictable: a low slate mark
+        ctx.fillStyle = C.cached;
+        ctx.fillRect(L + b * bw, y + h * 0.7, Math.max(bw, 1), h * 0.3);
+      }
       if (o < 0) continue;
-      ctx.fillStyle = o === rid ? color : rgba(reqColor(o), 0.35);
-      ctx.fillRect(L + b * bw, y + (o === rid ? 0 : h * 0.3), Math.max(bw, o === rid ? 2 : 1), o === rid ? h : h * 0.7);
+      const own = mine.has(b);
+      ctx.fillStyle = own ? color : rgba(reqColor(o), 0.35);
+      ctx.fillRect(L + b * bw, y + (own ? 0 : h * 0.3), Math.max(bw, own ? 2 : 1), own ? h : h * 0.7);
     }
     ctx.fillStyle = C.muted;
     ctx.font = `${Math.round(12 * inst.scale)}px ${FONT}`;
@@ -177,6 +210,19 @@ const KvDetail = (() => {
       box.appendChild(row);
     }
     box.appendChild(poolTotals(kc, S));
+  }
+
+  // Which of its blocks are shared and with whom, which came from the cache, and the pool's counts.
+  function sharingNote(kc, rid, R, table) {
+    const shared = table.filter((b) => kc.refs[b] > 1).length;
+    const others = KvBlocks.sharedWith(kc, rid).map((o) => `#${o.rid} (${o.blocks})`);
+    const cachedTok = R ? R.cached : 0;
+    const text = `Prefix cache: ${shared} of its ${table.length} blocks shared`
+      + (others.length ? ` — with ${others.join(", ")} (blocks in common)` : "")
+      + ` · ${cachedTok ? `${cachedTok.toLocaleString()} tokens (${fromCache(kc, R)} blocks) came from the cache`
+        + " at admission, not computed" : "nothing came from the cache"}`
+      + ` · pool: ${kc.sharers.size} shared, ${kc.cached} cached-evictable blocks`;
+    return el("div", "ifl-frag-pool", text);
   }
 
   function poolTotals(kc, S) {

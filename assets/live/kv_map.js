@@ -1,8 +1,11 @@
-// View: the physical KV block pool of one lane, one square cell per block (canvas).
+// View: the physical KV block pool of one lane, one square cell per block (canvas): owned blocks in
+// their request's color, shared blocks (prefix cache) striped in their holders' colors with a white
+// border, cached-evictable blocks outlined, free blocks dark.
 
 const KvMap = (() => {
-  const { C, clamp, fmt, pct, rgba, reqColor, el, setText, hatchPattern, canvasContext } = Common;
-  const cellsCache = new WeakMap();  // KV snapshot (an event's kv object) -> its per-block arrays
+  const { C, FONT, fmt, pct, rgba, reqColor, el, setText, hatchPattern, canvasContext } = Common;
+  const MAX_STRIPES = 4;      // a shared block shows its first holders' colors; the count says how many
+  const MAX_TIP_HOLDERS = 8;  // a shared block's tooltip lists this many holders
 
   function build(inst, cell, name) {
     const caption = el("div", "ifl-caption", "");
@@ -21,32 +24,6 @@ const KvMap = (() => {
     return view;
   }
 
-  // Per-block owner, logical index and tokens held of one KV snapshot (computed once per snapshot).
-  function cells(kv) {
-    let kc = cellsCache.get(kv);
-    if (kc) return kc;
-    const n = kv.num_blocks, bs = kv.block_size;
-    const owner = new Int32Array(n).fill(-1);  // the block tables' inverse (the wire carries only tables)
-    const logical = new Int32Array(n).fill(-1);
-    const tokens = new Int32Array(n);
-    let held = 0, slots = 0;
-    for (const [key, table] of Object.entries(kv.block_tables || {})) {
-      const kvTok = (kv.kv_tokens || {})[key] ?? 0;
-      held += kvTok;
-      slots += table.length * bs;
-      table.forEach((b, i) => {
-        if (b < 0 || b >= n) return;
-        owner[b] = Number(key);
-        logical[b] = i;
-        tokens[b] = clamp(kvTok - i * bs, 0, bs);
-      });
-    }
-    kc = { n, bs, owner, logical, tokens, held, slots, used: kv.used, reservedUnused: kv.reserved_unused_slots,
-           tables: kv.block_tables || {} };
-    cellsCache.set(kv, kc);
-    return kc;
-  }
-
   // Square cells filling the box: the largest cell size that fits all blocks. A pool too big for
   // 3 px cells is drawn with `group` consecutive blocks per cell (said in the caption).
   function geometry(n, W, H) {
@@ -60,27 +37,42 @@ const KvMap = (() => {
   }
 
   // One cell's content: its block, or for a grouped cell the most common owner (the picked request
-  // wins) and the tokens held in the group.
+  // wins), the tokens held and how many blocks are shared / cached in the group.
   function cellAt(kc, g, c, sel) {
-    if (g.group === 1) return { owner: kc.owner[c], tokens: kc.tokens[c], cap: kc.bs, first: c, last: c, used: null };
+    if (g.group === 1) {
+      const holders = kc.sharers.get(c);
+      return { owner: kc.owner[c], tokens: kc.tokens[c], cap: kc.bs, first: c, last: c, used: null,
+               holders: holders ? holders.map((h) => h.rid) : null, shared: holders ? 1 : 0, cached: kc.lru[c] >= 0 ? 1 : 0 };
+    }
     const first = c * g.group, last = Math.min(kc.n, first + g.group) - 1;
     const count = new Map();
-    let tokens = 0, used = 0;
+    let tokens = 0, used = 0, shared = 0, cached = 0;
     for (let i = first; i <= last; i++) {
+      if (kc.lru[i] >= 0) cached++;
       const o = kc.owner[i];
       if (o < 0) continue;
       used++;
       tokens += kc.tokens[i];
+      if (kc.refs[i] > 1) shared++;
       count.set(o, (count.get(o) || 0) + 1);
     }
     let owner = -1, best = 0;
     for (const [o, k] of count) if (k > best || o === sel) { owner = o; best = o === sel ? Infinity : k; }
-    return { owner, tokens, cap: (last - first + 1) * kc.bs, first, last, used };
+    return { owner, tokens, cap: (last - first + 1) * kc.bs, first, last, used, holders: null, shared, cached };
   }
 
   function draw(inst, S, view) {
     const size = inst.sizes.get(view.wrap);
-    const sig = `${S.kvRev}|${inst.sel}|${size ? size.w + "x" + size.h : ""}`;
+    const remote = LiveState.isRemote(S, inst.laneConfig(S.name));
+    const sig = `${S.kvRev}|${inst.sel}|${size ? size.w + "x" + size.h : ""}|${remote}`;
+    if (remote) {
+      if (inst.changed(view.canvas, sig)) {
+        const c = canvasContext(inst.sizes, view);
+        if (c) c.ctx.clearRect(0, 0, c.W, c.H);
+        setText(view.caption, "A remote server does not expose its KV block map");
+      }
+      return;
+    }
     if (!S.kv) {
       if (inst.changed(view.canvas, sig)) {
         const c = canvasContext(inst.sizes, view);
@@ -93,7 +85,7 @@ const KvMap = (() => {
     const c = canvasContext(inst.sizes, view);
     if (!c) return;
     const { ctx, W, H } = c;
-    const kc = cells(S.kv);
+    const kc = KvBlocks.of(S.kv);
     const g = geometry(kc.n, W, H);
     view.geom = g;
     ctx.clearRect(0, 0, W, H);
@@ -105,18 +97,23 @@ const KvMap = (() => {
     setText(view.caption, `${kc.used} / ${kc.n} blocks used (${fmt(pct(kc.used, kc.n), 1)}%) · `
       + `${kc.held.toLocaleString()} tokens in ${kc.slots.toLocaleString()} slots`
       + (kc.slots ? ` (${fmt(pct(kc.held, kc.slots), 0)}% full)` : "") + ` · ${kc.bs} tokens/block`
+      + (kc.sharers.size ? ` · ${kc.sharers.size} shared` : "") + (kc.cached ? ` · ${kc.cached} cached` : "")
       + (g.group > 1 ? ` · 1 cell = ${g.group} blocks` : ""));
   }
 
-  function drawBlock(ctx, inst, x, y, s, { owner, tokens, cap }) {
+  function drawBlock(ctx, inst, x, y, s, cell) {
+    const { owner, tokens, cap } = cell;
     if (owner < 0) {
       ctx.fillStyle = C.free;
       ctx.fillRect(x, y, s, s);
+      if (cell.cached) drawCached(ctx, x, y, s);
       return;
     }
     const color = reqColor(owner);
-    ctx.globalAlpha = inst.sel != null && owner !== inst.sel ? 0.22 : 1;
-    if (tokens <= 0) {  // reserved but holding nothing yet
+    const picked = inst.sel == null || (cell.holders ? cell.holders.includes(inst.sel) : owner === inst.sel);
+    ctx.globalAlpha = picked ? 1 : 0.22;
+    if (cell.shared) drawShared(ctx, inst, x, y, s, cell);
+    else if (tokens <= 0) {  // reserved but holding nothing yet
       ctx.fillStyle = C.idle;
       ctx.fillRect(x, y, s, s);
       ctx.fillStyle = hatchPattern(ctx, color, inst.scale);
@@ -129,11 +126,44 @@ const KvMap = (() => {
       ctx.fillRect(x, y + s - h, s, h);
     }
     ctx.globalAlpha = 1;
-    if (inst.sel === owner && s >= 5) {
+    if (inst.sel != null && picked && s >= 5) {
       ctx.strokeStyle = C.white;
       ctx.lineWidth = 1;
       ctx.strokeRect(x + 0.5, y + 0.5, s - 1, s - 1);
     }
+  }
+
+  // Shared: stripes of its holders' colors (a grouped cell: its main owner's), a white border, and
+  // how many hold it where it fits.
+  function drawShared(ctx, inst, x, y, s, cell) {
+    const holders = cell.holders || [cell.owner];
+    const n = Math.min(holders.length, MAX_STRIPES);
+    for (let i = 0; i < n; i++) {
+      ctx.fillStyle = reqColor(holders[i]);
+      ctx.fillRect(x + Math.floor((i * s) / n), y, Math.ceil(s / n), s);
+    }
+    if (s < 5) return;
+    ctx.strokeStyle = C.white;
+    ctx.lineWidth = s >= 12 ? 2 : 1;
+    ctx.strokeRect(x + ctx.lineWidth / 2, y + ctx.lineWidth / 2, s - ctx.lineWidth, s - ctx.lineWidth);
+    if (s < 18 * inst.scale || !cell.holders) return;
+    ctx.font = `700 ${Math.round(s * 0.4)}px ${FONT}`;
+    ctx.textAlign = "center";
+    ctx.textBaseline = "middle";
+    ctx.fillStyle = C.bg;
+    ctx.fillText(`×${holders.length}`, x + s / 2, y + s / 2 + 1);
+  }
+
+  // Cached-evictable: no holder, kept for a prefix hit until the pool needs it.
+  function drawCached(ctx, x, y, s) {
+    if (s < 4) {
+      ctx.fillStyle = C.cached;
+      ctx.fillRect(x, y, s, s);
+      return;
+    }
+    ctx.strokeStyle = C.cached;
+    ctx.lineWidth = s >= 10 ? 2 : 1;
+    ctx.strokeRect(x + ctx.lineWidth / 2, y + ctx.lineWidth / 2, s - ctx.lineWidth, s - ctx.lineWidth);
   }
 
   function blockAt(inst, name, view, e) {
@@ -145,25 +175,39 @@ const KvMap = (() => {
     if (cx < 0 || cx >= g.cols || cy < 0) return null;
     const c = cy * g.cols + cx;
     if (c >= g.cells) return null;
-    const kc = cells(S.kv);
+    const kc = KvBlocks.of(S.kv);
     const cell = cellAt(kc, g, c, inst.sel);
-    return { ...cell, i: cell.first, logical: kc.logical[cell.first], bs: kc.bs, group: g.group };
+    return { ...cell, i: cell.first, kc, bs: kc.bs, group: g.group };
   }
 
   function hover(inst, name, view, e) {
     const b = blockAt(inst, name, view, e);
     if (!b) return inst.tip.hide();
-    let lines;
-    if (b.group > 1) {
-      lines = [`blocks ${b.first}–${b.last}`, b.owner < 0 ? "all free"
-        : `${b.used} used · mostly request #${b.owner}`, `${b.tokens} / ${b.cap} token slots held`];
-    } else {
-      lines = b.owner < 0 ? [`block ${b.i}`, "free"]
-        : [`block ${b.i} · request #${b.owner}`, `logical block ${b.logical}`,
-           b.tokens > 0 ? `${b.tokens} / ${b.bs} tokens held` : `0 / ${b.bs} tokens (reserved, unused)`];
-    }
-    inst.tip.show(e, lines, b.owner >= 0 ? reqColor(b.owner) : C.muted);
+    const lines = b.group > 1 ? groupTip(b) : b.owner < 0 ? unheldTip(b) : heldTip(b);
+    inst.tip.show(e, lines, b.owner >= 0 ? reqColor(b.owner) : b.cached ? C.cached : C.muted);
   }
 
-  return { build, draw, cells };
+  function groupTip(b) {
+    return [`blocks ${b.first}–${b.last}`, b.owner < 0 ? "none held" : `${b.used} used · mostly request #${b.owner}`,
+            `${b.tokens} / ${b.cap} token slots held`, b.shared ? `${b.shared} shared by several requests` : "",
+            b.cached ? `${b.cached} cached, evictable` : ""].filter(Boolean);
+  }
+
+  function unheldTip(b) {
+    if (!b.cached) return [`block ${b.i}`, "free"];
+    return [`block ${b.i} · cached, evictable`, "held by no request: a prefix hit reuses it",
+            `eviction order ${b.kc.lru[b.i] + 1} of ${b.kc.cached} (least recently used first)`];
+  }
+
+  function heldTip(b) {
+    const tokens = b.tokens > 0 ? `${b.tokens} / ${b.bs} tokens held` : `0 / ${b.bs} tokens (reserved, unused)`;
+    const holders = b.kc.sharers.get(b.i);
+    if (!holders) return [`block ${b.i} · request #${b.owner}`, `logical block ${b.kc.logical[b.i]}`, tokens];
+    const more = holders.length - MAX_TIP_HOLDERS;
+    return [`block ${b.i} · shared by ${holders.length} requests (prefix cache)`,
+            ...holders.slice(0, MAX_TIP_HOLDERS).map((h) => `#${h.rid} · its logical block ${h.logical}`),
+            more > 0 ? `… and ${more} more` : "", tokens].filter(Boolean);
+  }
+
+  return { build, draw };
 })();

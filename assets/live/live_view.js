@@ -1,5 +1,5 @@
 // Inflight live views: one Streamlit v2 component that follows the engine's /engine/ws event stream
-// and draws it on canvas: Gantt, batch slots and utilization (timeline), KV blocks, block table, text.
+// and draws it on canvas: Gantt, batch slots and utilization (timeline), roofline, KV blocks, block table, text.
 // Every mark comes from an engine event; nothing is simulated or interpolated.
 //
 // Lifecycle: Streamlit runs this module's default export on mount and again on every data change.
@@ -11,7 +11,7 @@
 const STORE_KEY = "__inflightLiveViews";
 const STATUS_POLL_MS = 2000;  // status refresh (paused, queue, last step ms, clock sync)
 const VIEW_NAMES = ["gantt", "slots", "kv", "util", "text"];
-const VIEWS = { timeline: Timeline, status: StatusView, kv: KvMap, text: TextView, detail: KvDetail };
+const VIEWS = { timeline: Timeline, status: StatusView, kv: KvMap, text: TextView, detail: KvDetail, roofline: RooflineView };
 
 function store() {
   if (!window[STORE_KEY]) window[STORE_KEY] = new WeakMap();
@@ -26,7 +26,7 @@ function createInstance(root, owner) {
     clockOffset: null, scale: 1, conn: "connecting", socket: null, accepting: false, subRef: null, refSeq: 0,
     el: { banner: q(".ifl-banner"), conn: q(".ifl-conn"), follow: q(".ifl-follow"), note: q(".ifl-note"),
           gpu: q(".ifl-gpu"), fps: q(".ifl-fps"), body: q(".ifl-body") },
-    tip: Common.tooltip(root, q(".ifl-tip")), cols: new Map(), timeline: null, sizes: new WeakMap(),
+    tip: Common.tooltip(root, q(".ifl-tip")), cols: new Map(), timeline: null, roofline: null, sizes: new WeakMap(),
     onscreen: new WeakMap(), sel: null, lastDataSel: undefined, zoom: {}, closed: false, timers: {},
     setStateValue: () => {}, loop: FrameLoop.create(() => drawFrame(inst), (s) => showFps(inst, s)),
     resizeObs: null, viewObs: null,
@@ -143,7 +143,7 @@ function applyServiceStatus(inst, status) {
   if (typeof status.t === "number") inst.clockOffset = status.t - Common.perfNow();
   const limits = inst.cfg.lanes.map((n) => {  // what the charts depend on
     const c = laneConfig(inst, n) || {};
-    return `${c.strategy}|${c.max_num_seqs}|${c.static_batch_size}`;
+    return `${c.strategy}|${c.max_num_seqs}|${c.static_batch_size}|${c.enable_prefix_caching}`;
   }).join(",");
   if (limits !== inst.limits) {
     inst.limits = limits;
@@ -240,6 +240,7 @@ function drawFrame(inst) {
     if (col.detail) KvDetail.draw(inst, S, col.detail);
   }
   if (inst.timeline) Timeline.draw(inst);
+  if (inst.roofline) RooflineView.draw(inst, inst.roofline);
 }
 
 /* ---- entry point ---- */

@@ -4,8 +4,9 @@
 // stays empty.
 
 const Slots = (() => {
-  const { C, fmt, mix, reqColor, hatchPattern } = Common;
-  const { KIND, maxBatch } = LiveState;
+  const { C, FONT, fmt, mix, reqColor, hatchPattern } = Common;
+  const { KIND, maxBatch, isRemote } = LiveState;
+  const REMOTE_NOTE = "A remote server does not expose its batch slots (its rows are timed at this client)";
 
   // Columns of the grid, as edges: one column per iteration; on the time axis idle time between
   // iterations (e.g. a static batch filling up) is an empty column, so both lanes align in time.
@@ -43,6 +44,7 @@ const Slots = (() => {
   }
 
   function draw(ctx, inst, S, fc, X, band) {
+    if (isRemote(S, inst.laneConfig(S.name))) return drawNote(ctx, inst, band, REMOTE_NOTE);
     const range = [X.invert(band.x), X.invert(band.x + band.w)];
     const { cols, edges } = slotColumns(S, fc, range, band.w / Math.max(range[1] - range[0], 1e-9));
     let nSlots = maxBatch(S, inst.laneConfig(S.name)) || 1;
@@ -78,6 +80,14 @@ const Slots = (() => {
     band.yticks = [];
     for (let s = 0; s < nSlots; s += dtick) band.yticks.push({ y: Y(s) + slotH / 2, label: String(s) });
     band.ytitle = "slot";
+  }
+
+  function drawNote(ctx, inst, band, text) {
+    ctx.fillStyle = C.muted;
+    ctx.font = `${13 * inst.scale}px ${FONT}`;
+    ctx.textAlign = "center";
+    ctx.textBaseline = "middle";
+    ctx.fillText(text, band.x + band.w / 2, band.y + band.h / 2, band.w - 8);
   }
 
   function drawCellRun(ctx, inst, run, y, h) {

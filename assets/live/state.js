@@ -1,8 +1,9 @@
 // The event reducer: folds /engine/ws events into per-lane state (keyed by `ev.lane`) the views draw from.
 // Pure data (no DOM, no socket): it loads in node on its own for the tests (tests/js/).
 //
-// Per lane: a bounded list of step summaries, the requests (with Gantt segments and text), and the
-// latest KV snapshot. Events are folded in as they arrive; nothing is kept raw.
+// Per lane: a bounded list of step summaries (with their roofline numbers), the requests (with Gantt
+// segments and text), the latest KV snapshot, the prefix cache's token counts, the device's peaks and,
+// for a remote lane, its server's polled gauges. Events are folded in as they arrive; nothing is kept raw.
 
 const LiveState = (() => {
   const MAX_STEPS = 300;        // iterations kept per lane (slots grid, utilization)
@@ -10,6 +11,8 @@ const LiveState = (() => {
   const MAX_SEGS = 64;          // segments kept per request before old ones are trimmed
   const RATE_WINDOW_S = 1.0;    // tokens/s: rolling window over step events
   const MAX_GPU_SAMPLES = 600;  // NVML samples kept (5 min at the monitor's 2 per second)
+  const MAX_REMOTE_SAMPLES = 300;  // a remote server's gauges kept (5 min at one poll a second)
+  const HIT_WINDOW_S = 5.0;     // prefix cache hit rate, "recent": admissions over this window
   // What a request is doing, per segment and overall (views shade by these).
   const KIND = { queued: "queued", prefill: "prefill", recompute: "recompute", decode: "decode", held: "held",
                  preempted: "preempted", finished: "finished" };
@@ -17,17 +20,18 @@ const LiveState = (() => {
   // contract: Contract.fromWire(...) (the step entry layout and phase names).
   function newState(lanes, contract) {
     return { contract, by: new Map(lanes.map((name) => [name, newLane(name)])), coalesced: 0, latestT: null,
-             progress: null, gpu: [], gpuRev: 0 };
+             progress: null, gpu: [], gpuRev: 0, named: 0 };
   }
 
   function newLane(name) {
     return { name, steps: [], reqs: new Map(), kv: null, kvRev: 0, rev: 0, textRev: 0, lastIt: -1, lastT: null,
-             lastStepMs: null, lastEvent: null, gapPending: false };
+             lastStepMs: null, lastEvent: null, gapPending: false, prefix: { queries: 0, hits: 0 }, peaks: null,
+             remote: false, server: [] };
   }
 
   function newRequest(rid) {
-    return { rid, tag: null, prompt: null, nPrompt: null, maxTokens: null, arrival: null, state: KIND.queued,
-             segs: [], open: null, text: "", textRev: 0, nOut: 0, preemptions: 0, finishT: null, finishX: null,
+    return { rid, tag: null, name: null, prompt: null, nPrompt: null, maxTokens: null, arrival: null, state: KIND.queued,
+             segs: [], open: null, text: "", textRev: 0, nOut: 0, preemptions: 0, cached: 0, finishT: null, finishX: null,
              reason: null, error: null, done: false, lost: false, endT: null, lastIt: null, lastKind: null, ctx: 0 };
   }
 
@@ -65,9 +69,11 @@ const LiveState = (() => {
     if (ev.type === "gpu") return ingestGpu(st, ev);
     const S = st.by.get(ev.lane);
     if (!S) return false;
+    if (ev.strategy === st.contract.remote) S.remote = true;
     if (ev.type === "step") onStep(st.contract, S, ev);
-    else if (ev.type === "request") onRequest(S, ev);
+    else if (ev.type === "request") onRequest(st, S, ev);
     else if (ev.type === "finished") onFinished(S, ev);
+    else if (ev.type === "remote_metrics") onServerGauges(S, ev);
     else return false;
     const tEnd = ev.type === "step" ? ev.t_end : t;
     if (tEnd != null) st.latestT = st.latestT == null ? tEnd : Math.max(st.latestT, tEnd);
@@ -92,9 +98,11 @@ const LiveState = (() => {
     return null;
   }
 
-  function onRequest(S, ev) {
+  function onRequest(st, S, ev) {
     const R = requestRecord(S, ev.request_id);
     R.tag = ev.tag ?? null;
+    R.name = typeof ev.name === "string" && ev.name ? ev.name : null;  // plain text: views draw it as text
+    if (R.name) st.named++;
     R.prompt = promptText(ev);
     R.nPrompt = ev.num_prompt_tokens ?? R.nPrompt;
     R.maxTokens = ev.max_tokens ?? R.maxTokens;
@@ -111,7 +119,8 @@ const LiveState = (() => {
     for (const e of entries || []) {
       const rid = e[E.rid], phase = e[E.phase], tokens = e[E.tokens], ctx = e[E.ctx];
       let g = by.get(rid);
-      if (!g) by.set(rid, (g = { rid, real: 0, pad: 0, prefill: false, decode: false, slot: e[E.slot], ctx }));
+      if (!g) by.set(rid, (g = { rid, real: 0, pad: 0, cached: 0, prefill: false, decode: false, slot: e[E.slot], ctx }));
+      g.cached += e[E.cached];  // tokens a prefix hit served at (re)admission
       if (phase === P.padding) g.pad += tokens;
       else {
         g.real += tokens;
@@ -151,8 +160,11 @@ const LiveState = (() => {
     const kv = ev.kv || {};
     const summary = { it, step: ev.step, t0, t1, cells, bySlot, real, pad, busy, rows: groups.size,
                       used: ev.tokens_used, budget: ev.token_budget, kvUsed: kv.used, kvBlocks: kv.num_blocks,
-                      waiting: ev.num_waiting, running: ev.num_running, tps: 0 };
+                      waiting: ev.num_waiting, running: ev.num_running, tps: 0,
+                      queries: ev.prefix_queries || 0, hits: ev.prefix_hits || 0, hitAll: null, hitRecent: null,
+                      roof: roofPoint(S, ev.roofline) };
     summary.tps = rollingRate(S.steps, summary);
+    prefixRates(S, summary);
     S.steps.push(summary);
     if (S.steps.length > MAX_STEPS) S.steps.splice(0, S.steps.length - MAX_STEPS);
     if (ev.kv) {
@@ -171,6 +183,10 @@ const LiveState = (() => {
     const kind = segmentKind(R, g);
     closeOpen(R, ev.t_start, it - 0.5);
     addSegment(R, kind, ev.t_start, ev.t_end, it, ev.step);
+    if (g.cached > 0) {  // admitted with a prefix hit: its bar shows the prefill that was skipped
+      R.cached = g.cached;
+      Object.assign(R.segs[R.segs.length - 1], { cached: g.cached, computed: g.real });
+    }
     if (R.lost && kind !== KIND.held) {  // it was only preempted, not finished: back to live
       R.lost = R.done = false;
       R.state = kind;
@@ -210,10 +226,12 @@ const LiveState = (() => {
     R.reason = R.reason ?? "unknown (events coalesced)";  // no finish marker: its time is unknown
   }
 
-  // Decode and held runs over consecutive iterations merge into one bar; each prefill chunk is its own.
+  // Decode and held runs over consecutive iterations merge into one bar; each prefill chunk is its own,
+  // and so is an admission with a prefix hit (a resumed request's can be a decode row).
   function addSegment(R, kind, t0, t1, it, step) {
     const last = R.segs[R.segs.length - 1];
-    const merge = last && last.kind === kind && (kind === KIND.decode || kind === KIND.held) && last.it1 === it - 1;
+    const merge = last && last.kind === kind && (kind === KIND.decode || kind === KIND.held) && last.it1 === it - 1
+      && !last.cached;
     if (merge) {
       last.t1 = t1;
       last.it1 = it;
@@ -284,6 +302,22 @@ const LiveState = (() => {
     S.textRev++;
   }
 
+  // A step's roofline numbers (engine/roofline.py): utilizations are null where the device's peaks are
+  // unknown; the peaks the step came with are kept on the lane (they draw the roof).
+  function roofPoint(S, r) {
+    if (!r) return null;
+    if (r.peak_bytes_per_s > 0 && r.peak_flops_per_s > 0) S.peaks = { bytesPerS: r.peak_bytes_per_s, flopsPerS: r.peak_flops_per_s };
+    return { intensity: r.intensity, flopsPerS: r.flops_per_s, bytesPerS: r.bytes_per_s,
+             mem: r.mem_util ?? null, compute: r.compute_util ?? null };
+  }
+
+  // A remote lane's server's own gauges, polled from its /metrics (null: it does not export that one).
+  function onServerGauges(S, ev) {
+    S.server.push({ t: ev.t, running: ev.num_running ?? null, waiting: ev.num_waiting ?? null,
+                    kv: ev.kv_usage == null ? null : 100 * ev.kv_usage });
+    if (S.server.length > MAX_REMOTE_SAMPLES) S.server.splice(0, S.server.length - MAX_REMOTE_SAMPLES);
+  }
+
   // Real (prefill + decode) tokens per second over the last RATE_WINDOW_S of step events.
   function rollingRate(steps, cur) {
     const from = cur.t1 - RATE_WINDOW_S;
@@ -294,6 +328,20 @@ const LiveState = (() => {
     }
     const span = cur.t1 - Math.max(from, start);
     return span > 1e-6 ? tokens / span : 0;
+  }
+
+  // Prefix cache hit rate (tokens served from the cache ÷ tokens looked up) after this step: over the
+  // lane's whole stream, and over admissions in the last HIT_WINDOW_S; null while nothing was looked up.
+  function prefixRates(S, cur) {
+    S.prefix.queries += cur.queries;
+    S.prefix.hits += cur.hits;
+    if (S.prefix.queries > 0) cur.hitAll = S.prefix.hits / S.prefix.queries;
+    let queries = cur.queries, hits = cur.hits;
+    for (let k = S.steps.length - 1; k >= 0 && S.steps[k].t1 > cur.t1 - HIT_WINDOW_S; k--) {
+      queries += S.steps[k].queries;
+      hits += S.steps[k].hits;
+    }
+    if (queries > 0) cur.hitRecent = hits / queries;
   }
 
   // Flat memory: drop finished requests that ended before the retained window, then cap the count.
@@ -351,7 +399,19 @@ const LiveState = (() => {
     return Math.max(configured || 0, seen) || null;
   }
 
-  return { KIND, newState, applyBatch, hasOpenWork, maxBatch };
+  // Whether a lane caches prefixes: its configuration says so; before the first status, whether it
+  // has looked anything up.
+  function prefixOn(S, config) {
+    return config ? !!config.enable_prefix_caching : S.prefix.queries > 0;
+  }
+
+  // Whether a lane is a remote server (no slots, no KV blocks to show): its configuration says so;
+  // before the first status, its events' strategy.
+  function isRemote(S, config) {
+    return config ? config.source === "remote" : S.remote;
+  }
+
+  return { KIND, HIT_WINDOW_S, newState, applyBatch, hasOpenWork, maxBatch, prefixOn, isRemote };
 })();
 
 if (typeof module !== "undefined") module.exports = LiveState;

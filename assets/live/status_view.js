@@ -2,7 +2,7 @@
 
 const StatusView = (() => {
   const { el, setText, fmt } = Common;
-  const { KIND, maxBatch } = LiveState;
+  const { KIND, maxBatch, prefixOn, isRemote } = LiveState;
 
   // header: short labels of how this lane differs from the other one, e.g. ["block 128"] (text).
   function build(name, header) {
@@ -30,14 +30,8 @@ const StatusView = (() => {
     const eng = svc && svc.engines ? svc.engines[S.name] : undefined;
     const queue = [...S.reqs.values()].filter((R) => R.state === KIND.queued || R.state === KIND.preempted).length;
     const [pill, cls] = pillOf(svc, eng);
-    const inBatch = S.kv && S.kv.block_tables ? Object.keys(S.kv.block_tables).length : 0;  // rows holding KV
-    const limit = maxBatch(S, inst.laneConfig(S.name));
-    const facts = [
-      `batch ${inBatch}${limit ? `/${limit}` : ""}`,
-      `queue ${queue}`,
-      `last step ${S.lastStepMs != null ? fmt(S.lastStepMs, 0) + " ms" : "–"}`,
-      `iteration ${Math.max(S.lastIt, 0)}`,
-    ];
+    const config = inst.laneConfig(S.name);
+    const facts = isRemote(S, config) ? remoteFacts(S, config, queue) : engineFacts(S, config, queue);
     if (svc && svc.slow_motion_s) facts.push(`slow motion ${fmt(svc.slow_motion_s, 2)} s`);
     if (eng && eng.error) facts.push(eng.error);
     const ev = S.lastEvent;
@@ -50,19 +44,59 @@ const StatusView = (() => {
     setText(view.facts, facts.join("  ·  "));
   }
 
+  function engineFacts(S, config, queue) {
+    const inBatch = S.kv && S.kv.block_tables ? Object.keys(S.kv.block_tables).length : 0;  // rows holding KV
+    const limit = maxBatch(S, config);
+    return [`batch ${inBatch}${limit ? `/${limit}` : ""}`, `queue ${queue}`,
+            `last step ${S.lastStepMs != null ? fmt(S.lastStepMs, 0) + " ms" : "–"}`, `iteration ${Math.max(S.lastIt, 0)}`];
+  }
+
+  // A remote server: no batch or iterations of ours to count; its own gauges where it exports them.
+  function remoteFacts(S, config, queue) {
+    const host = config && config.remote ? hostOf(config.remote) : "";
+    const g = S.server[S.server.length - 1];
+    const gauges = g ? [g.running != null ? `${fmt(g.running, 0)} running` : null,
+                        g.waiting != null ? `${fmt(g.waiting, 0)} waiting` : null,
+                        g.kv != null ? `KV ${fmt(g.kv, 0)}%` : null].filter(Boolean) : [];
+    return [`remote server${host ? ` ${host}` : ""}`,
+            gauges.length ? `its /metrics: ${gauges.join(", ")}` : "no /metrics read from it",
+            `${queue} before their first token`];
+  }
+
+  function hostOf(url) {
+    try {
+      return new URL(url).host;
+    } catch (e) {
+      return "";
+    }
+  }
+
   function drawBadges(inst) {
     const st = inst.state, e = inst.el;
-    setText(e.conn, inst.conn === "live" ? "● live" : inst.conn === "reconnecting" ? "reconnecting…" : "connecting…");
+    const live = inst.service && inst.service.replay ? "● recording" : "● live";  // a replay (engine/recording)
+    setText(e.conn, inst.conn === "live" ? live : inst.conn === "reconnecting" ? "reconnecting…" : "connecting…");
     e.conn.dataset.kind = inst.conn;
     e.follow.hidden = Object.keys(inst.zoom).length === 0;
     setText(e.follow, "zoomed · double-click a chart to follow now");
     const g = st && st.gpu.length ? st.gpu[st.gpu.length - 1] : null;
     inst.root.classList.toggle("ifl-has-gpu", !!g);
+    const lanes = st ? inst.cfg.lanes.map((n) => st.by.get(n)).filter(Boolean) : [];
+    inst.root.classList.toggle("ifl-has-prefix", lanes.some((S) => hasPrefix(inst, S)));
+    inst.root.classList.toggle("ifl-has-roofline", lanes.some((S) => S.peaks != null));
+    inst.root.classList.toggle("ifl-has-remote", lanes.some((S) => isRemote(S, inst.laneConfig(S.name))));
     e.gpu.hidden = !g;
     if (g) setText(e.gpu, `GPU ${fmt(g.util, 0)}% · ${fmt(g.usedMb / 1024, 1)} / ${fmt(g.totalMb / 1024, 1)} GiB`);
     e.note.hidden = !(st && st.coalesced > 0);
     if (st && st.coalesced > 0) setText(e.note, `${st.coalesced.toLocaleString()} events coalesced`);
     drawBanner(inst);
+  }
+
+  // A lane that caches prefixes, or whose KV snapshot has shared or cached blocks (its legends show).
+  function hasPrefix(inst, S) {
+    if (!S) return false;
+    if (prefixOn(S, inst.laneConfig(S.name))) return true;
+    const kb = S.kv ? KvBlocks.of(S.kv) : null;
+    return !!kb && (kb.cached > 0 || kb.sharers.size > 0);
   }
 
   // Model download / first start: progress messages shown prominently until every engine is ready.
@@ -75,6 +109,8 @@ const StatusView = (() => {
     if (failed) {
       text = `Engine “${failed[0]}” failed to load: ${failed[1].error}`;
       kind = "err";
+    } else if (svc && svc.replay) {
+      [text, kind] = [`${svc.replay.label} · ${svc.replay.speed}x${svc.replay.paused ? " · paused" : ""}`, "wait"];
     } else if (loading || (!svc && st && st.progress)) {
       text = `Loading the model… ${st && st.progress ? st.progress.message : ""}`;
       kind = "wait";

@@ -68,7 +68,8 @@ const TextView = (() => {
   }
 
   function updateCard(inst, S, R, card) {
-    setText(card.tag, R.tag ?? "");
+    setText(card.tag, R.name ?? R.tag ?? "");  // a participant's name says more than the tag "join"
+    card.tag.classList.toggle("ifl-named", R.name != null);
     setText(card.state, statusLabel(R, S));
     card.state.dataset.state = R.state;
     const counts = [];

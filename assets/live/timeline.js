@@ -53,10 +53,12 @@ const Timeline = (() => {
     if (!size || size.w < 50) return null;
     const k = inst.scale;
     const headH = (v) => Math.round((inst.sizes.get(tl.heads.get(v)) || {}).outerH ?? tl.heads.get(v).offsetHeight);
-    const key = `${Math.round(size.w)}|${inst.cfg.height ? Math.round(size.h) : ""}|${k}|${tl.views.map(headH)}`;
+    const named = tl.views.includes("gantt") && inst.state.named > 0;  // row labels carry names: wider margins
+    const key = `${Math.round(size.w)}|${inst.cfg.height ? Math.round(size.h) : ""}|${k}|${tl.views.map(headH)}|${named}`;
     if (tl.geom && tl.geomKey === key) return tl.geom;
     const W = Math.round(size.w), n = inst.cfg.lanes.length;
-    const L = Math.round(58 * k), R = Math.round(24 * k), gap = n > 1 ? Math.round(88 * k) : 0;
+    const extra = named ? 64 : 0;
+    const L = Math.round((58 + extra) * k), R = Math.round(24 * k), gap = n > 1 ? Math.round((88 + extra) * k) : 0;
     const pw = Math.floor((W - L - R - gap * (n - 1)) / n);
     const xs = [...Array(n).keys()].map((c) => L + c * (pw + gap));
     const axisBand = Math.round(30 * k), sep = Math.round(16 * k), lastBand = Math.round(54 * k);
@@ -117,7 +119,7 @@ const Timeline = (() => {
     const rows = JSON.stringify(Object.fromEntries(tl.cols.map((col) => [col.name, col.rows])));
     if (tl.canvas.dataset.rows !== rows) {
       tl.canvas.dataset.rows = rows;
-      tl.canvas.setAttribute("aria-label", tl.cols.map((c) => `${c.name}: rows ${c.rows.map((r) => `#${r}`).join(" ")}`).join("; "));
+      tl.canvas.setAttribute("aria-label", tl.cols.map((c) => `${c.name}: rows ${rowLabels(inst, c)}`).join("; "));
     }
   }
 
@@ -146,6 +148,12 @@ const Timeline = (() => {
       col.bands.push(band);
     }
     return col;
+  }
+
+  // A column's rows as text, names included (an attribute: never markup).
+  function rowLabels(inst, col) {
+    const S = inst.state.by.get(col.name);
+    return col.rows.map((r) => Common.reqLabel(S.reqs.get(r) || { rid: r }, 40)).join(", ");
   }
 
   function xTitle(fc) {

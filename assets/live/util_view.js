@@ -1,19 +1,33 @@
-// Timeline bands: utilization (busy slots, token budget, KV blocks, GPU samples, in %) and tokens/s
-// below it, one point per iteration.
+// Timeline bands: utilization (busy slots, token budget, KV blocks, GPU samples, in %; memory-bandwidth
+// and compute utilization from the steps' roofline numbers; the prefix cache hit rate where the lane
+// caches prefixes) and tokens/s below it, one point per iteration. A remote lane's band shows its
+// server's own gauges instead (polled from its /metrics: time axis only, they have no iterations).
 
 const UtilView = (() => {
-  const { C, fmt, pct, rgba } = Common;
-  const { maxBatch } = LiveState;
+  const { C, FONT, fmt, pct, rgba } = Common;
+  const { HIT_WINDOW_S, maxBatch, prefixOn, isRemote } = LiveState;
   const UTIL_LINES = [
     { key: "busy", name: "busy slots", color: "#F8FAFC", dash: [], width: 2.8 },
     { key: "budget", name: "token budget", color: "#FBBF24", dash: [2, 3], width: 2.3 },
     { key: "kv", name: "KV blocks", color: "#22D3EE", dash: [7, 4], width: 2.3 },
   ];
+  const HIT_LINE = { key: "hit", name: "prefix cache hit rate", color: "#F0ABFC", dash: [4, 2, 1, 2], width: 2.3 };
+  const ROOF_LINES = [  // shares of the device's measured peaks (engine/roofline.py)
+    { key: "mem", name: "memory bandwidth", color: "#60A5FA", dash: [], width: 2.3 },
+    { key: "compute", name: "compute", color: "#FB7185", dash: [3, 2], width: 2.3 },
+  ];
+  // A remote server's gauges: the colors of their local counterparts (busy slots, queue, KV blocks).
+  const SERVER_LINES = [
+    { key: "running", name: "running", color: "#F8FAFC", dash: [], width: 2.8 },
+    { key: "waiting", name: "waiting", color: "#FBBF24", dash: [2, 3], width: 2.3 },
+  ];
+  const SERVER_KV = "#22D3EE";
   const TPS_COLOR = "#C084FC";
   const GPU_LINES = [  // NVML samples, time axis only
     { key: "util", name: "GPU utilization", color: "#4ADE80", dash: [], width: 2 },
     { key: "mem", name: "GPU memory", color: "#F97316", dash: [5, 3], width: 2 },
   ];
+  const SERIES = ["busy", "budget", "kv", "hit", "mem", "compute", "tps"];
   const seriesCache = new WeakMap();  // lane state -> { key, series } (both bands draw one series)
 
   // Per-iteration series inside the window (plus one point either side so lines reach the edges);
@@ -21,7 +35,8 @@ const UtilView = (() => {
   function utilSeries(inst, S, fc, range) {
     const timeMode = fc.axis === "time";
     const maxB = maxBatch(S, inst.laneConfig(S.name));
-    const out = { x: [], st: [], busy: [], budget: [], kv: [], tps: [], top: 100, tpsTop: 10 };
+    const out = { x: [], st: [], busy: [], budget: [], kv: [], hit: [], mem: [], compute: [], tps: [], top: 100,
+                  tpsTop: 10, prefix: prefixOn(S, inst.laneConfig(S.name)), roof: false };
     const steps = S.steps;
     let prev = null;
     for (let i = 0; i < steps.length; i++) {
@@ -32,16 +47,19 @@ const UtilView = (() => {
       if (prev && timeMode && st.t0 - prev.t1 > 1.0) {
         out.x.push(null);
         out.st.push(null);
-        for (const key of ["busy", "budget", "kv", "tps"]) out[key].push(null);
+        for (const key of SERIES) out[key].push(null);
       }
       prev = st;
+      const r = st.roof && st.roof.mem != null ? st.roof : null;
       const v = { busy: pct(st.busy, maxB || Math.max(st.rows, 1)), budget: pct(st.used, st.budget),
-                  kv: pct(st.kvUsed, st.kvBlocks), tps: st.tps };
+                  kv: pct(st.kvUsed, st.kvBlocks), hit: st.hitRecent == null ? null : 100 * st.hitRecent,
+                  mem: r ? 100 * r.mem : null, compute: r ? 100 * r.compute : null, tps: st.tps };
+      out.roof = out.roof || r != null;
       out.x.push(x);
       out.st.push(st);
       for (const key in v) out[key].push(v[key]);
       if (x >= range[0] && x <= range[1]) {
-        out.top = Math.max(out.top, v.busy, v.budget, v.kv);
+        out.top = Math.max(out.top, v.busy, v.budget, v.kv, v.mem ?? 0, v.compute ?? 0);
         out.tpsTop = Math.max(out.tpsTop, v.tps);
       }
     }
@@ -87,21 +105,109 @@ const UtilView = (() => {
   }
 
   function draw(ctx, inst, S, fc, X, band) {
-    const k = inst.scale;
+    if (isRemote(S, inst.laneConfig(S.name))) return drawServer(ctx, inst, S, fc, X, band);
     const u = utilCache(inst, S, fc, X, band);
     const top = u.top * 1.06, Y = Axes.yScale(band, top);
     band.yticks = valueTicks(Y, top, 4, "%");
     Axes.yGrid(ctx, band);
-    for (const l of UTIL_LINES) {
-      ctx.strokeStyle = l.color;
-      ctx.lineWidth = l.width * k;
-      ctx.setLineDash(l.dash.map((d) => d * l.width * k));
-      stepLine(ctx, X, Y, u.x, u[l.key], false);
-      ctx.stroke();
-    }
-    ctx.setLineDash([]);
+    const lines = [...UTIL_LINES, ...(u.prefix ? [HIT_LINE] : []), ...(u.roof ? ROOF_LINES : [])];
+    for (const l of lines) strokeLine(ctx, inst, l, () => stepLine(ctx, X, Y, u.x, u[l.key], false));
     if (fc.axis === "time") drawGpu(ctx, inst, X, Y);
+    let row = 0;
+    if (u.prefix) noteBox(ctx, inst, band, row++, hitNote(S), HIT_LINE.color);
+    const roof = lastRoof(S);
+    if (roof) noteBox(ctx, inst, band, row++, roofNote(roof), ROOF_LINES[0].color);
     band.series = u;
+  }
+
+  // One line of the band in its style; path() builds the path.
+  function strokeLine(ctx, inst, l, path) {
+    const k = inst.scale;
+    ctx.strokeStyle = l.color;
+    ctx.lineWidth = l.width * k;
+    ctx.setLineDash(l.dash.map((d) => d * l.width * k));
+    path();
+    ctx.stroke();
+    ctx.setLineDash([]);
+  }
+
+  // A line of text on a dark box, top left of the band (row 0, 1, ... downwards).
+  function noteBox(ctx, inst, band, row, text, color) {
+    const k = inst.scale, y = band.y + (4 + 22 * row) * k;
+    ctx.font = `600 ${Math.round(12 * k)}px ${FONT}`;
+    ctx.textBaseline = "top";
+    ctx.textAlign = "left";
+    const w = Math.min(ctx.measureText(text).width, band.w - 18 * k);
+    ctx.fillStyle = rgba(C.plot, 0.85);
+    ctx.fillRect(band.x + 4 * k, y, w + 10 * k, 18 * k);
+    ctx.fillStyle = color;
+    ctx.fillText(text, band.x + 9 * k, y + 3 * k, w);
+  }
+
+  // The hit rate in words: over the whole stream and recently (the line shows the recent one).
+  function hitNote(S) {
+    const last = S.steps[S.steps.length - 1];
+    return `prefix cache hits: ${hitText(S.prefix.hits, S.prefix.queries)} all · `
+      + `${last && last.hitRecent != null ? fmt(100 * last.hitRecent, 0) + "%" : "–"} last ${HIT_WINDOW_S} s`;
+  }
+
+  function lastRoof(S) {
+    for (let i = S.steps.length - 1; i >= 0; i--) if (S.steps[i].roof && S.steps[i].roof.mem != null) return S.steps[i].roof;
+    return null;
+  }
+
+  // Small shares need decimals to read as more than 0.
+  const share = (x) => `${fmt(100 * x, x < 0.1 ? 2 : 0)}%`;
+
+  function roofNote(r) {
+    return `last iteration: memory bandwidth ${share(r.mem)} · compute ${share(r.compute)} of peak`;
+  }
+
+  // A remote server's gauges on the time axis: requests running and waiting (left axis), its KV cache
+  // usage as a shaded area (0-100% of the band's height, labelled on the right).
+  function drawServer(ctx, inst, S, fc, X, band) {
+    const pts = S.server.filter((p, i, a) => fc.axis === "time" && (i + 1 === a.length || X(a[i + 1].t) >= band.x));
+    const top = Math.max(4, ...pts.map((p) => Math.max(p.running ?? 0, p.waiting ?? 0))) * 1.15;
+    const Y = Axes.yScale(band, top), Ykv = Axes.yScale(band, 100);
+    band.yticks = Axes.niceTicks(0, top, 4, true).map((t) => ({ y: Y(t.v), label: t.label, v: t.v }));
+    band.ytitle = "requests";
+    Axes.yGrid(ctx, band);
+    const xs = pts.map((p) => p.t);
+    ctx.fillStyle = rgba(SERVER_KV, 0.16);
+    stepLine(ctx, X, Ykv, xs, pts.map((p) => p.kv), true);
+    ctx.fill();
+    strokeLine(ctx, inst, { color: SERVER_KV, dash: [], width: 1.6 }, () => stepLine(ctx, X, Ykv, xs, pts.map((p) => p.kv), false));
+    for (const l of SERVER_LINES) strokeLine(ctx, inst, l, () => stepLine(ctx, X, Y, xs, pts.map((p) => p[l.key]), false));
+    noteBox(ctx, inst, band, 0, serverNote(S, fc), C.text);
+    kvScale(ctx, inst, band, Ykv);
+    band.series = { server: pts };
+  }
+
+  // The KV usage's own scale, inside the band's right edge.
+  function kvScale(ctx, inst, band, Ykv) {
+    ctx.font = `600 ${Math.round(11 * inst.scale)}px ${FONT}`;
+    ctx.fillStyle = SERVER_KV;
+    ctx.textAlign = "right";
+    for (const v of [0, 50, 100]) {
+      ctx.textBaseline = v === 100 ? "top" : v === 0 ? "bottom" : "middle";
+      ctx.fillText(`KV ${v}%`, band.x + band.w - 4 * inst.scale, Ykv(v));
+    }
+  }
+
+  function serverNote(S, fc) {
+    const g = S.server[S.server.length - 1];
+    if (!g) return "no gauges from the server's /metrics (it may not export vLLM or SGLang metrics)";
+    const text = `server's /metrics: ${gaugeText(g)}`;
+    return fc.axis === "time" ? text : `${text} (lines on the time axis)`;
+  }
+
+  function gaugeText(g) {
+    return [g.running != null ? `${fmt(g.running, 0)} running` : null, g.waiting != null ? `${fmt(g.waiting, 0)} waiting` : null,
+            g.kv != null ? `KV cache ${fmt(g.kv, 0)}%` : null].filter(Boolean).join(" · ") || "none of its gauges known";
+  }
+
+  function hitText(hits, queries) {
+    return queries ? `${fmt(pct(hits, queries), 0)}% of ${queries.toLocaleString()} tokens` : "none looked up yet";
   }
 
   // The device's utilization and memory (shared by every engine): straight lines between samples.
@@ -109,14 +215,11 @@ const UtilView = (() => {
     const samples = inst.state.gpu;
     if (!samples.length) return;
     for (const l of GPU_LINES) {
-      ctx.strokeStyle = l.color;
-      ctx.lineWidth = l.width * inst.scale;
-      ctx.setLineDash(l.dash.map((d) => d * inst.scale));
-      ctx.beginPath();
-      samples.forEach((p, i) => (i ? ctx.lineTo(X(p.t), Y(p[l.key])) : ctx.moveTo(X(p.t), Y(p[l.key]))));
-      ctx.stroke();
+      strokeLine(ctx, inst, l, () => {
+        ctx.beginPath();
+        samples.forEach((p, i) => (i ? ctx.lineTo(X(p.t), Y(p[l.key])) : ctx.moveTo(X(p.t), Y(p[l.key]))));
+      });
     }
-    ctx.setLineDash([]);
   }
 
   function drawTps(ctx, inst, S, fc, X, band) {
@@ -140,14 +243,28 @@ const UtilView = (() => {
     const lines = [`iteration ${st.it} · ${fmt(st.t1)} s`,
                    `busy slots ${fmt(u.busy[i], 0)}% · token budget ${fmt(u.budget[i], 0)}%`,
                    `KV blocks ${fmt(u.kv[i], 0)}% · ${fmt(u.tps[i], 0)} tokens/s`];
+    if (u.prefix) {
+      lines.push(`prefix cache: ${st.hits} of ${st.queries} tokens hit this iteration`,
+                 `hit rate ${st.hitRecent != null ? fmt(100 * st.hitRecent, 0) + "%" : "–"} last ${HIT_WINDOW_S} s · `
+                 + `${st.hitAll != null ? fmt(100 * st.hitAll, 0) + "%" : "–"} all`);
+    }
+    if (st.roof && st.roof.mem != null) {
+      lines.push(`memory bandwidth ${share(st.roof.mem)} · compute ${share(st.roof.compute)} of peak`
+                 + ` · ${fmt(st.roof.intensity, 1)} FLOPs/byte`);
+    }
     const g = nearestGpu(inst.state.gpu, st.t1);
     if (g) lines.push(`GPU ${fmt(g.util, 0)}% · memory ${fmt(g.mem, 0)}% (NVML at ${fmt(g.t)} s)`);
     return lines;
   }
 
   function nearestGpu(samples, t) {
+    const p = nearest(samples, t);
+    return p && Math.abs(p.t - t) < 1 ? p : null;
+  }
+
+  function nearest(samples, t) {
     let best = null;
-    for (const p of samples) if (Math.abs(p.t - t) < 1 && (!best || Math.abs(p.t - t) < Math.abs(best.t - t))) best = p;
+    for (const p of samples) if (!best || Math.abs(p.t - t) < Math.abs(best.t - t)) best = p;
     return best;
   }
 
@@ -156,6 +273,10 @@ const UtilView = (() => {
     const u = band.series;
     if (!u) return null;
     const v = col.X.invert(x);
+    if (u.server) {
+      const g = nearest(u.server, v);
+      return g ? { rid: null, tip: [`server gauges at ${fmt(g.t)} s`, gaugeText(g), "polled from its /metrics"], color: C.muted } : null;
+    }
     let best = -1;
     for (let i = 0; i < u.x.length; i++) {
       if (u.x[i] != null && (best < 0 || Math.abs(u.x[i] - v) < Math.abs(u.x[best] - v))) best = i;

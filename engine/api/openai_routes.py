@@ -20,20 +20,16 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-import threading
 import time
-from collections.abc import AsyncIterator
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..access import Client, NotPresenter, client_key
+from ..access import Client, client_key
 from ..handles import RequestHandle
-from ..limits import LimitExceeded
+from .http_common import failure, read_body, require_json, submit, text_deltas
 from .openai_schema import (
     MAX_BODY_BYTES,
     ApiError,
@@ -82,31 +78,15 @@ def _client(request: Request, svc) -> Client:
     return client
 
 
-def _require_json(request: Request) -> None:
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind != "application/json":
-        raise ApiError(f"the request body must be application/json, got {kind or 'no content type'!r}",
-                       status=415)
-
-
 async def _serve(request: Request, svc, chat: bool) -> Response:
     try:
         client = _client(request, svc)
-        _require_json(request)
-        req = parse_request(parse_json(await _read_body(request)), chat)
-        handles = await run_in_threadpool(svc.submit, req.prompt, req.params, messages=req.messages,
-                                          lanes=req.lanes, tag=req.tag, client=client, priority=req.priority,
-                                          tenant=req.tenant)
+        require_json(request)
+        req = parse_request(parse_json(await read_body(request, MAX_BODY_BYTES)), chat)
+        handles = await submit(svc, req.prompt, req.params, messages=req.messages, lanes=req.lanes, tag=req.tag,
+                               client=client, priority=req.priority, tenant=req.tenant)
     except ApiError as e:
         return _error(e)
-    except LimitExceeded as e:
-        return _error(ApiError(str(e), status=429, type="rate_limit_error"))
-    except NotPresenter as e:
-        return _error(ApiError(str(e), status=403, param="priority", type="permission_error"))
-    except ValueError as e:  # the engines' own checks (prompt too long, unknown lane, ...)
-        return _error(ApiError(str(e)))
-    except TimeoutError as e:
-        return _error(ApiError(str(e), status=503, type="server_error"))
     except ClientDisconnect:
         return Response(status_code=400)  # nobody is listening
     primary = handles[0]
@@ -116,64 +96,19 @@ async def _serve(request: Request, svc, chat: bool) -> Response:
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     if not await _wait_unless_client_leaves(request, svc, primary):
         return Response(status_code=499)  # the client left; its request was aborted
-    if problem := _failure(primary):
+    if problem := failure(primary):
         return _error(problem)
     return JSONResponse(completion_body(req, primary.request_id, model, primary.output))
-
-
-async def _read_body(request: Request) -> bytes:
-    too_big = ApiError(f"the request body is larger than {MAX_BODY_BYTES} bytes", status=413)
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise too_big
-    raw = bytearray()
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > MAX_BODY_BYTES:
-            raise too_big
-    return bytes(raw)
 
 
 def _error(e: ApiError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status)
 
 
-def _failure(handle: RequestHandle) -> ApiError | None:
-    """Why a finished handle has no answer to give (engine error, service stopped), or None."""
-    if handle.output is None:
-        return ApiError(handle.rejection or "the request ended without a result", status=503, type="server_error")
-    if handle.output.finish_reason == "error":
-        return ApiError(handle.output.error or "the engine failed on this request", status=500, type="server_error")
-    return None
-
-
-async def _deltas(handle: RequestHandle, heartbeat_s: float | None = None) -> AsyncIterator[str]:
-    """The handle's text deltas, without blocking the event loop (a thread feeds a queue).
-    With heartbeat_s, yields "" whenever nothing arrived for that long."""
-    loop, queue = asyncio.get_running_loop(), asyncio.Queue()
-
-    def pump():
-        try:
-            for item in itertools.chain(handle, [None]):
-                loop.call_soon_threadsafe(queue.put_nowait, item)
-        except RuntimeError:  # the event loop has closed (server shutdown)
-            pass
-
-    threading.Thread(target=pump, daemon=True, name=f"openai-{handle.request_id}").start()
-    while True:
-        try:
-            item = await asyncio.wait_for(queue.get(), heartbeat_s)
-        except TimeoutError:
-            item = ""
-        if item is None:
-            return
-        yield item
-
-
 async def _wait_unless_client_leaves(request: Request, svc, handle: RequestHandle):
     """True once the handle has finished; False (and the request aborted) if the client left first."""
     async def drain():
-        async for _ in _deltas(handle):
+        async for _ in text_deltas(handle):
             pass
 
     async def client_gone():
@@ -200,13 +135,13 @@ async def _sse(request: Request, svc, req: ApiRequest, handle: RequestHandle, mo
     try:
         if req.chat:
             yield _sse_event(chunk_body(req, rid, model, role=True))
-        async for delta in _deltas(handle, HEARTBEAT_S):
+        async for delta in text_deltas(handle, HEARTBEAT_S):
             if await request.is_disconnected():
                 return  # finally aborts
             if delta:
                 yield _sse_event(chunk_body(req, rid, model, text=delta))
         completed = True
-        if problem := _failure(handle):
+        if problem := failure(handle):
             yield _sse_event(problem.body())
         else:
             yield _sse_event(chunk_body(req, rid, model, finish_reason=handle.output.finish_reason))

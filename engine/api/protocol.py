@@ -19,6 +19,9 @@ Server -> client:
   {"type": "hello", "status": {...}, "role": "presenter" | "viewer", "room": bool}
   {"type": "reply", "ref": ..., "ok": true, ...}   {"type": "error", "ref": ..., "message": "..."}
   {"type": "events", "first_seq": n, "last_seq": m, "skipped": k, "events": [...]}
+While the service replays a recording, status carries "replay" (label, speed, paused, position,
+start, end), the events are the recording's, only auth, subscribe, status, pause and resume are
+answered, and the socket closes (code 1012) when the replay seeks or ends: reconnect and resubscribe.
 """
 from __future__ import annotations
 
@@ -29,8 +32,9 @@ from ..request import SamplingParams
 
 MAX_MESSAGE_BYTES = 64 * 1024
 COMMANDS = ("subscribe", "submit", "abort", "pause", "resume", "step", "status", "slow_motion", "configure",
-            "lanes", "auth")
-CONTROL_COMMANDS = ("pause", "resume", "step", "slow_motion", "configure", "lanes")  # presenter only in a room
+            "lanes", "scenario", "auth")
+# presenter only in a room
+CONTROL_COMMANDS = ("pause", "resume", "step", "slow_motion", "configure", "lanes", "scenario")
 PARAM_FIELDS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "stop_token_ids", "ignore_eos")
 
 

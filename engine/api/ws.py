@@ -2,6 +2,9 @@
 
 Each connection is a client with a role (engine/access.py): control commands need the presenter
 token in room mode; viewers watch, submit within the limits and abort their own requests.
+While the service replays a recording (engine/recording), the socket serves the replay's events and
+status instead; pause and resume then drive the replay. A socket closes when what it serves changes
+(live <-> replay, or a seek): its client reconnects and rebuilds its views from the new events.
 """
 from __future__ import annotations
 
@@ -12,6 +15,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..access import PRESENTER_COOKIE, NotPresenter, client_key
+from ..recording.stage import source
+from ..scenarios import runner as scenario_runner
+from ..scenarios.catalog import by_number
 from .protocol import (CONTROL_COMMANDS, ProtocolError, Subscription, lane_names, lane_specs, parse_command,
                        sampling_params)
 
@@ -22,6 +28,8 @@ MAX_EVENTS_PER_MESSAGE = 512
 # are full): it is disconnected and its requests aborted, instead of pinning them forever.
 SEND_TIMEOUT_S = 10.0
 POLICY_VIOLATION = 1008
+SOURCE_CHANGED = 1012  # "service restart": the client reconnects
+REPLAY_COMMANDS = ("auth", "subscribe", "status", "pause", "resume")  # what a replay answers
 AUTH_FAILURE_DELAY_S = 1.0
 
 
@@ -43,11 +51,13 @@ class _Connection:
         token = ws.query_params.get("token") or ws.cookies.get(PRESENTER_COOKIE)
         self.client = service.access.client(client_key(ws.client and ws.client.host), token)
         self.sub = Subscription()
-        self.cursor = service.hub.head
+        self.src = source(service)  # the service, or the replay it shows
+        self.hub = self.src.hub
+        self.cursor = self.hub.head
         self.mine: dict[int, set[str]] = {}  # this client's unfinished requests -> lanes; aborted if it leaves
 
     async def serve(self) -> None:
-        await self.ws.send_json({"type": "hello", "status": self.svc.status(), "cursor": self.cursor,
+        await self.ws.send_json({"type": "hello", "status": self.src.status(), "cursor": self.cursor,
                                  "role": self.role, "room": self.svc.access.room})
         tasks = [asyncio.create_task(self._receive_loop()), asyncio.create_task(self._send_loop())]
         try:
@@ -84,7 +94,10 @@ class _Connection:
         period = 1 / MAX_RATE_HZ
         try:
             while True:
-                batch = self.svc.hub.read(self.cursor, limit=MAX_EVENTS_PER_MESSAGE)
+                if source(self.svc) is not self.src or self.src.hub is not self.hub:
+                    await self.ws.close(code=SOURCE_CHANGED)
+                    return
+                batch = self.hub.read(self.cursor, limit=MAX_EVENTS_PER_MESSAGE)
                 if batch.events:
                     self.cursor = batch.cursor
                     events = [v for _, item in batch.events if (v := self.sub.view(item)) is not None]
@@ -125,6 +138,8 @@ class _Connection:
         cmd, svc = msg["cmd"], self.svc
         if cmd in CONTROL_COMMANDS:
             svc.access.require_presenter(self.client, cmd)
+        if self.src is not svc and cmd not in REPLAY_COMMANDS:
+            raise ProtocolError(f"a recording is playing, not the engines: {cmd!r} waits for the live view")
         if cmd == "auth":
             if not svc.access.is_token(msg.get("token")):
                 await asyncio.sleep(AUTH_FAILURE_DELAY_S)  # guessing costs time
@@ -141,9 +156,9 @@ class _Connection:
         if cmd == "abort":
             self._abort(msg.get("request_id"))
         elif cmd == "pause":
-            svc.pause()
+            self.src.pause()
         elif cmd == "resume":
-            svc.resume()
+            self.src.resume()
         elif cmd == "step":
             svc.step_once()
         elif cmd == "slow_motion":
@@ -155,7 +170,9 @@ class _Connection:
             await run_in_threadpool(svc.configure, lane_names(msg), **changes)
         elif cmd == "lanes":
             await run_in_threadpool(svc.set_lanes, lane_specs(msg.get("lanes")))
-        return {"cmd": cmd, "status": svc.status(), "role": self.role}
+        elif cmd == "scenario":  # the n-th shipped scenario (1-9 on the presenter's keyboard): its lanes, its stream
+            await run_in_threadpool(scenario_runner.start, svc, by_number(msg.get("number")), self.client)
+        return {"cmd": cmd, "status": self.src.status(), "role": self.role}
 
     def _abort(self, rid) -> None:
         if not isinstance(rid, int) or isinstance(rid, bool):

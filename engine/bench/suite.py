@@ -55,6 +55,9 @@ def plan_lanes(strategies: str | list[str], lanes: dict[str, EngineConfig] | Non
     peers = [n for n in names if n not in OUR_STRATEGIES]
     for name, cfg in (lanes or {}).items():
         check_lane_name(name)
+        if not isinstance(cfg, EngineConfig):
+            raise ValueError(f"lane {name!r} is a remote server: the benchmark runs our engine in this process; "
+                             "compare a remote server live, as a lane of the playground's service")
         if name in ours or name in PEER_STRATEGIES:
             raise ValueError(f"lane name {name!r} is used twice (by --strategies or a peer)")
         ours[name] = cfg

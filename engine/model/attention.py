@@ -5,7 +5,8 @@ call writes the new K/V into the paged pool through the slot mapping, then
 attends through block tables. This is the PyTorch reference backend (CPU and
 any device); tokens fall into three groups, each done in as few calls as
 possible:
-- decode rows (one query each): one batched SDPA over K/V gathered by block table;
+- decode rows (one query each): one batched SDPA per group of rows of similar length, over K/V
+  gathered by block table up to the group's longest row;
 - prefill chunks: one SDPA each; a first chunk attends straight to its own keys;
 - padding tokens (static batching's pad tokens) belong to no group: they go
   through every linear layer like real rows, but their attention output is zero.
@@ -38,21 +39,30 @@ class BatchMeta:
     num_tokens: int
     write_idx: torch.Tensor | None    # tokens whose K/V are stored (None: all of them)
     write_slots: torch.Tensor         # flat slot per stored token
-    decode_idx: torch.Tensor          # [Bd] packed index of each decode row's token
+    decode_idx: torch.Tensor          # [Bd] packed index of each decode row's token (longest row first)
     decode_blocks: torch.Tensor       # [Bd, max_blocks] block tables, padded with 0
     decode_ctx: torch.Tensor          # [Bd] keys each decode row attends to
     prefills: list[PrefillSeq]
+    # (first row, end row, blocks) of decode rows of similar length: the reference backend gathers
+    # each group's K/V only up to its own width (runner.decode_groups); None: one group of all rows
+    decode_groups: list[tuple[int, int, int]] | None = None
     _masks: dict = field(default_factory=dict)  # cached per (group, sliding window)
 
-    def decode_mask(self, window: int | None) -> torch.Tensor:
-        key = ("decode", window)
+    def groups(self) -> list[tuple[int, int, int]]:
+        if self.decode_groups is None:
+            return [(0, self.decode_idx.shape[0], self.decode_blocks.shape[1])]
+        return self.decode_groups
+
+    def decode_mask(self, group: tuple[int, int, int], window: int | None) -> torch.Tensor:
+        key = ("decode", group, window)
         if key not in self._masks:
-            span = self.decode_blocks.shape[1] * self.pool.block_size
-            j = torch.arange(span, device=self.decode_ctx.device)
-            mask = j[None, :] < self.decode_ctx[:, None]
+            a, b, width = group
+            ctx = self.decode_ctx[a:b]
+            j = torch.arange(width * self.pool.block_size, device=ctx.device)
+            mask = j[None, :] < ctx[:, None]
             if window is not None:
-                mask &= j[None, :] > (self.decode_ctx[:, None] - 1 - window)
-            self._masks[key] = mask[:, None, None, :]  # [Bd, 1, 1, span]
+                mask &= j[None, :] > (ctx[:, None] - 1 - window)
+            self._masks[key] = mask[:, None, None, :]  # [rows, 1, 1, span]
         return self._masks[key]
 
     def prefill_mask(self, i: int, window: int | None) -> torch.Tensor:
@@ -82,8 +92,9 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     T, H, D = query.shape[2], query.shape[1], query.shape[3]
     out = query.new_zeros(T, H, D)
     window = sliding_window if sliding_window else None
-    if meta.decode_idx.numel():
-        out[meta.decode_idx] = _decode(meta, pool.k[layer], pool.v[layer], query, window, scaling)
+    for group in meta.groups() if meta.decode_idx.numel() else ():
+        a, b, _ = group
+        out[meta.decode_idx[a:b]] = _decode(meta, group, pool.k[layer], pool.v[layer], query, window, scaling)
     for i, seq in enumerate(meta.prefills):
         out[seq.start:seq.end] = _prefill(meta, i, seq, pool.k[layer], pool.v[layer], query, key, value,
                                           window, scaling)
@@ -112,13 +123,15 @@ def _gather(pool_t, blocks: torch.Tensor) -> torch.Tensor:
     return g.transpose(-3, -2)
 
 
-def _decode(meta, k_pool, v_pool, query, window, scaling):
-    q = query[0][:, meta.decode_idx].transpose(0, 1).unsqueeze(2)  # [Bd, H, 1, D]
-    k = _gather(k_pool, meta.decode_blocks)                          # [Bd, Hkv, L, D]
-    v = _gather(v_pool, meta.decode_blocks)
-    o = F.scaled_dot_product_attention(q, k, v, attn_mask=meta.decode_mask(window), scale=scaling,
+def _decode(meta, group, k_pool, v_pool, query, window, scaling):
+    a, b, width = group
+    q = query[0][:, meta.decode_idx[a:b]].transpose(0, 1).unsqueeze(2)  # [rows, H, 1, D]
+    blocks = meta.decode_blocks[a:b, :width]
+    k = _gather(k_pool, blocks)                                           # [rows, Hkv, L, D]
+    v = _gather(v_pool, blocks)
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=meta.decode_mask(group, window), scale=scaling,
                                        enable_gqa=q.shape[1] != k.shape[1])
-    return o[:, :, 0]  # [Bd, H, D]
+    return o[:, :, 0]  # [rows, H, D]
 
 
 def _prefill(meta, i, seq, k_pool, v_pool, query, key, value, window, scaling):

@@ -164,20 +164,39 @@ class _PackedBatch:
 
     def meta(self) -> BatchMeta:
         dev = self.runner.device
-        width = max((len(b) for b in self.dec_tables), default=0)
-        dec_blocks = [b + [0] * (width - len(b)) for b in self.dec_tables]
+        # Decode rows longest first, so rows of similar length are neighbours (see decode_groups).
+        order = sorted(range(len(self.dec_ctx)), key=lambda i: -self.dec_ctx[i])
+        tables = [self.dec_tables[i] for i in order]
+        width = len(tables[0]) if tables else 0
+        dec_blocks = [b + [0] * (width - len(b)) for b in tables]
         all_written = len(self.write_tok) == len(self.ids)
         return BatchMeta(
             pool=self.runner.pool,
             num_tokens=len(self.ids),
             write_idx=None if all_written else torch.tensor(self.write_tok, dtype=torch.long, device=dev),
             write_slots=torch.tensor(self.write_slots, dtype=torch.long, device=dev),
-            decode_idx=torch.tensor(self.dec_idx, dtype=torch.long, device=dev),
+            decode_idx=torch.tensor([self.dec_idx[i] for i in order], dtype=torch.long, device=dev),
             decode_blocks=torch.tensor(dec_blocks, dtype=torch.long, device=dev).reshape(len(dec_blocks), width),
-            decode_ctx=torch.tensor(self.dec_ctx, dtype=torch.long, device=dev),
+            decode_ctx=torch.tensor([self.dec_ctx[i] for i in order], dtype=torch.long, device=dev),
+            decode_groups=decode_groups([len(b) for b in tables]),
             prefills=[PrefillSeq(s, e, ctx, torch.tensor(b, dtype=torch.long, device=dev))
                       for s, e, ctx, b in self.prefills],
         )
+
+
+def decode_groups(widths: list[int]) -> list[tuple[int, int, int]]:
+    """(first row, end row, width in blocks) of runs of decode rows, given each row's block count in
+    descending order: a row starts a new run when it needs at most half its run's width, so the K/V
+    gathered for a row is never more than twice its own (the whole batch padded to its longest row
+    copied up to 10x more on mixed batches)."""
+    groups, start = [], 0
+    for i, w in enumerate(widths):
+        if i > start and 2 * w <= widths[start]:
+            groups.append((start, i, widths[start]))
+            start = i
+    if widths:
+        groups.append((start, len(widths), widths[start]))
+    return groups
 
 
 def _token_slice(req: Request, start: int, end: int) -> list[int]:

@@ -1,8 +1,9 @@
-"""The sidebar's "Compare" control: which lanes run (a preset, custom lanes, or a single lane).
+"""The sidebar's "Compare" control: which lanes run (a scenario's, custom lanes, or a single lane).
 
 Only an explicit change applies (a widget's callback), so several open tabs never fight: a new tab
 adopts what runs, a tab adopts a change of lanes made elsewhere (the live view reruns the page when
 the running lanes change), and a viewer always shows the presenter's choice, disabled, with the reason.
+Remote lanes (set through the socket's `lanes` command) are listed, not edited, and kept on Apply.
 """
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import streamlit as st
 
 from engine.config import STRATEGIES
 from engine.lanes import check_lane_name
+from engine.remote_config import RemoteConfig
+from engine.scenarios.catalog import by_title, running_scenario, shipped
 
-from . import presets
 
 CUSTOM, SINGLE = "Custom", "Single lane"
-CHOICES = [*(p.name for p in presets.PRESETS), CUSTOM, SINGLE]
+CHOICES = [*(s.title for s in shipped()), CUSTOM, SINGLE]
 LOCKED = "The presenter chooses the lanes"
 BLOCK_SIZES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 BUDGETS = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
@@ -27,16 +29,16 @@ def running_choice(svc) -> str:
     """The choice that shows what the service runs now."""
     if len(svc.lanes) == 1:
         return SINGLE
-    p = presets.running_preset(svc.lanes, svc.cfg)
-    return p.name if p else CUSTOM
+    s = running_scenario(svc.lanes, svc.cfg)
+    return s.title if s else CUSTOM
 
 
 def _apply_choice(svc) -> None:
     choice = st.session_state.compare
-    preset = presets.by_name(choice)
+    scenario = by_title(choice)
     try:
-        if preset is not None:
-            svc.set_lanes(preset.lanes)
+        if scenario is not None:
+            svc.set_lanes(scenario.lanes)
         elif choice == SINGLE:
             name, cfg = next(iter(svc.lanes.items()))
             svc.set_lanes({name: cfg})
@@ -45,7 +47,7 @@ def _apply_choice(svc) -> None:
 
 
 def compare_control(svc, presenter: bool) -> str:
-    """The radio (presets, Custom, Single lane) and, for Custom and Single lane, the lane editor.
+    """The radio (scenarios, Custom, Single lane) and, for Custom and Single lane, the lane editor.
     Returns the choice shown."""
     running, names = running_choice(svc), svc.lane_names
     if not presenter or st.session_state.get("compare_lanes", names) != names:
@@ -66,21 +68,29 @@ def compare_control(svc, presenter: bool) -> str:
     return choice
 
 
+def _remote(svc) -> dict:
+    return {n: c for n, c in svc.lanes.items() if isinstance(c, RemoteConfig)}
+
+
 def _editable(svc, count: int) -> dict:
-    """The running lanes, cut or padded to `count` (a second lane starts as static)."""
-    lanes = dict(list(svc.lanes.items())[:count])
+    """The running local lanes, cut or padded to `count` (a second lane starts as static)."""
+    lanes = dict([(n, c) for n, c in svc.lanes.items() if not isinstance(c, RemoteConfig)][:count])
     if len(lanes) < count:
-        first = next(iter(lanes.values()))
+        first = next(iter(lanes.values()), svc.cfg)
         lanes["static" if "static" not in lanes else "lane 2"] = dataclasses.replace(first, strategy="static")
     return lanes
 
 
 def lane_editor(svc, count: int) -> None:
-    """Each lane's name and settings; Apply runs exactly these lanes (requests in flight finish)."""
+    """Each local lane's name and settings; Apply runs exactly these lanes and the remote ones
+    (requests in flight finish)."""
+    remote = _remote(svc)
     with st.sidebar.expander("Lane settings", expanded=True), st.form("lanes", border=False):
         edited = [_lane_fields(i, name, cfg) for i, (name, cfg) in enumerate(_editable(svc, count).items())]
+        for name, cfg in remote.items():
+            st.text(f"Remote lane {name}: {cfg.model} at {cfg.remote} (kept)")
         if st.form_submit_button("Apply lanes", type="primary", width="stretch"):
-            _apply_lanes(svc, edited)
+            _apply_lanes(svc, edited + list(remote.items()))
 
 
 def _lane_fields(i: int, name: str, cfg) -> tuple[str, dict]:

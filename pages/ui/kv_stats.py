@@ -1,9 +1,18 @@
-"""KV memory accounting from the latest step event of each lane (for the KV cache page)."""
+"""KV memory accounting from the latest step event of each lane (for the KV cache page), with the prefix
+cache's part: shared and cached blocks, hit rate, and one request's block table."""
 from __future__ import annotations
 
 from collections import OrderedDict
 
+from engine.events import REMOTE
+
 KEEP_REQUESTS = 5000
+
+
+def _remember(store: OrderedDict, key, value) -> None:
+    store[key] = value
+    while len(store) > KEEP_REQUESTS:
+        store.popitem(last=False)
 
 
 class KVStats:
@@ -11,17 +20,28 @@ class KVStats:
         self.cursor = 0
         self.latest: dict = {}                      # lane -> latest StepEvent
         self.max_total: OrderedDict = OrderedDict()  # request id -> prompt + max_tokens
+        self.from_cache: OrderedDict = OrderedDict()  # (lane, request id) -> tokens served at admission
+        self.prefix: dict[str, list[int]] = {}      # lane -> [tokens looked up, tokens hit] since the page opened
 
     def consume(self, hub) -> None:
         batch = hub.read(self.cursor, limit=20000)
         self.cursor = batch.cursor
         for _, item in batch.events:
+            if item.get("strategy") == REMOTE:
+                continue  # a remote server shows no KV blocks
             if item["type"] == "step":
-                self.latest[item["lane"]] = item["event"]
+                self._step(item["lane"], item["event"])
             elif item["type"] == "request":
-                self.max_total[item["request_id"]] = item["num_prompt_tokens"] + item["max_tokens"]
-                while len(self.max_total) > KEEP_REQUESTS:
-                    self.max_total.popitem(last=False)
+                _remember(self.max_total, item["request_id"], item["num_prompt_tokens"] + item["max_tokens"])
+
+    def _step(self, lane: str, ev) -> None:
+        self.latest[lane] = ev
+        counts = self.prefix.setdefault(lane, [0, 0])
+        counts[0] += ev.prefix_queries
+        counts[1] += ev.prefix_hits
+        for e in ev.entries:
+            if e.cached_tokens:
+                _remember(self.from_cache, (lane, e.request_id), e.cached_tokens)
 
     def table(self) -> list[dict]:
         rows = []
@@ -31,10 +51,14 @@ class KVStats:
             unused = ev.reserved_unused_slots  # the engine's definition, not recomputed here
             reserved = sum(self.max_total.get(rid, n) for rid, n in ev.kv_tokens.items())
             capacity = ev.num_blocks * ev.block_size
+            queries, hits = self.prefix.get(lane, (0, 0))
             rows.append({
                 "lane": lane,
                 "requests holding KV": len(ev.kv_tokens),
                 "blocks used / pool": f"{ev.used_blocks} / {ev.num_blocks}",
+                "shared blocks": len(ev.shared_blocks),
+                "cached blocks (evictable)": len(ev.cached_blocks),
+                "prefix hit rate %": round(100 * hits / queries, 1) if queries else None,
                 "allocated slots": allocated,
                 "holding tokens": holding,
                 "unused": unused,
@@ -44,3 +68,42 @@ class KVStats:
                 "pool used %": round(100 * allocated / capacity, 1),
             })
         return rows
+
+    def request_to_show(self, lane: str, selected: int | None) -> int | None:
+        """The picked request if it holds KV blocks in the lane, else the one sharing the most blocks
+        (the newest on a tie), or None when no request holds any."""
+        ev = self.latest.get(lane)
+        if ev is None or not ev.block_tables:
+            return None
+        if selected in ev.block_tables:
+            return selected
+        shared = ev.shared_blocks
+        return max(ev.block_tables, key=lambda rid: (sum(b in shared for b in ev.block_tables[rid]), rid))
+
+    def block_rows(self, lane: str, rid: int) -> list[dict]:
+        """One request's block table: each logical block, the physical block it points to, the tokens in
+        it, whether it came from the prefix cache at admission, and who else holds it."""
+        ev = self.latest.get(lane)
+        table = ev.block_tables.get(rid) if ev is not None else None
+        if not table:
+            return []
+        holders = _holders(ev.block_tables)
+        cached_blocks = self.from_cache.get((lane, rid), 0) // ev.block_size
+        held = ev.kv_tokens.get(rid, 0)
+        return [{
+            "logical block": i,
+            "physical block": b,
+            "tokens": max(0, min(ev.block_size, held - i * ev.block_size)),
+            "from prefix cache": i < cached_blocks,
+            "holders (ref count)": len(holders[b]),
+            "shared with": ", ".join(f"#{r}" for r in holders[b] if r != rid),
+        } for i, b in enumerate(table)]
+
+
+def _holders(block_tables: dict[int, list[int]]) -> dict[int, list[int]]:
+    """Physical block -> the requests whose tables point at it, in table order."""
+    out: dict[int, list[int]] = {}
+    for rid, table in block_tables.items():
+        for b in table:
+            out.setdefault(b, []).append(rid)
+    return out

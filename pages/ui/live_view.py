@@ -28,10 +28,11 @@ def _read(name: str) -> str:
 
 
 # The module's files, concatenated in this order (each declares one namespace object that the later ones
-# use; live_view.js has the entry point). state.js and contract.js also load in node (tests/js/).
-JS_FILES = ("common.js", "contract.js", "state.js", "socket.js", "frame.js", "layout.js", "axes.js", "gantt.js",
-            "slots.js", "util_view.js", "timeline.js", "status_view.js", "kv_map.js", "text_view.js",
-            "kv_detail.js", "live_view.js")
+# use; live_view.js has the entry point). common.js, state.js, contract.js and kv_blocks.js also load in node
+# (tests/js/).
+JS_FILES = ("common.js", "contract.js", "state.js", "kv_blocks.js", "socket.js", "frame.js", "layout.js", "axes.js",
+            "gantt.js", "slots.js", "util_view.js", "roofline_view.js", "timeline.js", "status_view.js", "kv_map.js",
+            "text_view.js", "kv_detail.js", "live_view.js")
 
 # Registered once, at import. Not style-isolated: the tooltip and overlays are positioned against
 # the page; our CSS is scoped under .ifl-root instead.

@@ -5,8 +5,7 @@ import random
 
 from engine import SamplingParams
 from engine.bench.workloads import Lengths, load_prompts
-
-from .submitter import Submitter
+from engine.submitter import Submitter
 
 
 class LoadGenerator(Submitter):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import streamlit as st
 
 from engine.config import DEFAULT_MODEL
+from engine.service import AUTO_SLOW_INTERVAL_S, AUTO_SLOW_MAX_RUNNING
 
 from .compare import compare_control
 from .live_view import lane_headers
@@ -23,9 +24,8 @@ def view_options(svc, presenter: bool) -> dict:
     lanes = svc.lanes
     st.sidebar.header("View")
     axis = st.sidebar.radio("Time axis", ["seconds", "iterations"], horizontal=True, key="axis")
-    large = st.sidebar.toggle("Presentation mode (large text)", key="large_text")
     return {"compare": compare, "lanes": list(lanes), "headers": lane_headers(lanes),
-            "axis": "time" if axis == "seconds" else "iterations", "large_text": large}
+            "axis": "time" if axis == "seconds" else "iterations"}
 
 
 def playback(svc) -> bool:
@@ -46,6 +46,11 @@ def playback(svc) -> bool:
     st.session_state.slow_motion = min(2.0, svc.min_interval_s)  # follow a change made elsewhere
     st.sidebar.slider("Slow motion: min. seconds per iteration", 0.0, 2.0, step=0.05, key="slow_motion",
                       on_change=lambda: svc.set_slow_motion(st.session_state.slow_motion))
+    st.session_state.auto_slow = svc.auto_slow_motion
+    st.sidebar.toggle("Auto slow motion while few requests run", key="auto_slow",
+                      on_change=lambda: svc.set_auto_slow_motion(st.session_state.auto_slow),
+                      help=f"While at most {AUTO_SLOW_MAX_RUNNING} requests run on a lane, each of its iterations "
+                           f"lasts at least {AUTO_SLOW_INTERVAL_S} s; a crowd runs at full speed")
     return st.sidebar.button("Clear views", icon=":material/mop:", width="stretch",
                              help="Forget what the views show so far (the engines keep running)")
 

@@ -3,10 +3,13 @@
     python tests/js/record_events.py   (from the repository root; writes tests/data/events_tiny_llama.json)
 
 A tiny random llama (tests/tiny_models.py) serves two lanes named apart from their strategies
-("iteration-level", continuous; "batch of 3", static) on a small KV pool (so continuous preempts), so the
-reducer must key by lane; a small event ring. A first burst finishes before the recorder connects:
-its "oldest" replay starts with skipped (coalesced) events, as a late browser tab sees. Then the recorder
-submits text, token-id and chat prompts through the socket and aborts one mid-run.
+("iteration-level", continuous with prefix caching; "batch of 3", static without) on a small KV pool (so
+continuous preempts), so the reducer must key by lane; a small event ring. A first burst finishes before
+the recorder connects: its "oldest" replay starts with skipped (coalesced) events, as a late browser tab
+sees. Then the recorder submits text, token-id and chat prompts through the socket and aborts one mid-run;
+and, to the prefix-caching lane only, three prompts sharing a system prompt: the later two once the first
+decodes, so they hit its cached blocks and share them while it still runs; and one prompt from a
+participant (named, as /join sends it), to the prefix-caching lane.
 """
 from __future__ import annotations
 
@@ -32,13 +35,17 @@ from tiny_models import make_tiny_model  # noqa: E402
 
 OUT = TESTS / "data" / "events_tiny_llama.json"
 LANES = {"iteration-level": "continuous", "batch of 3": "static"}  # lane -> strategy
+PREFIX_LANE = "iteration-level"  # caches prefixes
+SYSTEM = "You keep the lighthouse on the rock. Answer in one line. "
+PARTICIPANT = "Ada <i>Lovelace</i>"  # markup-like on purpose: the views must show it as text
 
 
 def service(model_dir) -> EngineService:
     cfg = EngineConfig(model=str(model_dir), device="cpu", dtype="float32", block_size=4, num_kv_blocks=32,
                        max_model_len=96, max_num_seqs=6, max_num_batched_tokens=32, static_batch_size=3,
                        static_max_wait_s=0.05)
-    lanes = {name: dataclasses.replace(cfg, strategy=s) for name, s in LANES.items()}
+    lanes = {name: dataclasses.replace(cfg, strategy=s, enable_prefix_caching=name == PREFIX_LANE)
+             for name, s in LANES.items()}
     svc = EngineService(cfg, lanes=lanes, hub_capacity=48)
     svc.wait_ready(120)
     return svc
@@ -50,34 +57,55 @@ def early_burst(svc: EngineService) -> None:
     wait_idle(svc)
 
 
-async def record(url: str) -> list[dict]:
+async def record(url: str, svc: EngineService) -> list[dict]:
     # two full static batches that fit the pool (static reserves prompt + max_tokens up front)
     prompts = [{"prompt": "The lighthouse keeper"}, {"prompt": [5, 6, 7, 8, 9, 10, 11, 12]},
                {"messages": [{"role": "user", "content": "<b>hi</b> story"}]},
                {"prompt": "A long prompt " * 2}, {"prompt": "short"}, {"prompt": "the last one"}]
-    seen, open_requests = [], set()
+    seen, open_requests, both, ids = [], set(), set(), {}  # both: (request, lane) pairs sent to both lanes
     async with websockets.connect(url, max_size=2**24) as ws:
         seen.append(json.loads(await ws.recv()))  # hello
         await ws.send(json.dumps({"cmd": "subscribe", "ref": "sub", "lanes": list(LANES), "from_seq": "oldest"}))
         for i, p in enumerate(prompts):
             params = {"max_tokens": 10 + 4 * i, "ignore_eos": True}
             await ws.send(json.dumps({"cmd": "submit", "ref": f"r{i}", "tag": "rec", "params": params, **p}))
-        aborted = False
+        await submit_shared(ws, 0)
+        (named,) = await asyncio.to_thread(svc.submit, "Hello from the room", SamplingParams(max_tokens=8, ignore_eos=True),
+                                           lanes=[PREFIX_LANE], tag="join", name=PARTICIPANT)
+        open_requests.add((named.request_id, PREFIX_LANE))
+        aborted, first_shared, shared_replies = False, None, 0
         while True:
             msg = json.loads(await asyncio.wait_for(ws.recv(), 60))  # more than enough on 2 cores
             seen.append(msg)
             if msg["type"] == "reply" and msg.get("cmd") == "submit":
-                open_requests |= {(msg["request_id"], lane) for lane in msg["lanes"]}
+                pairs = {(msg["request_id"], lane) for lane in msg["lanes"]}
+                open_requests |= pairs
+                if msg["ref"].startswith("r"):
+                    both |= pairs
+                    ids[msg["ref"]] = msg["request_id"]
+                else:
+                    shared_replies += 1
+                    first_shared = msg["request_id"] if msg["ref"] == "p0" else first_shared
             for ev in msg.get("events", []):
                 if ev["type"] == "finished":
                     open_requests.discard((ev["request_id"], ev["lane"]))
-                if ev["type"] == "step" and not aborted and len(open_requests) == 12 and ev["entries"]:
+                if ev["type"] == "step" and not aborted and len(both & open_requests) == 12 and ev["entries"]:
                     aborted = True
-                    # the oldest: running on both engines (an aborted queued one would leave static's
-                    # second batch one short, waiting for ever)
-                    await ws.send(json.dumps({"cmd": "abort", "request_id": min(r for r, _ in open_requests)}))
-            if aborted and not open_requests:
+                    # the longest of static's first batch: running on both engines (an aborted queued one
+                    # would leave static's second batch one short, waiting for ever), and not done yet
+                    await ws.send(json.dumps({"cmd": "abort", "request_id": ids["r2"]}))
+                if ev["type"] == "step" and first_shared is not None and str(first_shared) in ev["sampled"]:
+                    first_shared = None  # it decodes: its prompt's full blocks are cached now
+                    await submit_shared(ws, 1)
+                    await submit_shared(ws, 2)
+            if aborted and not open_requests and shared_replies == 3:
                 return seen
+
+
+async def submit_shared(ws, i: int) -> None:
+    """A prompt that starts with the shared system prompt, to the prefix-caching lane only."""
+    await ws.send(json.dumps({"cmd": "submit", "ref": f"p{i}", "tag": "shared prefix", "lanes": [PREFIX_LANE],
+                              "prompt": f"{SYSTEM}Question {i}: why?", "params": {"max_tokens": 10, "ignore_eos": True}}))
 
 
 def main() -> None:
@@ -87,7 +115,7 @@ def main() -> None:
         try:
             early_burst(svc)
             with serve(create_app(svc)) as base:
-                messages = asyncio.run(record(f"ws://{base}/engine/ws"))
+                messages = asyncio.run(record(f"ws://{base}/engine/ws", svc))
         finally:
             svc.stop()
     text = json.dumps({"contract": wire_contract(), "lanes": list(LANES), "messages": messages},

@@ -8,6 +8,8 @@ const path = require("node:path");
 const ASSETS = path.join(__dirname, "..", "..", "assets", "live");
 const Contract = require(path.join(ASSETS, "contract.js"));
 const LiveState = require(path.join(ASSETS, "state.js"));
+const KvBlocks = require(path.join(ASSETS, "kv_blocks.js"));
+const Common = require(path.join(ASSETS, "common.js"));
 
 const rec = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
 const contract = Contract.fromWire(rec.contract);
@@ -28,6 +30,21 @@ function replay(batches, clearAfter) {
 
 const allEvents = (batches) => batches.flatMap((b) => b.events);
 const ofType = (events, type, lane) => events.filter((e) => e.type === type && e.lane === lane);
+const sum = (xs) => xs.reduce((a, x) => a + x, 0);
+
+// Shared blocks counted straight from a snapshot's tables: block -> holders.
+function holdersOf(kv) {
+  const out = new Map();
+  for (const [rid, table] of Object.entries(kv.block_tables)) {
+    for (const b of table) out.set(b, [...(out.get(b) || []), Number(rid)]);
+  }
+  return out;
+}
+
+// Each lane's settings, as the service's hello reports them (the live view reads them there too).
+const configs = Object.fromEntries(Object.entries(rec.messages.find((m) => m.type === "hello").status.engines)
+  .map(([name, eng]) => [name, eng.config]));
+const prefixLanes = () => rec.lanes.filter((n) => configs[n].enable_prefix_caching);
 
 const tests = {
   "every request ends with the finished event's state and text"() {
@@ -131,6 +148,138 @@ const tests = {
     const cfg = { max_num_seqs: 6, static_batch_size: 3 };
     assert.equal(LiveState.maxBatch(st.by.get(a), { ...cfg, strategy: "continuous" }), 6);
     assert.equal(LiveState.maxBatch(st.by.get(b), { ...cfg, strategy: "static" }), 3);
+  },
+
+  "shared and cached blocks of every KV snapshot: what the tables and the cached list say"() {
+    let shared = 0, cached = 0;
+    for (const ev of allEvents(acceptedBatches(rec.messages)).filter((e) => e.type === "step")) {
+      const kb = KvBlocks.of(ev.kv), holders = holdersOf(ev.kv);
+      const expected = [...holders].filter(([, h]) => h.length > 1);
+      assert.deepEqual([...kb.sharers.keys()].sort((a, b) => a - b), expected.map(([b]) => b).sort((a, b) => a - b));
+      for (const [b, h] of expected) {
+        assert.deepEqual(kb.sharers.get(b).map((s) => s.rid).sort(), h.slice().sort(), `step ${ev.step} block ${b}`);
+        assert.equal(kb.refs[b], h.length);
+        for (const s of kb.sharers.get(b)) assert.equal(ev.kv.block_tables[s.rid][s.logical], b);
+      }
+      assert.equal(kb.cached, ev.kv.cached.length);
+      ev.kv.cached.forEach((b, i) => assert.equal(kb.lru[b], i, `step ${ev.step}: block ${b} evicted ${i}th`));
+      shared += expected.length;
+      cached += kb.cached;
+      if (!prefixLanes().includes(ev.lane)) assert.ok(!expected.length && !kb.cached, `${ev.lane} caches nothing`);
+    }
+    assert.ok(shared > 0 && cached > 0, "the recording has shared and cached blocks");
+  },
+
+  "a prefix hit: the tokens it skipped on the request and its admission bar"() {
+    const batches = acceptedBatches(rec.messages);
+    const st = replay(batches);
+    const latest = new Map();  // request -> tokens from the cache at its latest admission
+    for (const ev of allEvents(batches).filter((e) => e.type === "step")) {
+      for (const e of ev.entries.filter((x) => x[E.cached] > 0)) {
+        const R = st.by.get(ev.lane).reqs.get(e[E.rid]);
+        const seg = R.segs.find((s) => s.step0 === ev.step && s.cached);
+        assert.ok(seg, `${ev.lane} #${R.rid}: its admission bar at step ${ev.step} shows the hit`);
+        assert.equal(seg.cached, e[E.cached]);
+        assert.equal(seg.computed, e[E.tokens]);
+        // a request resumed after preemption hits its own blocks; with all but its last token cached,
+        // its row is a decode
+        const kinds = e[E.phase] === P.decode ? ["decode"] : ["prefill", "recompute"];
+        assert.ok(kinds.includes(seg.kind) && seg.it0 === seg.it1, `${seg.kind} over ${seg.n} iterations`);
+        latest.set(R, e[E.cached]);
+      }
+    }
+    for (const [R, cached] of latest) assert.equal(R.cached, cached, `#${R.rid}`);
+    assert.ok(latest.size >= 2, "the recording has prefix hits");
+  },
+
+  "prefix cache hit rate per lane: cumulative and over the recent window"() {
+    const batches = acceptedBatches(rec.messages);
+    const st = replay(batches);
+    for (const name of rec.lanes) {
+      const S = st.by.get(name), steps = ofType(allEvents(batches), "step", name);
+      const on = prefixLanes().includes(name);
+      assert.equal(LiveState.prefixOn(S, configs[name]), on);
+      assert.equal(S.prefix.queries, sum(steps.map((e) => e.prefix_queries)));
+      assert.equal(S.prefix.hits, sum(steps.map((e) => e.prefix_hits)));
+      assert.equal(S.prefix.hits > 0, on, `${name}: hits only where prefix caching is on`);
+      steps.forEach((ev, i) => {
+        const upTo = steps.slice(0, i + 1), recent = upTo.filter((e) => e.t_end > ev.t_end - LiveState.HIT_WINDOW_S);
+        const rate = (xs) => (sum(xs.map((e) => e.prefix_queries)) ? sum(xs.map((e) => e.prefix_hits))
+          / sum(xs.map((e) => e.prefix_queries)) : null);
+        assert.equal(S.steps[i].hitAll, rate(upTo), `${name} step ${ev.step}: cumulative`);
+        assert.equal(S.steps[i].hitRecent, rate(recent), `${name} step ${ev.step}: recent`);
+      });
+    }
+  },
+
+  "a participant's name: on its request, as sent (text), and in its label"() {
+    const batches = acceptedBatches(rec.messages);
+    const st = replay(batches);
+    const named = allEvents(batches).filter((e) => e.type === "request" && e.name);
+    assert.ok(named.length >= 1, "the recording has a named request");
+    for (const ev of named) {
+      const R = st.by.get(ev.lane).reqs.get(ev.request_id);
+      assert.equal(R.name, ev.name);
+      assert.equal(R.tag, ev.tag);
+      assert.equal(Common.reqLabel(R, 40), `#${R.rid} ${ev.name}`);
+      assert.equal(Common.reqLabel(R, 5), `#${R.rid} ${Array.from(ev.name).slice(0, 4).join("")}…`);
+    }
+    assert.equal(st.named, named.length);
+    for (const S of st.by.values()) {
+      for (const R of S.reqs.values()) if (!named.some((e) => e.lane === S.name && e.request_id === R.rid)) {
+        assert.equal(R.name, null);
+        assert.equal(Common.reqLabel(R), `#${R.rid}`);
+      }
+    }
+  },
+
+  "roofline numbers per iteration and the device's peaks, as the steps carry them"() {
+    const batches = acceptedBatches(rec.messages);
+    const st = replay(batches);
+    for (const name of rec.lanes) {
+      const steps = ofType(allEvents(batches), "step", name), S = st.by.get(name);
+      assert.ok(steps.every((e) => e.roofline && e.roofline.peak_bytes_per_s > 0), `${name}: every step has peaks`);
+      steps.forEach((ev, i) => {
+        const p = S.steps[i].roof, r = ev.roofline;
+        assert.deepEqual(p, { intensity: r.intensity, flopsPerS: r.flops_per_s, bytesPerS: r.bytes_per_s,
+                              mem: r.mem_util, compute: r.compute_util }, `${name} step ${ev.step}`);
+        assert.ok(Math.abs(p.mem * r.peak_bytes_per_s - p.bytesPerS) < 1e-6 * p.bytesPerS);
+      });
+      const last = steps[steps.length - 1].roofline;
+      assert.deepEqual(S.peaks, { bytesPerS: last.peak_bytes_per_s, flopsPerS: last.peak_flops_per_s });
+    }
+    // a step without peaks (not measured): a point without utilization; without roofline: none
+    const step = ofType(allEvents(batches), "step", rec.lanes[0])[0];
+    const bare = LiveState.newState(rec.lanes, contract);
+    LiveState.applyBatch(bare, { skipped: 0, events: [
+      { ...step, roofline: { intensity: 2, flops_per_s: 10, bytes_per_s: 5, flops: 1, bytes: 1 } },
+      { ...step, step: step.step + 1, roofline: undefined }] });
+    const [a, b] = bare.by.get(rec.lanes[0]).steps;
+    assert.deepEqual(a.roof, { intensity: 2, flopsPerS: 10, bytesPerS: 5, mem: null, compute: null });
+    assert.equal(b.roof, null);
+    assert.equal(bare.by.get(rec.lanes[0]).peaks, null);
+  },
+
+  "a remote lane: its server's polled gauges, and it says it is remote"() {
+    const lanes = ["local", "far"];
+    const st = LiveState.newState(lanes, contract);
+    const gauges = (t, running, waiting, kv) => ({ type: "remote_metrics", lane: "far", strategy: contract.remote, t,
+                                                   num_running: running, num_waiting: waiting, kv_usage: kv });
+    const events = [gauges(1, 3, 0, 0.25), gauges(2, 5, 2, 0.5), gauges(3, null, null, null)];
+    const { changed } = LiveState.applyBatch(st, { skipped: 0, events });
+    assert.ok(changed);
+    const far = st.by.get("far"), local = st.by.get("local");
+    assert.deepEqual(far.server, [{ t: 1, running: 3, waiting: 0, kv: 25 }, { t: 2, running: 5, waiting: 2, kv: 50 },
+                                  { t: 3, running: null, waiting: null, kv: null }]);
+    assert.equal(st.latestT, 3);
+    assert.ok(LiveState.isRemote(far, null) && !LiveState.isRemote(local, null), "from the events' strategy");
+    assert.ok(LiveState.isRemote(local, { source: "remote" }) && !LiveState.isRemote(far, { strategy: "continuous" }),
+              "the lane's configuration decides once known");
+    assert.deepEqual(local.server, []);
+    const many = Array.from({ length: 400 }, (_, i) => gauges(10 + i, i, 0, 0.1));
+    LiveState.applyBatch(st, { skipped: 0, events: many });
+    assert.equal(far.server.length, 300, "bounded");
+    assert.equal(far.server[far.server.length - 1].t, 409);
   },
 
   "clear_after_s hides everything older"() {

@@ -1,5 +1,5 @@
 """A background thread that submits to the service until it is done or stopped (the load generator,
-a preset's request stream): it counts what went in and keeps the refusals for the page to show."""
+a scenario's request stream): it counts what went in and keeps the refusals for the page to show."""
 from __future__ import annotations
 
 import logging

@@ -1,0 +1,55 @@
+// Per-block state of one KV snapshot (a step event's kv object): who holds each block, at which
+// logical index and with how many tokens; which blocks are shared (in more than one block table: the
+// prefix cache handed them to several requests) and which are cached-evictable (ref count 0, reused on
+// a prefix hit, else evicted least recently used first). The wire carries only the tables and the
+// cached list; this is their inverse, derived once per snapshot. Pure data: loads in node for the tests.
+
+const KvBlocks = (() => {
+  const clamp = (x, a, b) => Math.min(b, Math.max(a, x));
+  const derived = new WeakMap();  // kv snapshot -> its per-block arrays
+
+  // -> { n, bs, owner (first holder or -1), logical, tokens, refs (holders per block), sharers (block ->
+  // [{ rid, logical }], shared blocks only), lru (position in the eviction order, -1 when not cached),
+  // cached (count), held, slots, used, reservedUnused, tables }
+  function of(kv) {
+    let kb = derived.get(kv);
+    if (kb) return kb;
+    const n = kv.num_blocks, bs = kv.block_size, tables = kv.block_tables || {};
+    kb = { n, bs, owner: new Int32Array(n).fill(-1), logical: new Int32Array(n).fill(-1), tokens: new Int32Array(n),
+           refs: new Int32Array(n), sharers: new Map(), lru: new Int32Array(n).fill(-1), cached: 0, held: 0, slots: 0,
+           used: kv.used, reservedUnused: kv.reserved_unused_slots, tables };
+    for (const [key, table] of Object.entries(tables)) addTable(kb, Number(key), table, (kv.kv_tokens || {})[key] ?? 0);
+    (kv.cached || []).forEach((b, i) => {
+      if (b >= 0 && b < n && kb.refs[b] === 0) kb.lru[b] = kb.cached++;
+    });
+    derived.set(kv, kb);
+    return kb;
+  }
+
+  function addTable(kb, rid, table, kvTok) {
+    kb.held += kvTok;
+    kb.slots += table.length * kb.bs;
+    table.forEach((b, i) => {
+      if (b < 0 || b >= kb.n) return;
+      kb.tokens[b] = Math.max(kb.tokens[b], clamp(kvTok - i * kb.bs, 0, kb.bs));
+      if (++kb.refs[b] === 1) {
+        kb.owner[b] = rid;
+        kb.logical[b] = i;
+      } else if (kb.refs[b] === 2) kb.sharers.set(b, [{ rid: kb.owner[b], logical: kb.logical[b] }, { rid, logical: i }]);
+      else kb.sharers.get(b).push({ rid, logical: i });
+    });
+  }
+
+  // The requests a request shares blocks with: [{ rid, blocks }] by most shared blocks first.
+  function sharedWith(kb, rid) {
+    const count = new Map();
+    for (const b of kb.tables[String(rid)] || []) {
+      for (const s of kb.sharers.get(b) || []) if (s.rid !== rid) count.set(s.rid, (count.get(s.rid) || 0) + 1);
+    }
+    return [...count].map(([r, blocks]) => ({ rid: r, blocks })).sort((a, b) => b.blocks - a.blocks || a.rid - b.rid);
+  }
+
+  return { of, sharedWith };
+})();
+
+if (typeof module !== "undefined") module.exports = KvBlocks;

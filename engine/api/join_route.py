@@ -1,0 +1,120 @@
+"""/join: the room's phones take part. GET /join is a small plain page (assets/join/: HTML, JS, CSS; no
+Streamlit, so it loads fast on venue wifi); POST /join/ask {name, prompt} submits one prompt to every
+lane, labelled with the name, and streams the answer back as server-sent events:
+  data: {"request_id": 12}   then   data: {"text": "..."} ...   then
+  data: {"finish_reason": "stop"}   or   data: {"error": "..."}
+Refusals before the stream are JSON {"error": "..."} with the status saying which kind (429 past a
+room limit, 413 too long, 400 bad input, 403 foreign origin, 415 not JSON, 503 engine not ready).
+
+Room safety: a phone is a viewer (unless it carries the presenter cookie), keyed by its IP address,
+so the per-client limits (engine/limits.py) apply as on the socket; the prompt and the name have
+length limits; a phone that leaves has its request aborted on every lane.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..access import PRESENTER_COOKIE, Client, client_key
+from ..participants import MAX_NAME_CHARS, clean_name
+from ..request import SamplingParams
+from .http_common import failure, read_body, require_json, submit, text_deltas
+from .openai_schema import ApiError, parse_json
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets" / "join"
+MAX_PROMPT_CHARS = 1000
+MAX_BODY_BYTES = 8 * 1024
+MAX_TOKENS = 128           # per answer (lower still if the room's limit is lower)
+TEMPERATURE = 0.7          # a room typing the same prompt gets different answers
+JOIN_TAG = "join"          # the tag of every request a phone sends
+HEARTBEAT_S = 1.0          # while no text arrives, check this often whether the phone left
+_TYPES = {"join.js": "text/javascript; charset=utf-8", "join.css": "text/css; charset=utf-8"}
+_HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'"}
+
+
+def join_routes(get_service) -> list[Route]:
+    async def page(request: Request) -> Response:
+        html = (ASSETS / "join.html").read_text(encoding="utf-8")
+        for key, value in _page_numbers(get_service()).items():
+            html = html.replace("{{%s}}" % key, str(value))
+        return Response(html, media_type="text/html; charset=utf-8", headers=_HEADERS)
+
+    async def asset(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in _TYPES:
+            return Response("not found", status_code=404)
+        return Response((ASSETS / name).read_bytes(), media_type=_TYPES[name], headers=_HEADERS)
+
+    async def ask(request: Request) -> Response:
+        svc = get_service()
+        try:
+            handles = await _submit(request, svc)
+        except ApiError as e:
+            return JSONResponse({"error": e.message}, status_code=e.status)
+        except ClientDisconnect:
+            return Response(status_code=400)  # nobody is listening
+        return StreamingResponse(_stream(request, svc, handles[0]), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    return [Route("/join", page, methods=["GET"]), Route("/join/ask", ask, methods=["POST"]),
+            Route("/join/{name}", asset, methods=["GET"])]
+
+
+def _page_numbers(svc) -> dict:
+    return {"MAX_NAME_CHARS": MAX_NAME_CHARS, "MAX_PROMPT_CHARS": MAX_PROMPT_CHARS, "MAX_TOKENS": _max_tokens(svc)}
+
+
+def _max_tokens(svc) -> int:
+    return min(MAX_TOKENS, svc.limiter.limits.max_tokens)
+
+
+def _client(request: Request, svc) -> Client:
+    if not svc.access.request_allowed(request.headers.get("origin"), request.headers.get("host")):
+        raise ApiError("cross-origin requests are not accepted", status=403)
+    host = request.client and request.client.host
+    return svc.access.client(client_key(host), request.cookies.get(PRESENTER_COOKIE))
+
+
+async def _submit(request: Request, svc):
+    client = _client(request, svc)
+    require_json(request)
+    body = parse_json(await read_body(request, MAX_BODY_BYTES))
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ApiError("please write a prompt")
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise ApiError(f"a prompt has at most {MAX_PROMPT_CHARS} characters (this one has {len(prompt)})", status=413)
+    try:
+        name = clean_name(body.get("name"))
+    except ValueError as e:
+        raise ApiError(str(e)) from None
+    params = SamplingParams(max_tokens=_max_tokens(svc), temperature=TEMPERATURE)
+    # the tag says where it came from; the live views show the name (as text) where they label requests
+    return await submit(svc, messages=[{"role": "user", "content": prompt}], params=params, tag=JOIN_TAG,
+                        client=client, name=name)
+
+
+def _event(body: dict) -> bytes:
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
+async def _stream(request: Request, svc, handle):
+    rid, completed = handle.request_id, False
+    try:
+        yield _event({"request_id": rid})
+        async for delta in text_deltas(handle, HEARTBEAT_S):
+            if await request.is_disconnected():
+                return  # finally aborts
+            if delta:
+                yield _event({"text": delta})
+        completed = True
+        problem = failure(handle)
+        yield _event({"error": problem.message} if problem else {"finish_reason": handle.output.finish_reason})
+    finally:  # also reached when the response is torn down (the phone left)
+        if not completed:
+            svc.abort(rid)

@@ -1,0 +1,30 @@
+"""GET /trace.json: the EventHub's current window as a Chrome trace (engine/trace_export.py), to open in
+Perfetto (ui.perfetto.dev) or chrome://tracing. Open on loopback; in room mode it is the presenter's
+(the session cookie of the presenter link, or the token as a bearer key): it names everyone's requests."""
+from __future__ import annotations
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..trace_export import chrome_trace
+from .presenter import unless_presenter
+from .protocol import encode_event
+
+FILE_NAME = "inflight-trace.json"
+
+
+def hub_trace(hub) -> dict:
+    """The trace of every event the hub still holds."""
+    return chrome_trace(encode_event(item) for _, item in hub.read(0).events)
+
+
+def trace_route(get_service) -> Route:
+    async def trace(request: Request) -> Response:
+        svc = get_service()
+        if refusal := unless_presenter(request, svc.access, "the trace"):
+            return refusal
+        return JSONResponse(await run_in_threadpool(hub_trace, svc.hub),
+                            headers={"Content-Disposition": f'attachment; filename="{FILE_NAME}"'})
+    return Route("/trace.json", trace, methods=["GET"])

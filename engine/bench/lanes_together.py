@@ -1,0 +1,100 @@
+"""Two lanes on one machine: each lane's decode step alone and beside the other, with the CPU cores
+shared between lanes stepping together (engine/cpu_share.py) and without.
+
+    python -m engine.bench.lanes_together [--model M] [--lanes continuous,static] [--batch 8] [--tokens 48]
+
+Each round, for sharing off then on: the same burst (`batch` requests, `tokens` tokens each, EOS
+ignored) on the first lane alone, on the second alone, then on both at once, through the service as
+the app runs them. A lane's decode step is the median duration of its steps without a prefill; the
+ratio together / alone is what one lane pays for the other. Medians over rounds.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+
+from ..config import EngineConfig
+from ..cpu_share import SHARE
+from ..events import PREFILL
+from ..request import SamplingParams
+from ..service import EngineService
+
+PROMPT_LEN = 24
+
+
+def decode_steps_ms(svc: EngineService, cursor: int, lanes: list[str]) -> dict[str, float]:
+    """Median decode-step duration per lane among the step events since cursor."""
+    steps: dict[str, list[float]] = {lane: [] for lane in lanes}
+    for _, item in svc.hub.read(cursor).events:
+        if item.get("type") == "step" and item.get("lane") in steps:
+            ev = item["event"]
+            if ev.entries and all(e.phase != PREFILL for e in ev.entries):
+                steps[item["lane"]].append(1e3 * ev.duration_s)
+    return {lane: statistics.median(v) if v else float("nan") for lane, v in steps.items()}
+
+
+def burst(svc: EngineService, lanes: list[str], batch: int, tokens: int) -> dict[str, float]:
+    cursor = svc.hub.head
+    params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
+    handles = [h for i in range(batch)
+               for h in svc.submit([20 + (i * 37 + 11 * k) % 200 for k in range(PROMPT_LEN)], params,
+                                   lanes=lanes, tag="bench")]
+    for h in handles:
+        h.result(600)
+    return decode_steps_ms(svc, cursor, lanes)
+
+
+def measure(svc: EngineService, names: list[str], batch: int, tokens: int, rounds: int) -> dict:
+    runs: dict[str, dict[str, list[float]]] = {mode: {f"{n} {p}": [] for n in names for p in ("alone", "together")}
+                                               for mode in ("off", "on")}
+    for _ in range(rounds):
+        for mode in ("off", "on"):
+            SHARE.enabled = mode == "on"
+            for name in names:
+                runs[mode][f"{name} alone"].append(burst(svc, [name], batch, tokens)[name])
+            for name, ms in burst(svc, names, batch, tokens).items():
+                runs[mode][f"{name} together"].append(ms)
+    return {mode: {k: statistics.median(v) for k, v in r.items()} for mode, r in runs.items()}
+
+
+def render(result: dict, names: list[str]) -> str:
+    lines = ["median decode step (ms): lane alone, beside the other, ratio",
+             f"{'lane':<14}{'cores shared':>13}{'alone':>9}{'together':>10}{'ratio':>8}"]
+    for mode in ("off", "on"):
+        for n in names:
+            a, t = result[mode][f"{n} alone"], result[mode][f"{n} together"]
+            lines.append(f"{n:<14}{mode:>13}{a:>9.1f}{t:>10.1f}{t / a:>7.2f}x")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--lanes", default="continuous,static", help="two strategies, each a lane")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    names = args.lanes.split(",")
+    base = EngineConfig(model=args.model, device="cpu", static_batch_size=args.batch, static_max_wait_s=0.0)
+    svc = EngineService(base, lanes={n: dataclasses.replace(base, strategy=n) for n in names})
+    try:
+        svc.wait_ready(600)
+        burst(svc, names, args.batch, 4)  # warm-up (a full batch: static launches only those)
+        result = measure(svc, names, args.batch, args.tokens, args.rounds)
+    finally:
+        svc.stop()
+        SHARE.enabled = True
+    print(f"cores: {SHARE.cores}; {args.batch} requests x {args.tokens} tokens; {args.rounds} rounds")
+    print(render(result, names))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"cores": SHARE.cores, "batch": args.batch, "tokens": args.tokens, "rounds": args.rounds,
+                       "median_decode_step_ms": result}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""Read and check scenario files (TOML, one scenario each). Every error names the file and the field.
+
+    title = "Straggler: continuous vs static"
+    watch = "..."                        # what to look at
+    explain = "..."                      # what is sent
+    [lanes.continuous]                   # lane name -> EngineConfig overrides of the base config
+    strategy = "continuous"
+    [[requests]]                         # a group of arrivals
+    count = 8                            # how many (default 1)
+    at_s = 0.0                           # the first arrives then (default 0)
+    every_s = 0.5                        # fixed gaps, or poisson_rate = 2.0 (+ seed) for exponential ones
+    prompt_len = [24, 32]                # tokens, cycled over the group (or text = "a user message")
+    max_tokens = [96, 12]                # cycled likewise
+    shared_prefix = 400                  # optional: leading tokens shared by every such prompt
+    tenant = "flood"                     # optional (the fair policy); priority = -1 (the priority policy)
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+import tomllib
+from pathlib import Path
+
+from engine.config import EngineConfig
+from engine.lanes import check_lane_name, lane_config
+
+from .model import Arrival, Scenario
+
+SCENARIO_DIR = Path(__file__).resolve().parents[2] / "assets" / "scenarios"
+MAX_REQUESTS = 256
+_TOP = {"title", "watch", "explain", "lanes", "requests"}
+_GROUP = {"count", "at_s", "every_s", "poisson_rate", "seed", "prompt_len", "text", "max_tokens",
+          "shared_prefix", "tenant", "priority"}
+
+
+class ScenarioError(ValueError):
+    pass
+
+
+def load_scenarios(folder: Path = SCENARIO_DIR) -> tuple[Scenario, ...]:
+    """Every *.toml in folder, in file-name order (the order of the 1-9 shortcuts)."""
+    return tuple(load_scenario(p) for p in sorted(folder.glob("*.toml")))
+
+
+def load_scenario(path: Path) -> Scenario:
+    where = Path(path).name
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ScenarioError(f"{where}: {e}") from None
+    _no_unknown(where, "", data, _TOP)
+    text = {k: _text(where, k, data.get(k)) for k in ("title", "watch", "explain")}
+    lanes = _lanes(where, data.get("lanes"))
+    groups = data.get("requests")
+    if not isinstance(groups, list) or not groups:
+        raise ScenarioError(f"{where}: requests: give at least one [[requests]] group")
+    arrivals = [a for i, g in enumerate(groups) for a in _group(where, f"requests[{i}]", g)]
+    if len(arrivals) > MAX_REQUESTS:
+        raise ScenarioError(f"{where}: requests: {len(arrivals)} arrivals, at most {MAX_REQUESTS}")
+    _static_batches(where, lanes, len(arrivals))
+    return Scenario(key=Path(path).stem, lanes=lanes, arrivals=tuple(sorted(arrivals, key=lambda a: a.at_s)),
+                    **text)
+
+
+def _no_unknown(where: str, field: str, table: dict, known: set) -> None:
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ScenarioError(f"{where}: {field}{unknown[0]}: unknown field; fields: {', '.join(sorted(known))}")
+
+
+def _text(where: str, field: str, value) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ScenarioError(f"{where}: {field}: must be a non-empty string")
+    return value.strip()
+
+
+def _lanes(where: str, lanes) -> dict[str, dict]:
+    if not isinstance(lanes, dict) or not lanes:
+        raise ScenarioError(f"{where}: lanes: give at least one [lanes.NAME] table of EngineConfig overrides")
+    for name, overrides in lanes.items():
+        try:
+            check_lane_name(name)
+            if not isinstance(overrides, dict):
+                raise ValueError("must be a table of EngineConfig fields")
+            lane_config(EngineConfig(), overrides)
+        except ValueError as e:
+            raise ScenarioError(f"{where}: lanes.{name}: {e}") from None
+    return lanes
+
+
+def _group(where: str, field: str, g) -> list[Arrival]:
+    if not isinstance(g, dict):
+        raise ScenarioError(f"{where}: {field}: must be a table")
+    _no_unknown(where, f"{field}.", g, _GROUP)
+    count = _int(where, f"{field}.count", g.get("count", 1), 1)
+    text = g.get("text")
+    if text is not None:
+        _text(where, f"{field}.text", text)
+    elif "prompt_len" not in g:
+        raise ScenarioError(f"{where}: {field}: give prompt_len (tokens) or text")
+    lens = [0] if text is not None else _cycle(where, f"{field}.prompt_len", g.get("prompt_len"), 1)
+    outs = _cycle(where, f"{field}.max_tokens", g.get("max_tokens"), 1)
+    shared = _int(where, f"{field}.shared_prefix", g.get("shared_prefix", 0), 0)
+    if shared and (text is not None or shared >= min(lens)):
+        raise ScenarioError(f"{where}: {field}.shared_prefix: must be shorter than every prompt_len")
+    common = Arrival(0.0, 0, 1, tenant=_tenant(where, field, g.get("tenant")),
+                     priority=_int(where, f"{field}.priority", g.get("priority", 0), -100), shared_prefix=shared,
+                     text=text)
+    return [dataclasses.replace(common, at_s=round(t, 3), prompt_len=lens[i % len(lens)],
+                                max_tokens=outs[i % len(outs)])
+            for i, t in enumerate(_times(where, field, g, count))]
+
+
+def _times(where: str, field: str, g: dict, count: int) -> list[float]:
+    at = _num(where, f"{field}.at_s", g.get("at_s", 0.0))
+    if "poisson_rate" in g:
+        rate = _num(where, f"{field}.poisson_rate", g["poisson_rate"])
+        if rate <= 0 or "every_s" in g:
+            raise ScenarioError(f"{where}: {field}.poisson_rate: must be > 0 (and not given with every_s)")
+        rng = random.Random(_int(where, f"{field}.seed", g.get("seed", 0), 0))
+        times = []
+        for _ in range(count):
+            times.append(at)
+            at += rng.expovariate(rate)
+        return times
+    every = _num(where, f"{field}.every_s", g.get("every_s", 0.0))
+    return [at + i * every for i in range(count)]
+
+
+def _static_batches(where: str, lanes: dict, n: int) -> None:
+    # static launches full batches only: a stream that is not a multiple of its batch would leave
+    # the last requests waiting for ever
+    for name, o in lanes.items():
+        size = o.get("static_batch_size", EngineConfig.static_batch_size)
+        if o.get("strategy") == "static" and n % size:
+            raise ScenarioError(f"{where}: requests: {n} arrivals; lane {name!r} is static with batches of "
+                                f"{size}, so send a multiple of {size}")
+
+
+def _cycle(where: str, field: str, value, low: int) -> list[int]:
+    values = value if isinstance(value, list) else [value]
+    if not values:
+        raise ScenarioError(f"{where}: {field}: give an integer or a list of integers")
+    return [_int(where, field, v, low) for v in values]
+
+
+def _int(where: str, field: str, value, low: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ScenarioError(f"{where}: {field}: must be an integer >= {low}, got {value!r}")
+    return value
+
+
+def _num(where: str, field: str, value) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+        raise ScenarioError(f"{where}: {field}: must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _tenant(where: str, field: str, value) -> str | None:
+    if value is None:
+        return None
+    return _text(where, f"{field}.tenant", value)

@@ -1,0 +1,36 @@
+"""Under the live views: the running scenario's "what to watch" and the narration, computed from the
+hub's events (engine/narration), refreshed every second. Sentences are text: escaped, never HTML."""
+from __future__ import annotations
+
+import html
+
+import streamlit as st
+
+from engine.narration import Narrator
+from engine.scenarios.catalog import running_scenario
+
+from .hub_reader import session_reader
+
+SHOWN = 6
+
+
+def _line(s) -> str:
+    who = "comparing lanes" if s.lane is None else s.lane
+    return f'<li><span class="ifl-who">{html.escape(who)}</span> {html.escape(s.text)}</li>'
+
+
+@st.fragment(run_every=1.0)
+def narration(svc, large: bool = False) -> None:
+    scenario = running_scenario(svc.lanes, svc.cfg)
+    if scenario is not None:
+        st.info(f"**What to watch:** {scenario.watch}", icon=":material/visibility:")
+    narrator = session_reader("narrator", Narrator, svc.hub)
+    said = narrator.recent(SHOWN, now=svc.clock())
+    if not said:
+        st.caption("Narration: notable iterations are described here as they happen.")
+        return
+    size = "1.6rem" if large else "1rem"
+    st.html(f'<ul class="ifl-narration" style="font-size:{size};line-height:1.4;list-style:none;padding:0">'
+            + "".join(_line(s) for s in said) + "</ul>"
+            "<style>.ifl-narration li:first-child{font-weight:600}.ifl-who{opacity:.65;margin-right:.4em}"
+            ".ifl-who::after{content:':'}</style>")

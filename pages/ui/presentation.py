@@ -1,0 +1,20 @@
+"""Presentation mode: for a projector. Hides the sidebar and enlarges the text and the narration."""
+from __future__ import annotations
+
+import streamlit as st
+
+_CSS = """<style>
+section[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"], [data-testid="stExpandSidebarButton"]
+  { display: none !important; }
+[data-testid="stMainBlockContainer"] { max-width: 100%; padding-left: 2rem; padding-right: 2rem; }
+[data-testid="stMarkdownContainer"] p, [data-testid="stCaptionContainer"] { font-size: 1.25rem; }
+</style>"""
+
+
+def presentation_toggle() -> bool:
+    """The toggle (on the page, not the sidebar it hides); True while on."""
+    on = st.toggle("Presentation mode", key="large_text",
+                   help="For a projector: hides the sidebar, enlarges text and the narration")
+    if on:
+        st.html(_CSS)
+    return on

@@ -1,0 +1,97 @@
+"""Recordings on the playground: the banner that marks a replay, the presenter's recorder and replay
+controls (speed, pause, seek), and the lanes a replay shows."""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import streamlit as st
+
+from engine.config import EngineConfig
+from engine.recording import SHIPPED, load, play, start_recording, stop_recording, stop_replay
+from ui.live_view import lane_headers
+
+SPEED_STEPS = (0.25, 0.5, 1.0, 2.0, 4.0)  # within the replayer's bounds (engine.recording.SPEEDS)
+_DIR = Path(tempfile.gettempdir()) / "inflight-recordings"
+
+
+def banner(replay) -> None:
+    """Says, above the views, that they show a recording and not the engines."""
+    landing = replay.until is not None
+    st.warning(f"**{replay.recording.label}.** "
+               + ("The engines are still loading the model: the live views switch to them when they are ready."
+                  if landing else "A replay, not the engines: the presenter's controls are in the sidebar."),
+               icon=":material/movie:")
+
+
+def view_lanes(replay) -> tuple[list[str], dict[str, list[str]]]:
+    """The recording's lanes and their header labels (none for a lane whose settings this version
+    cannot read back)."""
+    lanes = replay.recording.header["lanes"]
+    try:
+        return list(lanes), lane_headers({n: EngineConfig(**c) for n, c in lanes.items()})
+    except (TypeError, ValueError):
+        return list(lanes), {}
+
+
+def recorder(svc) -> None:
+    """Record every event of every lane to a file, then download it."""
+    st.sidebar.header("Record")
+    rec = svc.recorder
+    if rec is None:
+        if st.sidebar.button("Start recording", icon=":material/fiber_manual_record:", width="stretch"):
+            _DIR.mkdir(exist_ok=True)
+            start_recording(svc, _DIR / f"inflight-{time.strftime('%Y%m%d-%H%M%S')}.jsonl.gz")
+            st.rerun()
+    elif st.sidebar.button(f"Stop recording ({rec.events} events)", icon=":material/stop:", type="primary",
+                           width="stretch", key="recording_stop"):  # keyed: its label counts events
+        st.session_state.recording_file = stop_recording(svc)
+        st.rerun()
+    done = st.session_state.get("recording_file")
+    if rec is None and done is not None and done.exists():
+        st.sidebar.download_button("Download the recording", done.read_bytes(), done.name,
+                                   mime="application/gzip", icon=":material/download:", width="stretch")
+
+
+def replay_controls(svc) -> None:
+    """Play a recording (the shipped one or an uploaded one) in the views; speed, pause, seek, back to live."""
+    st.sidebar.header("Replay")
+    r = svc.replay
+    if r is None:
+        upload = st.sidebar.file_uploader("A recording (.jsonl.gz)", type=["gz"], key="replay_upload")
+        label = "Play the uploaded recording" if upload else "Play the shipped recording"
+        if st.sidebar.button(label, icon=":material/movie:", width="stretch"):
+            _start(svc, upload)
+        return
+    _playing(svc, r)
+
+
+def _start(svc, upload) -> None:
+    path = SHIPPED
+    if upload is not None:
+        _DIR.mkdir(exist_ok=True)
+        path = _DIR / "uploaded.jsonl.gz"
+        path.write_bytes(upload.getvalue())
+    try:
+        play(svc, load(path))
+    except (OSError, ValueError) as e:  # not gzip, not JSON, not a recording
+        st.sidebar.error(f"Cannot play {getattr(upload, 'name', path.name)}: {e}")
+        return
+    st.rerun()
+
+
+def _playing(svc, r) -> None:
+    """The controls of the replay that plays (the position slider shows the playhead as of this run)."""
+    c1, c2 = st.sidebar.columns(2)
+    c1.button("Play" if r.paused else "Pause", width="stretch", key="replay_pause",
+              icon=":material/play_arrow:" if r.paused else ":material/pause:", on_click=r.resume if r.paused else r.pause)
+    if c2.button("Go live", icon=":material/sensors:", width="stretch"):
+        stop_replay(svc)
+        st.rerun()
+    st.session_state.replay_speed = r.speed
+    st.sidebar.select_slider("Replay speed", SPEED_STEPS, key="replay_speed", format_func=lambda s: f"{s:g}x",
+                             on_change=lambda: r.set_speed(st.session_state.replay_speed))
+    st.session_state.replay_at = round(r.position() - r.recording.start, 1)
+    st.sidebar.slider("Position (s)", 0.0, round(r.recording.end - r.recording.start, 1), step=0.1, key="replay_at",
+                      on_change=lambda: r.seek(r.recording.start + st.session_state.replay_at))

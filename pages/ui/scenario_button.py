@@ -1,0 +1,33 @@
+"""The one-click button: run the chosen scenario (its lanes, then its request stream), or, on custom
+lanes, send the first scenario's stream. Refusals (a viewer, someone else's stream) are shown."""
+from __future__ import annotations
+
+import streamlit as st
+
+from engine.access import NotPresenter
+from engine.scenarios import runner
+from engine.scenarios.catalog import by_title, shipped
+
+from .shortcuts import KEYS
+
+
+def scenario_button(svc, client, choice: str) -> None:
+    scenario = by_title(choice)
+    shown = scenario or shipped()[0]
+    locked = shown.presenter_only and not client.presenter
+    help_ = f"{shown.explain}. Goes to every lane."
+    if locked:
+        help_ += f" For the presenter: {runner.PRESENTER_ONLY}."
+    if client.presenter:
+        help_ += f" Keys: {KEYS}."
+    if st.button("Run scenario" if scenario else "Send requests", icon=":material/bolt:", type="primary",
+                 width="stretch", disabled=locked, help=help_):
+        try:
+            start = runner.start if scenario else runner.fire
+            st.session_state.stream = start(svc, shown, client)
+        except (ValueError, NotPresenter) as e:
+            st.warning(str(e))
+    st.caption(shown.explain if not locked else "This stream is for the presenter: it names tenants and priorities.")
+    stream = st.session_state.get("stream")  # the one this tab fired last
+    if stream is not None and stream.errors:
+        st.warning(f"{len(stream.errors)} of {len(stream.arrivals)} requests were refused: {stream.errors[-1]}")

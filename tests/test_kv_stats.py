@@ -1,0 +1,75 @@
+"""The KV cache page's accounting (pages/ui/kv_stats.py) on hand-made step events: shared and cached
+blocks, the prefix cache hit rate, and one request's block table."""
+from __future__ import annotations
+
+from engine.event_hub import EventHub
+from engine.events import StepEntry, StepMessage
+from engine.telemetry import StepEvent
+from ui.kv_stats import KVStats
+
+BS = 4
+
+
+def step(n: int, tables: dict[int, list[int]], kv_tokens: dict[int, int], entries=(), cached=(), queries=0,
+         hits=0) -> StepEvent:
+    used = len({b for t in tables.values() for b in t})
+    return StepEvent(step=n, strategy="continuous", t_start=0.1 * n, t_end=0.1 * n + 0.05, entries=list(entries),
+                     num_waiting=0, num_running=len(tables), admitted=[], finished=[], preempted=[], tokens_used=0,
+                     token_budget=32, num_blocks=16, block_size=BS, used_blocks=used, block_tables=tables,
+                     kv_tokens=kv_tokens, reserved_unused_slots=0, cached_blocks=list(cached),
+                     prefix_queries=queries, prefix_hits=hits)
+
+
+def hub_with(*events: StepEvent, lane: str = "cached") -> EventHub:
+    hub = EventHub()
+    hub.publish({"type": "request", "lane": lane, "request_id": 1, "num_prompt_tokens": 10, "max_tokens": 6})
+    for ev in events:
+        hub.publish(StepMessage(event=ev, lane=lane).hub_item())
+    return hub
+
+
+# #1 computes a 10-token prompt (blocks 0-2); #2 then hits its first two full blocks (8 tokens) and
+# adds block 3; blocks 7 and 9 are cached-evictable, 9 the least recently used.
+FIRST = step(0, {1: [0, 1, 2]}, {1: 10}, entries=[StepEntry(1, "prefill", 10, 10, 0)], cached=[9, 7], queries=10)
+SECOND = step(1, {1: [0, 1, 2], 2: [0, 1, 3]}, {1: 11, 2: 10},
+              entries=[StepEntry(1, "decode", 1, 11, 0), StepEntry(2, "prefill", 2, 10, 1, cached_tokens=8)],
+              cached=[9, 7], queries=10, hits=8)
+
+
+def consumed(*events: StepEvent) -> KVStats:
+    stats = KVStats()
+    stats.consume(hub_with(*events))
+    return stats
+
+
+def test_table_counts_shared_and_cached_blocks_and_the_hit_rate():
+    [row] = consumed(FIRST, SECOND).table()
+    assert row["shared blocks"] == 2 and row["cached blocks (evictable)"] == 2
+    assert row["prefix hit rate %"] == 40.0  # 8 hit of 20 looked up
+    assert row["blocks used / pool"] == "4 / 16"
+
+
+def test_no_lookups_no_hit_rate():
+    [row] = consumed(step(0, {1: [0]}, {1: 3})).table()
+    assert row["prefix hit rate %"] is None and row["shared blocks"] == 0 and row["cached blocks (evictable)"] == 0
+
+
+def test_block_rows_show_shared_blocks_their_holders_and_what_came_from_the_cache():
+    stats = consumed(FIRST, SECOND)
+    rows = stats.block_rows("cached", 2)
+    assert [r["physical block"] for r in rows] == [0, 1, 3]
+    assert [r["from prefix cache"] for r in rows] == [True, True, False]
+    assert [r["holders (ref count)"] for r in rows] == [2, 2, 1]
+    assert [r["shared with"] for r in rows] == ["#1", "#1", ""]
+    assert [r["tokens"] for r in rows] == [4, 4, 2]
+    assert [r["from prefix cache"] for r in stats.block_rows("cached", 1)] == [False, False, False]
+    assert stats.block_rows("cached", 99) == [] and stats.block_rows("no such lane", 1) == []
+
+
+def test_request_to_show_prefers_the_pick_then_the_one_sharing_most():
+    stats = consumed(FIRST, SECOND, step(2, {1: [0, 1, 2], 2: [0, 1, 3], 3: [5]}, {1: 12, 2: 11, 3: 2}))
+    assert stats.request_to_show("cached", 3) == 3
+    assert stats.request_to_show("cached", 42) == 2  # not holding KV: the newest of those sharing the most
+    assert stats.request_to_show("cached", None) == 2
+    assert consumed(step(0, {}, {})).request_to_show("cached", 1) is None
+    assert KVStats().request_to_show("cached", 1) is None

@@ -1,0 +1,103 @@
+"""Participants' names, a remote lane's server gauges and the roofline in the live views, in a real browser:
+the recorded events (tests/data/events_tiny_llama.json) replayed into the component (tests/live_replay.py).
+Screenshots go to test-artifacts/ (or $INFLIGHT_ARTIFACTS)."""
+from __future__ import annotations
+
+import re
+
+from live_replay import ARTIFACTS, INST, accepted_events, browser, expect, open_replay, rec  # noqa: F401
+
+REMOTE = "far"  # the remote lane of the synthetic page
+UTIL_TIP = f"""lane => {{ const i = {INST}, col = i.timeline.cols.find(c => c.name === lane);
+    const band = col.bands.find(b => b.view === 'util');
+    const hit = UtilView.hit(i, band, band.x + band.w * 0.6, band.y + 5, col); return hit && hit.tip; }}"""
+
+
+def named_upto(rec: dict) -> tuple[dict, list[dict]]:
+    """(the named request event, the accepted events up to its last step)."""
+    events = accepted_events(rec)
+    req = next(e for e in events if e["type"] == "request" and e["name"])
+    last = max(i for i, e in enumerate(events) if e["type"] == "step" and e["lane"] == req["lane"]
+               and any(x[0] == req["request_id"] for x in e["entries"]))
+    return req, events[:last + 1]
+
+
+def test_a_participants_name_labels_its_gantt_row_and_its_card_as_text(browser, rec):
+    req, events = named_upto(rec)
+    page = open_replay(browser, rec, events, views=["gantt", "text"], large_text=True)
+    card = page.locator(".ifl-tag.ifl-named", has_text=req["name"])
+    expect(card).to_have_count(1)  # the lane it went to
+    assert page.locator(".ifl-tag i").count() == 0  # its markup stayed text
+    gantt = page.locator(".ifl-timeline-canvas")
+    expect(gantt).to_have_attribute("aria-label", re.compile(re.escape(f"#{req['request_id']} {req['name']}")))
+    page.screenshot(path=str(ARTIFACTS / "live-names.png"), full_page=True)
+    page.close()
+
+
+def test_roofline_lines_in_the_utilization_view_and_the_roofline_chart(browser, rec):
+    events = accepted_events(rec)
+    page = open_replay(browser, rec, events, views=["util"], large_text=True)
+    expect(page.locator(".ifl-root")).to_have_class(re.compile(r"\bifl-has-roofline\b"))
+    expect(page.locator(".ifl-timeline .ifl-legend-roofline").first).to_be_visible()
+    expect(page.locator(".ifl-cell-roofline .ifl-caption")).to_contain_text("the device's measured peaks")
+    expect(page.locator(".ifl-cell-roofline canvas")).to_have_attribute(
+        "aria-label", re.compile("; ".join(f"{lane}: [1-9][0-9]* iterations" for lane in rec["lanes"])))
+    tip = page.evaluate(UTIL_TIP, rec["lanes"][0])
+    assert any(line.startswith("memory bandwidth ") and "FLOPs/byte" in line for line in tip), tip
+    page.screenshot(path=str(ARTIFACTS / "live-roofline.png"), full_page=True)
+    page.close()
+
+
+def remote_copy(events: list[dict], lane: str) -> list[dict]:
+    """A lane's events as a remote lane sends them (engine/remote_lane.py): no KV, no budget, no token ids,
+    no roofline; plus the server's gauges, polled every 0.1 s over the same time."""
+    out = []
+    for e in events:
+        if e.get("lane") != lane or e["type"] not in ("request", "step", "finished"):
+            continue
+        e = {**e, "lane": REMOTE, "strategy": "remote"}
+        if e["type"] == "step":
+            e.pop("roofline", None)
+            e.update(token_budget=0, sampled={}, kv={"num_blocks": 0, "block_size": 0, "used": 0, "block_tables": {},
+                                                     "kv_tokens": {}, "reserved_unused_slots": 0, "cached": []})
+        out.append(e)
+    ts = [e["t_end"] for e in out if e["type"] == "step"]
+    n = int((ts[-1] - ts[0]) / 0.1) + 1
+    gauges = [{"type": "remote_metrics", "lane": REMOTE, "strategy": "remote", "t": ts[0] + 0.1 * i,
+               "num_running": float(min(i, 5)), "num_waiting": float(max(0, 3 - i)), "kv_usage": min(0.9, 0.05 * i)}
+              for i in range(n)]
+    return sorted(out + gauges, key=lambda e: e.get("t_start", e.get("t", e.get("arrival_s", e.get("finish_s")))))
+
+
+def test_a_remote_lane_shows_its_servers_gauges_and_says_it_is_remote(browser, rec):
+    lane = rec["lanes"][0]
+    events = accepted_events(rec)
+    local = [e for e in events if e.get("lane") in (lane, None)]
+    status = {"t": 5.0, "paused": False, "engines": {
+        lane: {"ready": True, "error": None, "config": {"strategy": "continuous", "max_num_seqs": 6}},
+        REMOTE: {"ready": True, "error": None, "config": {"strategy": "remote", "source": "remote",
+                                                          "remote": "http://gpu-box:8000/v1", "model": "m"}}}}
+    page = open_replay(browser, {**rec, "lanes": [lane, REMOTE]}, local + remote_copy(events, lane), status=status,
+                       views=["gantt", "slots", "util", "kv"], axis="time", large_text=True, height=2600)
+    expect(page.locator(".ifl-root")).to_have_class(re.compile(r"\bifl-has-remote\b"))
+    facts = page.locator(".ifl-status .ifl-facts").nth(1)
+    expect(facts).to_contain_text("remote server gpu-box:8000")
+    expect(facts).to_contain_text("its /metrics: 5 running, 0 waiting, KV")
+    expect(facts).not_to_contain_text("batch")
+    expect(page.locator(".ifl-cell-kv .ifl-caption").nth(1)).to_have_text("A remote server does not expose its KV block map")
+    tip = page.evaluate(UTIL_TIP, REMOTE)
+    assert tip and tip[0].startswith("server gauges at") and tip[2] == "polled from its /metrics", tip
+    end = max(e["t_end"] for e in events if e["type"] == "step")
+    page.evaluate(f"r => {{ {INST}.zoom.time = r; {INST}.markDirty(); }}", [-0.05, end + 0.1])  # the run, not 20 s
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(ARTIFACTS / "live-remote.png"), full_page=True)
+    page.close()
+
+
+def test_kv_detail_of_a_remote_lane_says_it_has_no_blocks(browser, rec):
+    status = {"t": 5.0, "paused": False, "engines": {REMOTE: {"ready": True, "error": None, "config": {
+        "strategy": "remote", "source": "remote", "remote": "http://gpu-box:8000/v1", "model": "m"}}}}
+    events = remote_copy(accepted_events(rec), rec["lanes"][0])
+    page = open_replay(browser, {**rec, "lanes": [REMOTE]}, events, status=status, views=["kv"], mode="kv_detail")
+    expect(page.locator(".ifl-detail-head")).to_have_text("A remote server does not expose its KV blocks")
+    page.close()

@@ -1,0 +1,68 @@
+"""A scenario through the service on a tiny model: its lanes run, every arrival reaches every lane
+in order, and nothing is lost."""
+from __future__ import annotations
+
+import pytest
+
+from engine.access import Access, Client, NotPresenter
+from engine.scenarios import load_scenarios
+from engine.scenarios import runner as scenario_runner
+from engine.scenarios.catalog import shipped
+from service_helpers import assert_all_free, make_service, wait_settled
+
+
+@pytest.fixture(scope="module")
+def svc(tiny_model_dirs):
+    s = make_service(tiny_model_dirs["llama"], strategies=("continuous", "dynamic"), max_model_len=256)
+    yield s
+    s.stop()
+
+
+def finished_by_lane(svc, cursor) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for _, e in svc.hub.read(cursor).events:
+        if e["type"] == "finished":
+            out.setdefault(e["lane"], []).append(e)
+    return out
+
+
+def test_straggler_sets_its_lanes_and_every_request_finishes_on_both(svc):
+    scenario = next(s for s in shipped() if "straggler" in s.key)
+    cursor = svc.hub.head
+    stream = scenario_runner.start(svc, scenario)
+    wait_settled(svc)
+    assert svc.lane_names == ["continuous", "static"] and svc.lanes["static"].static_batch_size == 8
+    stream.join(30)
+    assert stream.submitted == 16 and not stream.errors
+    assert_all_free(svc)
+    done = finished_by_lane(svc, cursor)
+    assert set(done) == {"continuous", "static"}
+    for lane, events in done.items():
+        assert len(events) == 16 and all(e["finish_reason"] == "length" for e in events), lane
+        assert sorted(e["num_output_tokens"] for e in events) == sorted(a.max_tokens for a in stream.arrivals)
+
+
+def test_text_prompts_and_a_viewer_s_limits(svc, tmp_path):
+    (tmp_path / "t.toml").write_text('title = "t"\nwatch = "w"\nexplain = "e"\n'
+                                     '[lanes.continuous]\nstrategy = "continuous"\n'
+                                     '[lanes.dynamic]\nstrategy = "dynamic"\n'
+                                     '[[requests]]\ncount = 2\nevery_s = 0.1\ntext = "Say hello"\nmax_tokens = 5\n')
+    (scenario,) = load_scenarios(tmp_path)
+    svc.set_lanes(scenario.lanes)
+    wait_settled(svc)
+    cursor = svc.hub.head
+    viewer = Client("viewer-9", presenter=False)
+    stream = scenario_runner.start(svc, scenario, viewer)  # its lanes run: a viewer may send its stream
+    stream.join(30)
+    assert stream.submitted == 2 and stream.client is viewer
+    assert_all_free(svc)
+    assert all(len(v) == 2 for v in finished_by_lane(svc, cursor).values())
+    straggler = next(s for s in shipped() if "straggler" in s.key)
+    room = Access(room=True, token="presenter-token-abc")
+    svc.access, before = room, svc.access
+    try:
+        with pytest.raises(NotPresenter):
+            scenario_runner.start(svc, straggler, viewer)
+    finally:
+        svc.access = before
+    assert svc.lane_names == ["continuous", "dynamic"]

@@ -1,0 +1,142 @@
+"""Scenario files: every shipped one loads, its lanes differ, its stream fits the default model's context
+(and a tiny one's); the loader's errors name the file and the field."""
+from __future__ import annotations
+
+import pytest
+
+from engine import EngineConfig
+from engine.lanes import describe_difference
+from engine.scenarios import Fit, ScenarioError, load_scenario, load_scenarios
+from engine.scenarios.catalog import by_number, running_scenario, shipped
+
+BASE = EngineConfig(model="m", device="cpu")
+DEFAULT_CONTEXT = 8192  # SmolLM2-135M-Instruct
+REQUIRED = ("straggler", "burst", "poisson", "memory-pressure", "long-prompt", "shared-system-prompt",
+            "head-of-line", "flooding-tenant")
+
+
+def by_key(part: str):
+    return next(s for s in shipped() if part in s.key)
+
+
+def test_the_workshop_scenarios_ship_and_load_in_file_order():
+    keys = [s.key for s in shipped()]
+    assert keys == sorted(keys) and all(any(r in k for k in keys) for r in REQUIRED)
+    assert len({s.title for s in shipped()}) == len(keys)
+    assert by_number(1) is shipped()[0]
+    with pytest.raises(ValueError, match="from 1 to"):
+        by_number(len(keys) + 1)
+
+
+@pytest.mark.parametrize("scenario", shipped(), ids=lambda s: s.key)
+def test_lanes_differ_and_the_stream_fits(scenario):
+    a, b = scenario.lane_configs(BASE).values()
+    assert describe_difference(a, b) and describe_difference(b, a)
+    assert scenario.watch and scenario.explain
+    contexts = [c.max_model_len or DEFAULT_CONTEXT for c in (a, b)]
+    assert scenario.fitted(Fit(min(contexts))) == list(scenario.arrivals)  # the default model: as written
+    for fit in (Fit(min(contexts)), Fit(128)):
+        arrivals = scenario.fitted(fit)
+        assert all(1 <= x.prompt_len and x.prompt_len + x.max_tokens <= fit.max_model_len for x in arrivals)
+        for cfg in (a, b):  # no request waits forever for a full static batch or is refused unchunked
+            if cfg.strategy == "static":
+                assert len(arrivals) % cfg.static_batch_size == 0
+            if not cfg.enable_chunked_prefill:
+                assert all(x.prompt_len + x.max_tokens <= cfg.max_num_batched_tokens for x in arrivals)
+            if cfg.num_kv_blocks:  # one request fits the pool
+                assert all(x.prompt_len + x.max_tokens <= cfg.num_kv_blocks * cfg.block_size for x in arrivals)
+
+
+def test_running_scenario_recognises_its_lanes():
+    s = by_key("block-size")
+    assert running_scenario(s.lane_configs(BASE), BASE) is s and s.runs_on(s.lane_configs(BASE), BASE)
+    assert running_scenario({"continuous": BASE}, BASE) is None
+
+
+def test_straggler_has_one_long_answer_per_static_batch():
+    arrivals = by_key("straggler").arrivals
+    for batch in (arrivals[:8], arrivals[8:]):
+        outputs = sorted(x.max_tokens for x in batch)
+        assert outputs[-1] >= 4 * outputs[-2]
+
+
+def test_poisson_arrivals_are_seeded_and_spread():
+    a = by_key("poisson")
+    b = load_scenario(next(p for p in _shipped_files() if "poisson" in p.name))
+    assert a.arrivals == b.arrivals
+    gaps = {round(y.at_s - x.at_s, 3) for x, y in zip(a.arrivals, a.arrivals[1:])}
+    assert len(gaps) > 5  # exponential gaps, not a fixed period
+
+
+def test_memory_pressure_pool_is_too_small_for_the_stream_at_once():
+    s = by_key("memory-pressure")
+    small, large = s.lane_configs(BASE).values()
+    need = sum(-(-(x.prompt_len + x.max_tokens) // small.block_size) for x in s.arrivals)
+    assert small.num_kv_blocks < need / 2 and large.num_kv_blocks >= need
+    assert describe_difference(small, large) and small.max_model_len == large.max_model_len
+
+
+def test_long_prompt_arrives_while_short_ones_decode():
+    arrivals = by_key("long-prompt").arrivals
+    long = [x for x in arrivals if x.prompt_len >= 1000]
+    assert len(long) == 1 and sum(1 for x in arrivals if x.at_s < long[0].at_s) == 8
+
+
+@pytest.mark.parametrize("part,policy", [("head-of-line", "sjf"), ("flooding-tenant", "fair"),
+                                         ("urgent", "priority")])
+def test_policy_scenarios_differ_only_by_policy_with_a_batch_small_enough_to_queue(part, policy):
+    s = by_key(part)
+    fcfs, other = s.lane_configs(BASE).values()
+    assert describe_difference(other, fcfs) == [f"{policy} policy"]
+    assert len(s.arrivals) > 2 * other.max_num_seqs
+    assert s.presenter_only == (policy != "sjf")  # tenants and priorities are the presenter's
+
+
+def test_shared_system_prompt_is_shared_and_each_question_its_own():
+    s = by_key("shared-system-prompt")
+    prompts = [a.prompt(i) for i, a in enumerate(s.arrivals)]
+    n = s.arrivals[0].shared_prefix
+    assert n == 400 and all(p[:n] == prompts[0][:n] and len(p) == n + 16 for p in prompts)
+    assert len({tuple(p[n:]) for p in prompts}) == len(prompts)
+    assert all(a.shared_prefix < a.prompt_len <= 128 - a.max_tokens for a in s.fitted(Fit(128)))
+
+
+def _shipped_files():
+    from engine.scenarios import SCENARIO_DIR
+    return sorted(SCENARIO_DIR.glob("*.toml"))
+
+
+GOOD = """title = "t"\nwatch = "w"\nexplain = "e"\n[lanes.a]\nstrategy = "continuous"\n"""
+
+
+@pytest.mark.parametrize("body,field", [
+    ('title = "t"\nwatch = "w"\n', "explain"),
+    (GOOD + "[[requests]]\nprompt_len = 8\n", "requests[0].max_tokens"),
+    (GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 0\n", "requests[0].max_tokens"),
+    (GOOD + "[[requests]]\nmax_tokens = 8\n", "requests[0]: give prompt_len"),
+    (GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\nspeed = 1\n", "requests[0].speed: unknown field"),
+    (GOOD + "[[requests]]\nprompt_len = [8, true]\nmax_tokens = 4\n", "requests[0].prompt_len"),
+    (GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\npoisson_rate = 0\n", "requests[0].poisson_rate"),
+    (GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\nshared_prefix = 8\n", "requests[0].shared_prefix"),
+    (GOOD.replace('"continuous"', '"fast"') + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\n",
+     "lanes.a: EngineConfig.strategy"),
+    (GOOD + "block = 4\n[[requests]]\nprompt_len = 8\nmax_tokens = 4\n", "lanes.a: unknown EngineConfig field"),
+    (GOOD + '[lanes."a<b>"]\n[[requests]]\nprompt_len = 8\nmax_tokens = 4\n', "lanes.a<b>: lane name"),
+    (GOOD.replace('"continuous"', '"static"') + "[[requests]]\ncount = 3\nprompt_len = 8\nmax_tokens = 4\n",
+     "multiple of 8"),
+    ("title = [", "1-bad.toml: "),
+])
+def test_loader_errors_name_the_file_and_the_field(tmp_path, body, field):
+    path = tmp_path / "1-bad.toml"
+    path.write_text(body, encoding="utf-8")
+    with pytest.raises(ScenarioError) as e:
+        load_scenarios(tmp_path)
+    assert str(e.value).startswith("1-bad.toml: ") and field in str(e.value), str(e.value)
+
+
+def test_a_text_prompt_and_a_poisson_group_load(tmp_path):
+    (tmp_path / "x.toml").write_text(GOOD + '[[requests]]\ncount = 4\npoisson_rate = 1.5\nseed = 3\n'
+                                     'text = "Why is the sky blue?"\nmax_tokens = 8\ntenant = "room"\n')
+    (s,) = load_scenarios(tmp_path)
+    assert [a.text for a in s.arrivals] == ["Why is the sky blue?"] * 4 and s.presenter_only
+    assert s.fitted(Fit(16))[0].max_tokens == 4 and s.fitted(Fit(16))[0].prompt_len == 0
