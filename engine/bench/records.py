@@ -47,7 +47,7 @@ class StepSample:
     kv_allocated_slots: KV slots held by requests after the step (blocks x block size, or
     the padded cache of a generate() batch); kv_unused_slots: those holding no useful token.
     prefix_queries / prefix_hits: prompt tokens looked up in / served from the prefix cache
-    (our engine only). served: workload request index -> prompt and output tokens computed for
+    (our engine only). served: workload request index -> prompt and decode tokens computed for
     it this step (kept only when a run needs them: per-tenant service).
     """
     t_start: float

@@ -106,7 +106,7 @@ def class_table(rows: list[dict]) -> str:
 
 
 def tenant_table(rows: list[dict]) -> str:
-    """Per lane: each tenant's tokens served and rate while all were backlogged, and Jain's index."""
+    """Per lane: each tenant's tokens served, its rate while all had requests waiting, Jain's index."""
     names = list(dict.fromkeys(t for r in rows for t in r.get("tenants", {})))
     cols = [("lane", "lane", "{}", None)]
     for t in names:
@@ -129,8 +129,8 @@ def format_table(results: list[dict]) -> str:
         if any(r.get("classes") for r in rows):
             out.append("\nper class (queue max: longest wait from arrival to admission)\n" + class_table(rows))
         if any(r.get("tenants") for r in rows):
-            out.append("\nper tenant: tokens served (prompt + decode) and their rate while every tenant had requests waiting\n"
-                       + tenant_table(rows))
+            out.append("\nper tenant: tokens served (prompt + decode), and their rate while every tenant had "
+                       "requests waiting\n" + tenant_table(rows))
         for base in baselines(rows):
             others = [r for r in rows if r is not base]
             if not others:
