@@ -126,3 +126,55 @@ def test_bad_traces_are_rejected(tmp_path):
         load_trace(p)
     with pytest.raises(ValueError, match="unknown workload preset"):
         preset("nope")
+
+
+def test_hol_flood_and_shared_prefix_shapes():
+    hol = make_workload(preset("hol"))
+    assert [r.cls for r in hol.requests] == ["long"] * 4 + ["short"] * 28  # the long ones at the head
+    assert all(r.arrival_s == 0 and r.tenant is None and r.priority == 0 for r in hol.requests)
+    assert all(r.prompt_len == 1024 and r.max_tokens == 256 for r in hol.requests[:4])
+    assert all(16 <= r.prompt_len <= 64 and 8 <= r.max_tokens <= 32 for r in hol.requests[4:])
+    flood = make_workload(preset("flood"))
+    assert [r.tenant for r in flood.requests] == ["flood"] * 64 + ["few"] * 16
+    assert flood.has_tenants and not hol.has_tenants and all(r.arrival_s == 0 for r in flood.requests)
+    shared = make_workload(preset("shared-prefix"))
+    assert len(shared) == 64 and all(r.prefix_len == 512 and 8 <= r.prompt_len <= 32 for r in shared.requests)
+    assert all(r.num_prompt_tokens == 512 + r.prompt_len and r.max_tokens <= 16 for r in shared.requests)
+    small = make_workload(preset("hol", scale=0.25))
+    assert [r.cls for r in small.requests] == ["long"] + ["short"] * 7
+    assert small.params["classes"][0] == {"count": 1, "prompt_lengths": "fixed:1024", "output_lengths": "fixed:256",
+                                          "cls": "long", "tenant": None, "priority": 0}
+    assert "prompt_lengths" not in small.params  # the classes' lengths apply
+    with pytest.raises(ValueError, match="cannot be overridden"):
+        preset("hol", num_requests=3)
+    with pytest.raises(ValueError, match="synthetic"):
+        preset("shared-prefix", prompts="real")
+
+
+def test_shared_prefix_materializes_once_for_everyone(tiny_llama_dir, tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_llama_dir)
+    w = make_workload(WorkloadSpec(num_requests=5, prompts="synthetic", prompt_lengths=Lengths.parse("uniform:3:6"),
+                                   shared_prefix_len=20, chat=False, seed=2))
+    m = materialize(w, tok)
+    assert all(r.prompt_token_ids[:20] == m.requests[0].prompt_token_ids[:20] for r in m.requests)
+    assert len({tuple(r.prompt_token_ids[20:]) for r in m.requests}) == 5  # unique suffixes
+    assert [len(r.prompt_token_ids) for r in m.requests] == [r.num_prompt_tokens for r in w.requests]
+    assert not set(tok.all_special_ids) & set(m.requests[0].prompt_token_ids[:20])
+    other = materialize(make_workload(WorkloadSpec(num_requests=1, prompts="synthetic", shared_prefix_len=20,
+                                                   chat=False, seed=3)), tok)
+    assert other.requests[0].prompt_token_ids[:20] != m.requests[0].prompt_token_ids[:20]  # seeded
+
+
+def test_trace_keeps_labels(tmp_path):
+    w = make_workload(preset("flood", scale=0.1, seed=4))
+    w.requests[0].priority = -3
+    path = tmp_path / "flood.jsonl"
+    save_trace(w, path)
+    back = load_trace(path)
+    fields = lambda w: [(r.tenant, r.cls, r.priority, r.prefix_len, r.prompt_len) for r in w.requests]  # noqa: E731
+    assert fields(back) == fields(w) and back.requests[0].priority == -3
+    shared = make_workload(preset("shared-prefix", scale=0.05))
+    save_trace(shared, path)
+    assert [r.num_prompt_tokens for r in load_trace(path).requests] == [r.num_prompt_tokens for r in shared.requests]

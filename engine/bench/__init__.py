@@ -15,9 +15,9 @@ from .control import Cancelled, Progress
 from .metrics import summarize
 from .records import RequestRecord, StepSample, StrategyRun
 from .suite import BenchmarkResult, run_benchmark
-from .workloads import (PRESETS, Lengths, RequestSpec, Workload, WorkloadSpec, load_trace, make_workload,
-                        materialize, preset, save_trace)
+from .workloads import (PRESETS, Lengths, RequestClass, RequestSpec, Workload, WorkloadSpec, load_trace,
+                        make_workload, materialize, preset, save_trace)
 
 __all__ = ["ALL_STRATEGIES", "BenchConfig", "BenchmarkResult", "Cancelled", "Lengths", "PRESETS", "Progress",
-           "RequestRecord", "RequestSpec", "StepSample", "StrategyRun", "Workload", "WorkloadSpec", "load_trace",
-           "make_workload", "materialize", "preset", "run_benchmark", "save_trace", "summarize"]
+           "RequestClass", "RequestRecord", "RequestSpec", "StepSample", "StrategyRun", "Workload", "WorkloadSpec",
+           "load_trace", "make_workload", "materialize", "preset", "run_benchmark", "save_trace", "summarize"]

@@ -31,13 +31,24 @@ i.e. when requests with arrival offset 0 arrive):
   their share of all requests.
 - telemetry_pct: 100 * time our engine spent building StepEvents / its whole step time
   (telemetry included) during the run; None for peers.
+- queue_wait_max_s: the longest queue wait of a completed request.
+- prefill_tokens: prompt tokens computed over the run (the prefill entries' tokens, recomputation
+  after preemption included, tokens served from the prefix cache excluded).
+- prefix_hit_rate: prompt tokens served from the prefix cache / prompt tokens looked up in it,
+  summed over steps (vLLM's definition; every admission is a lookup); None when nothing was looked up.
+- classes (workloads whose requests carry a class, e.g. short/long): per class, its request count
+  and the TTFT, E2E and queue-wait percentiles above plus queue_wait_max_s, over its completed requests.
+- tenants, backlogged_s, jain_index (workloads whose requests carry a tenant, runs that record
+  per-request service per step): see fairness.py.
 Metrics that need step samples are None for runs without them (hf-cb).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from .fairness import tenant_service
 from .records import RequestRecord, StepSample, StrategyRun
+from .workloads import RequestSpec
 
 PERCENTILES = (50, 90, 99)
 DONE = ("length", "stop")
@@ -89,8 +100,45 @@ def kv_waste_pct(steps: list[StepSample]) -> float | None:
     return 100.0 * float(np.mean(ratios)) if ratios else None
 
 
-def summarize(run: StrategyRun, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None) -> dict:
-    """Every metric of one run as a flat JSON-ready dict (see the module docstring)."""
+def latencies(done: list[RequestRecord]) -> dict:
+    """TTFT, E2E and queue-wait percentiles of completed requests, and their longest queue wait."""
+    res: dict = {}
+    for name, fn in (("ttft", ttft), ("e2e", e2e), ("queue_wait", queue_wait)):
+        res.update(percentiles([v for v in map(fn, done) if v is not None], name))
+    res["queue_wait_max_s"] = max((v for v in map(queue_wait, done) if v is not None), default=None)
+    return res
+
+
+def class_metrics(done: list[RequestRecord], specs: dict[int, RequestSpec]) -> dict:
+    """{class: {"requests": n, **latencies}} for the classes the workload names, in order."""
+    names = list(dict.fromkeys(s.cls for s in specs.values() if s.cls is not None))
+    return {c: {"requests": sum(1 for s in specs.values() if s.cls == c),
+                **latencies([r for r in done if specs[r.index].cls == c])} for c in names}
+
+
+def prefix_metrics(steps: list[StepSample]) -> dict:
+    known = [s for s in steps if s.prefix_queries is not None]  # peers have no prefix cache
+    queries, hits = sum(s.prefix_queries for s in known), sum(s.prefix_hits for s in known)
+    return {"prefill_tokens": sum(s.prefill_tokens for s in steps) if steps else None,
+            "prefix_queries": queries if known else None, "prefix_hits": hits if known else None,
+            "prefix_hit_rate": hits / queries if queries else None}
+
+
+def breakdowns(run: StrategyRun, done: list[RequestRecord], specs: list[RequestSpec] | None) -> dict:
+    """Per-class and per-tenant metrics, for workloads whose requests carry those labels."""
+    by_index = {s.index: s for s in specs or []}
+    res: dict = {}
+    if any(s.cls is not None for s in by_index.values()):
+        res["classes"] = class_metrics(done, by_index)
+    if any(s.tenant is not None for s in by_index.values()) and any(s.served is not None for s in run.steps):
+        res.update(tenant_service(run.requests, run.steps, {i: str(s.tenant) for i, s in by_index.items()}))
+    return res
+
+
+def summarize(run: StrategyRun, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
+              specs: list[RequestSpec] | None = None) -> dict:
+    """Every metric of one run as a JSON-ready dict (see the module docstring); `specs`, the
+    workload's requests, give the per-class and per-tenant breakdowns."""
     done = [r for r in run.requests if r.finish_reason in DONE and r.finish_s is not None]
     duration = max((r.finish_s for r in done), default=run.t0) - run.t0
     rate = (lambda x: x / duration) if duration > 0 else (lambda x: None)
@@ -108,10 +156,8 @@ def summarize(run: StrategyRun, slo_ttft_s: float | None = None, slo_tpot_s: flo
         "output_tokens_per_s": rate(out_tokens),
         "requests_per_s": rate(len(done)),
     }
-    res.update(percentiles([v for v in map(ttft, done) if v is not None], "ttft"))
+    res.update(latencies(done))
     res.update(percentiles([v for v in map(tpot, done) if v is not None], "tpot"))
-    res.update(percentiles([v for v in map(e2e, done) if v is not None], "e2e"))
-    res.update(percentiles([v for v in map(queue_wait, done) if v is not None], "queue_wait"))
     res.update({
         "padding_waste_pct": padding_waste_pct(steps),
         "kv_waste_pct": kv_waste_pct(steps),
@@ -127,5 +173,7 @@ def summarize(run: StrategyRun, slo_ttft_s: float | None = None, slo_tpot_s: flo
         "goodput_requests_per_s": rate(len(good)),
         "goodput_output_tokens_per_s": rate(sum(r.output_tokens for r in good)),
         "slo_attainment_pct": 100.0 * len(good) / len(run.requests) if run.requests else None,
+        **prefix_metrics(steps),
+        **breakdowns(run, done, specs),
     })
     return res

@@ -46,6 +46,9 @@ class StepSample:
     *_tokens: token slots computed this step, by kind (padding is computed and discarded).
     kv_allocated_slots: KV slots held by requests after the step (blocks x block size, or
     the padded cache of a generate() batch); kv_unused_slots: those holding no useful token.
+    prefix_queries / prefix_hits: prompt tokens looked up in / served from the prefix cache
+    (our engine only). served: workload request index -> prompt and decode tokens computed for
+    it this step (kept only when a run needs them: per-tenant service).
     """
     t_start: float
     t_end: float
@@ -56,6 +59,9 @@ class StepSample:
     padding_tokens: int
     kv_allocated_slots: int | None = None
     kv_unused_slots: int | None = None
+    prefix_queries: int | None = None
+    prefix_hits: int | None = None
+    served: dict[int, int] | None = None
 
     @property
     def computed_tokens(self) -> int:
@@ -73,20 +79,26 @@ class StrategyRun:
     info: dict = field(default_factory=dict)
 
 
-def step_sample(ev: StepEvent) -> StepSample | None:
-    """Reduce a StepEvent to a StepSample; None for an idle step (nothing computed)."""
+def step_sample(ev: StepEvent, index_of: dict[int, int] | None = None) -> StepSample | None:
+    """Reduce a StepEvent to a StepSample; None for an idle step (nothing computed).
+    index_of (engine request id -> workload index) asks for `served`."""
     if not ev.entries:
         return None
     tokens = dict.fromkeys(PHASES, 0)
     rows, active = set(), set()
+    served = None if index_of is None else {}
     for e in ev.entries:
         tokens[e.phase] += e.num_tokens
         rows.add(e.request_id)
         if e.phase != PADDING and e.num_tokens:
             active.add(e.request_id)
+            if served is not None and e.request_id in index_of:
+                i = index_of[e.request_id]
+                served[i] = served.get(i, 0) + e.num_tokens
     return StepSample(ev.t_start, ev.t_end, len(rows), len(active), tokens[PREFILL], tokens[DECODE],
                       tokens[PADDING], kv_allocated_slots=ev.used_blocks * ev.block_size,
-                      kv_unused_slots=ev.reserved_unused_slots)
+                      kv_unused_slots=ev.reserved_unused_slots, prefix_queries=ev.prefix_queries,
+                      prefix_hits=ev.prefix_hits, served=served)
 
 
 def request_record(index: int, out: RequestOutput, scheduled_s: float | None) -> RequestRecord:

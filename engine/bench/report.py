@@ -28,6 +28,22 @@ COLUMNS = [
     ("$/M out", "usd_per_million_output_tokens", "{:.2f}", 1),
 ]
 
+# Shown when a lane of the group caches prefixes.
+PREFIX_COLUMNS = [
+    ("prefill tok", "prefill_tokens", "{:.0f}", 1),
+    ("hit %", "prefix_hit_rate", "{:.1f}", 100),
+]
+
+# Per class (workloads labelling requests short/long): (header, key, format, scale)
+CLASS_COLUMNS = [
+    ("n", "requests", "{}", None),
+    ("TTFT p50", "ttft_p50_s", "{:.2f}s", 1),
+    ("TTFT p99", "ttft_p99_s", "{:.2f}s", 1),
+    ("E2E p50", "e2e_p50_s", "{:.2f}s", 1),
+    ("E2E p99", "e2e_p99_s", "{:.2f}s", 1),
+    ("queue max", "queue_wait_max_s", "{:.2f}s", 1),
+]
+
 # Speedups: (header, key, higher_is_better)
 RATIOS = [
     ("out tok/s", "output_tokens_per_s", True),
@@ -79,13 +95,42 @@ def ratio_key(base_lane: str, key: str) -> str:
     return f"vs_{re.sub(r'[^a-z0-9]+', '_', base_lane.lower()).strip('_')}_{key}"
 
 
+def _table(rows: list[dict], columns: list[tuple]) -> str:
+    return _grid([c[0] for c in columns], [[_cell(r.get(k), f, s) for _, k, f, s in columns] for r in rows])
+
+
+def class_table(rows: list[dict]) -> str:
+    """Per-class latencies, one line per (lane, class)."""
+    lines = [{"lane": r["lane"], "class": c, **m} for r in rows for c, m in r.get("classes", {}).items()]
+    return _table(lines, [("lane", "lane", "{}", None), ("class", "class", "{}", None), *CLASS_COLUMNS])
+
+
+def tenant_table(rows: list[dict]) -> str:
+    """Per lane: each tenant's tokens served, its rate while all had requests waiting, Jain's index."""
+    names = list(dict.fromkeys(t for r in rows for t in r.get("tenants", {})))
+    cols = [("lane", "lane", "{}", None)]
+    for t in names:
+        cols += [(f"{t} tok", f"{t} tok", "{}", None), (f"{t} tok/s", f"{t} rate", "{:.1f}", 1)]
+    cols += [("backlogged", "backlogged_s", "{:.1f}s", 1), ("Jain", "jain_index", "{:.3f}", 1)]
+    lines = [{**r, **{f"{t} tok": m["tokens_served"] for t, m in r.get("tenants", {}).items()},
+              **{f"{t} rate": m["backlogged_rate"] for t, m in r.get("tenants", {}).items()}} for r in rows]
+    return _table(lines, cols)
+
+
 def format_table(results: list[dict]) -> str:
-    """One block per arrival rate: the metrics table, then speedups against each baseline."""
+    """One block per arrival rate: the metrics table (prefix columns when a lane caches prefixes),
+    per-class and per-tenant tables when the workload has them, then speedups against each baseline."""
     out = []
     for rate, rows in _groups(results):
         title = "offline (all requests at t=0)" if not rate else f"online: {rate:g} requests/s"
         out.append(f"== {rows[0].get('workload', 'workload')}, {title} ==")
-        out.append(_grid([c[0] for c in COLUMNS], [[_cell(r.get(k), f, s) for _, k, f, s in COLUMNS] for r in rows]))
+        caching = any(r.get("info", {}).get("prefix_caching") for r in rows)
+        out.append(_table(rows, COLUMNS + (PREFIX_COLUMNS if caching else [])))
+        if any(r.get("classes") for r in rows):
+            out.append("\nper class (queue max: longest wait from arrival to admission)\n" + class_table(rows))
+        if any(r.get("tenants") for r in rows):
+            out.append("\nper tenant: tokens served (prompt + decode), and their rate while every tenant had "
+                       "requests waiting\n" + tenant_table(rows))
         for base in baselines(rows):
             others = [r for r in rows if r is not base]
             if not others:

@@ -5,6 +5,9 @@ Arrivals follow the engine's clock: requests whose arrival time has come are add
 queueing), the engine steps while it has work, and sleeps until the next arrival
 otherwise. Once every request has arrived `draining` is set, so static/dynamic launch
 their last partial batch. A warm-up (a few short requests, discarded) runs first.
+Each request's priority and tenant go to the engine (its scheduling policy reads them).
+With prefix caching on, every workload gets a fresh engine: blocks cached by the warm-up
+or an earlier run would serve the measured requests.
 """
 from __future__ import annotations
 
@@ -26,6 +29,9 @@ WARMUP_TOKENS = 4
 def run_engine(workloads: list[Workload], lane: str, engine_cfg: EngineConfig, warmup_requests: int,
                progress=None, cancel=None, sleep=time.sleep) -> list[StrategyRun]:
     """One engine for the lane, warmed up, then each (materialized) workload in turn."""
+    if engine_cfg.enable_prefix_caching and len(workloads) > 1:
+        return [run for w in workloads
+                for run in run_engine([w], lane, engine_cfg, warmup_requests, progress, cancel, sleep)]
     report(progress, strategy=lane, stage="load", message=f"loading {engine_cfg.model}")
     eng = LLMEngine(engine_cfg)
     try:
@@ -45,7 +51,8 @@ def share_pct(part: float, whole: float) -> float | None:
 def warmup(eng: LLMEngine, workload: Workload, n: int) -> None:
     if n <= 0:
         return
-    prompts = [r.prompt_token_ids for r in workload.requests[:n]]
+    # The first prompts' lengths, reversed: no block they fill can match a measured prompt's prefix.
+    prompts = [r.prompt_token_ids[::-1] for r in workload.requests[:n]]
     eng.generate(prompts, SamplingParams(max_tokens=WARMUP_TOKENS, temperature=0.0, ignore_eos=True))
 
 
@@ -58,6 +65,7 @@ def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, c
     rate = workload.params.get("rate")
     total = len(pending)
     specs, scheduled = {}, {}
+    index_of = {} if workload.has_tenants else None  # per-step service by request, for per-tenant metrics
     steps: list[StepSample] = []
     done = 0
     gc.collect()
@@ -75,14 +83,18 @@ def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, c
                 spec = pending.popleft()
                 params = SamplingParams(max_tokens=spec.max_tokens, temperature=0.0,
                                         ignore_eos=workload.ignore_eos)
-                specs[eng.add_request(spec.prompt_token_ids, params, arrival_s=t0 + spec.arrival_s)] = spec
+                rid = eng.add_request(spec.prompt_token_ids, params, arrival_s=t0 + spec.arrival_s,
+                                      priority=spec.priority, tenant=spec.tenant)
+                specs[rid] = spec
+                if index_of is not None:
+                    index_of[rid] = spec.index
             if not pending:
                 eng.draining = True
             if eng.has_unfinished():
                 ev = eng.step()
                 for rid in ev.admitted:
                     scheduled.setdefault(rid, ev.t_start)
-                sample = step_sample(ev)
+                sample = step_sample(ev, index_of)
                 if sample is not None:
                     steps.append(sample)
                 else:  # nothing to compute yet: wait for an arrival or a dynamic batch's timeout
@@ -112,6 +124,7 @@ def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, c
     info = {"kv_blocks": eng.kv_capacity_tokens // eng.cfg.block_size, "block_size": eng.cfg.block_size,
             "kv_capacity_tokens": eng.kv_capacity_tokens, "device": str(eng.runner.device),
             "dtype": str(eng.runner.dtype).replace("torch.", ""), "rate": rate,
+            "policy": eng.cfg.scheduling_policy, "prefix_caching": eng.cfg.enable_prefix_caching,
             "other_cpu_pct": cpu.other_cpu_pct(),
             "telemetry_pct": share_pct(eng.telemetry_s - telemetry_s0, eng.step_s - step_s0)}
     report(progress, strategy=lane, stage="done", done=done, total=total, rate=rate)

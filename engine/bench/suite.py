@@ -124,7 +124,8 @@ def run_benchmark(workload: Workload, strategies: str | list[str] = (), cfg: Ben
     results, ordered = [], []
     for i, w in enumerate(workloads):
         for name in [*ours, *peers]:
-            tries = [(summarize(rnd[name][i], cfg.slo_ttft_s, cfg.slo_tpot_s), rnd[name][i]) for rnd in rounds]
+            tries = [(summarize(rnd[name][i], cfg.slo_ttft_s, cfg.slo_tpot_s, w.requests), rnd[name][i])
+                     for rnd in rounds]
             summary, run = max(tries, key=lambda t: t[0]["output_tokens_per_s"] or 0.0)
             if repeat > 1:
                 run.info["repeats"] = [{"output_tokens_per_s": s["output_tokens_per_s"], "ttft_p50_s": s["ttft_p50_s"],

@@ -8,8 +8,15 @@ from a JSONL trace (`load_trace()` / `save_trace()`).
 Prompts are either real (user messages from the bundled `assets/prompts.jsonl`,
 sent through the model's chat template) or synthetic (a token length; random
 non-special token ids are drawn when the workload is materialized for a
-tokenizer). `materialize()` turns every prompt into token ids, once, so every
-strategy runs exactly the same ids.
+tokenizer), optionally behind a prefix of `shared_prefix_len` ids common to every
+request (a system prompt). `materialize()` turns every prompt into token ids, once,
+so every strategy runs exactly the same ids.
+
+A workload may be a mix of `RequestClass`es (synthetic): each class has its own
+count and lengths and labels its requests with `cls` ("short"/"long", for per-class
+metrics), `tenant` and `priority` (passed to `LLMEngine.add_request`). Requests are
+numbered class by class in the order listed, which is the arrival order of requests
+that arrive at the same time.
 
 Randomness comes from independent streams derived from the seed (prompts,
 output lengths, arrivals), so changing the arrival rate keeps the prompts and
@@ -92,14 +99,34 @@ class Lengths:
 
 # ---------------------------------------------------------------------------- specs
 
+@dataclass(frozen=True)
+class RequestClass:
+    """`count` requests with their own prompt and output lengths and labels (see the module docstring)."""
+    count: int
+    prompt_lengths: Lengths
+    output_lengths: Lengths
+    cls: str | None = None
+    tenant: str | None = None
+    priority: int = 0
+
+    def __post_init__(self):
+        if not isinstance(self.count, int) or self.count < 1:
+            raise ValueError(f"a request class needs an integer count >= 1, got {self.count!r}")
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "prompt_lengths": self.prompt_lengths.describe(),
+                "output_lengths": self.output_lengths.describe()}
+
+
 @dataclass
 class RequestSpec:
     """One request of a workload.
 
     arrival_s: seconds after the workload starts. Exactly one prompt source is set:
     `prompt` (a user message; chat template applied if the workload says so),
-    `prompt_len` (synthetic, ids drawn at materialization) or `prompt_token_ids`.
-    After `materialize()`, `prompt_token_ids` is always set.
+    `prompt_len` (synthetic, ids drawn at materialization, after the workload's first
+    `prefix_len` shared ids) or `prompt_token_ids`. After `materialize()`,
+    `prompt_token_ids` is always set. cls, tenant, priority: see RequestClass.
     """
     index: int
     arrival_s: float
@@ -108,12 +135,16 @@ class RequestSpec:
     prompt_len: int | None = None
     prompt_token_ids: list[int] | None = None
     source: str = ""
+    prefix_len: int = 0
+    cls: str | None = None
+    tenant: str | None = None
+    priority: int = 0
 
     @property
     def num_prompt_tokens(self) -> int | None:
         if self.prompt_token_ids is not None:
             return len(self.prompt_token_ids)
-        return self.prompt_len
+        return None if self.prompt_len is None else self.prefix_len + self.prompt_len
 
 
 @dataclass
@@ -124,7 +155,9 @@ class WorkloadSpec:
     "synthetic" (lengths from `prompt_lengths`). rate: mean arrivals per second
     (Poisson); None or 0 means offline (everyone at t=0). burst: requests arriving
     together; bursts then come as a Poisson process at rate/burst, so the mean
-    request rate stays `rate`.
+    request rate stays `rate`. classes: a mix of RequestClasses (synthetic prompts;
+    num_requests, prompt_lengths and output_lengths then come from the classes).
+    shared_prefix_len: synthetic prompts start with this many ids shared by every request.
     """
     name: str = "custom"
     num_requests: int = 32
@@ -136,8 +169,16 @@ class WorkloadSpec:
     seed: int = 0
     chat: bool = True
     ignore_eos: bool = True
+    classes: tuple[RequestClass, ...] = ()
+    shared_prefix_len: int = 0
 
     def __post_init__(self):
+        if self.classes:
+            self.num_requests = sum(c.count for c in self.classes)
+        if (self.classes or self.shared_prefix_len) and self.prompts != "synthetic":
+            raise ValueError("request classes and a shared prefix need synthetic prompts")
+        if not isinstance(self.shared_prefix_len, int) or self.shared_prefix_len < 0:
+            raise ValueError(f"shared_prefix_len must be an integer >= 0, got {self.shared_prefix_len!r}")
         if not isinstance(self.num_requests, int) or self.num_requests < 1:
             raise ValueError(f"num_requests must be an integer >= 1, got {self.num_requests!r}")
         if self.prompts not in ("real", "synthetic"):
@@ -151,10 +192,17 @@ class WorkloadSpec:
     def online(self) -> bool:
         return bool(self.rate)
 
+    def request_classes(self) -> tuple[RequestClass, ...]:
+        """The classes, or one unlabelled class of every request."""
+        return self.classes or (RequestClass(self.num_requests, self.prompt_lengths, self.output_lengths),)
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["prompt_lengths"] = self.prompt_lengths.describe()
         d["output_lengths"] = self.output_lengths.describe()
+        d["classes"] = [c.to_dict() for c in self.classes]
+        if self.classes:  # the classes' lengths apply, not these
+            del d["prompt_lengths"], d["output_lengths"]
         return d
 
 
@@ -172,6 +220,10 @@ class Workload:
     @property
     def materialized(self) -> bool:
         return all(r.prompt_token_ids is not None for r in self.requests)
+
+    @property
+    def has_tenants(self) -> bool:
+        return any(r.tenant is not None for r in self.requests)
 
     @property
     def duration_of_arrivals_s(self) -> float:
@@ -232,7 +284,8 @@ def load_prompts(path: str | Path = PROMPTS_PATH) -> list[dict]:
 def make_workload(spec: WorkloadSpec) -> Workload:
     n = spec.num_requests
     out_rng = _rng(spec.seed, "outputs")
-    max_tokens = [spec.output_lengths.sample(out_rng) for _ in range(n)]
+    kinds = [c for c in spec.request_classes() for _ in range(c.count)]  # each request's class
+    max_tokens = [c.output_lengths.sample(out_rng) for c in kinds]
     times = arrival_times(n, spec.rate, spec.burst, _rng(spec.seed, "arrivals"))
     reqs = []
     if spec.prompts == "real":
@@ -247,9 +300,10 @@ def make_workload(spec: WorkloadSpec) -> Workload:
             reqs.append(RequestSpec(i, times[i], max_tokens[i], prompt=order[i]["prompt"], source=order[i]["id"]))
     else:
         len_rng = _rng(spec.seed, "prompt-lengths")
-        for i in range(n):
-            reqs.append(RequestSpec(i, times[i], max_tokens[i], prompt_len=spec.prompt_lengths.sample(len_rng),
-                                    source="synthetic"))
+        for i, c in enumerate(kinds):
+            reqs.append(RequestSpec(i, times[i], max_tokens[i], prompt_len=c.prompt_lengths.sample(len_rng),
+                                    source="synthetic", prefix_len=spec.shared_prefix_len, cls=c.cls,
+                                    tenant=c.tenant, priority=c.priority))
     return Workload(spec.name, reqs, spec.to_dict(), spec.chat, spec.ignore_eos)
 
 
@@ -287,7 +341,38 @@ def _tiny(scale: float) -> WorkloadSpec:
                         output_lengths=Lengths("uniform", low=1, high=12), chat=False)
 
 
-PRESETS = {"quick": _quick, "anyscale": _anyscale, "online": _online, "bursty": _bursty, "tiny": _tiny}
+def _count(n: int, scale: float) -> int:
+    return max(1, round(n * scale))
+
+
+def _shared_prefix(scale: float) -> WorkloadSpec:
+    # A 512-token system prompt shared by 64 requests with short unique suffixes and short
+    # outputs, all at t=0: what prefix caching computes once instead of 64 times.
+    return WorkloadSpec("shared-prefix", num_requests=_count(64, scale), prompts="synthetic",
+                        prompt_lengths=Lengths("uniform", low=8, high=32), shared_prefix_len=512,
+                        output_lengths=Lengths("uniform", low=8, high=16), chat=False)
+
+
+def _hol(scale: float) -> WorkloadSpec:
+    # Head-of-line blocking: 4 long requests (1024-token prompts, 256 output tokens) at the head
+    # of the line, 28 short ones right behind them, all at t=0.
+    return WorkloadSpec("hol", prompts="synthetic", chat=False, classes=(
+        RequestClass(_count(4, scale), Lengths("fixed", value=1024), Lengths("fixed", value=256), cls="long"),
+        RequestClass(_count(28, scale), Lengths("uniform", low=16, high=64), Lengths("uniform", low=8, high=32),
+                     cls="short")))
+
+
+def _flood(scale: float) -> WorkloadSpec:
+    # Two tenants with the same kind of request, all at t=0: "flood" sends 64 and is ahead in
+    # line, "few" sends 16 behind it. Both stay backlogged while "few" has work left.
+    same = dict(prompt_lengths=Lengths("uniform", low=16, high=64), output_lengths=Lengths("uniform", low=16, high=48))
+    return WorkloadSpec("flood", prompts="synthetic", chat=False, classes=(
+        RequestClass(_count(64, scale), tenant="flood", **same),
+        RequestClass(_count(16, scale), tenant="few", **same)))
+
+
+PRESETS = {"quick": _quick, "anyscale": _anyscale, "online": _online, "bursty": _bursty, "tiny": _tiny,
+           "shared-prefix": _shared_prefix, "hol": _hol, "flood": _flood}
 
 
 def preset(name: str, scale: float = 1.0, **overrides) -> WorkloadSpec:
@@ -299,6 +384,9 @@ def preset(name: str, scale: float = 1.0, **overrides) -> WorkloadSpec:
         raise ValueError(f"scale must be > 0, got {scale!r}")
     spec = PRESETS[name](scale)
     overrides = {k: v for k, v in overrides.items() if v is not None}
+    fixed = sorted(overrides.keys() & {"num_requests", "prompts", "prompt_lengths", "output_lengths"})
+    if spec.classes and fixed:
+        raise ValueError(f"preset {name!r} is a mix of request classes: {fixed[0]} cannot be overridden (use scale)")
     return replace(spec, **overrides) if overrides else spec
 
 
@@ -309,14 +397,15 @@ def materialize(workload: Workload, tokenizer, max_model_len: int | None = None)
 
     Real prompts go through the chat template when the workload asks for it and the
     tokenizer has one (else plain encoding). Synthetic prompts draw ids uniformly from
-    the tokenizer's non-special tokens with a per-request seeded stream.
+    the tokenizer's non-special tokens with a per-request seeded stream, after the
+    workload's shared prefix (drawn once, from its own stream).
     Raises ValueError when a request cannot fit `max_model_len`.
     """
     from ..detokenizer import apply_chat_template
 
     seed = workload.params.get("seed", 0)
     use_chat = workload.chat and bool(getattr(tokenizer, "chat_template", None))
-    ordinary = None
+    ordinary, shared = None, []
     reqs = []
     for r in workload.requests:
         ids = r.prompt_token_ids
@@ -329,8 +418,9 @@ def materialize(workload: Workload, tokenizer, max_model_len: int | None = None)
             if ordinary is None:
                 special = set(tokenizer.all_special_ids)
                 ordinary = [i for i in range(len(tokenizer)) if i not in special]
-            rng = _rng(seed, f"synthetic-prompt:{r.index}")
-            ids = [ordinary[rng.randrange(len(ordinary))] for _ in range(r.prompt_len)]
+            if len(shared) < r.prefix_len:
+                shared = _draw(ordinary, max(q.prefix_len for q in workload.requests), _rng(seed, "shared-prefix"))
+            ids = shared[:r.prefix_len] + _draw(ordinary, r.prompt_len, _rng(seed, f"synthetic-prompt:{r.index}"))
         ids = [int(t) for t in ids]
         if not ids:
             raise ValueError(f"request {r.index}: empty prompt")
@@ -341,7 +431,13 @@ def materialize(workload: Workload, tokenizer, max_model_len: int | None = None)
     return Workload(workload.name, reqs, dict(workload.params), workload.chat, workload.ignore_eos)
 
 
+def _draw(ids: list[int], n: int, rng: random.Random) -> list[int]:
+    return [ids[rng.randrange(len(ids))] for _ in range(n)]
+
+
 # ---------------------------------------------------------------------------- traces
+
+LABELS = {"prefix_len": 0, "cls": None, "tenant": None, "priority": 0}  # request fields a trace keeps when set
 
 def save_trace(workload: Workload, path: str | Path) -> None:
     """JSONL: a header line, then one line per request (token ids included once materialized)."""
@@ -354,6 +450,7 @@ def save_trace(workload: Workload, path: str | Path) -> None:
             for key in ("prompt", "prompt_len", "prompt_token_ids"):
                 if getattr(r, key) is not None:
                     row[key] = getattr(r, key)
+            row.update((k, getattr(r, k)) for k, unset in LABELS.items() if getattr(r, k) != unset)
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
@@ -374,7 +471,7 @@ def load_trace(path: str | Path) -> Workload:
         reqs.append(RequestSpec(index=row.get("index", i), arrival_s=float(row.get("arrival_s", 0.0)),
                                 max_tokens=row["max_tokens"], prompt=row.get("prompt"),
                                 prompt_len=row.get("prompt_len"), prompt_token_ids=row.get("prompt_token_ids"),
-                                source=row.get("source", "")))
+                                source=row.get("source", ""), **{k: row.get(k, v) for k, v in LABELS.items()}))
     if not reqs:
         raise ValueError(f"{path}: the trace holds no requests")
     reqs.sort(key=lambda r: (r.arrival_s, r.index))
