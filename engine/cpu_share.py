@@ -74,6 +74,9 @@ class CoreShare:
 
     def _team(self, threads: int) -> None:
         if self._set is not None and getattr(self._mine, "threads", None) != threads:
+            # torch sizes a thread's team once, at its first parallel op, to torch.set_num_threads's
+            # value: let that happen first, or it would undo this setting later
+            torch.get_num_threads()
             self._set(threads)
             self._mine.threads = threads
 

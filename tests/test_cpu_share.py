@@ -24,6 +24,8 @@ def test_each_stepping_lane_gets_its_share_and_a_lone_lane_all_cores():
 def test_the_share_is_set_for_the_calling_thread_only():
     assert _omp_set_num_threads() is not None, "torch's OpenMP runtime should be found on Linux"
     before = torch.get_num_threads()
+    # as a benchmark run in this process would: torch then sizes each new thread's team at its first op
+    torch.set_num_threads(before)
     seen = {}
 
     def lane():

@@ -36,12 +36,12 @@ def test_presenter_link_unlocks_controls_viewers_see_why_not(server):
         presenter = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
         presenter.goto(f"{server}/presenter?token={TOKEN}", wait_until="domcontentloaded")
         assert "token" not in presenter.url  # the token leaves the address bar
-        expect(presenter.get_by_role("button", name="Pause")).to_be_visible(timeout=60_000)
+        expect(presenter.get_by_role("button", name="Pause", exact=True)).to_be_visible(timeout=60_000)
 
         viewer = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
         viewer.goto(server, wait_until="domcontentloaded")
         expect(viewer.get_by_text("You are watching as a viewer")).to_be_visible(timeout=60_000)
-        assert viewer.get_by_role("button", name="Pause").count() == 0
+        assert viewer.get_by_role("button", name="Pause", exact=True).count() == 0
         wrong = viewer.goto(f"{server}/presenter?token=guess")
         assert wrong.status == 403
         browser.close()

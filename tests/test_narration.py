@@ -82,7 +82,7 @@ def test_a_whole_long_prefill_stalls_the_decodes():
     items = [request(1, "a"), request(5, "a", prompt=1500),
              stepped(step(2, [D(1), StepEntry(5, PREFILL, 1500, 1500)], admitted=[5]))]
     assert told(items) == ["iteration 2: #5's 1,500-token prompt was prefilled whole in one 250 ms iteration: "
-                           "1 decoding requests waited that long for their next token"]
+                           "1 decoding request waited that long for the next token"]
 
 
 @pytest.mark.parametrize("policy,why", [("sjf", "it asks 3 tokens, #2 64 (shortest job first)"),

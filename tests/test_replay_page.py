@@ -73,7 +73,7 @@ def test_the_presenter_records_and_replays_with_speed_pause_and_seek(gated):
     assert "replay, not the engines" in next(w.value for w in at.warning if LABEL in w.value)
     at.sidebar.button(key="replay_pause").click().run()
     assert r.paused and not svc.paused.is_set()
-    assert at.sidebar.button(key="replay_pause").label == "Play"
+    assert at.sidebar.button(key="replay_pause").label == "Play replay"
     at.sidebar.select_slider(key="replay_speed").set_value(2.0).run()
     assert r.speed == 2.0
     at.sidebar.slider(key="replay_at").set_value(20.0).run()

@@ -41,10 +41,11 @@ def step_candidates(ev, st: LaneState) -> list[Candidate]:
 def _preempted(ev) -> list[Candidate]:
     if not ev.preempted:
         return []
-    were = "was" if len(ev.preempted) == 1 else "were"
+    one = len(ev.preempted) == 1
+    told = ("was preempted, its blocks freed; it will recompute its tokens later" if one else
+            "were preempted, their blocks freed; they will recompute their tokens later")
     return [Candidate(PREEMPTED, "preempted", None,
-                      f"the KV pool is full ({ev.used_blocks} of {ev.num_blocks} blocks): {ids(ev.preempted)} {were} "
-                      "preempted, their blocks freed; they will recompute their tokens later")]
+                      f"the KV pool is full ({ev.used_blocks} of {ev.num_blocks} blocks): {ids(ev.preempted)} {told}")]
 
 
 def _prefill(ev, e, st: LaneState, decoding: int) -> list[Candidate]:
@@ -60,11 +61,11 @@ def _prefill(ev, e, st: LaneState, decoding: int) -> list[Candidate]:
         return []
     if e.context_len < prompt:
         return [Candidate(CHUNKED, "chunked", rid, f"#{rid}'s {prompt:,}-token prompt is being prefilled in "
-                          f"{e.num_tokens:,}-token chunks while {decoding} requests keep decoding")]
+                          f"{e.num_tokens:,}-token chunks while {_n(decoding, 'request')} keep decoding")]
     if e.num_tokens >= prompt:
         return [Candidate(WHOLE_PREFILL, "whole_prefill", rid, f"#{rid}'s {prompt:,}-token prompt was prefilled "
-                          f"whole in one {1000 * (ev.t_end - ev.t_start):,.0f} ms iteration: {decoding} decoding "
-                          "requests waited that long for their next token")]
+                          f"whole in one {1000 * (ev.t_end - ev.t_start):,.0f} ms iteration: "
+                          f"{_n(decoding, 'decoding request')} waited that long for the next token")]
     return []
 
 
@@ -116,5 +117,11 @@ def _padding(ev, st: LaneState) -> list[Candidate]:
     if not done or st.strategy == "continuous":
         return []
     verb = "finished but its row is" if len(done) == 1 else "finished but their rows are"
+    are = "is" if len(done) == 1 else "are"
     return [Candidate(PADDING_ROWS, "padding", None, f"{ids(done)} {verb} still computed; {len(done)} of "
-                      f"{len(rows)} rows are padding")]
+                      f"{len(rows)} rows {are} padding")]
+
+
+def _n(count: int, noun: str) -> str:
+    """'1 request', '3 requests'."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"

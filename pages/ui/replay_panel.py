@@ -84,7 +84,7 @@ def _start(svc, upload) -> None:
 def _playing(svc, r) -> None:
     """The controls of the replay that plays (the position slider shows the playhead as of this run)."""
     c1, c2 = st.sidebar.columns(2)
-    c1.button("Play" if r.paused else "Pause", width="stretch", key="replay_pause",
+    c1.button("Play replay" if r.paused else "Pause replay", width="stretch", key="replay_pause",
               icon=":material/play_arrow:" if r.paused else ":material/pause:", on_click=r.resume if r.paused else r.pause)
     if c2.button("Go live", icon=":material/sensors:", width="stretch"):
         stop_replay(svc)
