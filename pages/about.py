@@ -37,10 +37,31 @@ the request that owns it. The fill shows how many token slots hold a token. Cont
 blocks as a request grows, so only the last block of a request is partly empty. Static batching
 reserves room for prompt + max_tokens up front; the hatching is memory reserved but never used.
 
+**Prefix cache.** With prefix caching on, requests that start with the same tokens (a shared system
+prompt) point their block tables at the same physical blocks. On the KV map a *shared* block is
+striped in its holders' colours with its count (×2); a *cached* block, outlined, holds a finished
+request's tokens and waits for the next request that starts the same way, until the pool needs it
+(least recently used first). In the Gantt the hatched part of a request's first bar is the prompt it
+took from the cache instead of computing it.
+
 **Utilization.** Per iteration: how full the batch is, how much of the token budget was used, how
-much of the KV pool is held, and tokens per second. On an NVIDIA GPU, the device's own utilization
-and memory (NVML, sampled twice a second beside the engines) are drawn on the same time axis and shown
-in the badge at the top.
+much of the KV pool is held, the prefix cache's hit rate (when a lane caches prefixes), and tokens
+per second. Two more lines place each iteration against the device: the memory bandwidth and the
+FLOP/s it achieved, as shares of the peaks measured on this machine. On an NVIDIA GPU, the device's
+own utilization and memory (NVML, sampled twice a second beside the engines) are drawn on the same
+time axis and shown in the badge at the top.
+
+**Roofline.** Recent iterations as points: FLOPs per byte moved (across) against FLOP/s achieved (up),
+under the device's roof. Left of the dotted ridge an iteration is limited by memory (reading the
+weights once per iteration), so more rows cost little; right of it, by arithmetic.
+
+**Remote lanes.** A lane can be a real serving cluster (any OpenAI-compatible server). Its rows are
+timed here, at the client: sent, first token, each token, done. A remote server does not expose its
+batch slots or KV blocks, so those views say so; its own running, waiting and KV usage, when it
+publishes them, are drawn in the utilization view.
+
+**Recordings.** A recording replays a real run in these views with no engine involved, marked as a
+recording in the banner. A fresh machine plays one while it loads the model.
 
 **Reading the charts.** Hover any bar, slot cell or block for its numbers. Click one to pick its
 request: it is highlighted in every view, its text card included, and the KV cache page follows it.
