@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .kv.pool import kv_shape
+from .kv.pool import kv_bytes_per_token, kv_shape
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class ModelCost:
     kv_bytes_per_token: int   # K and V, every layer
 
     @classmethod
-    def from_hf_config(cls, hf_config, elem_bytes: int) -> ModelCost:
+    def from_hf_config(cls, hf_config, dtype: torch.dtype) -> ModelCost:
         kv = kv_shape(hf_config)
         hidden, heads = hf_config.hidden_size, hf_config.num_attention_heads
         inter = (getattr(hf_config, "intermediate_size", None) or getattr(hf_config, "n_inner", None)
@@ -41,7 +41,7 @@ class ModelCost:
         per_layer = attn + mlp_mats * hidden * inter
         return cls(num_layers=kv.num_layers, num_heads=heads, head_dim=kv.head_dim,
                    linear_params=kv.num_layers * per_layer, lm_head_params=hidden * hf_config.vocab_size,
-                   elem_bytes=elem_bytes, kv_bytes_per_token=2 * kv.num_layers * kv.kv_heads * kv.head_dim * elem_bytes)
+                   elem_bytes=dtype.itemsize, kv_bytes_per_token=kv_bytes_per_token(kv, dtype))
 
     @property
     def weight_bytes(self) -> int:
@@ -119,7 +119,7 @@ def engine_roofline(engine) -> EngineRoofline | None:
     from .device_peaks import device_peaks
     runner = engine.runner
     try:
-        cost = ModelCost.from_hf_config(runner.hf_config, torch.tensor([], dtype=runner.dtype).element_size())
+        cost = ModelCost.from_hf_config(runner.hf_config, runner.dtype)
     except (AttributeError, TypeError) as e:  # a config we cannot read: no roofline, the engine still runs
         log.warning("no roofline for %s: %s", runner.model_name, e)
         return None

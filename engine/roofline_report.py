@@ -26,7 +26,6 @@ def main(argv=None) -> int:
 
 
 def report(model: str, device: str, dtype: str, remeasure: bool = False) -> list[str]:
-    import torch
     from transformers import AutoConfig
 
     from . import device_peaks as dp
@@ -36,8 +35,7 @@ def report(model: str, device: str, dtype: str, remeasure: bool = False) -> list
 
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
-    cost = ModelCost.from_hf_config(AutoConfig.from_pretrained(resolve_model_dir(model)),
-                                    torch.tensor([], dtype=torch_dtype).element_size())
+    cost = ModelCost.from_hf_config(AutoConfig.from_pretrained(resolve_model_dir(model)), torch_dtype)
     peaks = dp.measure_peaks(dev, torch_dtype) if remeasure else dp.device_peaks(dev, torch_dtype)
     s = model_summary(cost, peaks)
     bound = ", ".join(f"{'-' if b is None else f'{b:.0f}'} at {c} tokens of context"

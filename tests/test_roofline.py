@@ -20,9 +20,9 @@ from ui.roofline_panel import RooflineWindow, model_lines, roofline_chart
 CONFIGS = Path(__file__).resolve().parent.parent / "assets" / "model_configs"
 
 
-def smollm2(elem_bytes=2) -> ModelCost:
+def smollm2(dtype=torch.bfloat16) -> ModelCost:
     cfg = json.loads((CONFIGS / "SmolLM2-135M-Instruct.json").read_text())
-    return ModelCost.from_hf_config(LlamaConfig(**cfg), elem_bytes)
+    return ModelCost.from_hf_config(LlamaConfig(**cfg), dtype)
 
 
 def peaks(bytes_per_s=1e11, flops_per_s=1e13):
@@ -40,7 +40,7 @@ def test_smollm2_costs():
 
 def test_qwen2_kv_bytes_per_token_is_12_kib():
     cfg = json.loads((CONFIGS / "Qwen2.5-0.5B-Instruct.json").read_text())
-    assert ModelCost.from_hf_config(Qwen2Config(**cfg), 2).kv_bytes_per_token == 12 * 1024
+    assert ModelCost.from_hf_config(Qwen2Config(**cfg), torch.bfloat16).kv_bytes_per_token == 12 * 1024
 
 
 def test_step_work_counts_weights_once_and_kv_per_row():

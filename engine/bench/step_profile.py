@@ -7,6 +7,7 @@ write, the rest), from torch.profiler. Every step is a real engine step; the pha
 wrapping the engine's own methods, so nothing here re-implements the engine.
 
     python -m engine.bench.step_profile --batches 1,8,32 --contexts 64,512 [--steps 8] [--json out.json]
+    python -m engine.bench.step_profile --mixed --batches 16 --contexts 1024   # grouped vs one group
 """
 from __future__ import annotations
 
@@ -30,31 +31,43 @@ OP_GROUPS = {
     "attention": ("aten::_scaled_dot_product", "aten::scaled_dot_product", "aten::_softmax", "aten::softmax"),
     "K/V write": ("aten::index_copy_",),
 }
+MIXED_SHORT = 16  # prompt tokens of the short rows beside the long one (--mixed)
 PHASES = ("schedule", "batch build", "forward", "sampling", "update + detokenize", "telemetry")
 
 
 class PhaseTimer:
-    """Wraps the engine's methods so each step's time is split by phase (seconds, summed)."""
+    """Wraps the engine's methods so each step's time is split by phase (seconds, summed); a context
+    manager that puts the originals back."""
 
     def __init__(self, eng: LLMEngine):
         self.total: dict[str, float] = defaultdict(float)
-        self._wrap(eng.scheduler, "schedule", "schedule")
-        self._wrap(eng.runner.model, "forward", "forward")
-        self._wrap(eng, "_update", "update + detokenize")
-        self._wrap(eng, "_event", "telemetry")
-        self._wrap(runner_module, "sample", "sampling")
-        self._wrap(eng.runner, "execute", "execute")  # batch build = execute - forward - sampling
+        self._targets = [(eng.scheduler, "schedule", "schedule"), (eng.runner.model, "forward", "forward"),
+                         (eng, "_update", "update + detokenize"), (eng, "_event", "telemetry"),
+                         (runner_module, "sample", "sampling"),
+                         (eng.runner, "execute", "execute")]  # batch build = execute - forward - sampling
+        self._saved: list[tuple[object, str, object]] = []
 
-    def _wrap(self, obj, name: str, phase: str) -> None:
-        fn = getattr(obj, name)
+    def __enter__(self) -> PhaseTimer:
+        for obj, name, phase in self._targets:
+            self._saved.append((obj, name, obj.__dict__.get(name)))
+            setattr(obj, name, self._timed(getattr(obj, name), phase))
+        return self
 
+    def __exit__(self, *exc) -> None:
+        for obj, name, original in self._saved:
+            if original is None:
+                delattr(obj, name)  # the class's method shows through again
+            else:
+                setattr(obj, name, original)
+
+    def _timed(self, fn, phase: str):
         def timed(*a, **k):
             t = time.perf_counter()
             try:
                 return fn(*a, **k)
             finally:
                 self.total[phase] += time.perf_counter() - t
-        setattr(obj, name, timed)
+        return timed
 
     def phases(self) -> dict[str, float]:
         t = dict(self.total)
@@ -62,19 +75,18 @@ class PhaseTimer:
         return {p: t.get(p, 0.0) for p in PHASES}
 
 
-def fill(eng: LLMEngine, batch: int, context: int, steps: int) -> None:
-    """Add `batch` requests of `context` prompt tokens and step until all of them decode."""
+def fill(eng: LLMEngine, contexts: list[int], steps: int) -> None:
+    """Add one request per entry of `contexts` (its prompt tokens) and step until all of them decode."""
     params = SamplingParams(max_tokens=steps + 2, temperature=0.0, ignore_eos=True)
-    for i in range(batch):
+    for i, context in enumerate(contexts):
         eng.add_request([20 + (i * 37 + 11 * k) % 200 for k in range(context)], params)
     while any(not r.output_token_ids for r in eng.requests.values()):
         eng.step()
 
 
-def profile_point(eng: LLMEngine, batch: int, context: int, steps: int) -> dict:
-    fill(eng, batch, context, steps)
-    timer = PhaseTimer(eng)
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+def profile_point(eng: LLMEngine, contexts: list[int], steps: int) -> dict:
+    fill(eng, contexts, steps)
+    with PhaseTimer(eng) as timer, profile(activities=[ProfilerActivity.CPU]) as prof:
         t0 = time.perf_counter()
         for _ in range(steps):
             eng.step()
@@ -82,9 +94,29 @@ def profile_point(eng: LLMEngine, batch: int, context: int, steps: int) -> dict:
     for rid in list(eng.requests):
         eng.abort(rid)
     ops = _op_groups(prof, timer.total["forward"])
-    return {"batch": batch, "context": context, "steps": steps, "step_ms": 1e3 * wall / steps,
+    return {"batch": len(contexts), "context": max(contexts), "steps": steps, "step_ms": 1e3 * wall / steps,
             "phases_ms": {k: 1e3 * v / steps for k, v in timer.phases().items()},
             "forward_ms": {k: 1e3 * v / steps for k, v in ops.items()}}
+
+
+def one_group(widths):
+    """runner.decode_groups as it was: every decode row in one group, padded to the longest."""
+    return None
+
+
+def mixed_points(eng: LLMEngine, batches: list[int], contexts: list[int], steps: int) -> list[dict]:
+    """One row of each context beside short rows (MIXED_SHORT tokens), with decode rows grouped by
+    length and with one group padded to the longest row (the path before grouping), side by side."""
+    rows, grouped = [], runner_module.decode_groups
+    for c in contexts:
+        for b in batches:
+            for label, fn in (("grouped", grouped), ("one group", one_group)):
+                runner_module.decode_groups = fn
+                try:
+                    rows.append({**profile_point(eng, [c] + [MIXED_SHORT] * (b - 1), steps), "decode": label})
+                finally:
+                    runner_module.decode_groups = grouped
+    return rows
 
 
 def _op_groups(prof, forward_s: float) -> dict[str, float]:
@@ -105,16 +137,22 @@ def main(argv=None) -> None:
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--contexts", default="64,512")
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--mixed", action="store_true",
+                    help=f"one row of each context beside {MIXED_SHORT}-token rows, decode rows grouped by "
+                         "length and padded to the longest, side by side")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     batches = [int(x) for x in args.batches.split(",")]
+    contexts = [int(x) for x in args.contexts.split(",")]
     eng = LLMEngine(EngineConfig(model=args.model, device="cpu", max_num_seqs=max(batches),
                                  max_num_batched_tokens=4096))
-    fill(eng, 2, 16, 2)  # warm-up
+    fill(eng, [16, 16], 2)  # warm-up
     for rid in list(eng.requests):
         eng.abort(rid)
-    rows = [profile_point(eng, b, c, args.steps) for c in (int(x) for x in args.contexts.split(","))
-            for b in batches]
+    if args.mixed:
+        rows = mixed_points(eng, batches, contexts, args.steps)
+    else:
+        rows = [profile_point(eng, [c] * b, args.steps) for c in contexts for b in batches]
     print(render(rows, torch.get_num_threads()))
     if args.json:
         with open(args.json, "w") as f:
@@ -122,15 +160,17 @@ def main(argv=None) -> None:
 
 
 def render(rows: list[dict], threads: int) -> str:
-    cols = [*PHASES, *(f"fwd: {g}" for g in (*OP_GROUPS, "other"))]
+    cols = [*(["decode"] if rows and "decode" in rows[0] else []), "step", *PHASES,
+            *(f"fwd: {g}" for g in (*OP_GROUPS, "other"))]
     lines = [f"decode step, ms per step ({threads} threads); forward split by operator self time",
-             "batch  ctx   step  " + "  ".join(f"{c:>{max(6, len(c))}}" for c in cols)]
+             "batch   ctx  " + "  ".join(f"{c:>{max(6, len(c))}}" for c in cols)]
     for r in rows:
-        vals = [*(r["phases_ms"][p] for p in PHASES), *(r["forward_ms"][g] for g in (*OP_GROUPS, "other"))]
-        lines.append(f"{r['batch']:>5} {r['context']:>4} {r['step_ms']:6.1f}  "
-                     + "  ".join(f"{v:>{max(6, len(c))}.1f}" for c, v in zip(cols, vals)))
+        vals = [*([r["decode"]] if "decode" in r else []), f"{r['step_ms']:.1f}",
+                *(f"{r['phases_ms'][p]:.1f}" for p in PHASES),
+                *(f"{r['forward_ms'][g]:.1f}" for g in (*OP_GROUPS, "other"))]
+        cells = "  ".join(f"{v:>{max(6, len(c))}}" for c, v in zip(cols, vals))
+        lines.append(f"{r['batch']:>5} {r['context']:>5}  {cells}")
     return "\n".join(lines)
-
 
 if __name__ == "__main__":
     main()

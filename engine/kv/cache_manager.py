@@ -65,9 +65,9 @@ class KVCacheManager:
         if self.prefix is None:
             return
         full = request.num_computed_tokens // self.block_size
-        table = self.block_tables[request.request_id]
         if full <= request.num_committed_blocks:
             return
+        table = self.block_tables[request.request_id]
         hashes = extend_block_hashes(request.block_hashes, request.all_token_ids, self.block_size)
         for i in range(request.num_committed_blocks, full):
             self.prefix.register(table[i], hashes[i])

@@ -24,8 +24,7 @@ def kv_shape(hf_config) -> KVShape:
 
 
 def kv_bytes_per_token(shape: KVShape, dtype: torch.dtype) -> int:
-    elem = torch.tensor([], dtype=dtype).element_size()
-    return 2 * shape.num_layers * shape.kv_heads * shape.head_dim * elem
+    return 2 * shape.num_layers * shape.kv_heads * shape.head_dim * dtype.itemsize
 
 
 class KVPool:

@@ -47,7 +47,6 @@ class StaticScheduler(Scheduler):
 
     def _launch(self, out: SchedulerOutput) -> None:
         self._order_waiting()
-        hits: dict[int, int] = {}  # request id -> tokens its row took from the prefix cache
         while self.waiting and len(self.batch) < self.cfg.static_batch_size:
             req = self.waiting[0]
             cached = self._cached_prefix(req)
@@ -56,16 +55,16 @@ class StaticScheduler(Scheduler):
                 break  # the reservation does not fit: it waits for the next batch
             self.waiting.popleft()
             self.batch.append(req)
-            hits[req.request_id] = len(cached) * self.cache.block_size
         self.running = self.batch
         if not self.batch:
             return
-        # Every row prefills what the prefix cache did not hold, left-padded to the longest such part.
+        # Every row prefills what the prefix cache did not hold, left-padded to the longest such part
+        # (at launch a row's computed tokens are exactly its cache hit).
         longest = max(r.num_tokens - r.num_computed_tokens for r in self.batch)
         for slot, req in enumerate(self.batch):
             n = req.num_tokens - req.num_computed_tokens
             out.rows.append(ScheduledRow(req, PREFILL, n, num_pad=longest - n, slot=slot,
-                                         num_cached=hits[req.request_id]))
+                                         num_cached=req.num_computed_tokens))
 
     def _release(self, request: Request) -> None:
         # A finished row keeps its slot and KV until the whole batch is done.
