@@ -9,6 +9,7 @@ STRATEGIES = ("continuous", "static", "dynamic")
 SCHEDULING_POLICIES = ("fcfs", "priority", "sjf", "fair")  # engine/scheduler/policy.py
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
+LINEAR_BACKENDS = ("auto", "torch", "onednn")
 
 
 def default_model() -> str:
@@ -29,6 +30,9 @@ class EngineConfig:
     # torch: the PyTorch reference (any device); triton: our Triton kernels (CUDA, or CPU under
     # TRITON_INTERPRET=1). auto is torch until the Triton path is verified on a GPU.
     attention_backend: str = "auto"
+    # torch: F.linear; onednn: weights packed once for oneDNN (CPU, fp32/bf16; engine/model/packed_linear.py).
+    # auto is onednn wherever it can run.
+    linear_backend: str = "auto"
     block_size: int = 16
     num_kv_blocks: int | None = None  # None: sized from kv_cache_memory_gb
     kv_cache_memory_gb: float | None = None  # None: 1 GiB on CPU, 60% of free memory on GPU
@@ -58,6 +62,8 @@ class EngineConfig:
         _check(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join(DTYPES)}")
         _check(self.attention_backend in ATTENTION_BACKENDS, "attention_backend", self.attention_backend,
                f"one of {', '.join(ATTENTION_BACKENDS)}")
+        _check(self.linear_backend in LINEAR_BACKENDS, "linear_backend", self.linear_backend,
+               f"one of {', '.join(LINEAR_BACKENDS)}")
         _check(_is_int(self.block_size) and self.block_size >= 1, "block_size", self.block_size,
                "an integer >= 1")
         _check(self.num_kv_blocks is None or (_is_int(self.num_kv_blocks) and self.num_kv_blocks >= 1),

@@ -116,6 +116,7 @@ _LABELS = {
     "device": str,
     "dtype": str,
     "attention_backend": lambda v: f"{v} attention",
+    "linear_backend": lambda v: f"{v} linear",
     "block_size": lambda v: f"block {v}",
     "num_kv_blocks": lambda v: f"{v} KV blocks" if v is not None else "KV blocks auto",
     "kv_cache_memory_gb": lambda v: f"KV {v:g} GiB" if v is not None else "KV memory auto",

@@ -379,7 +379,7 @@ def lane_dict(cfg: LaneConfig) -> dict:
 
 
 def _same_weights(a: EngineConfig, b: EngineConfig) -> bool:
-    return (a.model, a.device, a.dtype) == (b.model, b.device, b.dtype)
+    return (a.model, a.device, a.dtype, a.linear_backend) == (b.model, b.device, b.dtype, b.linear_backend)
 
 
 def strategy_lanes(base: EngineConfig, strategies) -> Lanes:

@@ -50,6 +50,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--save-trace", default=None, help="write the workload (token ids included) as JSONL")
     # Engine flags default to None: EngineConfig's own defaults apply.
     ap.add_argument("--attention-backend", default=None, help="auto | torch | triton")
+    ap.add_argument("--linear-backend", default=None, help="auto | torch | onednn (CPU)")
     ap.add_argument("--block-size", type=int, default=None)
     ap.add_argument("--kv-blocks", type=int, default=None, help="KV pool size in blocks (default: 1 GiB on CPU)")
     ap.add_argument("--kv-memory-gb", type=float, default=None)
@@ -97,6 +98,7 @@ def build_workload(args):
 
 # engine flag -> EngineConfig field
 ENGINE_FLAGS = {"model": "model", "device": "device", "dtype": "dtype", "attention_backend": "attention_backend",
+                "linear_backend": "linear_backend",
                 "block_size": "block_size", "kv_blocks": "num_kv_blocks", "kv_memory_gb": "kv_cache_memory_gb",
                 "max_model_len": "max_model_len", "max_num_seqs": "max_num_seqs",
                 "max_num_batched_tokens": "max_num_batched_tokens", "static_batch_size": "static_batch_size",

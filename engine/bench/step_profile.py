@@ -8,6 +8,7 @@ wrapping the engine's own methods, so nothing here re-implements the engine.
 
     python -m engine.bench.step_profile --batches 1,8,32 --contexts 64,512 [--steps 8] [--json out.json]
     python -m engine.bench.step_profile --mixed --batches 16 --contexts 1024   # grouped vs one group
+    python -m engine.bench.step_profile --linear torch,onednn   # linear layers through F.linear vs oneDNN
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from ..request import SamplingParams
 
 # aten operators -> the part of the forward they belong to
 OP_GROUPS = {
-    "linear layers": ("aten::addmm", "aten::mm", "aten::bmm", "aten::linear", "aten::matmul"),
+    "linear layers": ("aten::addmm", "aten::mm", "aten::bmm", "aten::linear", "aten::matmul",
+                      "mkldnn::_linear_pointwise"),
     "K/V gather": ("aten::index_select",),
     "attention": ("aten::_scaled_dot_product", "aten::scaled_dot_product", "aten::_softmax", "aten::softmax"),
     "K/V write": ("aten::index_copy_",),
@@ -140,19 +142,25 @@ def main(argv=None) -> None:
     ap.add_argument("--mixed", action="store_true",
                     help=f"one row of each context beside {MIXED_SHORT}-token rows, decode rows grouped by "
                          "length and padded to the longest, side by side")
+    ap.add_argument("--linear", default="auto",
+                    help="comma-separated linear_backend values to profile one after the other (auto, torch, onednn)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     batches = [int(x) for x in args.batches.split(",")]
     contexts = [int(x) for x in args.contexts.split(",")]
-    eng = LLMEngine(EngineConfig(model=args.model, device="cpu", max_num_seqs=max(batches),
-                                 max_num_batched_tokens=4096))
-    fill(eng, [16, 16], 2)  # warm-up
-    for rid in list(eng.requests):
-        eng.abort(rid)
-    if args.mixed:
-        rows = mixed_points(eng, batches, contexts, args.steps)
-    else:
-        rows = [profile_point(eng, [c] * b, args.steps) for c in contexts for b in batches]
+    rows = []
+    for linear in args.linear.split(","):
+        eng = LLMEngine(EngineConfig(model=args.model, device="cpu", max_num_seqs=max(batches),
+                                     max_num_batched_tokens=4096, linear_backend=linear))
+        fill(eng, [16, 16], 2)  # warm-up
+        for rid in list(eng.requests):
+            eng.abort(rid)
+        if args.mixed:
+            points = mixed_points(eng, batches, contexts, args.steps)
+        else:
+            points = [profile_point(eng, [c] * b, args.steps) for c in contexts for b in batches]
+        rows += [{**p, "linear": eng.runner.linear} for p in points]
+        del eng
     print(render(rows, torch.get_num_threads()))
     if args.json:
         with open(args.json, "w") as f:
@@ -160,12 +168,12 @@ def main(argv=None) -> None:
 
 
 def render(rows: list[dict], threads: int) -> str:
-    cols = [*(["decode"] if rows and "decode" in rows[0] else []), "step", *PHASES,
+    cols = ["linear", *(["decode"] if rows and "decode" in rows[0] else []), "step", *PHASES,
             *(f"fwd: {g}" for g in (*OP_GROUPS, "other"))]
     lines = [f"decode step, ms per step ({threads} threads); forward split by operator self time",
              "batch   ctx  " + "  ".join(f"{c:>{max(6, len(c))}}" for c in cols)]
     for r in rows:
-        vals = [*([r["decode"]] if "decode" in r else []), f"{r['step_ms']:.1f}",
+        vals = [r["linear"], *([r["decode"]] if "decode" in r else []), f"{r['step_ms']:.1f}",
                 *(f"{r['phases_ms'][p]:.1f}" for p in PHASES),
                 *(f"{r['forward_ms'][g]:.1f}" for g in (*OP_GROUPS, "other"))]
         cells = "  ".join(f"{v:>{max(6, len(c))}}" for c, v in zip(cols, vals))

@@ -14,6 +14,7 @@ from ..scheduler import ScheduledRow
 from . import attention
 from .attention import META_KWARG, BatchMeta, PrefillSeq
 from .loader import resolve_model_dir
+from .packed_linear import pack_linears, resolve_linear_backend
 from .sampler import sample
 from .tokens import eos_token_ids, pad_token_id
 
@@ -54,9 +55,10 @@ class ModelRunner:
         self.device = resolve_device(cfg.device)
         self.dtype = resolve_dtype(cfg.dtype, self.device)
         self.backend = resolve_backend(cfg.attention_backend, self.device)
+        self.linear = resolve_linear_backend(cfg.linear_backend, self.device, self.dtype)
         self.model_name = cfg.model
-        same = (cfg.model, self.device, self.dtype, self.backend)
-        if share is not None and (share.model_name, share.device, share.dtype, share.backend) == same:
+        same = (cfg.model, self.device, self.dtype, self.backend, self.linear)
+        if share is not None and (share.model_name, share.device, share.dtype, share.backend, share.linear) == same:
             # Weights are shared; the tokenizer is not (fast tokenizers dislike concurrent use).
             self.model_dir, self.model = share.model_dir, share.model
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
@@ -85,6 +87,8 @@ class ModelRunner:
             raise ValueError(f"{cfg.model}: cannot be loaded as a causal language model with "
                              f"Inflight's attention ({e})") from e
         self.model = model.to(self.device).eval()
+        if self.linear == "onednn":
+            pack_linears(self.model)
 
     def allocate_kv(self, num_blocks: int, block_size: int) -> None:
         self.pool = KVPool(self.kv_shape, num_blocks, block_size, self.dtype, self.device)

@@ -1,0 +1,86 @@
+"""oneDNN packed linear layers (the CPU default): same results as F.linear, same greedy outputs as
+generate(), and torch's path still there to compare with."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.config import EngineConfig
+from engine.model.packed_linear import PackedLinear, pack_linears, resolve_linear_backend
+from engine_helpers import greedy, make_engine, mixed_prompts
+from tiny_models import FAMILIES, reference_greedy
+
+CPU = torch.device("cpu")
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="PyTorch without oneDNN")
+
+
+@needs_onednn
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("rows", [1, 3, 16, 70])
+def test_packed_linear_equals_f_linear(bias, rows):
+    torch.manual_seed(rows)
+    lin = nn.Linear(96, 80, bias=bias)
+    packed = PackedLinear(lin)
+    x = torch.randn(rows, 96)
+    torch.testing.assert_close(packed(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+    x3 = torch.randn(1, rows, 96)  # the packed batch's shape
+    torch.testing.assert_close(packed(x3), F.linear(x3, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+    xt = torch.randn(96, rows).t()  # not contiguous
+    torch.testing.assert_close(packed(xt), F.linear(xt, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_packed_linear_bfloat16():
+    torch.manual_seed(0)
+    lin = nn.Linear(64, 48).to(torch.bfloat16)
+    x = torch.randn(5, 64, dtype=torch.bfloat16)
+    out = PackedLinear(lin)(x)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, F.linear(x, lin.weight, lin.bias), rtol=2e-2, atol=2e-2)
+
+
+def test_backend_choice_and_errors():
+    onednn = "onednn" if torch.backends.mkldnn.is_available() else "torch"
+    assert resolve_linear_backend("auto", CPU, torch.float32) == onednn
+    assert resolve_linear_backend("auto", CPU, torch.float16) == "torch"
+    assert resolve_linear_backend("auto", torch.device("cuda"), torch.bfloat16) == "torch"
+    assert resolve_linear_backend("torch", CPU, torch.float32) == "torch"
+    with pytest.raises(ValueError, match="linear_backend='onednn' needs device 'cpu'.*float16"):
+        resolve_linear_backend("onednn", CPU, torch.float16)
+    with pytest.raises(ValueError, match="EngineConfig.linear_backend must be one of auto, torch, onednn"):
+        EngineConfig(linear_backend="mkl")
+
+
+@needs_onednn
+def test_every_linear_is_packed_and_the_tied_embedding_kept(tiny_model_dirs):
+    eng = make_engine(tiny_model_dirs["llama"], linear_backend="onednn")
+    model = eng.runner.model
+    assert not [n for n, m in model.named_modules() if type(m) is nn.Linear]
+    assert isinstance(model.lm_head, PackedLinear)
+    assert model.get_input_embeddings().weight.shape[0] == eng.runner.vocab_size
+    assert pack_linears(model) == 0  # nothing left to pack
+
+
+@needs_onednn
+@pytest.mark.parametrize("family", FAMILIES)
+def test_both_backends_match_generate(tiny_model_dirs, family):
+    prompts, max_tokens = mixed_prompts(6)
+    ref = reference_greedy(tiny_model_dirs[family], prompts, max_tokens)
+    for backend in ("torch", "onednn"):
+        eng = make_engine(tiny_model_dirs[family], linear_backend=backend, max_num_batched_tokens=16)
+        assert eng.runner.linear == backend
+        outs = eng.generate(prompts, [greedy(m) for m in max_tokens])
+        assert [o.output_token_ids for o in outs] == ref, f"{family}, {backend} linear layers"
+
+
+@needs_onednn
+def test_engines_share_packed_weights_only_with_the_same_backend(tiny_model_dirs):
+    from engine.llm_engine import LLMEngine
+    first = make_engine(tiny_model_dirs["qwen2"], linear_backend="onednn")
+    same = LLMEngine(EngineConfig(**{**first.cfg.__dict__, "strategy": "static"}), share_weights_with=first)
+    other = LLMEngine(EngineConfig(**{**first.cfg.__dict__, "linear_backend": "torch"}), share_weights_with=first)
+    assert same.runner.model is first.runner.model
+    assert other.runner.model is not first.runner.model
+    assert isinstance(other.runner.model.lm_head, nn.Linear)
