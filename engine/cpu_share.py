@@ -3,16 +3,24 @@
 On the CPU, PyTorch runs a forward's operators on an OpenMP team that belongs to the calling thread, and
 MKL and oneDNN size theirs the same way. Two lanes stepping at once on 2 cores then run 4 threads that
 spin-wait on each other: a batch-8 decode step took 2.2x as long beside another lane as alone, worse
-than taking turns. So each lane's thread sizes its own team to its share of the cores (the cores divided
-by the lanes stepping now, at least 1) before each step, through OpenMP's per-thread setting
-(omp_set_num_threads in that thread). torch.set_num_threads is process-wide and cannot do this.
-A lane alone keeps every core. INFLIGHT_CPU_SHARE=0 turns the sharing off.
+than taking turns. So each lane steps on its share of the cores: the cores divided by the lanes
+stepping now, at least 1; a lane alone gets every core. INFLIGHT_CPU_SHARE=0 turns the sharing off.
+
+Where a step runs matters as much as its team size. GNU OpenMP keeps a team's idle workers parked per
+thread that ever led a team, and once the parked workers of all threads outnumber the cores, every
+team stops spin-waiting between operators and sleeps instead: measured here, a 2-thread forward in a
+lane thread ran as slowly as a 1-thread one (52 ms against 33 ms for the model's matmuls at 8 rows)
+because another thread had once led a team. So lane threads themselves only ever run 1-thread teams;
+a step with a larger share runs on a helper thread that leads a team of exactly that size, and the
+helper exits (its workers with it) when the lane's share changes or the lane rests. At any moment the
+parked workers then add up to at most the cores.
 """
 from __future__ import annotations
 
 import ctypes
 import logging
 import os
+import queue
 import sys
 import threading
 from pathlib import Path
@@ -48,42 +56,104 @@ def _loaded_openmp_libraries() -> list[str]:
 
 
 class CoreShare:
-    """Which lanes are stepping, and each one's share of the cores."""
+    """Which lanes are stepping, each one's share of the cores, and the threads their steps run on."""
 
     def __init__(self, cores: int | None = None, enabled: bool | None = None):
         self.cores = cores or torch.get_num_threads()
         self.enabled = os.environ.get("INFLIGHT_CPU_SHARE", "1") != "0" if enabled is None else enabled
         self._busy: set[object] = set()  # the lanes' workers stepping now
+        self._teams: dict[object, _TeamThread] = {}  # lane -> the helper its steps with share > 1 run on
         self._lock = threading.Lock()
         self._set = _omp_set_num_threads()
-        self._mine = threading.local()
         if self._set is None:
             log.info("no OpenMP runtime found: lanes stepping together share the cores as the OS schedules them")
 
-    def stepping(self, lane: object) -> int:
-        """The calling lane thread is about to step: size its team to its share; returns the share."""
+    def lane_thread(self) -> None:
+        """Called first in a lane's thread: it never leads a team larger than 1 (see the module doc)."""
+        self._team(1)
+
+    def share(self, lane: object) -> int:
+        """The lane is about to step: its share of the cores."""
         with self._lock:
             self._busy.add(lane)
-            share = max(1, self.cores // len(self._busy)) if self.enabled else self.cores
-        self._team(share)
-        return share
+            return max(1, self.cores // len(self._busy)) if self.enabled else self.cores
 
-    def whole(self) -> None:
-        """Give the calling thread every core until its lane's next step (to measure the device)."""
-        self._team(self.cores)
-
-    def _team(self, threads: int) -> None:
-        if self._set is not None and getattr(self._mine, "threads", None) != threads:
-            # torch sizes a thread's team once, at its first parallel op, to torch.set_num_threads's
-            # value: let that happen first, or it would undo this setting later
-            torch.get_num_threads()
-            self._set(threads)
-            self._mine.threads = threads
+    def run(self, lane: object, fn):
+        """Run fn (the lane's step) on the lane's share of the cores; returns what fn returns."""
+        threads = self.share(lane)
+        helper = self._teams.get(lane)
+        if helper is not None and helper.threads != threads:
+            self._retire(lane)
+            helper = None
+        if threads == 1 or self._set is None:
+            return fn()
+        if helper is None:
+            helper = self._teams[lane] = _TeamThread(threads, self._team)
+        return helper.call(fn)
 
     def resting(self, lane: object) -> None:
         """The lane has nothing to compute now: the others may take its cores at their next step."""
         with self._lock:
             self._busy.discard(lane)
+        self._retire(lane)
+
+    def on_all_cores(self, fn):
+        """Run fn on every core (measuring the device) from any thread, leaving no team behind."""
+        if self._set is None:
+            return fn()
+        helper = _TeamThread(self.cores, self._team)
+        try:
+            return helper.call(fn)
+        finally:
+            helper.stop()
+
+    def _retire(self, lane: object) -> None:
+        helper = self._teams.pop(lane, None)
+        if helper is not None:
+            helper.stop()
+
+    def _team(self, threads: int) -> None:
+        """Size the calling thread's OpenMP team."""
+        if self._set is not None:
+            # torch sizes a thread's team once, at its first parallel op, to torch.set_num_threads's
+            # value: let that happen first, or it would undo this setting later
+            torch.get_num_threads()
+            self._set(threads)
+
+
+class _TeamThread:
+    """A thread that leads an OpenMP team of `threads` and runs what it is given, one call at a time."""
+
+    def __init__(self, threads: int, size_team):
+        self.threads = threads
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, args=(size_team,), daemon=True,
+                                        name=f"inflight-team-{threads}")
+        self._thread.start()
+
+    def call(self, fn):
+        done = threading.Event()
+        box: dict = {}
+        self._jobs.put((fn, box, done))
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def stop(self) -> None:
+        """Let the thread exit (its parked team workers exit with it) and wait for it."""
+        self._jobs.put(None)
+        self._thread.join()
+
+    def _serve(self, size_team) -> None:
+        size_team(self.threads)
+        while (job := self._jobs.get()) is not None:
+            fn, box, done = job
+            try:
+                box["value"] = fn()
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                box["error"] = e
+            done.set()
 
 
 SHARE = CoreShare()  # one per process: the cores are the process's

@@ -75,9 +75,10 @@ def device_peaks(device, dtype: torch.dtype, path: Path | None = None) -> Device
         if key in cache:
             peaks = DevicePeaks(**cache[key])
         else:
-            if device.type == "cpu":
-                CORES.whole()  # a lane thread's team may be its share of the cores: measure on all
-            peaks = measure_peaks(device, dtype)
+            if device.type == "cpu":  # a lane thread's own team is 1 thread: measure on every core
+                peaks = CORES.on_all_cores(lambda: measure_peaks(device, dtype))
+            else:
+                peaks = measure_peaks(device, dtype)
             cache[key] = asdict(peaks)
             _write(path, cache)
         _MEMO[key] = peaks

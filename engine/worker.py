@@ -126,6 +126,7 @@ class EngineWorker(threading.Thread):
 
     # ---- the thread --------------------------------------------------------------------------
     def run(self) -> None:
+        CORES.lane_thread()
         try:
             if self._share is None and self._weights_from is not None:
                 self._weights_from._ready.wait()
@@ -193,10 +194,10 @@ class EngineWorker(threading.Thread):
             if self.svc.step_fault is not None:
                 self.svc.step_fault(self.lane)  # chaos testing only (tests, engine.bench.soak)
             if self.engine.runner.device.type == "cpu":
-                CORES.stepping(self)
+                ev = CORES.run(self, self.engine.step)
             else:  # a lane reconfigured onto a GPU leaves the CPU's cores to the others
                 CORES.resting(self)
-            ev = self.engine.step()
+                ev = self.engine.step()
         except Exception as e:  # noqa: BLE001 - end the affected requests, restart, keep serving
             log.exception("engine %s step failed; restarting it", self.lane)
             ended = self.engine.reset(f"engine step failed: {type(e).__name__}: {e}")

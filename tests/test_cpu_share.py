@@ -1,45 +1,107 @@
-"""Lanes stepping together on the CPU split the cores instead of oversubscribing them."""
+"""Lanes stepping together on the CPU split the cores instead of oversubscribing them, and a lane's
+thread never keeps a team of OpenMP workers parked beyond its share."""
 from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 
 from engine.cpu_share import CoreShare, _omp_set_num_threads
 
 
-def test_each_stepping_lane_gets_its_share_and_a_lone_lane_all_cores():
-    share = CoreShare(cores=4, enabled=True)
-    a, b, c = object(), object(), object()
-    assert share.stepping(a) == 4
-    assert share.stepping(b) == 2 and share.stepping(a) == 2
-    assert share.stepping(c) == 1  # 4 // 3
-    share.resting(b)
-    share.resting(c)
-    assert share.stepping(a) == 4
-    off = CoreShare(cores=4, enabled=False)
-    assert off.stepping(a) == 4 and off.stepping(b) == 4
+def _helpers_alive() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("inflight-team-")]
 
 
-def test_the_share_is_set_for_the_calling_thread_only():
-    assert _omp_set_num_threads() is not None, "torch's OpenMP runtime should be found on Linux"
-    before = torch.get_num_threads()
-    # as a benchmark run in this process would: torch then sizes each new thread's team at its first op
-    torch.set_num_threads(before)
-    seen = {}
+def _in_lane_thread(fn):
+    """Run fn in a fresh thread, as a lane's worker would; returns what it returns."""
+    box = {}
 
     def lane():
-        share = CoreShare(cores=2, enabled=True)  # the test machine's cores may differ: say 2
-        share.stepping("other lane")
-        share.stepping("this lane")  # two lanes step: this thread's team shrinks to 1
-        seen["lane"] = torch.get_num_threads()
-        share.whole()  # measuring the device: every core, until the lane's next step
-        seen["whole"] = torch.get_num_threads()
-        share.stepping("this lane")
-        seen["again"] = torch.get_num_threads()
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the test
+            box["error"] = e
 
     t = threading.Thread(target=lane)
     t.start()
     t.join()
-    assert (seen["lane"], seen["whole"], seen["again"]) == (1, 2, 1)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def test_each_stepping_lane_gets_its_share_and_a_lone_lane_all_cores():
+    share = CoreShare(cores=4, enabled=True)
+    a, b, c = object(), object(), object()
+    assert share.share(a) == 4
+    assert share.share(b) == 2 and share.share(a) == 2
+    assert share.share(c) == 1  # 4 // 3
+    share.resting(b)
+    share.resting(c)
+    assert share.share(a) == 4
+    off = CoreShare(cores=4, enabled=False)
+    assert off.share(a) == 4 and off.share(b) == 4
+
+
+def where():
+    return threading.current_thread(), torch.get_num_threads()
+
+
+def test_a_lone_lane_steps_on_every_core_and_lanes_together_on_their_own_thread():
+    assert _omp_set_num_threads() is not None, "torch's OpenMP runtime should be found on Linux"
+    before = torch.get_num_threads()
+    share = CoreShare(cores=2, enabled=True)  # the test machine's cores may differ: say 2
+
+    def lane():
+        share.lane_thread()
+        me = threading.current_thread()
+        seen = {"own team": torch.get_num_threads(), "alone": share.run("a", where)}
+        share.share("b")  # a second lane starts stepping
+        seen["together"] = share.run("a", where)
+        seen["helpers after"] = _helpers_alive()
+        share.resting("b")
+        seen["alone again"] = share.run("a", where)
+        share.resting("a")
+        seen["helpers resting"] = _helpers_alive()
+        return me, seen
+
+    me, seen = _in_lane_thread(lane)
+    assert seen["own team"] == 1
+    thread, threads = seen["alone"]
+    assert thread is not me and threads == 2, "alone: a helper thread leading a team of every core"
+    assert seen["together"] == (me, 1), "together: the lane's own thread, one core"
+    assert seen["helpers after"] == [], "the helper leading 2 threads exits when the share drops"
+    assert seen["alone again"][1] == 2
+    assert seen["helpers resting"] == [], "a resting lane leaves no team parked"
     assert torch.get_num_threads() == before, "other threads keep their own setting"
+
+
+def test_a_failing_step_raises_in_the_lane_and_the_next_step_runs():
+    share = CoreShare(cores=2, enabled=True)
+
+    def lane():
+        share.lane_thread()
+        with pytest.raises(ZeroDivisionError):
+            share.run("a", lambda: 1 / 0)
+        value = share.run("a", lambda: 7)
+        share.resting("a")
+        return value
+
+    assert _in_lane_thread(lane) == 7
+    assert _helpers_alive() == []
+
+
+def test_measuring_on_all_cores_leaves_the_callers_team_alone():
+    share = CoreShare(cores=2, enabled=True)
+
+    def lane():
+        share.lane_thread()
+        inside = share.on_all_cores(where)
+        return threading.current_thread(), inside, torch.get_num_threads()
+
+    me, (thread, threads), after = _in_lane_thread(lane)
+    assert thread is not me and threads == 2
+    assert after == 1
+    assert _helpers_alive() == []
