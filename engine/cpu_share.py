@@ -12,8 +12,9 @@ team stops spin-waiting between operators and sleeps instead: measured here, a 2
 lane thread ran as slowly as a 1-thread one (52 ms against 33 ms for the model's matmuls at 8 rows)
 because another thread had once led a team. So lane threads themselves only ever run 1-thread teams;
 a step with a larger share runs on a helper thread that leads a team of exactly that size, and the
-helper exits (its workers with it) when the lane's share changes or the lane rests. At any moment the
-parked workers then add up to at most the cores.
+helper exits (its workers with it) when the lane's share changes to another size or the lane rests. A
+lane gets more than one core only while the lanes stepping are fewer than the cores, so the parked
+workers add up to at most the cores (but for a moment when the shares change).
 """
 from __future__ import annotations
 
@@ -81,12 +82,14 @@ class CoreShare:
     def run(self, lane: object, fn):
         """Run fn (the lane's step) on the lane's share of the cores; returns what fn returns."""
         threads = self.share(lane)
+        if threads == 1 or self._set is None:
+            # a helper this lane keeps while it shares one core parks workers no other lane can have
+            # now: no lane gets more than one core until this one rests (and its helper exits)
+            return fn()
         helper = self._teams.get(lane)
         if helper is not None and helper.threads != threads:
             self._retire(lane)
             helper = None
-        if threads == 1 or self._set is None:
-            return fn()
         if helper is None:
             helper = self._teams[lane] = _TeamThread(threads, self._team)
         return helper.call(fn)
@@ -137,7 +140,11 @@ class _TeamThread:
         self._jobs.put((fn, box, done))
         done.wait()
         if "error" in box:
-            raise box["error"]
+            error = box.pop("error")
+            try:
+                raise error
+            finally:
+                del error  # no cycle through the traceback keeping a failed step's tensors
         return box["value"]
 
     def stop(self) -> None:
@@ -146,10 +153,13 @@ class _TeamThread:
         self._thread.join()
 
     def _serve(self, size_team) -> None:
-        size_team(self.threads)
+        sized = False
         while (job := self._jobs.get()) is not None:
             fn, box, done = job
             try:
+                if not sized:
+                    size_team(self.threads)
+                    sized = True
                 box["value"] = fn()
             except BaseException as e:  # noqa: BLE001 - handed to the caller
                 box["error"] = e

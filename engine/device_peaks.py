@@ -14,6 +14,7 @@ import platform
 import threading
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -63,10 +64,11 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-def device_peaks(device, dtype: torch.dtype, path: Path | None = None) -> DevicePeaks:
-    """Cached peaks for this device and dtype, measuring them on first use."""
+def device_peaks(device, dtype: torch.dtype, path: Path | None = None, linear: str = "torch") -> DevicePeaks:
+    """Cached peaks for this device, dtype and linear backend (EngineConfig.linear_backend, resolved:
+    the matmul peak is the engine's own matmul's), measuring them on first use."""
     device = torch.device(device)
-    key = f"{device_name(device)} | {dtype}"
+    key = f"{device_name(device)} | {dtype} | {linear} linear"
     with _LOCK:
         if key in _MEMO:
             return _MEMO[key]
@@ -76,9 +78,9 @@ def device_peaks(device, dtype: torch.dtype, path: Path | None = None) -> Device
             peaks = DevicePeaks(**cache[key])
         else:
             if device.type == "cpu":  # a lane thread's own team is 1 thread: measure on every core
-                peaks = CORES.on_all_cores(lambda: measure_peaks(device, dtype))
+                peaks = CORES.on_all_cores(lambda: measure_peaks(device, dtype, linear))
             else:
-                peaks = measure_peaks(device, dtype)
+                peaks = measure_peaks(device, dtype, linear)
             cache[key] = asdict(peaks)
             _write(path, cache)
         _MEMO[key] = peaks
@@ -102,12 +104,13 @@ def _write(path: Path, cache: dict) -> None:
         log.warning("could not cache device peaks in %s: %s", path, e)
 
 
-def measure_peaks(device: torch.device, dtype: torch.dtype) -> DevicePeaks:
+def measure_peaks(device: torch.device, dtype: torch.dtype, linear: str = "torch") -> DevicePeaks:
     cuda = device.type == "cuda"
     copy_mib, n = (512, 8192) if cuda else (128, 1024)
     seconds_copy = _best(_copier(device, copy_mib), device)
-    seconds_mm = _best(_matmul(device, dtype, n), device)
-    method = (f"copy of a {copy_mib} MiB buffer (bytes read + written) and a {n}x{n} {dtype} matmul "
+    seconds_mm = _best(_matmul(device, dtype, n, linear), device)
+    how = " through oneDNN with the weight packed, as the engine's linear layers" if linear == "onednn" else ""
+    method = (f"copy of a {copy_mib} MiB buffer (bytes read + written) and a {n}x{n} {dtype} matmul{how} "
               f"(2n^3 FLOPs), best of {REPEATS} after a warm-up, torch {torch.__version__}")
     return DevicePeaks(device=device_name(device), dtype=str(dtype),
                        bytes_per_s=2 * copy_mib * 2**20 / seconds_copy, flops_per_s=2 * n**3 / seconds_mm,
@@ -138,7 +141,10 @@ def _copier(device: torch.device, mib: int):
     return lambda: dst.copy_(src)
 
 
-def _matmul(device: torch.device, dtype: torch.dtype, n: int):
+def _matmul(device: torch.device, dtype: torch.dtype, n: int, linear: str):
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
-    return lambda: torch.mm(a, b)
+    if linear == "onednn":
+        from .model.packed_linear import PackedLinear
+        return partial(PackedLinear(b), a)
+    return partial(torch.mm, a, b)

@@ -124,7 +124,7 @@ def engine_roofline(engine) -> EngineRoofline | None:
         log.warning("no roofline for %s: %s", runner.model_name, e)
         return None
     try:
-        peaks = device_peaks(runner.device, runner.dtype)
+        peaks = device_peaks(runner.device, runner.dtype, linear=runner.linear)
     except Exception as e:  # noqa: BLE001 - e.g. out of memory while measuring: numbers without utilization
         log.warning("could not measure the peaks of %s: %s", runner.device, e)
         peaks = None

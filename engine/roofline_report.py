@@ -30,13 +30,15 @@ def report(model: str, device: str, dtype: str, remeasure: bool = False) -> list
 
     from . import device_peaks as dp
     from .model.loader import resolve_model_dir
+    from .model.packed_linear import resolve_linear_backend
     from .model.runner import resolve_device, resolve_dtype
     from .roofline import ModelCost, model_summary
 
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     cost = ModelCost.from_hf_config(AutoConfig.from_pretrained(resolve_model_dir(model)), torch_dtype)
-    peaks = dp.measure_peaks(dev, torch_dtype) if remeasure else dp.device_peaks(dev, torch_dtype)
+    linear = resolve_linear_backend("auto", dev, torch_dtype)  # the engine's default
+    peaks = dp.measure_peaks(dev, torch_dtype, linear) if remeasure else dp.device_peaks(dev, torch_dtype, linear=linear)
     s = model_summary(cost, peaks)
     bound = ", ".join(f"{'-' if b is None else f'{b:.0f}'} at {c} tokens of context"
                       for c, b in s["decode_compute_bound_batch"].items())

@@ -128,6 +128,12 @@ class EngineWorker(threading.Thread):
     def run(self) -> None:
         CORES.lane_thread()
         try:
+            self._serve()
+        finally:
+            CORES.resting(self)  # even if the thread dies: its share and its helper go with it
+
+    def _serve(self) -> None:
+        try:
             if self._share is None and self._weights_from is not None:
                 self._weights_from._ready.wait()
                 self._share = self._weights_from.engine
@@ -155,7 +161,6 @@ class EngineWorker(threading.Thread):
                 CORES.resting(self)
                 self._wake.wait(POLL_WAIT_S if self.engine.has_unfinished() else IDLE_WAIT_S)
                 self._wake.clear()
-        CORES.resting(self)
         self._run_commands()
         self._abort_all("the service stopped")
         self.engine = None  # a stopped lane's memory (KV pool, weights if unshared) goes now

@@ -51,7 +51,6 @@ def where():
 
 def test_a_lone_lane_steps_on_every_core_and_lanes_together_on_their_own_thread():
     assert _omp_set_num_threads() is not None, "torch's OpenMP runtime should be found on Linux"
-    before = torch.get_num_threads()
     share = CoreShare(cores=2, enabled=True)  # the test machine's cores may differ: say 2
 
     def lane():
@@ -60,7 +59,6 @@ def test_a_lone_lane_steps_on_every_core_and_lanes_together_on_their_own_thread(
         seen = {"own team": torch.get_num_threads(), "alone": share.run("a", where)}
         share.share("b")  # a second lane starts stepping
         seen["together"] = share.run("a", where)
-        seen["helpers after"] = _helpers_alive()
         share.resting("b")
         seen["alone again"] = share.run("a", where)
         share.resting("a")
@@ -69,13 +67,29 @@ def test_a_lone_lane_steps_on_every_core_and_lanes_together_on_their_own_thread(
 
     me, seen = _in_lane_thread(lane)
     assert seen["own team"] == 1
-    thread, threads = seen["alone"]
-    assert thread is not me and threads == 2, "alone: a helper thread leading a team of every core"
+    helper, threads = seen["alone"]
+    assert helper is not me and threads == 2, "alone: a helper thread leading a team of every core"
     assert seen["together"] == (me, 1), "together: the lane's own thread, one core"
-    assert seen["helpers after"] == [], "the helper leading 2 threads exits when the share drops"
-    assert seen["alone again"][1] == 2
+    assert seen["alone again"] == (helper, 2), "the helper waited while its lane shared one core"
     assert seen["helpers resting"] == [], "a resting lane leaves no team parked"
-    assert torch.get_num_threads() == before, "other threads keep their own setting"
+
+
+def test_a_new_share_size_gets_a_new_helper():
+    share = CoreShare(cores=4, enabled=True)
+
+    def lane():
+        share.lane_thread()
+        first = share.run("a", where)
+        share.share("b")
+        second = share.run("a", where)  # 4 // 2 cores: a team of 2, on a new helper
+        alive = _helpers_alive()
+        share.resting("a")
+        share.resting("b")
+        return first, second, alive
+
+    (first, n1), (second, n2), alive = _in_lane_thread(lane)
+    assert (n1, n2) == (4, 2) and first is not second
+    assert alive == ["inflight-team-2"], "the team of 4 exited before the team of 2 formed"
 
 
 def test_a_failing_step_raises_in_the_lane_and_the_next_step_runs():

@@ -22,7 +22,7 @@ needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reas
 def test_packed_linear_equals_f_linear(bias, rows):
     torch.manual_seed(rows)
     lin = nn.Linear(96, 80, bias=bias)
-    packed = PackedLinear(lin)
+    packed = PackedLinear.of(lin)
     x = torch.randn(rows, 96)
     torch.testing.assert_close(packed(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
     x3 = torch.randn(1, rows, 96)  # the packed batch's shape
@@ -32,11 +32,12 @@ def test_packed_linear_equals_f_linear(bias, rows):
 
 
 @needs_onednn
+@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no oneDNN bf16 on this CPU")
 def test_packed_linear_bfloat16():
     torch.manual_seed(0)
     lin = nn.Linear(64, 48).to(torch.bfloat16)
     x = torch.randn(5, 64, dtype=torch.bfloat16)
-    out = PackedLinear(lin)(x)
+    out = PackedLinear.of(lin)(x)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out, F.linear(x, lin.weight, lin.bias), rtol=2e-2, atol=2e-2)
 
@@ -45,6 +46,8 @@ def test_backend_choice_and_errors():
     onednn = "onednn" if torch.backends.mkldnn.is_available() else "torch"
     assert resolve_linear_backend("auto", CPU, torch.float32) == onednn
     assert resolve_linear_backend("auto", CPU, torch.float16) == "torch"
+    bf16 = onednn if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "torch"
+    assert resolve_linear_backend("auto", CPU, torch.bfloat16) == bf16
     assert resolve_linear_backend("auto", torch.device("cuda"), torch.bfloat16) == "torch"
     assert resolve_linear_backend("torch", CPU, torch.float32) == "torch"
     with pytest.raises(ValueError, match="linear_backend='onednn' needs device 'cpu'.*float16"):

@@ -88,8 +88,8 @@ def test_decode_turns_compute_bound_at_the_ridge():
 def test_peaks_measured_once_then_read_from_disk(tmp_path, monkeypatch):
     calls = []
 
-    def fake_measure(device, dtype):
-        calls.append(device)
+    def fake_measure(device, dtype, linear):
+        calls.append((device, linear))
         return peaks()
 
     monkeypatch.setattr(dp, "measure_peaks", fake_measure)
@@ -98,13 +98,19 @@ def test_peaks_measured_once_then_read_from_disk(tmp_path, monkeypatch):
     first = dp.device_peaks("cpu", torch.float32, path)
     monkeypatch.setattr(dp, "_MEMO", {})  # a new process
     assert dp.device_peaks("cpu", torch.float32, path) == first and len(calls) == 1
-    entry = next(iter(json.loads(path.read_text()).values()))
+    dp.device_peaks("cpu", torch.float32, path, linear="onednn")  # the engine's matmul: its own entry
+    assert [linear for _, linear in calls] == ["torch", "onednn"]
+    entry = json.loads(path.read_text())[f"{dp.device_name(torch.device('cpu'))} | torch.float32 | torch linear"]
     assert entry["method"] == "given" and entry["bytes_per_s"] == 1e11
 
 
-def test_real_measurement_is_plausible():
-    p = dp.measure_peaks(torch.device("cpu"), torch.float32)
+@pytest.mark.parametrize("linear", ["torch", "onednn"])
+def test_real_measurement_is_plausible(linear):
+    if linear == "onednn" and not torch.backends.mkldnn.is_available():
+        pytest.skip("PyTorch without oneDNN")
+    p = dp.measure_peaks(torch.device("cpu"), torch.float32, linear)
     assert 1e8 < p.bytes_per_s < 1e13 and 1e8 < p.flops_per_s < 1e14 and "matmul" in p.method
+    assert ("oneDNN" in p.method) == (linear == "onednn")
 
 
 def test_step_events_carry_the_roofline(tiny_model_dirs):
@@ -141,7 +147,7 @@ def test_kv_page_panel_averages_recent_steps_per_lane():
 
 def test_report_command(tiny_llama_dir, monkeypatch):
     from engine.roofline_report import report
-    monkeypatch.setattr(dp, "device_peaks", lambda device, dtype: peaks())
+    monkeypatch.setattr(dp, "device_peaks", lambda device, dtype, linear: peaks())
     lines = report(str(tiny_llama_dir), "cpu", "float32")
     assert "KiB per token" in lines[0] and "ridge 100.0 FLOPs per byte" in lines[1]
     assert "at 512 tokens of context" in lines[2]

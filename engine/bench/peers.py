@@ -116,7 +116,7 @@ def run_hf_generate(workloads: list[Workload], cfg: BenchConfig, progress=None, 
         for w in workloads:
             gc.collect()
             run = _hf_generate_workload(model, w, cfg, pad, device, clock, sleep, progress, cancel)
-            run.info.update({"device": str(device), "dtype": str(dtype).replace("torch.", ""),
+            run.info.update({"device": str(device), "dtype": str(dtype).replace("torch.", ""), "linear": "torch",
                              "attn_implementation": attn, "batch_size": cfg.engine.static_batch_size})
             runs.append(run)
         return runs
@@ -312,7 +312,8 @@ def _child_main(job_path: str) -> int:
             _cb_run(manager, [dataclasses.replace(r, arrival_s=0.0, max_tokens=4) for r in warm], None, "warmup")
         for i, w in enumerate(workloads):
             runs.append(_cb_run(manager, w.requests, i, f"run{i}-"))
-    info = {"device": str(device), "dtype": str(dtype).replace("torch.", ""), "attn_implementation": attn,
+    info = {"device": str(device), "dtype": str(dtype).replace("torch.", ""), "linear": "torch",
+            "attn_implementation": attn,
             "kv_blocks": kv_blocks, "continuous_batching_config": cb_kw, "torch_threads": torch.get_num_threads()}
     Path(job["out"]).write_text(json.dumps({"runs": runs, "info": info}))
     return 0

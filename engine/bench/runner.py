@@ -123,7 +123,7 @@ def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, c
     records.sort(key=lambda r: r.index)
     info = {"kv_blocks": eng.kv_capacity_tokens // eng.cfg.block_size, "block_size": eng.cfg.block_size,
             "kv_capacity_tokens": eng.kv_capacity_tokens, "device": str(eng.runner.device),
-            "dtype": str(eng.runner.dtype).replace("torch.", ""), "rate": rate,
+            "dtype": str(eng.runner.dtype).replace("torch.", ""), "linear": eng.runner.linear, "rate": rate,
             "policy": eng.cfg.scheduling_policy, "prefix_caching": eng.cfg.enable_prefix_caching,
             "other_cpu_pct": cpu.other_cpu_pct(),
             "telemetry_pct": share_pct(eng.telemetry_s - telemetry_s0, eng.step_s - step_s0)}

@@ -22,7 +22,10 @@ _DTYPES = (torch.float32, torch.bfloat16)
 
 
 def onednn_usable(device: torch.device, dtype: torch.dtype) -> bool:
-    return device.type == "cpu" and dtype in _DTYPES and torch.backends.mkldnn.is_available()
+    if device.type != "cpu" or dtype not in _DTYPES or not torch.backends.mkldnn.is_available():
+        return False
+    # oneDNN refuses bf16 weights on CPUs without AVX-512 (or AVX-NE-CONVERT)
+    return dtype != torch.bfloat16 or torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def resolve_linear_backend(name: str, device: torch.device, dtype: torch.dtype) -> str:
@@ -32,7 +35,7 @@ def resolve_linear_backend(name: str, device: torch.device, dtype: torch.dtype) 
         return "onednn" if usable else "torch"
     if name == "onednn" and not usable:
         raise ValueError(f"EngineConfig.linear_backend='onednn' needs device 'cpu', dtype float32 or bfloat16 "
-                         f"and a PyTorch built with oneDNN; got device {device.type!r}, dtype "
+                         f"(bf16: on a CPU with AVX-512) and a PyTorch built with oneDNN; got device {device.type!r}, dtype "
                          f"{str(dtype).replace('torch.', '')}")
     return name
 
@@ -40,11 +43,15 @@ def resolve_linear_backend(name: str, device: torch.device, dtype: torch.dtype) 
 class PackedLinear(nn.Module):
     """y = x W^T + b with W in oneDNN's packed layout (read-only: engines in several threads share it)."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
         super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), ROWS_HINT)
-        self.bias = None if linear.bias is None else linear.bias.detach()
+        self.out_features, self.in_features = weight.shape
+        self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), ROWS_HINT)
+        self.bias = None if bias is None else bias.detach()
+
+    @classmethod
+    def of(cls, linear: nn.Linear) -> PackedLinear:
+        return cls(linear.weight, linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.mkldnn._linear_pointwise(x.contiguous(), self.packed_weight, self.bias, "none", [], "")
@@ -59,6 +66,6 @@ def pack_linears(model: nn.Module) -> int:
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
-                setattr(parent, name, PackedLinear(child))
+                setattr(parent, name, PackedLinear.of(child))
                 count += 1
     return count
