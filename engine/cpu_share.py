@@ -8,9 +8,9 @@ stepping now, at least 1; a lane alone gets every core. INFLIGHT_CPU_SHARE=0 tur
 
 Where a step runs matters as much as its team size. GNU OpenMP keeps a team's idle workers parked per
 thread that ever led a team, and once the parked workers of all threads outnumber the cores, every
-team stops spin-waiting between operators and sleeps instead: measured here, a 2-thread forward in a
-lane thread ran as slowly as a 1-thread one (52 ms against 33 ms for the model's matmuls at 8 rows)
-because another thread had once led a team. So lane threads themselves only ever run 1-thread teams;
+team stops spin-waiting between operators and sleeps instead: a lane alone in the app
+stepped at 79-80 ms where the same batch-8 decode step takes 53 ms on a helper (`python -m
+engine.bench.lanes_together`, README). So lane threads themselves only ever run 1-thread teams;
 a step with a larger share runs on a helper thread that leads a team of exactly that size, and the
 helper exits (its workers with it) when the lane's share changes to another size or the lane rests. A
 lane gets more than one core only while the lanes stepping are fewer than the cores, so the parked

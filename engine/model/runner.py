@@ -9,6 +9,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from ..config import EngineConfig
 from ..kv import KVCacheManager, KVPool
 from ..kv.pool import kv_shape
+from ..memory import release_freed_memory
 from ..request import Request
 from ..scheduler import ScheduledRow
 from . import attention
@@ -89,6 +90,7 @@ class ModelRunner:
         self.model = model.to(self.device).eval()
         if self.linear == "onednn":
             pack_linears(self.model)
+            release_freed_memory()  # the unpacked weights: else malloc keeps their pages
 
     def allocate_kv(self, num_blocks: int, block_size: int) -> None:
         self.pool = KVPool(self.kv_shape, num_blocks, block_size, self.dtype, self.device)
