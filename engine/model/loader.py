@@ -5,6 +5,8 @@
 ``AutoModelForCausalLM.from_pretrained(dir)`` and ``AutoTokenizer.from_pretrained(dir)``
 work offline. Resolution order:
 
+0. ``random:PRESET``: a random-weight folder with a real model's shapes (random_model.py), built
+   once into our cache.
 1. ``model`` is an existing directory: it is checked and returned.
    A path-looking string that does not exist is an error.
 2. Hub id, our own converted cache: ``$INFLIGHT_CACHE/<org>--<name>`` (default
@@ -40,6 +42,7 @@ from .model_files import (COMPLETE_MARKER, NotAvailable, converted_cache_dir, is
 __all__ = ["DEFAULT_MODEL", "resolve_model_dir", "converted_cache_dir", "models_cache_root",
            "COMPLETE_MARKER"]
 
+RANDOM_PREFIX = "random:"  # random_model.PREFIX
 # A hub id: "name" or "org/name" (letters, digits, '-', '_', '.').
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
@@ -62,6 +65,11 @@ def resolve_model_dir(model: str, progress: Callable[[str], None] | None = None)
     if not isinstance(model, str) or not model.strip():
         raise ValueError(f"model must be a hub id or a local directory, got {model!r}")
     model = model.strip()
+
+    # 0. Random weights with a preset's shapes.
+    if model.startswith(RANDOM_PREFIX):
+        from .random_model import cached_random_model  # not at import: it is also a `python -m` module
+        return cached_random_model(model[len(RANDOM_PREFIX):], progress)
 
     # 1. A local directory.
     path = Path(os.path.expanduser(model))
