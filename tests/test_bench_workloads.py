@@ -33,6 +33,10 @@ def test_quick_and_anyscale_shapes():
     assert len(any_) == 100
     assert all(r.prompt_len == 512 and 1 <= r.max_tokens <= 512 for r in any_.requests)
     assert preset("anyscale", scale=0.1, output_lengths=Lengths.parse("exp:128:32")).output_lengths.cap == 32
+    nano = make_workload(preset("nano-vllm"))
+    assert len(nano) == 256 and nano.ignore_eos and not nano.chat
+    assert all(100 <= r.prompt_len <= 1024 and 100 <= r.max_tokens <= 1024 and r.arrival_s == 0
+               for r in nano.requests)
 
 
 def test_length_distributions():

@@ -324,6 +324,14 @@ def _anyscale(scale: float) -> WorkloadSpec:
                         output_lengths=Lengths("exponential", mean=128, cap=512), chat=False)
 
 
+def _nano_vllm(scale: float) -> WorkloadSpec:
+    # nano-vllm's bench.py: 256 requests, prompt and output lengths uniform in 100-1024, EOS ignored,
+    # all at t=0 (its README: Qwen3-0.6B, 1434 tok/s on a laptop RTX 4070).
+    return WorkloadSpec("nano-vllm", num_requests=_count(256, scale), prompts="synthetic",
+                        prompt_lengths=Lengths("uniform", low=100, high=1024),
+                        output_lengths=Lengths("uniform", low=100, high=1024), chat=False)
+
+
 def _online(scale: float) -> WorkloadSpec:
     # quick's requests arriving as a Poisson process at 2 requests/s.
     return replace(_quick(scale), name="online", rate=2.0)
@@ -371,8 +379,8 @@ def _flood(scale: float) -> WorkloadSpec:
         RequestClass(_count(16, scale), tenant="few", **same)))
 
 
-PRESETS = {"quick": _quick, "anyscale": _anyscale, "online": _online, "bursty": _bursty, "tiny": _tiny,
-           "shared-prefix": _shared_prefix, "hol": _hol, "flood": _flood}
+PRESETS = {"quick": _quick, "anyscale": _anyscale, "nano-vllm": _nano_vllm, "online": _online, "bursty": _bursty,
+           "tiny": _tiny, "shared-prefix": _shared_prefix, "hol": _hol, "flood": _flood}
 
 
 def preset(name: str, scale: float = 1.0, **overrides) -> WorkloadSpec:

@@ -1,0 +1,110 @@
+"""A decode step's time against the memory floor: python -m engine.bench.decode_floor
+
+A decode step must read every weight once and every row's KV cache; no kernel can beat those bytes
+divided by the device's copy bandwidth. For each batch size this fills an engine with `batch`
+requests of `context` prompt tokens, times real engine steps that only decode (schedule to sampled
+token, telemetry included), and divides by the floor: the step's bytes (engine/roofline.step_work,
+from the step's own event) over the copy bandwidth measured in the same run (device_peaks).
+
+    python -m engine.bench.decode_floor --model random:Qwen2.5-0.5B-Instruct --dtype bfloat16 \
+        --batches 1,16,64,256 --context 512 [--steps 16] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import asdict
+
+import torch
+
+from ..config import EngineConfig
+from ..device_peaks import measure_peaks
+from ..events import PREFILL
+from ..llm_engine import LLMEngine
+from ..roofline import ModelCost, step_work
+from .step_profile import fill
+from .suite import host_info
+
+
+def floor_point(eng: LLMEngine, cost: ModelCost, peaks, batch: int, context: int, steps: int) -> dict:
+    """Median decode-only step of `batch` rows holding `context` tokens, and its floors."""
+    fill(eng, [context] * batch, steps)
+    times, work = [], []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        ev = eng.step()
+        times.append(time.perf_counter() - t0)
+        if not ev.entries or any(e.phase == PREFILL for e in ev.entries):
+            raise RuntimeError(f"step {ev.step} was not decode-only: KV too small for {batch} rows?")
+        work.append(step_work(cost, ev.entries, len(ev.sampled)))
+    for rid in list(eng.requests):
+        eng.abort(rid)
+    step_s = statistics.median(times)
+    flops, moved = work[len(work) // 2]  # grows by one token per row a step: the middle step's
+    mem_floor = moved / peaks.bytes_per_s
+    return {"batch": batch, "context": context, "steps": steps, "step_ms": 1e3 * step_s,
+            "bytes": moved, "flops": flops, "memory_floor_ms": 1e3 * mem_floor,
+            "compute_floor_ms": 1e3 * flops / peaks.flops_per_s, "x_memory_floor": step_s / mem_floor,
+            "achieved_bytes_per_s": moved / step_s}
+
+
+def run(model: str | None, device: str, dtype: str, attention_backend: str, batches: list[int], context: int,
+        steps: int) -> dict:
+    largest = max(batches)
+    row_len = context + steps + 2
+    cfg = EngineConfig(model=model, device=device, dtype=dtype, attention_backend=attention_backend,
+                       max_model_len=row_len, max_num_seqs=largest, max_num_batched_tokens=max(8192, largest),
+                       num_kv_blocks=largest * -(-row_len // 16), block_size=16)
+    eng = LLMEngine(cfg)
+    runner = eng.runner
+    cost = ModelCost.from_hf_config(runner.hf_config, runner.dtype)
+    fill(eng, [16, 16], 2)  # warm-up: kernels compiled, allocator primed
+    for rid in list(eng.requests):
+        eng.abort(rid)
+    peaks = measure_peaks(runner.device, runner.dtype, runner.linear)  # this run's, not the cached ones
+    rows = [floor_point(eng, cost, peaks, b, context, steps) for b in batches]
+    config = {"model": cfg.model, "device": str(runner.device), "dtype": str(runner.dtype),
+              "attention_backend": runner.backend, "linear": runner.linear, "context": context, "steps": steps,
+              "host": host_info()}
+    return {"config": config, "peaks": asdict(peaks), "weight_bytes": cost.weight_bytes,
+            "kv_bytes_per_token": cost.kv_bytes_per_token, "rows": rows}
+
+
+def render(result: dict) -> str:
+    p, c = result["peaks"], result["config"]
+    lines = [f"{c['model']} {c['dtype']} on {p['device']} ({c['attention_backend']} attention): "
+             f"copy {p['bytes_per_s'] / 1e9:.1f} GB/s, matmul {p['flops_per_s'] / 1e12:.2f} TFLOP/s; "
+             f"weights {result['weight_bytes'] / 2**20:.0f} MiB",
+             f"{'batch':>5} {'ctx':>5} {'step ms':>8} {'MiB/step':>9} {'mem floor':>10} {'x floor':>8} "
+             f"{'GB/s':>7} {'flop floor':>11}"]
+    for r in result["rows"]:
+        lines.append(f"{r['batch']:>5} {r['context']:>5} {r['step_ms']:>8.2f} {r['bytes'] / 2**20:>9.1f} "
+                     f"{r['memory_floor_ms']:>8.2f}ms {r['x_memory_floor']:>7.2f}x "
+                     f"{r['achieved_bytes_per_s'] / 1e9:>7.1f} {r['compute_floor_ms']:>9.2f}ms")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--attention-backend", default="auto")
+    ap.add_argument("--batches", default="1,16,64,256")
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    with torch.inference_mode():
+        result = run(args.model, args.device, args.dtype, args.attention_backend,
+                     [int(x) for x in args.batches.split(",")], args.context, args.steps)
+    print(render(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
