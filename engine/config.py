@@ -30,6 +30,9 @@ class EngineConfig:
     # torch: the PyTorch reference (any device); triton: our Triton kernels (CUDA, or CPU under
     # TRITON_INTERPRET=1). auto is torch until the Triton path is verified on a GPU.
     attention_backend: str = "auto"
+    # Decode-only steps replayed from CUDA graphs (engine/model/decode_graphs.py); needs the Triton
+    # backend. None: on wherever it can run (CUDA with Triton attention).
+    cuda_graphs: bool | None = None
     # torch: F.linear; onednn: weights packed once for oneDNN (CPU, fp32/bf16; engine/model/packed_linear.py).
     # auto is onednn wherever it can run.
     linear_backend: str = "auto"
@@ -62,6 +65,8 @@ class EngineConfig:
         _check(self.dtype in DTYPES, "dtype", self.dtype, f"one of {', '.join(DTYPES)}")
         _check(self.attention_backend in ATTENTION_BACKENDS, "attention_backend", self.attention_backend,
                f"one of {', '.join(ATTENTION_BACKENDS)}")
+        _check(self.cuda_graphs is None or isinstance(self.cuda_graphs, bool), "cuda_graphs", self.cuda_graphs,
+               "None, True or False")
         _check(self.linear_backend in LINEAR_BACKENDS, "linear_backend", self.linear_backend,
                f"one of {', '.join(LINEAR_BACKENDS)}")
         _check(_is_int(self.block_size) and self.block_size >= 1, "block_size", self.block_size,

@@ -32,7 +32,8 @@ class LLMEngine:
         self.tokenizer = self.runner.tokenizer
         self.max_model_len = self._max_model_len()
         num_blocks = self._num_kv_blocks()
-        self.runner.allocate_kv(num_blocks, self.cfg.block_size)
+        self.runner.allocate_kv(num_blocks, self.cfg.block_size,
+                                max(self.cfg.max_num_seqs, self.cfg.static_batch_size), self.max_model_len)
         self._fresh_state()
         self.requests: dict[int, Request] = {}  # unfinished
         self._finished: OrderedDict[int, RequestOutput] = OrderedDict()

@@ -72,7 +72,7 @@ def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, c
     eng.draining = False
     report(progress, strategy=lane, stage="run", done=0, total=total, rate=rate)
     cpu = CpuShare()
-    step_s0, telemetry_s0 = eng.step_s, eng.telemetry_s
+    step_s0, telemetry_s0, graph_steps0 = eng.step_s, eng.telemetry_s, _graph_steps(eng)
     t0 = clock()
     try:
         while True:
@@ -126,6 +126,21 @@ def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, c
             "dtype": str(eng.runner.dtype).replace("torch.", ""), "linear": eng.runner.linear, "rate": rate,
             "policy": eng.cfg.scheduling_policy, "prefix_caching": eng.cfg.enable_prefix_caching,
             "other_cpu_pct": cpu.other_cpu_pct(),
-            "telemetry_pct": share_pct(eng.telemetry_s - telemetry_s0, eng.step_s - step_s0)}
+            "telemetry_pct": share_pct(eng.telemetry_s - telemetry_s0, eng.step_s - step_s0),
+            "attention": eng.runner.backend, "cuda_graphs": _graphs_state(eng),
+            "graph_steps": _graph_steps(eng) - graph_steps0}
     report(progress, strategy=lane, stage="done", done=done, total=total, rate=rate)
     return StrategyRun(lane, records, steps, t0, info)
+
+
+def _graph_steps(eng) -> int:
+    """Steps so far that ran through a decode graph bucket (replayed, or eager where not on CUDA)."""
+    graphs = eng.runner.graphs
+    return sum(graphs.steps.values()) if graphs is not None else 0
+
+
+def _graphs_state(eng) -> str:
+    graphs = eng.runner.graphs
+    if graphs is None:
+        return "off"
+    return f"failed ({graphs.failed})" if graphs.failed else ("on" if graphs.capture else "eager buckets")

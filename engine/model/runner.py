@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -19,6 +20,9 @@ from .packed_linear import pack_linears, resolve_linear_backend
 from .sampler import sample
 from .tokens import eos_token_ids, pad_token_id
 
+if TYPE_CHECKING:
+    from .decode_graphs import DecodeGraphs
+
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
@@ -35,6 +39,17 @@ def resolve_backend(name: str, device: torch.device) -> str:
             raise ValueError("attention_backend='triton' needs a CUDA device (or TRITON_INTERPRET=1 to run "
                              "the kernels in Triton's CPU interpreter, for tests)")
     return "torch" if name == "auto" else name
+
+
+def resolve_cuda_graphs(flag: bool | None, device: torch.device, backend: str) -> bool:
+    """Whether decode steps go through graph buckets: replayed CUDA graphs on CUDA; without CUDA
+    (the Triton backend then runs in Triton's interpreter, for tests) the same bucketed forward, eagerly."""
+    if flag is None:
+        return device.type == "cuda" and backend == "triton"
+    if flag and backend != "triton":
+        raise ValueError("EngineConfig.cuda_graphs=True needs attention_backend='triton' (the torch reference "
+                         "backend sizes its work from host values every step, which a graph cannot replay)")
+    return flag
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
@@ -57,6 +72,7 @@ class ModelRunner:
         self.dtype = resolve_dtype(cfg.dtype, self.device)
         self.backend = resolve_backend(cfg.attention_backend, self.device)
         self.linear = resolve_linear_backend(cfg.linear_backend, self.device, self.dtype)
+        self.cuda_graphs = resolve_cuda_graphs(cfg.cuda_graphs, self.device, self.backend)
         self.model_name = cfg.model
         same = (cfg.model, self.device, self.dtype, self.backend, self.linear)
         if share is not None and (share.model_name, share.device, share.dtype, share.backend, share.linear) == same:
@@ -72,6 +88,7 @@ class ModelRunner:
         self.eos_token_ids = eos_token_ids(self.model.generation_config, self.tokenizer)
         self.pad_token_id = pad_token_id(self.tokenizer, self.eos_token_ids)
         self.pool: KVPool | None = None
+        self.graphs: DecodeGraphs | None = None
 
     def _load(self, cfg: EngineConfig, progress) -> None:
         with _LOAD_LOCK:
@@ -92,8 +109,13 @@ class ModelRunner:
             pack_linears(self.model)
             release_freed_memory()  # the unpacked weights: else malloc keeps their pages
 
-    def allocate_kv(self, num_blocks: int, block_size: int) -> None:
+    def allocate_kv(self, num_blocks: int, block_size: int, max_rows: int, max_model_len: int) -> None:
+        """The KV pool, and the decode graphs' persistent inputs for up to max_rows rows."""
         self.pool = KVPool(self.kv_shape, num_blocks, block_size, self.dtype, self.device)
+        if self.cuda_graphs:
+            from .decode_graphs import DecodeGraphs  # imports triton
+            self.graphs = DecodeGraphs(self, max_rows, -(-max_model_len // block_size),
+                                       capture=self.device.type == "cuda")
 
     @torch.inference_mode()
     def execute(self, rows: list[ScheduledRow], cache: KVCacheManager) -> list[int]:
@@ -101,15 +123,17 @@ class ModelRunner:
         batch = _PackedBatch(self, cache)
         for row in rows:
             batch.add(row)
-        meta = batch.meta()
-        dev = self.device
-        logits = self.model(
-            input_ids=torch.tensor([batch.ids], device=dev),
-            position_ids=torch.tensor([batch.positions], device=dev),
-            use_cache=False,
-            logits_to_keep=torch.tensor(batch.sample_idx, dtype=torch.long, device=dev),
-            **{META_KWARG: meta},
-        ).logits[0]
+        if self.graphs is not None and self.graphs.fits(batch):
+            logits = self.graphs.logits(batch)
+        else:
+            dev = self.device
+            logits = self.model(
+                input_ids=torch.tensor([batch.ids], device=dev),
+                position_ids=torch.tensor([batch.positions], device=dev),
+                use_cache=False,
+                logits_to_keep=torch.tensor(batch.sample_idx, dtype=torch.long, device=dev),
+                **{META_KWARG: batch.meta()},
+            ).logits[0]
         if not batch.sample_rows:
             return []
         reqs = [r.request for r in batch.sample_rows]
