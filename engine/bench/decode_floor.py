@@ -51,12 +51,12 @@ def floor_point(eng: LLMEngine, cost: ModelCost, peaks, batch: int, context: int
 
 
 def run(model: str | None, device: str, dtype: str, attention_backend: str, batches: list[int], context: int,
-        steps: int) -> dict:
+        steps: int, cuda_graphs: bool | None = None) -> dict:
     largest = max(batches)
     row_len = context + steps + 2
     cfg = EngineConfig(model=model, device=device, dtype=dtype, attention_backend=attention_backend,
-                       max_model_len=row_len, max_num_seqs=largest, max_num_batched_tokens=max(8192, largest),
-                       num_kv_blocks=largest * -(-row_len // 16), block_size=16)
+                       cuda_graphs=cuda_graphs, max_model_len=row_len, max_num_seqs=largest,
+                       max_num_batched_tokens=max(8192, largest), num_kv_blocks=largest * -(-row_len // 16), block_size=16)
     eng = LLMEngine(cfg)
     runner = eng.runner
     cost = ModelCost.from_hf_config(runner.hf_config, runner.dtype)
@@ -66,15 +66,16 @@ def run(model: str | None, device: str, dtype: str, attention_backend: str, batc
     peaks = measure_peaks(runner.device, runner.dtype, runner.linear)  # this run's, not the cached ones
     rows = [floor_point(eng, cost, peaks, b, context, steps) for b in batches]
     config = {"model": cfg.model, "device": str(runner.device), "dtype": str(runner.dtype),
-              "attention_backend": runner.backend, "linear": runner.linear, "context": context, "steps": steps,
-              "host": host_info()}
+              "attention_backend": runner.backend, "linear": runner.linear, "cuda_graphs": runner.cuda_graphs,
+              "context": context, "steps": steps, "host": host_info()}
     return {"config": config, "peaks": asdict(peaks), "weight_bytes": cost.weight_bytes,
             "kv_bytes_per_token": cost.kv_bytes_per_token, "rows": rows}
 
 
 def render(result: dict) -> str:
     p, c = result["peaks"], result["config"]
-    lines = [f"{c['model']} {c['dtype']} on {p['device']} ({c['attention_backend']} attention): "
+    graphs = ", CUDA graphs" if c["cuda_graphs"] else ""
+    lines = [f"{c['model']} {c['dtype']} on {p['device']} ({c['attention_backend']} attention{graphs}): "
              f"copy {p['bytes_per_s'] / 1e9:.1f} GB/s, matmul {p['flops_per_s'] / 1e12:.2f} TFLOP/s; "
              f"weights {result['weight_bytes'] / 2**20:.0f} MiB",
              f"{'batch':>5} {'ctx':>5} {'step ms':>8} {'MiB/step':>9} {'mem floor':>10} {'x floor':>8} "
@@ -92,6 +93,7 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--attention-backend", default="auto")
+    ap.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto")
     ap.add_argument("--batches", default="1,16,64,256")
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--steps", type=int, default=16)
@@ -99,7 +101,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     with torch.inference_mode():
         result = run(args.model, args.device, args.dtype, args.attention_backend,
-                     [int(x) for x in args.batches.split(",")], args.context, args.steps)
+                     [int(x) for x in args.batches.split(",")], args.context, args.steps,
+                     {"auto": None, "on": True, "off": False}[args.cuda_graphs])
     print(render(result))
     if args.json:
         with open(args.json, "w") as f:

@@ -9,6 +9,11 @@ wrapping the engine's own methods, so nothing here re-implements the engine.
     python -m engine.bench.step_profile --batches 1,8,32 --contexts 64,512 [--steps 8] [--json out.json]
     python -m engine.bench.step_profile --mixed --batches 16 --contexts 1024   # grouped vs one group
     python -m engine.bench.step_profile --linear torch,onednn   # linear layers through F.linear vs oneDNN
+    python -m engine.bench.step_profile --device cuda --attention-backend triton --cuda-graphs off
+
+On a GPU the phases are host time (a kernel launch returns at once; the step waits for the GPU
+where sampling reads its tokens back), and `gpu busy` is the time the GPU's kernels ran per step:
+the step time minus that is what the host costs.
 """
 from __future__ import annotations
 
@@ -88,7 +93,9 @@ def fill(eng: LLMEngine, contexts: list[int], steps: int) -> None:
 
 def profile_point(eng: LLMEngine, contexts: list[int], steps: int) -> dict:
     fill(eng, contexts, steps)
-    with PhaseTimer(eng) as timer, profile(activities=[ProfilerActivity.CPU]) as prof:
+    cuda = eng.runner.device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with PhaseTimer(eng) as timer, profile(activities=activities) as prof:
         t0 = time.perf_counter()
         for _ in range(steps):
             eng.step()
@@ -96,7 +103,9 @@ def profile_point(eng: LLMEngine, contexts: list[int], steps: int) -> dict:
     for rid in list(eng.requests):
         eng.abort(rid)
     ops = _op_groups(prof, timer.total["forward"])
+    gpu_s = sum(ev.self_device_time_total for ev in prof.key_averages()) / 1e6 if cuda else 0.0
     return {"batch": len(contexts), "context": max(contexts), "steps": steps, "step_ms": 1e3 * wall / steps,
+            "gpu_busy_ms": 1e3 * gpu_s / steps,
             "phases_ms": {k: 1e3 * v / steps for k, v in timer.phases().items()},
             "forward_ms": {k: 1e3 * v / steps for k, v in ops.items()}}
 
@@ -144,14 +153,20 @@ def main(argv=None) -> None:
                          "length and padded to the longest, side by side")
     ap.add_argument("--linear", default="auto",
                     help="comma-separated linear_backend values to profile one after the other (auto, torch, onednn)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--attention-backend", default="auto")
+    ap.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    graphs = {"auto": None, "on": True, "off": False}[args.cuda_graphs]
     batches = [int(x) for x in args.batches.split(",")]
     contexts = [int(x) for x in args.contexts.split(",")]
     rows = []
     for linear in args.linear.split(","):
-        eng = LLMEngine(EngineConfig(model=args.model, device="cpu", max_num_seqs=max(batches),
-                                     max_num_batched_tokens=4096, linear_backend=linear))
+        eng = LLMEngine(EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
+                                     attention_backend=args.attention_backend, cuda_graphs=graphs,
+                                     max_num_seqs=max(batches), max_num_batched_tokens=4096, linear_backend=linear))
         fill(eng, [16, 16], 2)  # warm-up
         for rid in list(eng.requests):
             eng.abort(rid)
@@ -159,7 +174,8 @@ def main(argv=None) -> None:
             points = mixed_points(eng, batches, contexts, args.steps)
         else:
             points = [profile_point(eng, [c] * b, args.steps) for c in contexts for b in batches]
-        rows += [{**p, "linear": eng.runner.linear} for p in points]
+        rows += [{**p, "linear": eng.runner.linear, "attention": eng.runner.backend,
+                  "cuda_graphs": eng.runner.cuda_graphs} for p in points]
         del eng
     print(render(rows, torch.get_num_threads()))
     if args.json:
@@ -168,12 +184,15 @@ def main(argv=None) -> None:
 
 
 def render(rows: list[dict], threads: int) -> str:
-    cols = ["linear", *(["decode"] if rows and "decode" in rows[0] else []), "step", *PHASES,
+    gpu = any(r["gpu_busy_ms"] for r in rows)
+    cols = ["linear", *(["decode"] if rows and "decode" in rows[0] else []), "step", *(["gpu busy"] if gpu else []),
+            *PHASES,
             *(f"fwd: {g}" for g in (*OP_GROUPS, "other"))]
     lines = [f"decode step, ms per step ({threads} threads); forward split by operator self time",
              "batch   ctx  " + "  ".join(f"{c:>{max(6, len(c))}}" for c in cols)]
     for r in rows:
-        vals = [r["linear"], *([r["decode"]] if "decode" in r else []), f"{r['step_ms']:.1f}",
+        vals = [r["linear"], *([r["decode"]] if "decode" in r else []), f"{r['step_ms']:.2f}",
+                *([f"{r['gpu_busy_ms']:.2f}"] if gpu else []),
                 *(f"{r['phases_ms'][p]:.1f}" for p in PHASES),
                 *(f"{r['forward_ms'][g]:.1f}" for g in (*OP_GROUPS, "other"))]
         cells = "  ".join(f"{v:>{max(6, len(c))}}" for c, v in zip(cols, vals))

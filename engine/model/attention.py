@@ -46,6 +46,9 @@ class BatchMeta:
     # (first row, end row, blocks) of decode rows of similar length: the reference backend gathers
     # each group's K/V only up to its own width (runner.decode_groups); None: one group of all rows
     decode_groups: list[tuple[int, int, int]] | None = None
+    # the Triton backend's PagedAttnInputs: built by the runner before the forward, so that its
+    # host-to-device copies are queued before any kernel (None: built at the first layer)
+    kernel_inputs: object | None = None
     _masks: dict = field(default_factory=dict)  # cached per (group, sliding window)
 
     def groups(self) -> list[tuple[int, int, int]]:

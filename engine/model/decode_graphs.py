@@ -109,8 +109,7 @@ class DecodeGraphs:
         inputs = self._inputs[size]
         meta = BatchMeta(pool=self.runner.pool, num_tokens=size, write_idx=None, write_slots=inputs.slot_mapping,
                          decode_idx=self.keep[:size], decode_blocks=inputs.block_tables,
-                         decode_ctx=inputs.context_len, prefills=[])
-        meta._masks["triton"] = inputs  # the Triton backend reads its inputs from here (no per-step build)
+                         decode_ctx=inputs.context_len, prefills=[], kernel_inputs=inputs)
         return self.runner.model(input_ids=self.ids[:, :size], position_ids=self.positions[:, :size], use_cache=False,
                                  logits_to_keep=self.keep[:size], **{META_KWARG: meta}).logits[0]
 

@@ -126,13 +126,16 @@ class ModelRunner:
         if self.graphs is not None and self.graphs.fits(batch):
             logits = self.graphs.logits(batch)
         else:
-            dev = self.device
+            dev, meta = self.device, batch.meta()
+            if self.backend == "triton":
+                from .triton_attention import build_inputs
+                meta.kernel_inputs = build_inputs(meta)
             logits = self.model(
                 input_ids=torch.tensor([batch.ids], device=dev),
                 position_ids=torch.tensor([batch.positions], device=dev),
                 use_cache=False,
                 logits_to_keep=torch.tensor(batch.sample_idx, dtype=torch.long, device=dev),
-                **{META_KWARG: batch.meta()},
+                **{META_KWARG: meta},
             ).logits[0]
         if not batch.sample_rows:
             return []

@@ -302,9 +302,9 @@ def paged_attention_hf(module, query, key, value, attention_mask, scaling=None, 
     query [1, H, T, D], key/value [1, Hkv, T, D] -> (out [1, T, H, D], None)."""
     from .attention import META_KWARG
     meta = kwargs[META_KWARG]
-    inputs = meta._masks.get("triton")  # per-step cache shared by every layer
+    inputs = meta.kernel_inputs  # one per step, shared by every layer
     if inputs is None:
-        inputs = meta._masks["triton"] = build_inputs(meta)
+        inputs = meta.kernel_inputs = build_inputs(meta)
     layer = module.layer_idx
     k_pool, v_pool = meta.pool.k[layer], meta.pool.v[layer]
     write_kv_triton(key[0].transpose(0, 1), value[0].transpose(0, 1), k_pool, v_pool, inputs.slot_mapping)

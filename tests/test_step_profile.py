@@ -1,0 +1,21 @@
+"""The step profiler (engine/bench/step_profile.py) on a tiny model: real decode steps, split by phase."""
+from __future__ import annotations
+
+import json
+
+from engine.bench import step_profile
+
+
+def test_profile_splits_decode_steps_into_phases(tiny_llama_dir, tmp_path, capsys):
+    out = tmp_path / "profile.json"
+    step_profile.main(["--model", str(tiny_llama_dir), "--batches", "1,3", "--contexts", "12", "--steps", "3",
+                       "--linear", "torch", "--json", str(out)])
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["batch"], r["context"], r["steps"]) for r in rows] == [(1, 12, 3), (3, 12, 3)]
+    for r in rows:
+        assert r["linear"] == "torch" and r["attention"] == "torch" and r["cuda_graphs"] is False
+        assert r["gpu_busy_ms"] == 0.0  # no GPU: no device time
+        phases = sum(r["phases_ms"].values())
+        assert 0 < r["phases_ms"]["forward"] and phases <= r["step_ms"] * 1.05
+        assert abs(sum(r["forward_ms"].values()) - r["phases_ms"]["forward"]) < 0.05 * r["phases_ms"]["forward"] + 0.01
+    assert "batch build" in capsys.readouterr().out
