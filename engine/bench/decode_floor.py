@@ -66,7 +66,7 @@ def run(model: str | None, device: str, dtype: str, attention_backend: str, batc
     peaks = measure_peaks(runner.device, runner.dtype, runner.linear)  # this run's, not the cached ones
     rows = [floor_point(eng, cost, peaks, b, context, steps) for b in batches]
     config = {"model": cfg.model, "device": str(runner.device), "dtype": str(runner.dtype),
-              "attention_backend": runner.backend, "linear": runner.linear, "cuda_graphs": runner.cuda_graphs,
+              "attention_backend": runner.backend, "linear": runner.linear, "cuda_graphs": runner.graphs_state(),
               "context": context, "steps": steps, "host": host_info()}
     return {"config": config, "peaks": asdict(peaks), "weight_bytes": cost.weight_bytes,
             "kv_bytes_per_token": cost.kv_bytes_per_token, "rows": rows}
@@ -74,7 +74,7 @@ def run(model: str | None, device: str, dtype: str, attention_backend: str, batc
 
 def render(result: dict) -> str:
     p, c = result["peaks"], result["config"]
-    graphs = ", CUDA graphs" if c["cuda_graphs"] else ""
+    graphs = f", CUDA graphs {c['cuda_graphs']}" if c["cuda_graphs"] != "off" else ""
     lines = [f"{c['model']} {c['dtype']} on {p['device']} ({c['attention_backend']} attention{graphs}): "
              f"copy {p['bytes_per_s'] / 1e9:.1f} GB/s, matmul {p['flops_per_s'] / 1e12:.2f} TFLOP/s; "
              f"weights {result['weight_bytes'] / 2**20:.0f} MiB",

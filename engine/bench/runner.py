@@ -127,7 +127,7 @@ def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, c
             "policy": eng.cfg.scheduling_policy, "prefix_caching": eng.cfg.enable_prefix_caching,
             "other_cpu_pct": cpu.other_cpu_pct(),
             "telemetry_pct": share_pct(eng.telemetry_s - telemetry_s0, eng.step_s - step_s0),
-            "attention": eng.runner.backend, "cuda_graphs": _graphs_state(eng),
+            "attention": eng.runner.backend, "cuda_graphs": eng.runner.graphs_state(),
             "graph_steps": _graph_steps(eng) - graph_steps0}
     report(progress, strategy=lane, stage="done", done=done, total=total, rate=rate)
     return StrategyRun(lane, records, steps, t0, info)
@@ -138,9 +138,3 @@ def _graph_steps(eng) -> int:
     graphs = eng.runner.graphs
     return sum(graphs.steps.values()) if graphs is not None else 0
 
-
-def _graphs_state(eng) -> str:
-    graphs = eng.runner.graphs
-    if graphs is None:
-        return "off"
-    return f"failed ({graphs.failed})" if graphs.failed else ("on" if graphs.capture else "eager buckets")

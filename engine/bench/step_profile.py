@@ -175,7 +175,7 @@ def main(argv=None) -> None:
         else:
             points = [profile_point(eng, [c] * b, args.steps) for c in contexts for b in batches]
         rows += [{**p, "linear": eng.runner.linear, "attention": eng.runner.backend,
-                  "cuda_graphs": eng.runner.cuda_graphs} for p in points]
+                  "cuda_graphs": eng.runner.graphs_state()} for p in points]
         del eng
     print(render(rows, torch.get_num_threads()))
     if args.json:

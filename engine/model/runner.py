@@ -109,6 +109,14 @@ class ModelRunner:
             pack_linears(self.model)
             release_freed_memory()  # the unpacked weights: else malloc keeps their pages
 
+    def graphs_state(self) -> str:
+        """off | on (replayed CUDA graphs) | eager buckets (no CUDA: the tests' path) | failed (why)."""
+        if self.graphs is None:
+            return "off"
+        if self.graphs.failed:
+            return f"failed ({self.graphs.failed})"
+        return "on" if self.graphs.capture else "eager buckets"
+
     def allocate_kv(self, num_blocks: int, block_size: int, max_rows: int, max_model_len: int) -> None:
         """The KV pool, and the decode graphs' persistent inputs for up to max_rows rows."""
         self.pool = KVPool(self.kv_shape, num_blocks, block_size, self.dtype, self.device)
