@@ -339,3 +339,30 @@ def test_cuda_graphs_need_the_triton_backend_and_default_on_cuda(tiny_model_dirs
         make_engine(tiny_model_dirs["llama"], cuda_graphs="yes")
     eng = make_engine(tiny_model_dirs["llama"], device=DEVICE)
     assert eng.runner.cuda_graphs == (_CUDA and eng.runner.backend == "triton")
+
+
+@pytest.mark.skipif(not _CUDA, reason="host syncs exist only with a GPU")
+@pytest.mark.parametrize("graphs", [True, False])
+def test_a_step_makes_the_host_wait_for_the_gpu_once(tiny_model_dirs, graphs):
+    """torch's sync debug mode reports every operation that makes the host wait for the GPU: a
+    step has one, reading its sampled tokens back (its index tensors go up in one non-blocking copy)."""
+    import warnings
+    from engine_helpers import greedy, make_engine
+    eng = make_engine(tiny_model_dirs["qwen3"], attention_backend="triton", device=DEVICE, cuda_graphs=graphs)
+    for i in range(3):
+        eng.add_request([5 + i, 9, 13, 21 + i], greedy(8))
+    eng.add_request(list(range(30, 70)), greedy(4))  # a prefill in chunks beside the decodes
+    phases, captured = [], lambda: len(eng.runner.graphs.captured) if graphs else 0
+    for _ in range(6):
+        before = captured()
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                ev = eng.step()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+        assert len(syncs) <= 1 or captured() > before, (ev.step, syncs)  # a capture waits, once per bucket
+        phases += [e.phase for e in ev.entries]
+    assert {"prefill", "decode"} <= set(phases)

@@ -49,6 +49,9 @@ class BatchMeta:
     # the Triton backend's PagedAttnInputs: built by the runner before the forward, so that its
     # host-to-device copies are queued before any kernel (None: built at the first layer)
     kernel_inputs: object | None = None
+    # [P, 3] device copy of each prefill's (start, query length, context length), for the Triton
+    # backend (None: built from `prefills`)
+    prefill_layout: torch.Tensor | None = None
     _masks: dict = field(default_factory=dict)  # cached per (group, sliding window)
 
     def groups(self) -> list[tuple[int, int, int]]:

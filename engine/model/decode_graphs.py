@@ -53,7 +53,7 @@ class DecodeGraphs:
         starts, ones = torch.arange(m, dtype=torch.int32, device=dev), torch.ones(m, dtype=torch.int32, device=dev)
         self._inputs = {b: PagedAttnInputs(starts[:b], ones[:b], self.context[:b], self.tables[:b], self.slots[:b],
                                            max_query_len=1) for b in self.sizes}
-        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.captured: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # bucket -> graph, its logits
         self._pool = None
         self.failed: str | None = None  # why capture was given up (then every step runs eagerly)
         self.steps: Counter[tuple[int, int]] = Counter()  # (rows, bucket) -> steps run through a bucket
@@ -71,10 +71,10 @@ class DecodeGraphs:
         if not self.capture:
             out = self._forward(size)
         else:
-            if size not in self._graphs:
+            if size not in self.captured:
                 self._capture(size)
             if self.failed is None:
-                graph, out = self._graphs[size]
+                graph, out = self.captured[size]
                 graph.replay()
             else:
                 out = self._forward(size)
@@ -126,7 +126,7 @@ class DecodeGraphs:
             with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 out = self._forward(size)
             self._pool = graph.pool()
-            self._graphs[size] = (graph, out)
+            self.captured[size] = (graph, out)
         except RuntimeError as e:  # a host sync or an uncapturable op in the forward: run eagerly
             self.failed = f"{type(e).__name__}: {e}"
             log.warning("CUDA graph capture failed, decode steps run without graphs: %s", self.failed)

@@ -134,17 +134,12 @@ class ModelRunner:
         if self.graphs is not None and self.graphs.fits(batch):
             logits = self.graphs.logits(batch)
         else:
-            dev, meta = self.device, batch.meta()
+            ids, positions, keep, meta = batch.upload()
             if self.backend == "triton":
                 from .triton_attention import build_inputs
                 meta.kernel_inputs = build_inputs(meta)
-            logits = self.model(
-                input_ids=torch.tensor([batch.ids], device=dev),
-                position_ids=torch.tensor([batch.positions], device=dev),
-                use_cache=False,
-                logits_to_keep=torch.tensor(batch.sample_idx, dtype=torch.long, device=dev),
-                **{META_KWARG: meta},
-            ).logits[0]
+            logits = self.model(input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=keep,
+                                **{META_KWARG: meta}).logits[0]
         if not batch.sample_rows:
             return []
         reqs = [r.request for r in batch.sample_rows]
@@ -203,26 +198,50 @@ class _PackedBatch:
         self.dec_tables.append(self.cache.block_tables[req.request_id][:self.cache.blocks_for(ctx)])
         self.dec_ctx.append(ctx)
 
-    def meta(self) -> BatchMeta:
-        dev = self.runner.device
+    def upload(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, BatchMeta]:
+        """(input ids [1, T], positions [1, T], sampling rows, BatchMeta) on the device, from one copy."""
         # Decode rows longest first, so rows of similar length are neighbours (see decode_groups).
         order = sorted(range(len(self.dec_ctx)), key=lambda i: -self.dec_ctx[i])
         tables = [self.dec_tables[i] for i in order]
         width = len(tables[0]) if tables else 0
-        dec_blocks = [b + [0] * (width - len(b)) for b in tables]
         all_written = len(self.write_tok) == len(self.ids)
-        return BatchMeta(
-            pool=self.runner.pool,
-            num_tokens=len(self.ids),
-            write_idx=None if all_written else torch.tensor(self.write_tok, dtype=torch.long, device=dev),
-            write_slots=torch.tensor(self.write_slots, dtype=torch.long, device=dev),
-            decode_idx=torch.tensor([self.dec_idx[i] for i in order], dtype=torch.long, device=dev),
-            decode_blocks=torch.tensor(dec_blocks, dtype=torch.long, device=dev).reshape(len(dec_blocks), width),
-            decode_ctx=torch.tensor([self.dec_ctx[i] for i in order], dtype=torch.long, device=dev),
+        up = HostInts()
+        ids, pos, keep, slots = (up.add(v) for v in (self.ids, self.positions, self.sample_idx, self.write_slots))
+        written = None if all_written else up.add(self.write_tok)
+        dec_idx, dec_ctx = up.add([self.dec_idx[i] for i in order]), up.add([self.dec_ctx[i] for i in order])
+        dec_blocks = up.add([b for t in tables for b in t + [0] * (width - len(t))])
+        layout = up.add([x for s, e, ctx, _ in self.prefills for x in (s, e - s, ctx)])
+        blocks = [up.add(b) for *_, b in self.prefills]
+        dev = up.send(self.runner.device)
+        meta = BatchMeta(
+            pool=self.runner.pool, num_tokens=len(self.ids),
+            write_idx=None if written is None else dev[written], write_slots=dev[slots],
+            decode_idx=dev[dec_idx], decode_blocks=dev[dec_blocks].view(len(tables), width), decode_ctx=dev[dec_ctx],
             decode_groups=decode_groups([len(b) for b in tables]),
-            prefills=[PrefillSeq(s, e, ctx, torch.tensor(b, dtype=torch.long, device=dev))
-                      for s, e, ctx, b in self.prefills],
-        )
+            prefills=[PrefillSeq(s, e, ctx, dev[b]) for (s, e, ctx, _), b in zip(self.prefills, blocks)],
+            prefill_layout=dev[layout].view(len(self.prefills), 3))
+        return dev[ids].view(1, -1), dev[pos].view(1, -1), dev[keep], meta
+
+
+class HostInts:
+    """Lists of ints bound for the device as one tensor: a step's index tensors cost one transfer, and
+    on CUDA (pinned, non-blocking) no host sync; each list comes back as a view of the copy."""
+
+    def __init__(self):
+        self._flat: list[int] = []
+        self._parts: list[slice] = []
+
+    def add(self, values) -> int:
+        start = len(self._flat)
+        self._flat.extend(values)
+        self._parts.append(slice(start, len(self._flat)))
+        return len(self._parts) - 1
+
+    def send(self, device: torch.device) -> list[torch.Tensor]:
+        host = torch.tensor(self._flat, dtype=torch.long)
+        if device.type == "cuda":
+            host = host.pin_memory().to(device, non_blocking=True)
+        return [host[p] for p in self._parts]
 
 
 def decode_groups(widths: list[int]) -> list[tuple[int, int, int]]:

@@ -271,16 +271,20 @@ def _interpreting() -> bool:
 def build_inputs(meta) -> PagedAttnInputs:
     """PagedAttnInputs from the engine's BatchMeta: decode rows first, then prefill chunks.
 
-    Only device ops and host ints BatchMeta already has: no host sync."""
+    Only device ops and host ints BatchMeta already has: no host sync (where the runner sent
+    meta.prefill_layout along with the rest of the step's indices)."""
     dev = meta.write_slots.device
     i32 = torch.int32
-    starts = [p.start for p in meta.prefills]
     lens = [p.end - p.start for p in meta.prefills]
+    layout = meta.prefill_layout
+    if layout is None:
+        layout = torch.tensor([[p.start, p.end - p.start, p.context_len] for p in meta.prefills],
+                              dtype=torch.long, device=dev).view(len(meta.prefills), 3)
+    layout = layout.to(i32)
     n_dec = meta.decode_idx.shape[0]
-    query_start = torch.cat([meta.decode_idx.to(i32), torch.tensor(starts, dtype=i32, device=dev)])
-    query_len = torch.tensor([1] * n_dec + lens, dtype=i32, device=dev)
-    context_len = torch.cat([meta.decode_ctx.to(i32),
-                             torch.tensor([p.context_len for p in meta.prefills], dtype=i32, device=dev)])
+    query_start = torch.cat([meta.decode_idx.to(i32), layout[:, 0]])
+    query_len = torch.cat([torch.ones(n_dec, dtype=i32, device=dev), layout[:, 1]])
+    context_len = torch.cat([meta.decode_ctx.to(i32), layout[:, 2]])
     width = max([meta.decode_blocks.shape[1]] + [p.blocks.shape[0] for p in meta.prefills])
     tables = torch.zeros(n_dec + len(meta.prefills), width, dtype=i32, device=dev)
     tables[:n_dec, :meta.decode_blocks.shape[1]] = meta.decode_blocks
