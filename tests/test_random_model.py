@@ -79,12 +79,17 @@ def test_random_prefix_builds_once_into_the_cache(tmp_path, monkeypatch):
     first = resolve_model_dir("random:Qwen3-0.6B", progress=said.append)
     assert first == tmp_path / "cache" / "random--Qwen3-0.6B" and len(said) == 1
     assert resolve_model_dir("random:Qwen3-0.6B", progress=said.append) == first and len(said) == 1
+    (configs / "Qwen3-0.6B.json").write_text(json.dumps({**small, "rms_norm_eps": 1e-5}))  # the preset changed
+    assert resolve_model_dir("random:Qwen3-0.6B", progress=said.append) == first and len(said) == 2
+    assert AutoConfig.from_pretrained(first).rms_norm_eps == 1e-5
+    assert [p.name for p in first.parent.iterdir()] == [first.name]  # no partial folder left behind
 
 
 def test_unknown_preset_names_the_presets(tmp_path, monkeypatch):
     monkeypatch.setenv("INFLIGHT_CACHE", str(tmp_path))
-    with pytest.raises(ValueError, match="Qwen3-0.6B"):
-        resolve_model_dir("random:Llama-70B")
+    for name in ("Llama-70B", "../model_configs/Qwen3-0.6B"):
+        with pytest.raises(ValueError, match="presets: .*Qwen3-0.6B"):
+            resolve_model_dir(f"random:{name}")
 
 
 def test_cli_refuses_overrides_into_the_shared_cache():

@@ -19,3 +19,14 @@ def test_profile_splits_decode_steps_into_phases(tiny_llama_dir, tmp_path, capsy
         assert 0 < r["phases_ms"]["forward"] and phases <= r["step_ms"] * 1.05
         assert abs(sum(r["forward_ms"].values()) - r["phases_ms"]["forward"]) < 0.05 * r["phases_ms"]["forward"] + 0.01
     assert "batch build" in capsys.readouterr().out
+
+
+def test_fill_leaves_every_row_decoding_through_the_timed_steps(tiny_llama_dir):
+    """The prompts need several steps to prefill: the rows that finish first keep decoding until the
+    last one does, and then for `steps` more steps, all of them at once."""
+    from engine_helpers import make_engine
+    eng = make_engine(tiny_llama_dir, max_num_batched_tokens=32, max_num_seqs=4)
+    step_profile.fill(eng, [40] * 4, 3)
+    for _ in range(3):
+        ev = eng.step()
+        assert len(ev.entries) == 4 and {e.phase for e in ev.entries} == {"decode"}

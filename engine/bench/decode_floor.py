@@ -24,7 +24,7 @@ from ..device_peaks import measure_peaks
 from ..events import PREFILL
 from ..llm_engine import LLMEngine
 from ..roofline import ModelCost, step_work
-from .step_profile import fill
+from .step_profile import fill, fill_steps
 from .suite import host_info
 
 
@@ -36,8 +36,8 @@ def floor_point(eng: LLMEngine, cost: ModelCost, peaks, batch: int, context: int
         t0 = time.perf_counter()
         ev = eng.step()
         times.append(time.perf_counter() - t0)
-        if not ev.entries or any(e.phase == PREFILL for e in ev.entries):
-            raise RuntimeError(f"step {ev.step} was not decode-only: KV too small for {batch} rows?")
+        if len(ev.entries) != batch or any(e.phase == PREFILL for e in ev.entries):
+            raise RuntimeError(f"step {ev.step} did not decode all {batch} rows")
         work.append(step_work(cost, ev.entries, len(ev.sampled)))
     for rid in list(eng.requests):
         eng.abort(rid)
@@ -52,11 +52,11 @@ def floor_point(eng: LLMEngine, cost: ModelCost, peaks, batch: int, context: int
 
 def run(model: str | None, device: str, dtype: str, attention_backend: str, batches: list[int], context: int,
         steps: int, cuda_graphs: bool | None = None) -> dict:
-    largest = max(batches)
-    row_len = context + steps + 2
+    largest, budget = max(batches), max(8192, 2 * max(batches))
+    row_len = context + steps + 2 + fill_steps(budget, [context] * largest)  # what fill() asks for
     cfg = EngineConfig(model=model, device=device, dtype=dtype, attention_backend=attention_backend,
                        cuda_graphs=cuda_graphs, max_model_len=row_len, max_num_seqs=largest,
-                       max_num_batched_tokens=max(8192, largest), num_kv_blocks=largest * -(-row_len // 16), block_size=16)
+                       max_num_batched_tokens=budget, num_kv_blocks=largest * -(-row_len // 16), block_size=16)
     eng = LLMEngine(cfg)
     runner = eng.runner
     cost = ModelCost.from_hf_config(runner.hf_config, runner.dtype)

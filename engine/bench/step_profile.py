@@ -52,6 +52,8 @@ class PhaseTimer:
                          (eng, "_update", "update + detokenize"), (eng, "_event", "telemetry"),
                          (runner_module, "sample", "sampling"),
                          (eng.runner, "execute", "execute")]  # batch build = execute - forward - sampling
+        if eng.runner.graphs is not None:  # decode steps through a graph bucket call no model.forward
+            self._targets.append((eng.runner.graphs, "logits", "forward"))
         self._saved: list[tuple[object, str, object]] = []
 
     def __enter__(self) -> PhaseTimer:
@@ -83,12 +85,20 @@ class PhaseTimer:
 
 
 def fill(eng: LLMEngine, contexts: list[int], steps: int) -> None:
-    """Add one request per entry of `contexts` (its prompt tokens) and step until all of them decode."""
-    params = SamplingParams(max_tokens=steps + 2, temperature=0.0, ignore_eos=True)
+    """Add one request per entry of `contexts` (its prompt tokens) and step until all of them decode;
+    each then has `steps` more tokens to make (the first to finish prefill decode meanwhile)."""
+    tokens = steps + 2 + fill_steps(eng.cfg.max_num_batched_tokens, contexts)
+    params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     for i, context in enumerate(contexts):
         eng.add_request([20 + (i * 37 + 11 * k) % 200 for k in range(context)], params)
     while any(not r.output_token_ids for r in eng.requests.values()):
         eng.step()
+
+
+def fill_steps(budget: int, contexts: list[int]) -> int:
+    """At most how many steps filling takes: the prompts through what the token budget leaves beside
+    one decode token per row, and one more."""
+    return -(-sum(contexts) // max(1, budget - len(contexts))) + 1
 
 
 def profile_point(eng: LLMEngine, contexts: list[int], steps: int) -> dict:
@@ -103,11 +113,19 @@ def profile_point(eng: LLMEngine, contexts: list[int], steps: int) -> dict:
     for rid in list(eng.requests):
         eng.abort(rid)
     ops = _op_groups(prof, timer.total["forward"])
-    gpu_s = sum(ev.self_device_time_total for ev in prof.key_averages()) / 1e6 if cuda else 0.0
+    gpu_s = gpu_kernel_seconds(prof) if cuda else 0.0
     return {"batch": len(contexts), "context": max(contexts), "steps": steps, "step_ms": 1e3 * wall / steps,
             "gpu_busy_ms": 1e3 * gpu_s / steps,
             "phases_ms": {k: 1e3 * v / steps for k, v in timer.phases().items()},
             "forward_ms": {k: 1e3 * v / steps for k, v in ops.items()}}
+
+
+def gpu_kernel_seconds(prof) -> float:
+    """Time the GPU's kernels ran: the CUDA events' own time (an operator's device time repeats its
+    kernels'; user annotations span others), as torch's own table totals it."""
+    from torch.autograd import DeviceType
+    return sum(ev.self_device_time_total for ev in prof.key_averages()
+               if ev.device_type == DeviceType.CUDA and not ev.is_user_annotation) / 1e6
 
 
 def one_group(widths):

@@ -6,8 +6,14 @@ launch. A graph replays fixed shapes and addresses, so a bucket's forward reads 
 buffers: token ids, positions, slot mapping, context lengths and block tables, which each step
 overwrites in place (from pinned host memory, without waiting for the GPU). A batch of n rows runs
 in the smallest bucket >= n; the spare rows are padding that writes no K/V (slot -1), attends to
-no key (context 0: zero output) and whose logits nobody samples. Telemetry is built from the
+no key (context 0: zero output) and whose hidden states nobody samples. Telemetry is built from the
 scheduled rows, so the padding never shows.
+
+Every bucket is captured when the engine starts, largest first (the smaller ones reuse its memory
+pool), on all-padding inputs that touch no K/V, one engine at a time in the process and on the
+runner's own device and stream. A graph ends at the final hidden states; the LM head runs eagerly
+on the rows that sample (the logits of every bucket kept alive would cost GBs for a large
+vocabulary), which is the whole of the logits for every model family Inflight supports.
 
 Only the Triton attention backend can be captured (the reference backend sizes its gathers from
 host values every step). Without CUDA, under TRITON_INTERPRET=1, the same bucketed forward runs
@@ -16,6 +22,7 @@ eagerly: that is how the CPU tests check the padding.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
 
 import torch
@@ -24,6 +31,7 @@ from .attention import META_KWARG, BatchMeta
 from .triton_attention import PagedAttnInputs
 
 log = logging.getLogger(__name__)
+_CAPTURE_LOCK = threading.Lock()  # captures in two lane threads at once would disturb each other
 
 
 def buckets(max_rows: int) -> list[int]:
@@ -37,26 +45,30 @@ class DecodeGraphs:
 
     def __init__(self, runner, max_rows: int, max_blocks: int, capture: bool):
         dev, self.runner, self.capture = runner.device, runner, capture
+        self.decoder, self.lm_head = runner.model.get_decoder(), runner.model.get_output_embeddings()
         self.sizes = buckets(max_rows)
         m = self.sizes[-1]
+        # All padding to start with: what the captures run on.
         self.ids = torch.full((1, m), runner.pad_token_id, dtype=torch.long, device=dev)
         self.positions = torch.zeros((1, m), dtype=torch.long, device=dev)
         self.slots = torch.full((m,), -1, dtype=torch.long, device=dev)
         self.context = torch.zeros(m, dtype=torch.int32, device=dev)
         self.tables = torch.zeros(m, max_blocks, dtype=torch.int32, device=dev)
-        self.keep = torch.arange(m, device=dev)
-        pinned = dev.type == "cuda"
         self.sample_rows = torch.zeros(m, dtype=torch.long, device=dev)
+        self.rows = torch.arange(m, device=dev)
+        pinned = dev.type == "cuda"
         self.host64 = torch.empty((4, m), dtype=torch.long, pin_memory=pinned)  # ids, positions, slots, sample rows
-        self.host_ctx = torch.empty(m, dtype=torch.int32, pin_memory=pinned)
-        self.host_tables = torch.empty(m * max_blocks, dtype=torch.int32, pin_memory=pinned)
-        starts, ones = torch.arange(m, dtype=torch.int32, device=dev), torch.ones(m, dtype=torch.int32, device=dev)
+        self.host32 = torch.empty(m + m * max_blocks, dtype=torch.int32, pin_memory=pinned)  # context, tables
+        self._copied = None  # CUDA event: the last staging copies are done, the pinned buffers free
+        ones = torch.ones(m, dtype=torch.int32, device=dev)
+        starts = self.rows.to(torch.int32)
         self._inputs = {b: PagedAttnInputs(starts[:b], ones[:b], self.context[:b], self.tables[:b], self.slots[:b],
                                            max_query_len=1) for b in self.sizes}
-        self.captured: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # bucket -> graph, its logits
-        self._pool = None
+        self.captured: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # bucket -> graph, hidden out
         self.failed: str | None = None  # why capture was given up (then every step runs eagerly)
         self.steps: Counter[tuple[int, int]] = Counter()  # (rows, bucket) -> steps run through a bucket
+        if capture:
+            self._capture_all()
 
     def fits(self, batch) -> bool:
         """A decode-only batch (one token per row) that a bucket holds."""
@@ -68,65 +80,74 @@ class DecodeGraphs:
         size = next(b for b in self.sizes if b >= len(batch.ids))
         self.steps[len(batch.ids), size] += 1
         self._stage(batch, size)
-        if not self.capture:
-            out = self._forward(size)
+        if self.capture:
+            graph, hidden = self.captured[size]
+            graph.replay()
         else:
-            if size not in self.captured:
-                self._capture(size)
-            if self.failed is None:
-                graph, out = self.captured[size]
-                graph.replay()
-            else:
-                out = self._forward(size)
-        return out.index_select(0, self.sample_rows[:len(batch.sample_idx)])
+            hidden = self._forward(size)
+        return self.lm_head(hidden.index_select(0, self.sample_rows[:len(batch.sample_idx)]))
 
     def _stage(self, batch, size: int) -> None:
-        """Write the batch into the persistent inputs: one copy each from (pinned) host staging.
-        The host staging is free again: the previous step read its sampled tokens back."""
-        n, pad = len(batch.ids), self.runner.pad_token_id
-        h = self.host64
-        h[0, :n], h[1, :n] = torch.tensor(batch.ids), torch.tensor(batch.positions)
-        h[0, n:size], h[1, n:size], h[2, :size] = pad, 0, -1
-        if batch.write_tok:
-            h[2, torch.tensor(batch.write_tok)] = torch.tensor(batch.write_slots)
-        k = len(batch.sample_idx)
-        h[3, :k] = torch.tensor(batch.sample_idx, dtype=torch.long)
-        self.host_ctx[:n] = torch.tensor(batch.dec_ctx, dtype=torch.int32)
-        self.host_ctx[n:size] = 0
+        """Write the batch into the persistent inputs, from host staging (pinned on CUDA: the copies
+        do not make the host wait)."""
+        if self._copied is not None and not self._copied.query():
+            self._copied.synchronize()  # rare: the last step sampled nothing, so nothing waited for it
+        n, k, pad = len(batch.ids), len(batch.sample_idx), self.runner.pad_token_id
         width = max(len(t) for t in batch.dec_tables)
-        host_tables = self.host_tables[:n * width].view(n, width)
-        host_tables.zero_()
-        for i, t in enumerate(batch.dec_tables):
-            host_tables[i, :len(t)] = torch.tensor(t, dtype=torch.int32)
+        slots = [-1] * size
+        for t, slot in zip(batch.write_tok, batch.write_slots):
+            slots[t] = slot
+        h = self.host64
+        h[0, :size] = torch.tensor(batch.ids + [pad] * (size - n))
+        h[1, :size] = torch.tensor(batch.positions + [0] * (size - n))
+        h[2, :size] = torch.tensor(slots)
+        h[3, :k] = torch.tensor(batch.sample_idx, dtype=torch.long)
+        ctx, tables = self.host32[:size], self.host32[size:size + n * width]
+        ctx.copy_(torch.tensor(batch.dec_ctx + [0] * (size - n), dtype=torch.int32))
+        tables.copy_(torch.tensor([b for t in batch.dec_tables for b in t + [0] * (width - len(t))],
+                                  dtype=torch.int32))
         self.ids[0, :size].copy_(h[0, :size], non_blocking=True)
         self.positions[0, :size].copy_(h[1, :size], non_blocking=True)
         self.slots[:size].copy_(h[2, :size], non_blocking=True)
         self.sample_rows[:k].copy_(h[3, :k], non_blocking=True)
-        self.context[:size].copy_(self.host_ctx[:size], non_blocking=True)
-        self.tables[:n, :width].copy_(host_tables, non_blocking=True)
+        self.context[:size].copy_(ctx, non_blocking=True)
+        self.tables[:n, :width].copy_(tables.view(n, width), non_blocking=True)
+        if self.capture:
+            self._copied = torch.cuda.Event()
+            self._copied.record()
 
     def _forward(self, size: int) -> torch.Tensor:
+        """Final hidden states [size, hidden] of the bucket's rows."""
         inputs = self._inputs[size]
         meta = BatchMeta(pool=self.runner.pool, num_tokens=size, write_idx=None, write_slots=inputs.slot_mapping,
-                         decode_idx=self.keep[:size], decode_blocks=inputs.block_tables,
+                         decode_idx=self.rows[:size], decode_blocks=inputs.block_tables,
                          decode_ctx=inputs.context_len, prefills=[], kernel_inputs=inputs)
-        return self.runner.model(input_ids=self.ids[:, :size], position_ids=self.positions[:, :size], use_cache=False,
-                                 logits_to_keep=self.keep[:size], **{META_KWARG: meta}).logits[0]
+        return self.decoder(input_ids=self.ids[:, :size], position_ids=self.positions[:, :size], use_cache=False,
+                            **{META_KWARG: meta}).last_hidden_state[0]
 
-    def _capture(self, size: int) -> None:
-        """Warm up (compiles the kernels; writes this step's K/V, as the replay will again), then capture."""
-        try:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                self._forward(size)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            # thread_local: lanes in other threads may use the GPU while this one captures
-            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-                out = self._forward(size)
-            self._pool = graph.pool()
-            self.captured[size] = (graph, out)
-        except RuntimeError as e:  # a host sync or an uncapturable op in the forward: run eagerly
-            self.failed = f"{type(e).__name__}: {e}"
-            log.warning("CUDA graph capture failed, decode steps run without graphs: %s", self.failed)
+    @torch.inference_mode()
+    def _capture_all(self) -> None:
+        """Warm up and capture every bucket, largest first, on the all-padding inputs."""
+        dev = self.runner.device
+        with _CAPTURE_LOCK, torch.cuda.device(dev):
+            prev = torch.cuda.current_stream(dev)
+            stream = torch.cuda.Stream(device=dev)
+            pool = None
+            try:
+                for size in reversed(self.sizes):
+                    stream.wait_stream(prev)
+                    with torch.cuda.stream(stream):
+                        self._forward(size)  # compiles this bucket's kernels outside the capture
+                    graph = torch.cuda.CUDAGraph()
+                    # thread_local: lanes in other threads may use the GPU meanwhile
+                    with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
+                        hidden = self._forward(size)
+                    pool = graph.pool()
+                    self.captured[size] = (graph, hidden)
+                prev.wait_stream(stream)
+            except RuntimeError as e:  # a host sync or an uncapturable op in the forward: run eagerly
+                self.captured.clear()
+                self.failed = f"{type(e).__name__}: {e}"
+                log.warning("CUDA graph capture failed, decode steps run without graphs: %s", self.failed)
+            finally:
+                torch.cuda.set_stream(prev)  # a failed capture can leave the capture stream current

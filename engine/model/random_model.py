@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -35,17 +36,16 @@ def presets() -> list[str]:
 
 
 def preset_config(name: str) -> dict:
-    path = CONFIGS_DIR / f"{name}.json"
-    if not path.is_file():
+    if name not in presets():
         raise ValueError(f"no model config {name!r} in assets/model_configs; presets: {', '.join(presets())}")
-    return json.loads(path.read_text())
+    return json.loads((CONFIGS_DIR / f"{name}.json").read_text())
 
 
 def cached_random_model(name: str, progress: Callable[[str], None] | None = None) -> Path:
-    """The folder of preset `name` in our model cache, built on first use."""
+    """The folder of preset `name` in our model cache, built on first use (again if the preset changed)."""
+    stamp = _stamp(name, preset_config(name), {}, 0)  # an unknown name fails before any work
     out = models_cache_root() / f"random--{name}"
-    if not is_complete_converted(out):
-        preset_config(name)  # an unknown name fails before any work
+    if not (is_complete_converted(out) and _read_stamp(out) == stamp):
         if progress:
             progress(f"building random-weight {name} into {out} (once)")
         build_random_model(name, out)
@@ -60,9 +60,9 @@ def build_random_model(name: str, out_dir: str | Path, overrides: dict | None = 
     raw = {**preset_config(name), **(overrides or {})}
     config = AutoConfig.for_model(raw.pop("model_type"), **raw)
     out = Path(out_dir)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", suffix=".partial", dir=out.parent))  # builders in
+    # several processes (the benchmark's peers) each write their own, and the last rename wins
     ids = _special_ids(config)
     tokenizer = byte_tokenizer(config.vocab_size, ids)
     tokenizer.save_pretrained(str(tmp))
@@ -75,11 +75,26 @@ def build_random_model(name: str, out_dir: str | Path, overrides: dict | None = 
     model.generation_config = GenerationConfig(bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
                                                pad_token_id=ids["<|endoftext|>"], do_sample=False)
     model.save_pretrained(str(tmp), safe_serialization=True)
-    (tmp / COMPLETE_MARKER).write_text(json.dumps({"random_weights": name, "seed": seed,
-                                                    "overrides": overrides or {}}))
+    (tmp / COMPLETE_MARKER).write_text(_stamp(name, preset_config(name), overrides or {}, seed))
     shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process renamed its copy first: same preset, same seed, same bytes
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _stamp(name: str, preset: dict, overrides: dict, seed: int) -> str:
+    """What a folder was built from, kept in its completion marker."""
+    return json.dumps({"random_weights": name, "preset": preset, "overrides": overrides, "seed": seed},
+                      sort_keys=True)
+
+
+def _read_stamp(folder: Path) -> str | None:
+    try:
+        return (folder / COMPLETE_MARKER).read_text()
+    except OSError:
+        return None
 
 
 def _special_ids(config) -> dict[str, int]:

@@ -128,6 +128,12 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, rows: list[ScheduledRow], cache: KVCacheManager) -> list[int]:
         """Run one iteration; returns the sampled token of every row that samples, in row order."""
+        if self.device.type != "cuda":
+            return self._execute(rows, cache)
+        with torch.cuda.device(self.device):  # streams, graphs and Triton launches on cuda:N too
+            return self._execute(rows, cache)
+
+    def _execute(self, rows: list[ScheduledRow], cache: KVCacheManager) -> list[int]:
         batch = _PackedBatch(self, cache)
         for row in rows:
             batch.add(row)
