@@ -114,7 +114,9 @@ def test_scenario_chunked_prefill_both_columns_move(page):
     page.get_by_text("Long prompt during decodes: chunked prefill on vs off", exact=True).first.click()
     heads = page.locator(".ifl-shead")
     expect(heads).to_have_count(2, timeout=60_000)
-    expect(heads.nth(0)).to_contain_text("chunked prefill on")
+    # the old lanes' two heads count too: wait as long for the new lanes' engines (about 1-2 s alone,
+    # longer beside a busy test run on 2 cores)
+    expect(heads.nth(0)).to_contain_text("chunked prefill on", timeout=60_000)
     expect(heads.nth(1)).to_contain_text("chunked prefill off")
     expect(page.locator(".ifl-pill[data-kind='ok']")).to_have_count(2, timeout=60_000)  # both lanes ready
     page.get_by_role("button", name="Run scenario").click()
