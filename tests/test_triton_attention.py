@@ -90,7 +90,9 @@ def _compile_for_gpu():
     from engine.model import triton_attention as ta
     assert not ta._interpreting()
     cases = [(torch.bfloat16, MIXED, 4, 16, 64, 90), (torch.float16, [(1, 9)] * 3, 7, 7, 128, 90),
-             (torch.float32, MIXED, 1, 32, 80, 90), (torch.bfloat16, MIXED, 2, 16, 256, 80)]
+             (torch.float32, MIXED, 1, 32, 80, 90), (torch.bfloat16, MIXED, 2, 16, 256, 80),
+             # decode buckets of the GPU figures' shapes: Qwen2.5-0.5B (GQA 7, head 64), Qwen3-0.6B (2, 128)
+             (torch.bfloat16, [(1, 40)] * 256, 7, 16, 64, 90), (torch.bfloat16, [(1, 40)] * 24, 2, 16, 128, 90)]
     for dtype, seqs, group, block_size, head_dim, arch in cases:
         batch = _make_batch(seqs, block_size=block_size, kv_heads=2, group=group, head_dim=head_dim, dtype=dtype)
         out = torch.empty_like(batch["query"])
