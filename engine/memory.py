@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import threading
 
 import torch
 
@@ -30,15 +31,21 @@ def free_bytes(device: torch.device) -> int | None:
     return None
 
 
+# Held while a lane captures CUDA graphs (engine/model/decode_graphs.py): emptying the allocator's
+# cache, or a collection freeing another engine's graphs, must not happen in the middle of a capture.
+CUDA_CAPTURE_LOCK = threading.Lock()
+
+
 def release_freed_memory() -> None:
     """Hand memory freed by a dropped engine back to the system. glibc keeps freed blocks of this
     size (a pool is tens of MB per layer) in its arenas, so without a trim the process keeps the
     high-water mark of every reconfigure (a 30-minute soak grew 3.1 GB -> 5.4 GB that way)."""
-    gc.collect()
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    with CUDA_CAPTURE_LOCK:
+        gc.collect()
+        if _LIBC is not None:
+            _LIBC.malloc_trim(0)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 def _libc():

@@ -12,8 +12,8 @@ wrapping the engine's own methods, so nothing here re-implements the engine.
     python -m engine.bench.step_profile --device cuda --attention-backend triton --cuda-graphs off
 
 On a GPU the phases are host time (a kernel launch returns at once; the step waits for the GPU
-where sampling reads its tokens back), and `gpu busy` is the time the GPU's kernels ran per step:
-the step time minus that is what the host costs.
+where it reads its sampled tokens back, which counts as sampling), and `gpu busy` is the time the
+GPU's kernels ran per step: the step time minus that is what the host costs.
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class PhaseTimer:
         self.total: dict[str, float] = defaultdict(float)
         self._targets = [(eng.scheduler, "schedule", "schedule"), (eng.runner.model, "forward", "forward"),
                          (eng, "_update", "update + detokenize"), (eng, "_event", "telemetry"),
-                         (runner_module, "sample", "sampling"),
+                         (runner_module, "sampled_tokens", "sampling"),
                          (eng.runner, "execute", "execute")]  # batch build = execute - forward - sampling
         if eng.runner.graphs is not None:  # decode steps through a graph bucket call no model.forward
             self._targets.append((eng.runner.graphs, "logits", "forward"))

@@ -21,17 +21,17 @@ eagerly: that is how the CPU tests check the padding.
 """
 from __future__ import annotations
 
+import gc
 import logging
-import threading
 from collections import Counter
 
 import torch
 
+from ..memory import CUDA_CAPTURE_LOCK
 from .attention import META_KWARG, BatchMeta
 from .triton_attention import PagedAttnInputs
 
 log = logging.getLogger(__name__)
-_CAPTURE_LOCK = threading.Lock()  # captures in two lane threads at once would disturb each other
 
 
 def buckets(max_rows: int) -> list[int]:
@@ -44,7 +44,10 @@ class DecodeGraphs:
     """Persistent inputs and one graph per bucket, for a runner's decode-only steps."""
 
     def __init__(self, runner, max_rows: int, max_blocks: int, capture: bool):
-        dev, self.runner, self.capture = runner.device, runner, capture
+        # No reference back to the runner (it holds this): engines are freed when dropped, not by a
+        # garbage collection that could come in the middle of another lane's capture.
+        dev, self.device, self.pool, self.capture = runner.device, runner.device, runner.pool, capture
+        self.pad_token_id = runner.pad_token_id
         self.decoder, self.lm_head = runner.model.get_decoder(), runner.model.get_output_embeddings()
         self.sizes = buckets(max_rows)
         m = self.sizes[-1]
@@ -92,7 +95,7 @@ class DecodeGraphs:
         do not make the host wait)."""
         if self._copied is not None and not self._copied.query():
             self._copied.synchronize()  # rare: the last step sampled nothing, so nothing waited for it
-        n, k, pad = len(batch.ids), len(batch.sample_idx), self.runner.pad_token_id
+        n, k, pad = len(batch.ids), len(batch.sample_idx), self.pad_token_id
         width = max(len(t) for t in batch.dec_tables)
         slots = [-1] * size
         for t, slot in zip(batch.write_tok, batch.write_slots):
@@ -119,7 +122,7 @@ class DecodeGraphs:
     def _forward(self, size: int) -> torch.Tensor:
         """Final hidden states [size, hidden] of the bucket's rows."""
         inputs = self._inputs[size]
-        meta = BatchMeta(pool=self.runner.pool, num_tokens=size, write_idx=None, write_slots=inputs.slot_mapping,
+        meta = BatchMeta(pool=self.pool, num_tokens=size, write_idx=None, write_slots=inputs.slot_mapping,
                          decode_idx=self.rows[:size], decode_blocks=inputs.block_tables,
                          decode_ctx=inputs.context_len, prefills=[], kernel_inputs=inputs)
         return self.decoder(input_ids=self.ids[:, :size], position_ids=self.positions[:, :size], use_cache=False,
@@ -128,11 +131,14 @@ class DecodeGraphs:
     @torch.inference_mode()
     def _capture_all(self) -> None:
         """Warm up and capture every bucket, largest first, on the all-padding inputs."""
-        dev = self.runner.device
-        with _CAPTURE_LOCK, torch.cuda.device(dev):
+        dev = self.device
+        with CUDA_CAPTURE_LOCK, torch.cuda.device(dev):
             prev = torch.cuda.current_stream(dev)
             stream = torch.cuda.Stream(device=dev)
             pool = None
+            gc.collect()
+            collecting = gc.isenabled()
+            gc.disable()  # a collection freeing CUDA objects mid-capture invalidates the capture
             try:
                 for size in reversed(self.sizes):
                     stream.wait_stream(prev)
@@ -151,3 +157,5 @@ class DecodeGraphs:
                 log.warning("CUDA graph capture failed, decode steps run without graphs: %s", self.failed)
             finally:
                 torch.cuda.set_stream(prev)  # a failed capture can leave the capture stream current
+                if collecting:
+                    gc.enable()

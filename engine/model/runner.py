@@ -148,8 +148,13 @@ class ModelRunner:
                                 **{META_KWARG: meta}).logits[0]
         if not batch.sample_rows:
             return []
-        reqs = [r.request for r in batch.sample_rows]
-        return sample(logits, [r.params for r in reqs], [r.generator for r in reqs]).tolist()
+        return sampled_tokens(logits, batch.sample_rows)
+
+
+def sampled_tokens(logits: torch.Tensor, rows: list[ScheduledRow]) -> list[int]:
+    """Each row's next token, read back to the host: on a GPU, where the step waits for it."""
+    reqs = [r.request for r in rows]
+    return sample(logits, [r.params for r in reqs], [r.generator for r in reqs]).tolist()
 
 
 class _PackedBatch:
