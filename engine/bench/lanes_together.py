@@ -3,10 +3,11 @@ shared between lanes stepping together (engine/cpu_share.py) and without.
 
     python -m engine.bench.lanes_together [--model M] [--device cuda] [--lanes continuous,static] [--batch 8]
 
-Each round, for sharing off then on (on a GPU: once; cores are shared only on the CPU): the same burst (`batch` requests, `tokens` tokens each, EOS
-ignored) on the first lane alone, on the second alone, then on both at once, through the service as
-the app runs them. A lane's decode step is the median duration of its steps without a prefill; the
-ratio together / alone is what one lane pays for the other. Medians over rounds.
+Each round, for sharing off then on (on a GPU once: cores are shared only on the CPU): the same
+burst (`batch` requests, `tokens` tokens each, EOS ignored) on the first lane alone, on the second
+alone, then on both at once, through the service as the app runs them. A lane's decode step is the
+median duration of its steps without a prefill; the ratio together / alone is what one lane pays for
+the other. Medians over rounds.
 """
 from __future__ import annotations
 
@@ -84,8 +85,9 @@ def main(argv=None) -> None:
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     names = args.lanes.split(",")
-    base = EngineConfig(model=args.model, device=args.device, dtype=args.dtype, attention_backend=args.attention_backend,
-                        static_batch_size=args.batch, max_num_seqs=max(16, args.batch), static_max_wait_s=0.0)
+    base = EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
+                        attention_backend=args.attention_backend, static_batch_size=args.batch,
+                        max_num_seqs=max(16, args.batch), static_max_wait_s=0.0)
     modes = ("off", "on") if args.device == "cpu" else ("on",)
     svc = EngineService(base, lanes={n: dataclasses.replace(base, strategy=n) for n in names})
     try:
@@ -99,8 +101,8 @@ def main(argv=None) -> None:
     print(render(result, names))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": args.device, "host": host_info(), "cores": SHARE.cores, "batch": args.batch, "tokens": args.tokens, "rounds": args.rounds,
-                       "median_decode_step_ms": result}, f, indent=1)
+            json.dump({"device": args.device, "host": host_info(), "cores": SHARE.cores, "batch": args.batch,
+                       "tokens": args.tokens, "rounds": args.rounds, "median_decode_step_ms": result}, f, indent=1)
 
 
 if __name__ == "__main__":

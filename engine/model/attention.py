@@ -46,8 +46,8 @@ class BatchMeta:
     # (first row, end row, blocks) of decode rows of similar length: the reference backend gathers
     # each group's K/V only up to its own width (runner.decode_groups); None: one group of all rows
     decode_groups: list[tuple[int, int, int]] | None = None
-    # the Triton backend's PagedAttnInputs: built by the runner before the forward, so that its
-    # host-to-device copies are queued before any kernel (None: built at the first layer)
+    # the Triton backend's PagedAttnInputs, shared by every layer: built at the first layer from
+    # device tensors only (None until then), or given (decode graphs' persistent inputs)
     kernel_inputs: object | None = None
     # [P, 3] device copy of each prefill's (start, query length, context length), for the Triton
     # backend (None: built from `prefills`)

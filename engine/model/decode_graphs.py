@@ -1,7 +1,8 @@
 """CUDA graphs for decode-only iterations (EngineConfig.cuda_graphs).
 
-A decode step of a small model on a GPU is mostly launch overhead: hundreds of kernels of a few
-microseconds each. Captured once per batch-size bucket and replayed, the whole forward is one
+A decode step of a small model launches hundreds of kernels (a few per layer and per linear),
+each short at small batch, so on a GPU the launches themselves may dominate (to be measured:
+docs/perf/run_gpu.sh). Captured once per batch-size bucket and replayed, the whole forward is one
 launch. A graph replays fixed shapes and addresses, so a bucket's forward reads persistent input
 buffers: token ids, positions, slot mapping, context lengths and block tables, which each step
 overwrites in place (from pinned host memory, without waiting for the GPU). A batch of n rows runs
@@ -12,8 +13,9 @@ scheduled rows, so the padding never shows.
 Every bucket is captured when the engine starts, largest first (the smaller ones reuse its memory
 pool), on all-padding inputs that touch no K/V, one engine at a time in the process and on the
 runner's own device and stream. A graph ends at the final hidden states; the LM head runs eagerly
-on the rows that sample (the logits of every bucket kept alive would cost GBs for a large
-vocabulary), which is the whole of the logits for every model family Inflight supports.
+on the rows that sample (every bucket's logits kept alive would take, for buckets up to 256 rows
+and Qwen's 151,936-token vocabulary in bf16, 4,231 rows x 151,936 x 2 bytes = 1.3 GB), which is the
+whole of the logits for every model family Inflight supports.
 
 Only the Triton attention backend can be captured (the reference backend sizes its gathers from
 host values every step). Without CUDA, under TRITON_INTERPRET=1, the same bucketed forward runs
@@ -46,13 +48,13 @@ class DecodeGraphs:
     def __init__(self, runner, max_rows: int, max_blocks: int, capture: bool):
         # No reference back to the runner (it holds this): engines are freed when dropped, not by a
         # garbage collection that could come in the middle of another lane's capture.
-        dev, self.device, self.pool, self.capture = runner.device, runner.device, runner.pool, capture
-        self.pad_token_id = runner.pad_token_id
+        self.device, self.pool, self.capture = runner.device, runner.pool, capture
+        self.pad_token_id, dev = runner.pad_token_id, runner.device
         self.decoder, self.lm_head = runner.model.get_decoder(), runner.model.get_output_embeddings()
         self.sizes = buckets(max_rows)
         m = self.sizes[-1]
         # All padding to start with: what the captures run on.
-        self.ids = torch.full((1, m), runner.pad_token_id, dtype=torch.long, device=dev)
+        self.ids = torch.full((1, m), self.pad_token_id, dtype=torch.long, device=dev)
         self.positions = torch.zeros((1, m), dtype=torch.long, device=dev)
         self.slots = torch.full((m,), -1, dtype=torch.long, device=dev)
         self.context = torch.zeros(m, dtype=torch.int32, device=dev)

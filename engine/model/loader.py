@@ -42,7 +42,7 @@ from .model_files import (COMPLETE_MARKER, NotAvailable, converted_cache_dir, is
 __all__ = ["DEFAULT_MODEL", "resolve_model_dir", "converted_cache_dir", "models_cache_root",
            "COMPLETE_MARKER"]
 
-RANDOM_PREFIX = "random:"  # random_model.PREFIX
+RANDOM_PREFIX = "random:"  # random-weight presets: random_model.py
 # A hub id: "name" or "org/name" (letters, digits, '-', '_', '.').
 _HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 

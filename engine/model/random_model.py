@@ -7,8 +7,8 @@ text encodes to one token per UTF-8 byte, ChatML special tokens sit at the confi
 and every other id decodes as "<id>", so a random model's output reads as token ids. Good for
 token-id prompts and for typing text into the app; its outputs mean nothing.
 
-As a model name (loader.RANDOM_PREFIX): `random:Qwen2.5-0.5B-Instruct` (EngineConfig.model, --model) builds the folder once
-into our model cache and reuses it. From the shell:
+As a model name (loader.RANDOM_PREFIX): `random:Qwen2.5-0.5B-Instruct` (EngineConfig.model,
+--model) builds the folder once into our model cache and reuses it. From the shell:
 
     python -m engine.model.random_model Qwen3-0.6B [--out DIR] [--set num_hidden_layers=4]
 """

@@ -141,9 +141,6 @@ class ModelRunner:
             logits = self.graphs.logits(batch)
         else:
             ids, positions, keep, meta = batch.upload()
-            if self.backend == "triton":
-                from .triton_attention import build_inputs
-                meta.kernel_inputs = build_inputs(meta)
             logits = self.model(input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=keep,
                                 **{META_KWARG: meta}).logits[0]
         if not batch.sample_rows:
