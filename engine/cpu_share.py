@@ -2,8 +2,8 @@
 
 On the CPU, PyTorch runs a forward's operators on an OpenMP team that belongs to the calling thread, and
 MKL and oneDNN size theirs the same way. Two lanes stepping at once on 2 cores then run 4 threads that
-spin-wait on each other: a batch-8 decode step took 2.2x as long beside another lane as alone, worse
-than taking turns. So each lane steps on its share of the cores: the cores divided by the lanes
+spin-wait on each other: a batch-8 decode step took 1.8-2x as long beside another lane as alone
+(sharing off in `python -m engine.bench.lanes_together`, README), no better than taking turns. So each lane steps on its share of the cores: the cores divided by the lanes
 stepping now, at least 1; a lane alone gets every core. INFLIGHT_CPU_SHARE=0 turns the sharing off.
 
 Where a step runs matters as much as its team size. GNU OpenMP keeps a team's idle workers parked per

@@ -94,7 +94,7 @@ class RequestOutput:
     finish_s: float | None
     error: str | None = None
     num_preemptions: int = 0
-    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at its latest admission
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at its first admission
 
     @property
     def finished(self) -> bool:

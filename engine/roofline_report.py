@@ -1,6 +1,7 @@
 """python -m engine.roofline_report: a model's roofline numbers on this device, without loading weights.
 
-  python -m engine.roofline_report [--model M] [--device cpu|cuda] [--dtype auto|float32|bfloat16] [--remeasure]
+  python -m engine.roofline_report [--model M] [--device cpu|cuda] [--dtype auto|float32|bfloat16]
+                                  [--linear auto|torch|onednn] [--remeasure]
 
 Prints the model's weight and KV bytes per token, the device's measured peaks (cached on disk,
 engine/device_peaks.py) and the batch size from which a decode step turns compute-bound.
@@ -18,14 +19,16 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None, help="hub id or local directory (default: $INFLIGHT_MODEL or SmolLM2)")
     ap.add_argument("--device", default=None, help="auto | cpu | cuda (default: $INFLIGHT_DEVICE or auto)")
     ap.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16")
+    ap.add_argument("--linear", default="auto", help="the linear backend whose matmul peak to measure (auto: the engine's)")
     ap.add_argument("--remeasure", action="store_true", help="measure the device's peaks again")
     args = ap.parse_args(argv)
-    for line in report(args.model or default_model(), args.device or default_device(), args.dtype, args.remeasure):
+    for line in report(args.model or default_model(), args.device or default_device(), args.dtype, args.remeasure,
+                       args.linear):
         print(line)
     return 0
 
 
-def report(model: str, device: str, dtype: str, remeasure: bool = False) -> list[str]:
+def report(model: str, device: str, dtype: str, remeasure: bool = False, linear: str = "auto") -> list[str]:
     from transformers import AutoConfig
 
     from . import device_peaks as dp
@@ -37,7 +40,7 @@ def report(model: str, device: str, dtype: str, remeasure: bool = False) -> list
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     cost = ModelCost.from_hf_config(AutoConfig.from_pretrained(resolve_model_dir(model)), torch_dtype)
-    linear = resolve_linear_backend("auto", dev, torch_dtype)  # the engine's default
+    linear = resolve_linear_backend(linear, dev, torch_dtype)
     peaks = dp.measure_peaks(dev, torch_dtype, linear) if remeasure else dp.device_peaks(dev, torch_dtype, linear=linear)
     s = model_summary(cost, peaks)
     bound = ", ".join(f"{'-' if b is None else f'{b:.0f}'} at {c} tokens of context"

@@ -4,8 +4,8 @@
 // with each step's roofline numbers (engine/roofline.py). One color per lane; older iterations fade.
 
 const RooflineView = (() => {
-  const { C, FONT, fmt, rgba, el, setText, canvasContext } = Common;
-  const LANE_COLORS = ["#38BDF8", "#FB923C", "#A3E635", "#F472B6"];  // lane order; not request colors here
+  const { C, FONT, fmt, el, setText, canvasContext, PALETTE } = Common;
+  const LANE_COLORS = PALETTE.slice(0, 4);  // by lane order; not request colors here
   const RECENT = 60;  // iterations placed per lane
 
   function build(inst, cell) {

@@ -12,7 +12,6 @@ the other. Medians over rounds.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 
@@ -20,6 +19,7 @@ from ..config import EngineConfig
 from ..cpu_share import SHARE
 from ..events import PREFILL
 from ..request import SamplingParams
+from ..scenarios.model import prompt_ids
 from ..service import EngineService
 from .suite import host_info
 
@@ -41,7 +41,7 @@ def burst(svc: EngineService, lanes: list[str], batch: int, tokens: int) -> dict
     cursor = svc.hub.head
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     handles = [h for i in range(batch)
-               for h in svc.submit([20 + (i * 37 + 11 * k) % 200 for k in range(PROMPT_LEN)], params,
+               for h in svc.submit(prompt_ids(PROMPT_LEN, i), params,
                                    lanes=lanes, tag="bench")]
     for h in handles:
         h.result(600)
@@ -89,7 +89,7 @@ def main(argv=None) -> None:
                         attention_backend=args.attention_backend, static_batch_size=args.batch,
                         max_num_seqs=max(16, args.batch), static_max_wait_s=0.0)
     modes = ("off", "on") if args.device == "cpu" else ("on",)
-    svc = EngineService(base, lanes={n: dataclasses.replace(base, strategy=n) for n in names})
+    svc = EngineService(base, strategies=names)
     try:
         svc.wait_ready(600)
         burst(svc, names, args.batch, 4)  # warm-up (a full batch: static launches only those)

@@ -29,6 +29,7 @@ from ..config import EngineConfig
 from ..llm_engine import LLMEngine
 from ..model import runner as runner_module
 from ..request import SamplingParams
+from ..scenarios.model import prompt_ids
 
 # aten operators -> the part of the forward they belong to
 OP_GROUPS = {
@@ -90,7 +91,7 @@ def fill(eng: LLMEngine, contexts: list[int], steps: int) -> None:
     tokens = steps + 2 + fill_steps(eng.cfg.max_num_batched_tokens, contexts)
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     for i, context in enumerate(contexts):
-        eng.add_request([20 + (i * 37 + 11 * k) % 200 for k in range(context)], params)
+        eng.add_request(prompt_ids(context, i), params)
     while any(not r.output_token_ids for r in eng.requests.values()):
         eng.step()
 

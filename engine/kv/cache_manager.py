@@ -87,10 +87,14 @@ class KVCacheManager:
         blocks from match(); False (and no change) if blocks run out."""
         if cached and request_id in self.block_tables:
             raise ValueError(f"request {request_id} already has a block table; cached blocks start one")
-        need = max(0, self.blocks_for(num_tokens) - len(cached)) if cached else self.num_new_blocks(
-            request_id, num_tokens)
-        if need + self._revived(cached) > self.num_free:
-            return False
+        if cached:
+            need = max(0, self.blocks_for(num_tokens) - len(cached))
+            if self.blocks_to_start(num_tokens, cached) > self.num_free:
+                return False
+        else:
+            need = self.num_new_blocks(request_id, num_tokens)
+            if need > self.num_free:
+                return False
         for b in cached:
             self.prefix.take(b)
             self.allocator.incref(b)

@@ -52,7 +52,7 @@ class ContinuousScheduler(Scheduler):
         if not self.waiting:
             return
         head = self.waiting[0]
-        while self.running and not self._could_start(head) and self.policy.outranks(head, self.running[-1]):
+        while self.running and self.policy.outranks(head, self.running[-1]) and not self._could_start(head):
             self._preempt_last(out)
         self._order_waiting()  # the victims queue behind the head
 
