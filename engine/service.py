@@ -24,6 +24,7 @@ from .lanes import check_lane_name, lane_spec
 from .limits import ClientLimiter, ClientLimits
 from .memory import GiB, check_kv_fits
 from .metrics_registry import ServiceMetrics
+from .model.runner import weights_key
 from .participants import Participants, clean_name
 from .remote_config import RemoteConfig
 from .remote_lane import RemoteWorker
@@ -83,7 +84,7 @@ class EngineService:
             w = RemoteWorker(self, lane, cfg)
             w.start()
             return w
-        # A lane on the same model, device and dtype as another shares its weights (waiting for them
+        # A lane whose weights match another's (runner.weights_key) shares them (waiting for them
         # if that lane is still loading): one copy in memory, and no two loads at once.
         share = self.engine_on(cfg)
         loading = None if share is not None else next(
@@ -379,7 +380,10 @@ def lane_dict(cfg: LaneConfig) -> dict:
 
 
 def _same_weights(a: EngineConfig, b: EngineConfig) -> bool:
-    return (a.model, a.device, a.dtype, a.linear_backend) == (b.model, b.device, b.dtype, b.linear_backend)
+    try:
+        return weights_key(a) == weights_key(b)
+    except ValueError:  # a setting this machine cannot run: that lane's own build says why
+        return False
 
 
 def strategy_lanes(base: EngineConfig, strategies) -> Lanes:

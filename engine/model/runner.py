@@ -52,6 +52,16 @@ def resolve_cuda_graphs(flag: bool | None, device: torch.device, backend: str) -
     return flag
 
 
+def weights_key(cfg: EngineConfig) -> tuple:
+    """What loaded weights depend on, resolved (auto -> what it means here): model, device, dtype,
+    attention backend (registered on the model) and linear backend (packed or not). Engines with
+    the same key can share one copy."""
+    device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.dtype, device)
+    return (cfg.model, device, dtype, resolve_backend(cfg.attention_backend, device),
+            resolve_linear_backend(cfg.linear_backend, device, dtype))
+
+
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -66,16 +76,12 @@ class ModelRunner:
     """Loads a Hugging Face causal LM with Inflight's paged attention and runs it."""
 
     def __init__(self, cfg: EngineConfig, progress=None, share: ModelRunner | None = None):
-        """share: a runner already holding the same model, device and dtype; its weights are
-        reused (read-only at inference, so engines in several threads can share them)."""
-        self.device = resolve_device(cfg.device)
-        self.dtype = resolve_dtype(cfg.dtype, self.device)
-        self.backend = resolve_backend(cfg.attention_backend, self.device)
-        self.linear = resolve_linear_backend(cfg.linear_backend, self.device, self.dtype)
+        """share: a runner whose weights_key is the same; its weights are reused (read-only at
+        inference, so engines in several threads can share them)."""
+        self.weights_key = weights_key(cfg)
+        self.model_name, self.device, self.dtype, self.backend, self.linear = self.weights_key
         self.cuda_graphs = resolve_cuda_graphs(cfg.cuda_graphs, self.device, self.backend)
-        self.model_name = cfg.model
-        same = (cfg.model, self.device, self.dtype, self.backend, self.linear)
-        if share is not None and (share.model_name, share.device, share.dtype, share.backend, share.linear) == same:
+        if share is not None and share.weights_key == self.weights_key:
             # Weights are shared; the tokenizer is not (fast tokenizers dislike concurrent use).
             self.model_dir, self.model = share.model_dir, share.model
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
