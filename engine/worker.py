@@ -170,7 +170,8 @@ class EngineWorker(threading.Thread):
         with _BUILD_LOCK:  # model loading is not thread-safe (transformers initialises on the meta device)
             engine = LLMEngine(cfg, progress=self.svc.progress, clock=self.svc.clock, share_weights_with=self._share)
             self.roofline = engine_roofline(engine)  # under the lock: no other load disturbs a first measurement
-            return engine
+        CORES.resting(self)  # a new engine computes nothing yet (and one on a GPU never takes CPU cores)
+        return engine
 
     def _run_commands(self) -> None:
         while True:
@@ -200,8 +201,7 @@ class EngineWorker(threading.Thread):
                 self.svc.step_fault(self.lane)  # chaos testing only (tests, engine.bench.soak)
             if self.engine.runner.device.type == "cpu":
                 ev = CORES.run(self, self.engine.step)
-            else:  # a lane reconfigured onto a GPU leaves the CPU's cores to the others
-                CORES.resting(self)
+            else:  # the CPU's cores stay with the other lanes (this one rested when its engine was built)
                 ev = self.engine.step()
         except Exception as e:  # noqa: BLE001 - end the affected requests, restart, keep serving
             log.exception("engine %s step failed; restarting it", self.lane)

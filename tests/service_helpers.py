@@ -1,7 +1,9 @@
 """Helpers for service tests: a service on a tiny model, a real server on a free port."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import threading
 import time
 
@@ -71,3 +73,19 @@ def serve(asgi_app):
     finally:
         server.should_exit = True
         t.join(timeout=10)
+
+
+def run(coro, timeout=60):
+    """Run a socket client coroutine to its end, within timeout seconds."""
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+async def recv_until(ws, pred, limit=2000):
+    """Read socket messages until pred(message); returns it and every message read."""
+    seen = []
+    for _ in range(limit):
+        msg = json.loads(await ws.recv())
+        seen.append(msg)
+        if pred(msg):
+            return msg, seen
+    raise AssertionError("condition not met")

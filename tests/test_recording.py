@@ -2,7 +2,6 @@
 pause, seek; /engine/ws serving a replay instead of the engines."""
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -13,15 +12,8 @@ from engine.api.protocol import encode_event
 from engine.api.server import create_app
 from engine.recording import Recording, Replayer, load, play, start_recording, stop_recording, stop_replay
 from engine.recording.stage import SHIPPED
-from service_helpers import make_service, serve, wait_idle
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from scheduler_helpers import FakeClock
+from service_helpers import make_service, recv_until, run, serve, wait_idle
 
 
 @pytest.fixture(scope="module")
@@ -59,15 +51,15 @@ def test_a_recording_holds_every_event_in_publishing_order(svc, recorded):
 
 def test_replay_publishes_the_same_events_at_the_recorded_pacing_scaled_by_speed(recorded):
     rec, _ = recorded
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     r = Replayer(rec, speed=2.0, clock=clock)
     for t, _ in rec.events:  # each event comes out once the playhead reaches its time, not before
-        clock.now = 100.0 + (t - rec.start) / 2.0 + 1e-9
+        clock.t = 100.0 + (t - rec.start) / 2.0 + 1e-9
         r.pump()
         assert len(r.hub) == sum(1 for t2, _ in rec.events if t2 <= t)
     assert [encode_event(i) for _, i in r.hub.read(0).events] == [e for _, e in rec.events]
     before = Replayer(rec, speed=2.0, clock=clock)
-    clock.now = before._base_wall + (rec.events[-1][0] - rec.start) / 2.0 - 1e-3  # just before the last
+    clock.t = before._base_wall + (rec.events[-1][0] - rec.start) / 2.0 - 1e-3  # just before the last
     before.pump()
     assert len(before.hub) == len([t for t, _ in rec.events if t <= rec.events[-1][0] - 2e-3]) < len(rec.events)
 
@@ -85,18 +77,18 @@ def published(r: Replayer) -> list[str]:
 
 
 def test_pause_freezes_the_playhead_and_resume_goes_on_from_there():
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     r = Replayer(synthetic(), clock=clock)
-    clock.now += 2.5
+    clock.t += 2.5
     r.pump()
     assert published(r) == ["e0", "e1", "e2"]
     r.pause()
-    clock.now += 5
+    clock.t += 5
     r.pump()
     assert r.position() == 2.5 and published(r) == ["e0", "e1", "e2", "paused"]
     r.resume()
     r.set_speed(4.0)
-    clock.now += 0.25  # one recorded second at 4x
+    clock.t += 0.25  # one recorded second at 4x
     r.pump()
     assert r.position() == 3.5 and published(r)[-2:] == ["replay_speed", "e3"]
     with pytest.raises(ValueError, match="between 0.25x and 4.0x"):
@@ -104,9 +96,9 @@ def test_pause_freezes_the_playhead_and_resume_goes_on_from_there():
 
 
 def test_seek_rebuilds_the_hub_up_to_that_time():
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     r = Replayer(synthetic(), clock=clock)
-    clock.now += 6
+    clock.t += 6
     r.pump()
     old = r.hub
     r.seek(2.0)  # back: a fresh hub holding exactly what happened until then
@@ -143,9 +135,7 @@ def test_the_socket_serves_a_replay_then_the_engines_again(svc, recorded):
             refused = json.loads(await ws.recv())
             assert refused["type"] == "error" and "recording is playing" in refused["message"]
             await ws.send(json.dumps({"cmd": "pause", "ref": "p"}))
-            msg = json.loads(await ws.recv())
-            while msg["type"] != "reply":
-                msg = json.loads(await ws.recv())
+            msg, _ = await recv_until(ws, lambda m: m["type"] == "reply")
             assert msg["status"]["paused"] and msg["status"]["replay"]["paused"] and not svc.paused.is_set()
             svc.replay.seek(rec.start)  # a seek closes the socket: the client rebuilds from the new hub
             with pytest.raises(websockets.ConnectionClosed) as closed:
@@ -158,7 +148,7 @@ def test_the_socket_serves_a_replay_then_the_engines_again(svc, recorded):
 
     play(svc, rec, speed=4.0)
     with serve(create_app(svc)) as base:
-        asyncio.run(asyncio.wait_for(main(f"ws://{base}/engine/ws"), 60))
+        run(main(f"ws://{base}/engine/ws"))
     assert svc.replay is None
 
 

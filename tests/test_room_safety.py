@@ -22,7 +22,7 @@ from engine.access import Access, Client, is_loopback
 from engine.api import ws as ws_module
 from engine.api.server import create_app
 from engine.limits import ClientLimiter, ClientLimits
-from service_helpers import assert_all_free, make_service, serve, wait_idle, wait_settled
+from service_helpers import assert_all_free, make_service, run, serve, wait_idle, wait_settled
 
 TOKEN, API_KEY = "presenter-token-123", "audience-key-456"
 LIMITS = ClientLimits(burst=3, per_minute=60, max_in_flight=2, max_tokens=40)
@@ -53,10 +53,6 @@ def _clean(svc):
     yield
     svc.resume()
     assert_all_free(svc)
-
-
-def run(coro, timeout=60):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
 
 
 async def command(ws, msg: dict) -> dict:

@@ -1,7 +1,6 @@
 """/engine/ws: commands in, ordered events out, errors on bad messages, cleanup on disconnect."""
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 import time
@@ -11,7 +10,7 @@ import websockets
 
 from engine.api.server import create_app
 from engine.events import ENTRY_FIELDS, PHASES, FinishedEvent, RequestEvent
-from service_helpers import assert_all_free, make_service, serve
+from service_helpers import assert_all_free, make_service, recv_until, run, serve
 
 
 @pytest.fixture(scope="module")
@@ -32,20 +31,6 @@ def _clean(svc):
     yield
     svc.resume()
     assert_all_free(svc)
-
-
-def run(coro, timeout=60):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
-
-
-async def recv_until(ws, pred, limit=2000):
-    seen = []
-    for _ in range(limit):
-        msg = json.loads(await ws.recv())
-        seen.append(msg)
-        if pred(msg):
-            return msg, seen
-    raise AssertionError("condition not met")
 
 
 def test_submit_streams_tokens_and_steps_in_order(url):
