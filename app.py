@@ -26,10 +26,18 @@ def _announce(access: Access, address: str, port: int) -> None:
           f"  (from another machine, put this server's address in place of {host})\n", flush=True)
 
 
+def room_settings(access: Access) -> None:
+    """In a room, no page shows a traceback (server paths, code): errors read as messages, the console
+    keeps the details."""
+    if access.room:
+        config.set_option("client.showErrorDetails", "none")
+
+
 @asynccontextmanager
 async def lifespan(_app):
     address, port = config.get_option("server.address"), config.get_option("server.port")
     access = Access.from_env(address)
+    room_settings(access)
     base = EngineConfig()
     lanes = lanes_from_env(base)  # INFLIGHT_LANES=lanes.json: e.g. a local lane beside a remote server
     get_service(lambda: EngineService(base, access=access, lanes=lanes))  # engines load in their own threads

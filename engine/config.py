@@ -4,12 +4,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .untrusted import INT64, is_int, is_number, is_text, shown
+
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 STRATEGIES = ("continuous", "static", "dynamic")
 SCHEDULING_POLICIES = ("fcfs", "priority", "sjf", "fair")  # engine/scheduler/policy.py
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 LINEAR_BACKENDS = ("auto", "torch", "onednn")
+MAX_MODEL_NAME_CHARS = 1024
+BIG = 1 << 40  # far past any machine, and within what every consumer's integers hold
 
 
 def default_model() -> str:
@@ -54,8 +58,7 @@ class EngineConfig:
             self.model = default_model()
         if self.device is None:
             self.device = default_device()
-        _check(isinstance(self.model, str) and self.model.strip() != "", "model", self.model,
-               "a hub id or a local directory")
+        _check(is_text(self.model, MAX_MODEL_NAME_CHARS), "model", self.model, "a hub id or a local directory")
         _check(self.strategy in STRATEGIES, "strategy", self.strategy, f"one of {', '.join(STRATEGIES)}")
         _check(self.scheduling_policy in SCHEDULING_POLICIES, "scheduling_policy", self.scheduling_policy,
                f"one of {', '.join(SCHEDULING_POLICIES)}")
@@ -69,38 +72,33 @@ class EngineConfig:
                "None, True or False")
         _check(self.linear_backend in LINEAR_BACKENDS, "linear_backend", self.linear_backend,
                f"one of {', '.join(LINEAR_BACKENDS)}")
-        _check(_is_int(self.block_size) and self.block_size >= 1, "block_size", self.block_size,
-               "an integer >= 1")
-        _check(self.num_kv_blocks is None or (_is_int(self.num_kv_blocks) and self.num_kv_blocks >= 1),
-               "num_kv_blocks", self.num_kv_blocks, "None or an integer >= 1")
-        _check(self.kv_cache_memory_gb is None or (_is_num(self.kv_cache_memory_gb)
+        _check(_count(self.block_size, 1), "block_size", self.block_size, f"an integer from 1 to {BIG}")
+        _check(self.num_kv_blocks is None or _count(self.num_kv_blocks, 1),
+               "num_kv_blocks", self.num_kv_blocks, f"None or an integer from 1 to {BIG}")
+        _check(self.kv_cache_memory_gb is None or (is_number(self.kv_cache_memory_gb)
                                                    and self.kv_cache_memory_gb > 0),
                "kv_cache_memory_gb", self.kv_cache_memory_gb, "None or a number > 0")
-        _check(self.max_model_len is None or (_is_int(self.max_model_len) and self.max_model_len >= 2),
-               "max_model_len", self.max_model_len, "None or an integer >= 2")
-        _check(_is_int(self.max_num_seqs) and self.max_num_seqs >= 1, "max_num_seqs", self.max_num_seqs,
-               "an integer >= 1")
-        _check(_is_int(self.max_num_batched_tokens) and self.max_num_batched_tokens >= 1,
-               "max_num_batched_tokens", self.max_num_batched_tokens, "an integer >= 1")
+        _check(self.max_model_len is None or _count(self.max_model_len, 2),
+               "max_model_len", self.max_model_len, f"None or an integer from 2 to {BIG}")
+        _check(_count(self.max_num_seqs, 1), "max_num_seqs", self.max_num_seqs, f"an integer from 1 to {BIG}")
+        _check(_count(self.max_num_batched_tokens, 1), "max_num_batched_tokens", self.max_num_batched_tokens,
+               f"an integer from 1 to {BIG}")
         _check(isinstance(self.enable_chunked_prefill, bool), "enable_chunked_prefill",
                self.enable_chunked_prefill, "True or False")
         _check(isinstance(self.enable_prefix_caching, bool), "enable_prefix_caching",
                self.enable_prefix_caching, "True or False")
-        _check(_is_int(self.static_batch_size) and self.static_batch_size >= 1, "static_batch_size",
-               self.static_batch_size, "an integer >= 1")
-        _check(_is_num(self.static_max_wait_s) and self.static_max_wait_s >= 0, "static_max_wait_s",
-               self.static_max_wait_s, "a number >= 0")
-        _check(_is_int(self.seed), "seed", self.seed, "an integer")
+        _check(_count(self.static_batch_size, 1), "static_batch_size", self.static_batch_size,
+               f"an integer from 1 to {BIG}")
+        _check(is_number(self.static_max_wait_s) and 0 <= self.static_max_wait_s <= 3600, "static_max_wait_s",
+               self.static_max_wait_s, "a number of seconds from 0 to 3600")
+        _check(is_int(self.seed) and INT64[0] <= self.seed <= INT64[1], "seed", self.seed, "a 64-bit integer")
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_num(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+def _count(x, low: int) -> bool:
+    """An integer from low up to BIG (a bound that no setting reaches, so no arithmetic on it overflows)."""
+    return is_int(x) and low <= x <= BIG
 
 
 def _check(ok: bool, name: str, value, expected: str, owner: str = "EngineConfig") -> None:
     if not ok:
-        raise ValueError(f"{owner}.{name} must be {expected}, got {value!r}")
+        raise ValueError(f"{owner}.{name} must be {expected}, got {shown(value)}")

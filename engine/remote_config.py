@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from urllib.parse import urlsplit
 
+from .config import MAX_MODEL_NAME_CHARS
 from .config import _check as config_check
-from .config import _is_int, _is_num
 from .events import REMOTE
+from .untrusted import is_int, is_number, is_text
 
 MAX_CONCURRENCY = 256
 
@@ -27,13 +28,11 @@ class RemoteConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "remote", check_url(self.remote))
-        _check(isinstance(self.model, str) and self.model.strip() != "", "model", self.model,
-               "the model name the server serves")
-        _check(self.api_key is None or (isinstance(self.api_key, str) and self.api_key != ""), "api_key",
-               "(hidden)", "None or a non-empty string")
-        _check(_is_int(self.max_concurrency) and 1 <= self.max_concurrency <= MAX_CONCURRENCY, "max_concurrency",
+        _check(is_text(self.model, MAX_MODEL_NAME_CHARS), "model", self.model, "the model name the server serves")
+        _check(self.api_key is None or is_text(self.api_key, 4096), "api_key", "(hidden)", "None or a non-empty string")
+        _check(is_int(self.max_concurrency) and 1 <= self.max_concurrency <= MAX_CONCURRENCY, "max_concurrency",
                self.max_concurrency, f"an integer from 1 to {MAX_CONCURRENCY}")
-        _check(_is_num(self.timeout_s) and 0 < self.timeout_s <= 3600, "timeout_s", self.timeout_s,
+        _check(is_number(self.timeout_s) and 0 < self.timeout_s <= 3600, "timeout_s", self.timeout_s,
                "a number of seconds in (0, 3600]")
         _check(isinstance(self.metrics, bool), "metrics", self.metrics, "True or False")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -43,7 +44,8 @@ def _value(samples: dict, names: tuple[str, ...], model: str, mean: bool) -> flo
             continue
         mine = [v for labels, v in series if labels.get("model_name") == model]
         values = mine or [v for _, v in series]
-        return sum(values) / len(values) if mean else sum(values)
+        value = sum(values) / len(values) if mean else sum(values)
+        return value if math.isfinite(value) else None  # Prometheus allows NaN; our events do not
     return None
 
 

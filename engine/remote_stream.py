@@ -7,11 +7,12 @@ stop_token_ids; vLLM and SGLang take them) are sent only when set.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import httpx
+
+from .untrusted import parse_json, scrub
 
 FINISH_REASONS = ("stop", "length", "abort")
 MAX_ERROR_CHARS = 300
@@ -65,8 +66,8 @@ async def stream(client: httpx.AsyncClient, cfg, sub) -> AsyncIterator[Chunk]:
 
 def _chunk(data: str) -> Chunk:
     try:
-        obj = json.loads(data)
-    except json.JSONDecodeError:
+        obj = parse_json(data, "the chunk")
+    except ValueError:
         raise RemoteError(f"the server sent a chunk that is not JSON: {data[:MAX_ERROR_CHARS]!r}") from None
     if not isinstance(obj, dict):
         raise RemoteError(f"the server sent a chunk that is not an object: {data[:MAX_ERROR_CHARS]!r}")
@@ -78,7 +79,7 @@ def _chunk(data: str) -> Chunk:
             continue
         delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
         text = choice.get("text", delta.get("content"))
-        out.text += text if isinstance(text, str) else ""
+        out.text += scrub(text) if isinstance(text, str) else ""  # relayed, so repaired rather than refused
         if choice.get("finish_reason"):
             reason = choice["finish_reason"]
             out.finish_reason = reason if reason in FINISH_REASONS else "stop"  # tool_calls, content_filter, ...
@@ -88,8 +89,8 @@ def _chunk(data: str) -> Chunk:
 def _error_text(raw: bytes) -> str:
     text = raw.decode("utf-8", "replace")
     try:
-        return _message(json.loads(text))
-    except (json.JSONDecodeError, AttributeError, TypeError):
+        return _message(parse_json(text, "the error"))
+    except (ValueError, AttributeError, TypeError):
         return text[:MAX_ERROR_CHARS] or "(empty body)"
 
 
@@ -97,4 +98,4 @@ def _message(obj: dict) -> str:
     """An OpenAI-style error body's message ({"error": {"message": ...}} or {"error": "..."})."""
     err = obj.get("error", obj)
     msg = err.get("message") if isinstance(err, dict) else err
-    return str(msg if msg is not None else obj)[:MAX_ERROR_CHARS]
+    return scrub(str(msg if msg is not None else obj)[:MAX_ERROR_CHARS])

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass, field
+
+from .untrusted import INT64, integer, is_int, is_number, shown, text
 
 FinishReason = str  # "stop" | "length" | "abort" | "error"
 PRIORITY_RANGE = (-1000, 1000)  # lower runs first (scheduling_policy="priority")
 MAX_TENANT_CHARS = 64
+MAX_STOPS = 16          # stop strings, and stop token ids, per request
+MAX_STOP_CHARS = 200
 
 
 @dataclass
@@ -27,35 +30,34 @@ class SamplingParams:
 
     def validate(self) -> None:
         """Raise ValueError naming the first field that is out of range."""
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
-        if not _is_number(self.temperature) or self.temperature < 0:
-            raise ValueError(f"temperature must be a number >= 0, got {self.temperature!r}")
-        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {self.top_k!r}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
+        if not is_int(self.max_tokens) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be an integer >= 1, got {shown(self.max_tokens)}")
+        if not is_number(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature must be a number >= 0, got {shown(self.temperature)}")
+        if not is_number(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {shown(self.top_p)}")
+        if not is_int(self.top_k) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0 disables it), got {shown(self.top_k)}")
+        if self.seed is not None:
+            integer(self.seed, "seed", *INT64)
         self.stop_strings()  # validates the stop field
         if self.stop_token_ids is not None and not (
-                isinstance(self.stop_token_ids, (list, tuple))
-                and all(isinstance(t, int) and not isinstance(t, bool) for t in self.stop_token_ids)):
-            raise ValueError(f"stop_token_ids must be a list of integers, got {self.stop_token_ids!r}")
+                isinstance(self.stop_token_ids, (list, tuple)) and len(self.stop_token_ids) <= MAX_STOPS
+                and all(is_int(t) for t in self.stop_token_ids)):
+            raise ValueError(f"stop_token_ids must be a list of at most {MAX_STOPS} integers, "
+                             f"got {shown(self.stop_token_ids)}")
+        if not isinstance(self.ignore_eos, bool):
+            raise ValueError(f"ignore_eos must be true or false, got {shown(self.ignore_eos)}")
 
     def stop_strings(self) -> list[str]:
         if self.stop is None:
             return []
-        if isinstance(self.stop, str):
-            stops = [self.stop]
-        elif isinstance(self.stop, (list, tuple)) and all(isinstance(s, str) for s in self.stop):
-            stops = list(self.stop)
-        else:
-            raise ValueError(
-                f"stop must be a string or a list of strings, got {type(self.stop).__name__}: {self.stop!r}")
+        stops = [self.stop] if isinstance(self.stop, str) else self.stop
+        if not isinstance(stops, (list, tuple)) or len(stops) > MAX_STOPS:
+            raise ValueError(f"stop must be a string or a list of at most {MAX_STOPS} strings, got {shown(self.stop)}")
         if any(s == "" for s in stops):
             raise ValueError("stop strings must not be empty")
-        return stops
+        return [text(s, "stop", MAX_STOP_CHARS, empty=True) for s in stops]  # "\n" is a fine stop
 
     @property
     def greedy(self) -> bool:
@@ -65,14 +67,12 @@ class SamplingParams:
 def check_priority_tenant(priority, tenant) -> None:
     """Raise ValueError if priority is not an integer in PRIORITY_RANGE or tenant not a short string."""
     lo, hi = PRIORITY_RANGE
-    if isinstance(priority, bool) or not isinstance(priority, int) or not lo <= priority <= hi:
-        raise ValueError(f"priority must be an integer from {lo} to {hi} (lower runs first), got {priority!r}")
+    if not is_int(priority) or not lo <= priority <= hi:
+        raise ValueError(f"priority must be an integer from {lo} to {hi} (lower runs first), got {shown(priority)}")
     if tenant is not None and not (isinstance(tenant, str) and 0 < len(tenant) <= MAX_TENANT_CHARS):
-        raise ValueError(f"tenant must be a string of 1 to {MAX_TENANT_CHARS} characters or None, got {tenant!r:.80}")
-
-
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+        raise ValueError(f"tenant must be a string of 1 to {MAX_TENANT_CHARS} characters or None, got {shown(tenant)}")
+    if tenant is not None:
+        text(tenant, "tenant", MAX_TENANT_CHARS, empty=True)
 
 
 class RequestStatus(enum.Enum):

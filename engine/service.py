@@ -28,6 +28,8 @@ from .model.runner import weights_key
 from .participants import Participants, clean_name
 from .remote_config import RemoteConfig
 from .remote_lane import RemoteWorker
+from .request_input import check_tag, checked_prompt
+from .untrusted import shown
 from .request import MAX_TENANT_CHARS, SamplingParams, check_priority_tenant
 from .worker import EngineWorker, Submission
 
@@ -142,9 +144,8 @@ class EngineService:
         key whatever it names, so it can neither pose as another tenant nor split itself into many.
         `name`: the participant's display name (plain text, see engine/participants.py); a named
         request counts toward the room's participants."""
-        if (prompt is None) == (messages is None):
-            raise ValueError("give exactly one of prompt or messages")
-        _check_text(prompt, messages)
+        prompt, messages = checked_prompt(prompt, messages)
+        check_tag(tag)
         name = None if name is None else clean_name(name)
         check_priority_tenant(priority, tenant)
         if priority < 0:
@@ -152,6 +153,9 @@ class EngineService:
         if not client.presenter:
             tenant = client.key[:MAX_TENANT_CHARS]
         params = params or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
+        params.validate()
         with self._lock:
             workers = [self.workers[name] for name in self._running(lanes)]
             reservation = None if client.presenter else self.limiter.admit(client.key, params.max_tokens)
@@ -357,12 +361,14 @@ class EngineService:
             return self.lane_names
         if isinstance(lanes, str):
             lanes = [lanes]
-        names = list(dict.fromkeys(lanes or []))
-        if not names or not all(isinstance(n, str) for n in names):
-            raise ValueError(f"lanes must be a non-empty list of lane names; got {lanes!r}")
+        if not isinstance(lanes, (list, tuple)) or not all(isinstance(n, str) for n in lanes):
+            raise ValueError(f"lanes must be a non-empty list of lane names; got {shown(lanes)}")
+        names = list(dict.fromkeys(lanes))
+        if not names:
+            raise ValueError(f"lanes must be a non-empty list of lane names; got {shown(lanes)}")
         missing = [n for n in names if n not in self.workers]
         if missing:
-            raise ValueError(f"lane {missing[0]!r} is not running; running: {', '.join(self.workers)}")
+            raise ValueError(f"lanes: lane {shown(missing[0])} is not running; running: {', '.join(self.workers)}")
         return names
 
     def engine_on(self, cfg: EngineConfig):
@@ -419,20 +425,6 @@ def _device_of(cfg: EngineConfig):
     if cfg.device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(cfg.device)
-
-
-def _check_text(prompt, messages) -> None:
-    """Text that cannot be encoded (a lone surrogate such as "\\ud800" from JSON) is refused here,
-    before any tokenizer sees it."""
-    texts = [prompt] if isinstance(prompt, str) else []
-    for m in messages if isinstance(messages, list) else []:
-        if isinstance(m, dict):
-            texts += [v for v in (m.get("role"), m.get("content")) if isinstance(v, str)]
-    for t in texts:
-        try:
-            t.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise ValueError(f"the prompt is not valid Unicode text: {e.reason} at character {e.start}") from None
 
 
 # ---- one service per process ---------------------------------------------------------------------

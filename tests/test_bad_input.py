@@ -23,8 +23,8 @@ BAD_REQUESTS = [
     ([5] * 3, SamplingParams(top_p=0.0), "top_p"),
     ([5] * 3, SamplingParams(top_p=1.5), "top_p"),
     ([5] * 3, SamplingParams(top_k=-1), "top_k"),
-    ([5] * 3, SamplingParams(stop=42), "stop must be a string or a list of strings"),
-    ([5] * 3, SamplingParams(stop=["ok", 3]), "stop must be a string or a list of strings"),
+    ([5] * 3, SamplingParams(stop=42), "stop must be a string"),
+    ([5] * 3, SamplingParams(stop=["ok", 3]), "stop must be a string"),
     ([5] * 3, "not params", "SamplingParams"),
 ]
 

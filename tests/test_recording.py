@@ -3,6 +3,7 @@ pause, seek; /engine/ws serving a replay instead of the engines."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import websockets
@@ -68,12 +69,14 @@ def synthetic(n: int = 10) -> Recording:
     """Events one second apart from t=0 (the header as the recorder writes it)."""
     header = {"model": "m", "device": "CPU, 2 cores", "started_at": "2026-11-22T10:00:00+00:00", "t0": 0.0,
               "lanes": {"a": {"strategy": "continuous"}}, "status": {"engines": {"a": {"max_model_len": 64}}}}
-    events = [(float(i), {"type": "status", "lane": "a", "event": f"e{i}", "t": float(i)}) for i in range(n)]
-    return Recording(header, events)
+    rec = Recording(header)
+    for i in range(n):
+        rec.add(float(i), {"type": "status", "lane": "a", "event": f"e{i}", "t": float(i)})
+    return rec
 
 
 def published(r: Replayer) -> list[str]:
-    return [item["event"] for _, item in r.hub.read(0).events]
+    return [encode_event(item)["event"] for _, item in r.hub.read(0).events]
 
 
 def test_pause_freezes_the_playhead_and_resume_goes_on_from_there():
@@ -162,3 +165,19 @@ def test_the_cli_records_a_scenarios_stream_on_its_lanes(tiny_model_dirs, tmp_pa
     finished = [e for _, e in rec.events if e["type"] == "finished"]
     assert len(finished) == 32 and {e["finish_reason"] for e in finished} == {"length"}  # 16 on each lane
     assert main(["info", str(out)]) == 0 and "lanes: max batch 4, max batch 32" in capsys.readouterr().out
+
+
+def test_a_recording_stops_itself_before_a_reader_would_refuse_it(svc, tmp_path, monkeypatch):
+    from engine.recording import recorder as recorder_module
+    monkeypatch.setattr(recorder_module, "MAX_BYTES", 20_000)
+    monkeypatch.setattr(recorder_module, "MAX_LINE_BYTES", 4_000)
+    rec = start_recording(svc, tmp_path / "full.jsonl.gz")
+    for _ in range(4):
+        svc.submit("hello there", SamplingParams(max_tokens=8, ignore_eos=True))
+    wait_idle(svc)
+    deadline = time.monotonic() + 10
+    while rec.active and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert rec.full and not rec.active and 0 < rec.events
+    path = stop_recording(svc)
+    assert len(load(path)) == rec.events + 1  # its lanes event first, then each event it wrote

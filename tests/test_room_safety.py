@@ -14,6 +14,7 @@ import weakref
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 import websockets
 
@@ -302,9 +303,24 @@ def test_binary_and_oversized_frames_get_errors_and_socket_stays_open(base):
     run(main())
 
 
-def test_streamlit_refuses_large_frames_before_buffering():
+def test_streamlit_refuses_large_frames_and_uploads_before_buffering():
     cfg = tomllib.loads((Path(__file__).resolve().parents[1] / ".streamlit" / "config.toml").read_text())
     assert cfg["server"]["maxMessageSize"] <= 2  # MB; Streamlit's default (200) buffered 200 MB frames
+    assert cfg["server"]["maxUploadSize"] <= 16  # MB; a recording is bounded again once decompressed
+
+
+def test_room_mode_shows_no_traceback_on_any_page():
+    from streamlit import config
+
+    import app
+    before = config.get_option("client.showErrorDetails")
+    try:
+        app.room_settings(Access(room=False))
+        assert config.get_option("client.showErrorDetails") == before
+        app.room_settings(Access(room=True, token=TOKEN))
+        assert config.get_option("client.showErrorDetails") == "none"  # errors as messages; tracebacks in the log
+    finally:
+        config.set_option("client.showErrorDetails", before)
 
 
 def test_failed_configure_changes_nothing_and_next_configure_works(base, svc):
@@ -340,33 +356,47 @@ def test_kv_pool_bound_names_both_numbers(svc):
     assert svc.cfg.kv_cache_memory_gb is None
 
 
-def test_reader_that_never_reads_is_dropped_and_its_requests_aborted(base, svc, monkeypatch):
-    monkeypatch.setattr(ws_module, "SEND_TIMEOUT_S", 0.5)
+def test_reader_that_never_reads_is_dropped_in_time_its_requests_aborted_and_its_connection_closed(
+        base, svc, monkeypatch):
+    """What one client may leave unread is bounded: past it for SEND_TIMEOUT_S, the client is dropped, its
+    requests aborted and its connection aborted (a polite close would wait behind megabytes forever)."""
+    monkeypatch.setattr(ws_module, "SEND_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(ws_module, "MAX_QUEUED_BYTES", 256 * 1024)
     while svc.hub.head < svc.hub.capacity:  # a full ring to replay: more than the socket buffers hold
         for h in svc.submit([6] * 30, greedy(60)):
             h.result(30)
     svc.pause()  # the stuck client's request stays in flight until it is aborted
     stuck = _never_reading_client(base)
+    port = stuck.getsockname()[1]
     try:
         stuck.sendall(_client_frame(json.dumps({"cmd": "submit", "prompt": [5] * 20, "tag": "stuck",
                                                 "params": {"max_tokens": 50}})))
-        try:
-            for _ in range(12):  # replay the ring again and again: more than the kernel's buffers take
-                time.sleep(0.1)
-                stuck.sendall(_client_frame(json.dumps({"cmd": "subscribe", "from_seq": "oldest"})))
-        except OSError:
-            pass  # already dropped
+        t0 = time.monotonic()
+        for _ in range(3):  # replay the ring: megabytes the client never reads
+            stuck.sendall(_client_frame(json.dumps({"cmd": "subscribe", "from_seq": "oldest"})))
+            time.sleep(0.1)
         deadline, aborted = time.monotonic() + 20, False
         while not aborted and time.monotonic() < deadline:
-            time.sleep(0.1)
+            time.sleep(0.05)
             ended = {item["request_id"]: item["finish_reason"] for _, item in svc.hub.read(0, limit=10**6).events
                      if item["type"] == "finished"}
             stuck_ids = _tagged(svc, "stuck")
             aborted = bool(stuck_ids) and all(ended.get(r) == "abort" for r in stuck_ids)
         assert aborted, "the stuck client's request was not aborted"
+        assert time.monotonic() - t0 < 1.0 + 4.0, "noticed long after the timeout"
+        deadline = time.monotonic() + 5
+        while _server_side_of(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _server_side_of(port), "the dropped client's connection is still open on the server"
     finally:
         stuck.close()
         svc.resume()
+
+
+def _server_side_of(client_port: int) -> list:
+    """This process's (the test server's) open TCP connections to a client port."""
+    return [c for c in psutil.Process().net_connections(kind="tcp")
+            if c.raddr and c.raddr.port == client_port and c.status != psutil.CONN_CLOSE]
 
 
 def _tagged(svc, tag) -> set[int]:

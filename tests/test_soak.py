@@ -1,4 +1,5 @@
-"""The chaos and soak harness, for about 30 s on a tiny model: nothing lost, no KV block leaked."""
+"""The chaos and soak harness, for about 30 s on a tiny model: nothing lost, no KV block leaked, every
+fuzzed input answered without a 5xx and every fuzzed upload played or refused with its reason."""
 from __future__ import annotations
 
 from engine.bench.soak import run_soak
@@ -6,10 +7,12 @@ from engine.bench.soak import run_soak
 
 def test_soak_loses_nothing_and_leaks_no_block(tiny_llama_dir, tmp_path):
     r = run_soak(0.5, str(tiny_llama_dir), rate=4.0, fault_rate=0.01, num_kv_blocks=512,
-                 log_path=str(tmp_path / "server.log"))
+                 log_path=str(tmp_path / "server.log"), fuzz_every_s=0.3, uploads_every_s=2.0)
     assert r["lost"] == 0, (r["lost_client_side"], r["unfinished_on_server"])
     assert r["kv_blocks_leaked"] == 0 and r["in_flight_after"] == 0
     assert r["completed"] > 0 and r["server_requests"] > 0 and r["monitor_skipped_events"] == 0
     assert r["errored"] > 0, "no injected step fault reached a request"
     assert r["malformed_answered"] == r["malformed_sent"]
     assert r["controls_refused"] > 0 and r["configures"] > 0
+    assert r["fuzz_sent"] > 20 and r["fuzz_answered"] == r["fuzz_sent"] and r["fuzz_5xx"] == 0
+    assert r["uploads"] > 3 and r["uploads_failed"] == 0 and r["uploads_refused"] > 0

@@ -101,9 +101,9 @@ def test_events_on_the_socket_follow_the_contract(url):
 
 
 @pytest.mark.parametrize("message,error", [
-    ("{not json", "malformed JSON"),
+    ("{not json", "not valid JSON"),
     ("[1, 2]", "must be a JSON object"),
-    ('{"cmd": "explode"}', "unknown command"),
+    ('{"cmd": "explode"}', "unknown cmd"),
     ('{"cmd": "submit", "prompt": "hi", "params": {"max_tokens": "ten"}}', "max_tokens"),
     ('{"cmd": "submit", "prompt": "hi", "params": {"warp": 9}}', "unknown sampling parameter"),
     ('{"cmd": "submit", "prompt": ""}', "prompt is empty"),

@@ -9,11 +9,23 @@ from collections.abc import AsyncIterator
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
+from starlette.responses import Response
 
 from ..access import NotPresenter
 from ..handles import RequestHandle
 from ..limits import LimitExceeded
-from .openai_schema import ApiError
+from ..wire_json import dumps
+from .openai_schema import ApiError, param_of
+
+
+def json_response(body, status: int = 200, headers: dict | None = None) -> Response:
+    """A JSON response through the one encoder that cannot fail (engine/wire_json.py)."""
+    return Response(dumps(body), status_code=status, media_type="application/json", headers=headers)
+
+
+def sse_event(body: dict | str) -> bytes:
+    """One server-sent event carrying a JSON body (or a bare word: [DONE])."""
+    return f"data: {body if isinstance(body, str) else dumps(body)}\n\n".encode()
 
 
 def require_json(request: Request) -> None:
@@ -47,8 +59,8 @@ async def submit(svc, *args, **kwargs) -> list[RequestHandle]:
         raise ApiError(str(e), status=429, type="rate_limit_error") from None
     except NotPresenter as e:
         raise ApiError(str(e), status=403, param="priority", type="permission_error") from None
-    except ValueError as e:  # the engines' own checks (prompt too long, unknown lane, ...)
-        raise ApiError(str(e)) from None
+    except ValueError as e:  # the engines' own checks (prompt too long, unknown lane, ...): named first
+        raise ApiError(str(e), param=param_of(str(e))) from None
     except TimeoutError as e:
         raise ApiError(str(e), status=503, type="server_error") from None
 

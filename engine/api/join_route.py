@@ -12,17 +12,17 @@ length limits; a phone that leaves has its request aborted on every lane.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ..access import PRESENTER_COOKIE, Client, client_key
 from ..participants import MAX_NAME_CHARS, clean_name
 from ..request import SamplingParams
-from .http_common import failure, read_body, require_json, submit, text_deltas
+from ..untrusted import text
+from .http_common import failure, json_response, read_body, require_json, sse_event, submit, text_deltas
 from .openai_schema import ApiError, parse_json
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "join"
@@ -55,7 +55,7 @@ def join_routes(get_service) -> list[Route]:
         try:
             handles = await _submit(request, svc)
         except ApiError as e:
-            return JSONResponse({"error": e.message}, status_code=e.status)
+            return json_response({"error": e.message}, e.status)
         except ClientDisconnect:
             return Response(status_code=400)  # nobody is listening
         return StreamingResponse(_stream(request, svc, handles[0]), media_type="text/event-stream",
@@ -90,6 +90,7 @@ async def _submit(request: Request, svc):
     if len(prompt) > MAX_PROMPT_CHARS:
         raise ApiError(f"a prompt has at most {MAX_PROMPT_CHARS} characters (this one has {len(prompt)})", status=413)
     try:
+        text(prompt, "prompt", MAX_PROMPT_CHARS)  # named as the phone's field, not as the chat message it becomes
         name = clean_name(body.get("name"))
     except ValueError as e:
         raise ApiError(str(e)) from None
@@ -99,22 +100,18 @@ async def _submit(request: Request, svc):
                         client=client, name=name)
 
 
-def _event(body: dict) -> bytes:
-    return f"data: {json.dumps(body)}\n\n".encode()
-
-
 async def _stream(request: Request, svc, handle):
     rid, completed = handle.request_id, False
     try:
-        yield _event({"request_id": rid})
+        yield sse_event({"request_id": rid})
         async for delta in text_deltas(handle, HEARTBEAT_S):
             if await request.is_disconnected():
                 return  # finally aborts
             if delta:
-                yield _event({"text": delta})
+                yield sse_event({"text": delta})
         completed = True
         problem = failure(handle)
-        yield _event({"error": problem.message} if problem else {"finish_reason": handle.output.finish_reason})
+        yield sse_event({"error": problem.message} if problem else {"finish_reason": handle.output.finish_reason})
     finally:  # also reached when the response is torn down (the phone left)
         if not completed:
             svc.abort(rid)

@@ -20,16 +20,15 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ..access import Client, client_key
 from ..handles import RequestHandle
-from .http_common import failure, read_body, require_json, submit, text_deltas
+from .http_common import failure, json_response, read_body, require_json, sse_event, submit, text_deltas
 from .openai_schema import (
     MAX_BODY_BYTES,
     ApiError,
@@ -53,7 +52,7 @@ def openai_routes(get_service) -> list[Route]:
         except ApiError as e:
             return _error(e)
         model = svc.cfg.model
-        return JSONResponse({"object": "list", "data": [
+        return json_response({"object": "list", "data": [
             {"id": model, "object": "model", "created": created, "owned_by": "inflight"}]})
 
     async def completions(request: Request) -> Response:
@@ -98,11 +97,11 @@ async def _serve(request: Request, svc, chat: bool) -> Response:
         return Response(status_code=499)  # the client left; its request was aborted
     if problem := failure(primary):
         return _error(problem)
-    return JSONResponse(completion_body(req, primary.request_id, model, primary.output))
+    return json_response(completion_body(req, primary.request_id, model, primary.output))
 
 
-def _error(e: ApiError) -> JSONResponse:
-    return JSONResponse(e.body(), status_code=e.status)
+def _error(e: ApiError) -> Response:
+    return json_response(e.body(), e.status)
 
 
 async def _wait_unless_client_leaves(request: Request, svc, handle: RequestHandle):
@@ -126,28 +125,24 @@ async def _wait_unless_client_leaves(request: Request, svc, handle: RequestHandl
     return work.done() and not work.cancelled()
 
 
-def _sse_event(body: dict | str) -> bytes:
-    return f"data: {body if isinstance(body, str) else json.dumps(body)}\n\n".encode()
-
-
 async def _sse(request: Request, svc, req: ApiRequest, handle: RequestHandle, model: str):
     rid, completed = handle.request_id, False
     try:
         if req.chat:
-            yield _sse_event(chunk_body(req, rid, model, role=True))
+            yield sse_event(chunk_body(req, rid, model, role=True))
         async for delta in text_deltas(handle, HEARTBEAT_S):
             if await request.is_disconnected():
                 return  # finally aborts
             if delta:
-                yield _sse_event(chunk_body(req, rid, model, text=delta))
+                yield sse_event(chunk_body(req, rid, model, text=delta))
         completed = True
         if problem := failure(handle):
-            yield _sse_event(problem.body())
+            yield sse_event(problem.body())
         else:
-            yield _sse_event(chunk_body(req, rid, model, finish_reason=handle.output.finish_reason))
+            yield sse_event(chunk_body(req, rid, model, finish_reason=handle.output.finish_reason))
             if req.include_usage:
-                yield _sse_event(chunk_body(req, rid, model, out=handle.output))
-        yield _sse_event("[DONE]")
+                yield sse_event(chunk_body(req, rid, model, out=handle.output))
+        yield sse_event("[DONE]")
     finally:  # also reached when the response is torn down (client gone: cancelled or closed)
         if not completed:
             svc.abort(rid)

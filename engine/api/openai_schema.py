@@ -6,11 +6,12 @@ Defaults follow OpenAI: temperature 1, top_p 1, max_tokens 16 for completions; c
 """
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass
 
+from .. import untrusted
+from ..untrusted import shown
 from ..request import MAX_TENANT_CHARS, RequestOutput, SamplingParams, check_priority_tenant
 
 MAX_BODY_BYTES = 64 * 1024
@@ -23,6 +24,20 @@ _UNSUPPORTED_UNLESS = {
     "suffix": (None, ""), "logit_bias": (None, {}), "presence_penalty": (None, 0), "frequency_penalty": (None, 0),
     "tools": (None, []), "functions": (None, []), "tool_choice": (None, "none", "auto"),
 }
+
+
+# body fields an error can be about (the engine calls the `user` a tenant)
+PARAMS = ("model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+          "stop", "seed", "user", "priority", "lanes", "strategies", "n", "stream", "stream_options", "ignore_eos",
+          *_UNSUPPORTED_UNLESS)
+_ALIASES = {"tenant": "user", "stop_token_ids": "stop"}
+
+
+def param_of(message: str) -> str | None:
+    """The body field an error message is about (messages start with it), or None."""
+    first = message.split(" ", 1)[0].split(".", 1)[0].split("[", 1)[0].rstrip(":")
+    first = _ALIASES.get(first, first)
+    return first if first in PARAMS else None
 
 
 class ApiError(Exception):
@@ -55,9 +70,9 @@ class ApiRequest:
 
 def parse_json(raw: bytes) -> dict:
     try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ApiError(f"the request body is not valid JSON: {e}") from None
+        body = untrusted.parse_json(raw, "the request body")
+    except untrusted.JsonError as e:
+        raise ApiError(str(e), param=e.path[0] if e.path and e.path[0] in PARAMS else None) from None
     if not isinstance(body, dict):
         raise ApiError(f"the request body must be a JSON object, got {type(body).__name__}")
     return body
@@ -93,7 +108,7 @@ def parse_request(body: dict, chat: bool) -> ApiRequest:
     stop = body.get("stop")
     if not (stop is None or (isinstance(stop, str) and stop)
             or (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop))):
-        raise ApiError(f"stop must be a non-empty string or a list of them, got {stop!r}", param="stop")
+        raise ApiError(f"stop must be a non-empty string or a list of them, got {shown(stop)}", param="stop")
     params = SamplingParams(
         max_tokens=max_tokens or (DEFAULT_CHAT_MAX_TOKENS if chat else DEFAULT_COMPLETION_MAX_TOKENS),
         temperature=1.0 if temperature is None else temperature,
@@ -102,22 +117,22 @@ def parse_request(body: dict, chat: bool) -> ApiRequest:
         ignore_eos=bool(_opt(body, "ignore_eos", bool, "true or false")))
     try:
         params.validate()
-    except ValueError as e:
-        raise ApiError(str(e)) from None
+    except ValueError as e:  # its message starts with the field's name
+        raise ApiError(str(e), param=param_of(str(e))) from None
     stream = bool(_opt(body, "stream", bool, "true or false"))
     options = _opt(body, "stream_options", dict, "an object") or {}
     include_usage = bool(_opt(options, "include_usage", bool, "true or false", "stream_options.include_usage"))
     param = "lanes" if "lanes" in body else "strategies"  # extension (strategies: its old name)
     lanes = body.get(param)  # which lanes serve it (default: all running)
     if lanes is not None and not (isinstance(lanes, list) and lanes and all(isinstance(s, str) for s in lanes)):
-        raise ApiError(f"{param} must be a non-empty list of lane names, got {lanes!r}", param=param)
+        raise ApiError(f"{param} must be a non-empty list of lane names, got {shown(lanes)}", param=param)
     user = _opt(body, "user", str, "a string")
     tenant = user[:MAX_TENANT_CHARS] if user else None
     priority = _opt(body, "priority", int, "an integer") or 0
     try:
         check_priority_tenant(priority, tenant)
-    except ValueError as e:
-        raise ApiError(str(e), param="priority") from None
+    except ValueError as e:  # about the tenant (the body's user) or the priority
+        raise ApiError(str(e).replace("tenant", "user", 1), param=param_of(str(e))) from None
     tag = f"openai:{tenant}" if tenant else "openai"
     return ApiRequest(chat, prompt, messages, params, stream, include_usage, lanes, tag, priority, tenant)
 
@@ -131,7 +146,7 @@ def _opt(body: dict, name: str, kind: type, expected: str, param: str | None = N
     if kind is float:
         ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     if not ok:
-        raise ApiError(f"{param or name} must be {expected}, got {v!r}", param=param or name)
+        raise ApiError(f"{param or name} must be {expected}, got {shown(v)}", param=param or name)
     return v
 
 
@@ -143,7 +158,7 @@ def _prompt(prompt) -> str | list[int]:
     if isinstance(prompt, str) or (isinstance(prompt, list) and all(
             isinstance(t, int) and not isinstance(t, bool) for t in prompt)):
         return prompt
-    raise ApiError(f"prompt must be a string or a list of token ids, got {prompt!r:.200}", param="prompt")
+    raise ApiError(f"prompt must be a string or a list of token ids, got {shown(prompt)}", param="prompt")
 
 
 def _messages(messages) -> list[dict]:
@@ -154,14 +169,20 @@ def _messages(messages) -> list[dict]:
     for i, m in enumerate(messages):
         role = m.get("role") if isinstance(m, dict) else None
         content = m.get("content") if isinstance(m, dict) else None
-        if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text"
-                                             and isinstance(p.get("text"), str) for p in content):
-            content = "".join(p["text"] for p in content)
+        if isinstance(content, list):
+            content = "".join(_text_part(p, f"messages[{i}].content[{j}]") for j, p in enumerate(content))
         if not isinstance(role, str) or not role or not isinstance(content, str):
             raise ApiError(f"messages[{i}] must be an object with a string 'role' and a string 'content' "
-                           f"(or a list of text parts), got {m!r:.200}", param="messages")
+                           f"(or a list of text parts), got {shown(m)}", param="messages")
         out.append({"role": role, "content": content})
     return out
+
+
+def _text_part(part, where: str) -> str:
+    if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+        raise ApiError(f"{where} must be a text part {{\"type\": \"text\", \"text\": ...}} (only text is "
+                       f"supported), got {shown(part)}", param="messages")
+    return part["text"]
 
 
 # ---- response bodies --------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The /engine/ws protocol: JSON commands in, batched engine events out.
 
 Client -> server, one JSON object per message (at most 64 KiB), "cmd" names it;
-"ref" (optional, any JSON value) is echoed in the reply:
+"ref" (optional: a number, or a string of at most 128 characters) is echoed in the reply:
   {"cmd": "subscribe", "lanes": ["continuous"] | null, "requests": [3, 4] | null, "kv": true,
    "from_seq": "oldest" | n}   (from_seq replays what the ring buffer still holds)
   {"cmd": "submit", "prompt": "text" | [ids] , "messages": [...], "params": {...},
@@ -29,8 +29,11 @@ import json
 
 from ..events import StepMessage
 from ..request import SamplingParams
+from ..untrusted import encodable, is_int, is_number, parse_json, shown
+from ..wire_json import dumps
 
 MAX_MESSAGE_BYTES = 64 * 1024
+MAX_REF_CHARS = 128
 COMMANDS = ("subscribe", "submit", "abort", "pause", "resume", "step", "status", "slow_motion", "configure",
             "lanes", "scenario", "auth")
 # presenter only in a room
@@ -47,14 +50,17 @@ def parse_command(text: str | bytes) -> dict:
     if len(text) > MAX_MESSAGE_BYTES:
         raise ProtocolError(f"message of {len(text)} bytes is over the {MAX_MESSAGE_BYTES // 1024} KiB limit")
     try:
-        msg = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ProtocolError(f"malformed JSON: {e}") from None
+        msg = parse_json(text, "the command")
+    except ValueError as e:
+        raise ProtocolError(str(e)) from None
     if not isinstance(msg, dict):
         raise ProtocolError("a command must be a JSON object")
     cmd = msg.get("cmd")
     if cmd not in COMMANDS:
-        raise ProtocolError(f"unknown command {cmd!r}; known: {', '.join(COMMANDS)}")
+        raise ProtocolError(f"unknown cmd {shown(cmd)}; known: {', '.join(COMMANDS)}")
+    ref = msg.get("ref")
+    if not (ref is None or is_number(ref) or (isinstance(ref, str) and len(ref) <= MAX_REF_CHARS and encodable(ref))):
+        raise ProtocolError(f"ref must be a number or a string of at most {MAX_REF_CHARS} characters")
     return msg
 
 
@@ -90,12 +96,22 @@ def encode_event(item: dict) -> dict:
     """Hub item -> JSON-ready dict (cached on the item: several clients share the work)."""
     enc = item.get("_encoded")
     if enc is None:
-        if item["type"] == StepMessage.TYPE:  # the hub holds the StepEvent: encoded here, once
+        if "_json" in item:  # a recorded event: kept as the text it was sent as
+            enc = json.loads(item["_json"])
+        elif item["type"] == StepMessage.TYPE:  # the hub holds the StepEvent: encoded here, once
             enc = StepMessage.from_hub_item(item).to_dict()
         else:
             enc = {k: v for k, v in item.items() if not k.startswith("_")}
         item["_encoded"] = enc
     return enc
+
+
+def event_json(item: dict) -> str:
+    """Hub item -> its JSON text, built once for every client (wire_json: this cannot fail)."""
+    text = item.get("_json")
+    if text is None:
+        text = item["_json"] = dumps(encode_event(item))
+    return text
 
 
 class Subscription:
@@ -109,7 +125,7 @@ class Subscription:
     def update(self, msg: dict):
         """Apply a subscribe command; returns its from_seq (None: keep the current cursor)."""
         lanes, requests, kv = lane_names(msg), msg.get("requests"), msg.get("kv", True)
-        if requests is not None and not (isinstance(requests, list) and all(_is_int(r) for r in requests)):
+        if requests is not None and not (isinstance(requests, list) and all(is_int(r) for r in requests)):
             raise ProtocolError("requests must be a list of request ids or null")
         if not isinstance(kv, bool):
             raise ProtocolError("kv must be true or false")
@@ -117,25 +133,34 @@ class Subscription:
         self.requests = None if requests is None else set(requests)
         self.kv = kv
         from_seq = msg.get("from_seq")
-        if from_seq is not None and from_seq != "oldest" and not (_is_int(from_seq) and from_seq >= 0):
+        if from_seq is not None and from_seq != "oldest" and not (is_int(from_seq) and from_seq >= 0):
             raise ProtocolError('from_seq must be "oldest" or a sequence number >= 0')
         return from_seq
 
-    def view(self, item: dict) -> dict | None:
-        """The event as this client should get it, or None to skip it."""
+    def view(self, item: dict) -> str | None:
+        """The event's JSON text as this client should get it, or None to skip it."""
         lane = item.get("lane")  # service-wide events have none: everyone gets them
         if self.lanes is not None and lane is not None and lane not in self.lanes:
             return None
-        enc = encode_event(item)
-        if enc["type"] != "step" or (self.kv and self.requests is None):
-            return enc
-        out = dict(enc)
+        if item["type"] != StepMessage.TYPE or (self.kv and self.requests is None):
+            return event_json(item)
+        out = dict(encode_event(item))
         if not self.kv:
-            out.pop("kv")
+            out.pop("kv", None)
         if self.requests is not None:
-            out["deltas"] = {k: v for k, v in enc["deltas"].items() if int(k) in self.requests}
-        return out
+            out["deltas"] = {k: v for k, v in out.get("deltas", {}).items() if _id_of(k) in self.requests}
+        return dumps(out)
 
 
-def _is_int(x) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
+def events_message(first_seq: int, last_seq: int, skipped: int, events: list[str]) -> str:
+    """One `events` message from the events' JSON texts (each encoded once, for every client)."""
+    return (f'{{"type":"events","first_seq":{first_seq},"last_seq":{last_seq},"skipped":{skipped},'
+            f'"events":[{",".join(events)}]}}')
+
+
+def _id_of(key: str) -> int | None:
+    try:
+        return int(key)
+    except ValueError:
+        return None
+

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..trace_export import chrome_trace
+from .http_common import json_response
 from .presenter import unless_presenter
 from .protocol import encode_event
 
@@ -25,6 +26,6 @@ def trace_route(get_service) -> Route:
         svc = get_service()
         if refusal := unless_presenter(request, svc.access, "the trace"):
             return refusal
-        return JSONResponse(await run_in_threadpool(hub_trace, svc.hub),
-                            headers={"Content-Disposition": f'attachment; filename="{FILE_NAME}"'})
+        return json_response(await run_in_threadpool(hub_trace, svc.hub),
+                             headers={"Content-Disposition": f'attachment; filename="{FILE_NAME}"'})
     return Route("/trace.json", trace, methods=["GET"])

@@ -18,15 +18,21 @@ from ..access import PRESENTER_COOKIE, NotPresenter, client_key
 from ..recording.stage import source
 from ..scenarios import runner as scenario_runner
 from ..scenarios.catalog import by_number
-from .protocol import (CONTROL_COMMANDS, ProtocolError, Subscription, lane_names, lane_specs, parse_command,
-                       sampling_params)
+from ..untrusted import is_int
+from ..wire_json import dumps
+from . import socket_backlog
+from .protocol import (CONTROL_COMMANDS, ProtocolError, Subscription, events_message, lane_names, lane_specs,
+                       parse_command, sampling_params)
 
 log = logging.getLogger(__name__)
 MAX_RATE_HZ = 60
 MAX_EVENTS_PER_MESSAGE = 512
-# A client whose socket has not taken a message for this long has stopped reading (its buffers
-# are full): it is disconnected and its requests aborted, instead of pinning them forever.
+# A client that has had more than MAX_QUEUED_BYTES waiting for this long (or whose send has waited this
+# long) has stopped reading: it is disconnected, its connection aborted (its buffers freed) and its
+# requests aborted, instead of pinning them forever. While over the bound it is sent nothing: events
+# wait in the ring, and it is told how many it missed when it reads again.
 SEND_TIMEOUT_S = 10.0
+MAX_QUEUED_BYTES = 1 << 20
 POLICY_VIOLATION = 1008
 SOURCE_CHANGED = 1012  # "service restart": the client reconnects
 REPLAY_COMMANDS = ("auth", "subscribe", "status", "pause", "resume")  # what a replay answers
@@ -55,21 +61,29 @@ class _Connection:
         self.hub = self.src.hub
         self.cursor = self.hub.head
         self.mine: dict[int, set[str]] = {}  # this client's unfinished requests -> lanes; aborted if it leaves
+        self.transport = socket_backlog.find_transport(ws._send)  # None: backlog not measured
+        self.stalled = False  # dropped for not reading: the connection is aborted, not closed
 
     async def serve(self) -> None:
-        await self.ws.send_json({"type": "hello", "status": self.src.status(), "cursor": self.cursor,
-                                 "role": self.role, "room": self.svc.access.room})
-        tasks = [asyncio.create_task(self._receive_loop()), asyncio.create_task(self._send_loop())]
+        try:
+            await self._send({"type": "hello", "status": self.src.status(), "cursor": self.cursor,
+                              "role": self.role, "room": self.svc.access.room})
+            tasks = [asyncio.create_task(self._receive_loop()), asyncio.create_task(self._send_loop())]
+        except (TimeoutError, WebSocketDisconnect, RuntimeError, OSError):
+            return
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 if not t.cancelled() and isinstance(t.exception(), Exception):
+                    self.stalled = self.stalled or isinstance(t.exception(), TimeoutError)
                     log.info("websocket client dropped: %r", t.exception())
         finally:
             for t in tasks:
                 t.cancel()
             for rid in self.mine:
                 self.svc.abort(rid)
+            if self.stalled:
+                socket_backlog.abort(self.transport)
 
     @property
     def role(self) -> str:
@@ -86,32 +100,46 @@ class _Connection:
                 await self._send({"type": "error", "ref": None,
                                   "message": "binary frames are not accepted: send each command as JSON text"})
 
-    async def _send(self, message: dict) -> None:
+    async def _send(self, message: dict | str) -> None:
+        text = message if isinstance(message, str) else dumps(message)  # cannot fail, whatever it holds
         async with asyncio.timeout(SEND_TIMEOUT_S):  # no task per message, unlike wait_for
-            await self.ws.send_json(message)
+            await self.ws.send_text(text)
 
     async def _send_loop(self) -> None:
-        period = 1 / MAX_RATE_HZ
+        period, stalled_since = 1 / MAX_RATE_HZ, None
         try:
             while True:
                 if source(self.svc) is not self.src or self.src.hub is not self.hub:
                     await self.ws.close(code=SOURCE_CHANGED)
                     return
-                batch = self.hub.read(self.cursor, limit=MAX_EVENTS_PER_MESSAGE)
-                if batch.events:
-                    self.cursor = batch.cursor
-                    events = [v for _, item in batch.events if (v := self.sub.view(item)) is not None]
-                    self._forget_finished(batch.events)
-                    if events or batch.skipped:
-                        await self._send({"type": "events", "first_seq": batch.events[0][0],
-                                          "last_seq": batch.events[-1][0], "skipped": batch.skipped,
-                                          "events": events})
+                if self._backlogged():
+                    stalled_since = stalled_since or asyncio.get_running_loop().time()
+                    if asyncio.get_running_loop().time() - stalled_since > SEND_TIMEOUT_S:
+                        raise TimeoutError(f"more than {MAX_QUEUED_BYTES} bytes unread for {SEND_TIMEOUT_S:g} s")
+                else:
+                    stalled_since = None
+                    await self._send_events()
                 await asyncio.sleep(period)
         except TimeoutError:
+            self.stalled = True
             log.warning("disconnecting a websocket client that stopped reading (%d requests aborted)",
                         len(self.mine))
-        except (WebSocketDisconnect, RuntimeError):
+            raise
+        except (WebSocketDisconnect, RuntimeError, OSError):
             return  # the client went away; serve() cleans up
+
+    def _backlogged(self) -> bool:
+        return self.transport is not None and socket_backlog.queued_bytes(self.transport) > MAX_QUEUED_BYTES
+
+    async def _send_events(self) -> None:
+        batch = self.hub.read(self.cursor, limit=MAX_EVENTS_PER_MESSAGE)
+        if not batch.events:
+            return
+        self.cursor = batch.cursor
+        events = [v for _, item in batch.events if (v := self.sub.view(item)) is not None]
+        self._forget_finished(batch.events)
+        if events or batch.skipped:
+            await self._send(events_message(batch.events[0][0], batch.events[-1][0], batch.skipped, events))
 
     def _forget_finished(self, events) -> None:
         for _, item in events:
@@ -148,8 +176,8 @@ class _Connection:
             return {"cmd": cmd, "role": self.role}
         if cmd == "subscribe":
             from_seq = self.sub.update(msg)
-            if from_seq is not None:
-                self.cursor = 0 if from_seq == "oldest" else from_seq  # the hub skips what it no longer has
+            if from_seq is not None:  # the hub skips what it no longer has; nothing is past its head
+                self.cursor = 0 if from_seq == "oldest" else min(from_seq, self.hub.head)
             return {"cmd": cmd, "cursor": self.cursor}
         if cmd == "submit":
             return await self._submit(msg)
@@ -175,7 +203,7 @@ class _Connection:
         return {"cmd": cmd, "status": self.src.status(), "role": self.role}
 
     def _abort(self, rid) -> None:
-        if not isinstance(rid, int) or isinstance(rid, bool):
+        if not is_int(rid):
             raise ProtocolError("abort needs an integer request_id")
         if rid not in self.mine:
             self.svc.access.require_presenter(self.client, "abort others")
@@ -187,9 +215,7 @@ class _Connection:
 
     async def _submit(self, msg: dict) -> dict:
         prompt, messages = msg.get("prompt"), msg.get("messages")
-        tag = msg.get("tag", "ws")
-        if not isinstance(tag, str) or len(tag) > 64:
-            raise ProtocolError("tag must be a string of at most 64 characters")
+        tag = msg.get("tag", "ws")  # checked with the rest of the submission, by the service
         params = sampling_params(msg.get("params"))
         job = asyncio.ensure_future(run_in_threadpool(
             self.svc.submit, prompt, params, messages=messages, lanes=lane_names(msg), tag=tag, client=self.client,

@@ -1,5 +1,6 @@
 """Chaos and soak harness: a server in room mode under Poisson load, random disconnects and aborts,
-malformed frames, settings changes and injected step faults; then the books are checked.
+malformed and fuzzed frames, fuzzed OpenAI and /join bodies and recording uploads (engine/bench/fuzz.py),
+settings changes and injected step faults; then the books are checked.
 
     python -m engine.bench.soak --minutes 30                 # the default model
     python -m engine.bench.soak --minutes 0.5 --model DIR    # a tiny model (what the test suite runs)
@@ -7,7 +8,8 @@ malformed frames, settings changes and injected step faults; then the books are 
 Reports requests submitted / completed / aborted / errored / refused / lost (lost must be 0: every
 request ends with an outcome its client saw, and every request the server accepted ends in a
 `finished` event), KV blocks still in use once idle (must be 0), the server's RSS over time and
-latency percentiles. Exit status 1 if anything was lost or leaked.
+latency percentiles; fuzzed inputs sent and answered (a 5xx or an unanswered one is a failure), fuzzed
+uploads played, refused and failed (must be 0). Exit status 1 if anything was lost, leaked or failed.
 """
 from __future__ import annotations
 
@@ -19,17 +21,20 @@ import random
 import secrets
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
 from .app_process import free_port, stop_process
-from .soak_clients import Load, Monitor, SocketClient, Tally, http_load, presenter_changes, \
+from .soak_clients import Load, Monitor, SocketClient, Tally, fuzzer, http_load, presenter_changes, \
     server_status, viewer_tries_controls
 from .workloads import load_prompts
 
 IDLE_TIMEOUT_S = 300.0
+VIEWER_KEY = "soak-viewer-key"  # soak_server's default API key: the fuzzer calls the API as a viewer
 SETTINGS = [{"max_num_seqs": 8}, {"block_size": 32}, {"max_num_seqs": 16}, {"block_size": 16}]
 
 
@@ -81,7 +86,7 @@ async def _sample_rss(pid: int, every_s: float, t0: float, out: list, stop: asyn
 
 
 async def drive(base: str, token: str, pid: int, seconds: float, rate: float, seed: int,
-                max_tokens: tuple, config_every_s: float) -> dict:
+                max_tokens: tuple, config_every_s: float, fuzz_every_s: float | None) -> dict:
     t0 = time.monotonic()
     load = Load(base, token, [p["prompt"] for p in load_prompts()], random.Random(seed), Tally(),
                 t0 + seconds, rate, max_tokens)
@@ -89,9 +94,10 @@ async def drive(base: str, token: str, pid: int, seconds: float, rate: float, se
     watchers = [asyncio.create_task(monitor.run()),
                 asyncio.create_task(_sample_rss(pid, max(1.0, seconds / 60), t0, rss, stop))]
     await asyncio.sleep(0.5)  # the monitor subscribes before the first request
+    fuzzing = [fuzzer(load, fuzz_every_s, VIEWER_KEY)] if fuzz_every_s else []
     await asyncio.gather(http_load(load, 0.5), *(SocketClient(load, 0.25).run() for _ in range(2)),
                          presenter_changes(load, config_every_s, SETTINGS),
-                         viewer_tries_controls(load, max(2.0, seconds / 20)))
+                         viewer_tries_controls(load, max(2.0, seconds / 20)), *fuzzing)
     status = await _wait_idle(base, token)
     await asyncio.sleep(1.0)  # the monitor reads the last finished events
     stop.set()
@@ -125,6 +131,7 @@ def _report(t: Tally, monitor: Monitor, status: dict, rss: list, elapsed: float)
         "latency_p99_s": round(float(np.nanpercentile(lat, 99)), 3),
         "malformed_sent": t.malformed_sent, "malformed_answered": t.malformed_answered,
         "controls_refused": t.controls_refused, "configures": t.configures, "reconnects": t.reconnects,
+        "fuzz_sent": t.fuzz_sent, "fuzz_answered": t.fuzz_answered, "fuzz_5xx": t.fuzz_5xx,
         "rss_mb_after_warmup": warm[0] if warm else None, "rss_mb_end": rss[-1][1] if rss else None,
         "rss_mb_max_after_warmup": max(warm) if warm else None, "rss_samples": rss,
     }
@@ -132,21 +139,35 @@ def _report(t: Tally, monitor: Monitor, status: dict, rss: list, elapsed: float)
 
 def table(r: dict) -> str:
     cols = ["submitted", "completed", "aborted", "errored", "refused", "lost", "kv_blocks_leaked",
-            "latency_p50_s", "latency_p99_s", "rss_mb_after_warmup", "rss_mb_max_after_warmup", "rss_mb_end"]
+            "latency_p50_s", "latency_p99_s", "rss_mb_after_warmup", "rss_mb_max_after_warmup", "rss_mb_end",
+            "fuzz_sent", "fuzz_answered", "fuzz_5xx", "uploads", "uploads_played", "uploads_refused", "uploads_failed"]
     return ("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n| "
-            + " | ".join(str(r[c]) for c in cols) + " |")
+            + " | ".join(str(r.get(c, "-")) for c in cols) + " |")
+
+
+def failed(r: dict) -> bool:
+    """Something lost, leaked, answered with a 5xx, left unanswered, or an upload that failed oddly."""
+    return bool(r["lost"] or r["kv_blocks_leaked"] or r["fuzz_5xx"] or r["fuzz_answered"] != r["fuzz_sent"]
+                or r.get("uploads_failed"))
 
 
 def run_soak(minutes: float, model: str | None = None, rate: float = 0.7, seed: int = 0,
              fault_rate: float = 0.002, max_tokens: tuple = (8, 48), config_every_s: float | None = None,
-             num_kv_blocks: int | None = None, log_path: str = os.devnull, port: int | None = None) -> dict:
+             num_kv_blocks: int | None = None, log_path: str = os.devnull, port: int | None = None,
+             fuzz_every_s: float | None = 1.0, uploads_every_s: float | None = 5.0) -> dict:
+    """fuzz_every_s / uploads_every_s: mean seconds between fuzzed inputs / fuzzed recording uploads
+    (None: none)."""
     port = port or free_port()
     token = secrets.token_urlsafe(18)
     seconds = minutes * 60
-    with open(log_path, "w") as log, soak_server(model, port, token, fault_rate, log,
-                                                  num_kv_blocks=num_kv_blocks) as proc:
-        result = asyncio.run(drive(f"127.0.0.1:{port}", token, proc.pid, seconds, rate, seed, max_tokens,
-                                   config_every_s or max(5.0, seconds / 8)))
+    with tempfile.TemporaryDirectory() as tmp, open(log_path, "w") as log:
+        report = Path(tmp) / "uploads.json"
+        uploads = dict(uploads_every=uploads_every_s, uploads_report=report) if uploads_every_s else {}
+        with soak_server(model, port, token, fault_rate, log, num_kv_blocks=num_kv_blocks, **uploads) as proc:
+            result = asyncio.run(drive(f"127.0.0.1:{port}", token, proc.pid, seconds, rate, seed, max_tokens,
+                                       config_every_s or max(5.0, seconds / 8), fuzz_every_s))
+        if report.exists():
+            result.update(json.loads(report.read_text()))
     result.update(minutes=minutes, model=model or "default", rate=rate, fault_rate=fault_rate, seed=seed)
     return result
 
@@ -159,20 +180,26 @@ def main(argv=None) -> int:
     ap.add_argument("--fault-rate", type=float, default=0.002, help="share of engine steps that raise")
     ap.add_argument("--max-tokens", default="8,48", help="output length range, e.g. 8,48")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fuzz-every", type=float, default=1.0, help="mean seconds between fuzzed inputs (0: off)")
+    ap.add_argument("--uploads-every", type=float, default=5.0,
+                    help="mean seconds between fuzzed recording uploads (0: off)")
     ap.add_argument("--json", default=None, help="write the full result here")
     ap.add_argument("--log", default=os.devnull, help="the server's log")
     args = ap.parse_args(argv)
     lo, hi = (int(x) for x in args.max_tokens.split(","))
-    r = run_soak(args.minutes, args.model, args.rate, args.seed, args.fault_rate, (lo, hi), log_path=args.log)
+    r = run_soak(args.minutes, args.model, args.rate, args.seed, args.fault_rate, (lo, hi), log_path=args.log,
+                 fuzz_every_s=args.fuzz_every or None, uploads_every_s=args.uploads_every or None)
     print(table(r))
     print(f"RSS MB over time (s, MB): {r['rss_samples'][:: max(1, len(r['rss_samples']) // 12)]}")
     print(f"malformed frames answered {r['malformed_answered']}/{r['malformed_sent']}, viewer controls refused "
           f"{r['controls_refused']}, settings changes {r['configures']}, reconnects {r['reconnects']}, "
-          f"monitor skipped {r['monitor_skipped_events']} events")
+          f"monitor skipped {r['monitor_skipped_events']} events; fuzzed inputs answered {r['fuzz_answered']}/"
+          f"{r['fuzz_sent']} ({r['fuzz_5xx']} 5xx); uploads played {r.get('uploads_played', 0)}, refused "
+          f"{r.get('uploads_refused', 0)}, failed {r.get('uploads_failed', 0)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(r, f, indent=2)
-    return 1 if r["lost"] or r["kv_blocks_leaked"] else 0
+    return 1 if failed(r) else 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """What the soak harness's clients do: OpenAI calls (whole, streamed, dropped mid-stream), socket
 clients (submit, abort, malformed frames, reconnects), a presenter changing settings, a viewer
-trying controls, and a monitor that sees every request the server accepted."""
+trying controls, a viewer sending fuzzed frames and bodies (engine/bench/fuzz.py), and a monitor that
+sees every request the server accepted."""
 from __future__ import annotations
 
 import asyncio
@@ -11,6 +12,8 @@ from dataclasses import dataclass, field
 
 import httpx
 import websockets
+
+from . import fuzz
 
 REQUEST_TIMEOUT_S = 300.0   # an answer later than this counts as lost
 MALFORMED = (b"\x00\x01 binary frame", "{not json", json.dumps({"cmd": "explode"}),
@@ -31,6 +34,9 @@ class Tally:
     controls_refused: int = 0
     configures: int = 0
     reconnects: int = 0
+    fuzz_sent: int = 0        # fuzzed socket frames, OpenAI bodies and /join bodies, from a viewer
+    fuzz_answered: int = 0    # answered with a reply, an error message, or an HTTP status below 500
+    fuzz_5xx: int = 0         # must stay 0
 
     def outcome(self, reason: str | None, t0: float | None = None) -> None:
         if reason in ("stop", "length"):
@@ -241,6 +247,28 @@ async def viewer_tries_controls(load: Load, every_s: float) -> None:
             await asyncio.sleep(every_s)
             msg = await ws.command({"cmd": load.rng.choice(("pause", "step", "configure")), "changes": {}})
             load.tally.controls_refused += msg["type"] == "error" and "presenter" in msg["message"]
+
+
+async def fuzzer(load: Load, every_s: float, api_key: str) -> None:
+    """A viewer sending what engine/bench/fuzz.py makes: socket frames (commands and controls), OpenAI and
+    /join bodies. Each must be answered (a reply, an error, a status below 500) while the room is served."""
+    rng, t = random.Random(load.rng.random()), load.tally
+    headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+    async with Socket(f"ws://{load.base}/engine/ws") as ws, \
+            httpx.AsyncClient(base_url=f"http://{load.base}", timeout=REQUEST_TIMEOUT_S) as c:
+        while time.monotonic() < load.stop_at:
+            await asyncio.sleep(rng.expovariate(1 / every_s))
+            t.fuzz_sent += 1
+            kind = rng.random()
+            if kind < 0.5:
+                msg = await ws.command(fuzz.socket_frame(rng, fuzz.SOCKET_COMMANDS + fuzz.CONTROL_COMMANDS).text)
+                t.fuzz_answered += msg["type"] in ("reply", "error")
+                continue
+            path, body = fuzz.openai_request(rng) if kind < 0.8 else ("/join/ask", fuzz.join_body(rng))
+            async with c.stream("POST", path, content=body.text.encode(), headers=headers) as r:
+                await r.aread()  # a fuzzed body that is valid runs like any other request
+            t.fuzz_answered += r.status_code < 500
+            t.fuzz_5xx += r.status_code >= 500
 
 
 class Monitor:

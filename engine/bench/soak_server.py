@@ -1,22 +1,34 @@
 """The server that `engine.bench.soak` drives: the app's routes over one EngineService, in its own
-process (so its memory is measured alone), in room mode, with injected step faults.
+process (so its memory is measured alone), in room mode, with injected step faults, and a presenter
+uploading fuzzed recordings meanwhile.
 
     python -m engine.bench.soak_server --port P --token T [--model M] [--fault-rate 0.002]
+                                       [--uploads-every S --uploads-report FILE]
 
 Step faults exist only here and in tests: `EngineService.step_fault` is never set by the app.
 """
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
+import logging
 import random
 import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import uvicorn
 
 from ..access import Access
-from ..config import EngineConfig
-from ..service import EngineService
 from ..api.server import create_app
+from ..config import EngineConfig
+from ..recording import SHIPPED, play_file, stop_replay
+from ..service import EngineService
+from . import fuzz
+
+log = logging.getLogger(__name__)
 
 WS_MAX_BYTES = 2 * 1000 * 1000  # as Streamlit's server.maxMessageSize in .streamlit/config.toml
 
@@ -35,6 +47,41 @@ class StepFaults:
             self.count += hit
         if hit:
             raise RuntimeError(f"injected step fault #{self.count} on {lane}")
+
+
+class Uploads(threading.Thread):
+    """Every `every_s`, a fuzzed recording goes through what the page does with an upload (play_file),
+    into a stage of its own (a live room's sockets are not switched to it); one that plays runs for a
+    moment. Counts what played, what was refused (with its reason) and what failed any other way, in
+    `report` after each upload (uvicorn ends this process on SIGTERM without unwinding it)."""
+
+    def __init__(self, every_s: float, report: str, seed: int = 0):
+        super().__init__(daemon=True, name="soak-uploads")
+        self.every_s, self.report, self.rng = every_s, Path(report), random.Random(seed)
+        self.lines = gzip.decompress(SHIPPED.read_bytes()).decode().splitlines()
+        self.counts = {"uploads": 0, "uploads_played": 0, "uploads_refused": 0, "uploads_failed": 0}
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.wait(self.rng.expovariate(1 / self.every_s)):
+            data, _ = fuzz.recording(self.rng, self.lines)
+            stage = SimpleNamespace(replay=None)
+            self.counts["uploads"] += 1
+            try:
+                problem = play_file(stage, data, "fuzzed.jsonl.gz")
+                if problem is None:
+                    time.sleep(0.5)
+                    stop_replay(stage)
+                self.counts["uploads_refused" if problem else "uploads_played"] += 1
+            except Exception:  # noqa: BLE001 - counted: must not happen
+                log.exception("an upload failed other than with its reason")
+                self.counts["uploads_failed"] += 1
+            self._write()
+
+    def _write(self) -> None:
+        part = self.report.with_suffix(".part")
+        part.write_text(json.dumps(self.counts))
+        part.replace(self.report)
 
 
 def build_service(model: str | None, token: str, api_key: str, fault_rate: float, device: str = "cpu",
@@ -57,9 +104,15 @@ def main(argv=None) -> None:
     ap.add_argument("--fault-rate", type=float, default=0.002)
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--num-kv-blocks", type=int, default=None)
+    ap.add_argument("--uploads-every", type=float, default=0.0, help="seconds between fuzzed uploads (0: none)")
+    ap.add_argument("--uploads-report", default=None, help="write the upload counts here on exit (JSON)")
     args = ap.parse_args(argv)
     svc = build_service(args.model, args.token, args.api_key, args.fault_rate, args.device,
                         max_model_len=args.max_model_len, num_kv_blocks=args.num_kv_blocks)
+    uploads = Uploads(args.uploads_every, args.uploads_report) if args.uploads_every > 0 and args.uploads_report \
+        else None
+    if uploads is not None:
+        uploads.start()
     print("soak server ready", flush=True)
     try:
         uvicorn.run(create_app(svc), host="127.0.0.1", port=args.port, log_level="warning",

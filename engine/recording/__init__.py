@@ -5,7 +5,7 @@
 from .format import Recording, load
 from .recorder import Recorder, start_recording, stop_recording
 from .replayer import SPEEDS, Replayer
-from .stage import SHIPPED, play, play_while_loading, source, stop_replay
+from .stage import SHIPPED, play, play_file, play_while_loading, source, stop_replay
 
 __all__ = ["Recording", "load", "Recorder", "start_recording", "stop_recording", "Replayer", "SPEEDS",
-           "SHIPPED", "play", "play_while_loading", "source", "stop_replay"]
+           "SHIPPED", "play", "play_file", "play_while_loading", "source", "stop_replay"]

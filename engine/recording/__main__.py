@@ -34,9 +34,12 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.command == "info":
-        rec = load(args.path)
-        print(f"{rec.label}\nlanes: {', '.join(rec.lanes)}\n{len(rec.events)} events over "
-              f"{rec.end - rec.start:.1f} s")
+        try:
+            rec = load(args.path)
+        except ValueError as e:
+            print(f"cannot read {args.path}: {e}", file=sys.stderr)
+            return 1
+        print(f"{rec.label}\nlanes: {', '.join(rec.lanes)}\n{len(rec)} events over {rec.end - rec.start:.1f} s")
         return 0
     fields = {k: v for k, v in (("model", args.model), ("device", args.device), ("dtype", args.dtype)) if v}
     res = record_scenario(args.scenario, args.out, EngineConfig(**fields), args.max_seconds)

@@ -2,7 +2,8 @@
 
 A thread follows the hub with its own cursor (in publishing order, like a socket client) and writes
 each event with the service-clock time it read it, so a replay keeps the pacing. It wakes on every
-publish; a recorder that fell a whole ring buffer behind would count what it lost in `skipped`.
+publish; a recorder that fell a whole ring buffer behind would count what it lost in `skipped`. It stops
+itself (`full`) before the file grows past what a reader takes (format.MAX_BYTES), so it stays playable.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from ..api.protocol import encode_event
 from ..events import LanesEvent
 from ..service import lane_dict
-from .format import Writer
+from .format import MAX_BYTES, MAX_LINE_BYTES, Writer
 
 WAIT_S = 0.1  # how soon a stop is noticed while nothing is published
 
@@ -24,6 +25,7 @@ class Recorder:
         self.svc, self.path = svc, Path(path)
         self.events = 0
         self.skipped = 0
+        self.full = False  # stopped itself before growing past what a reader takes (format.MAX_BYTES)
         self._cursor = svc.hub.head
         self._halt = threading.Event()
         header = header_of(svc)
@@ -45,8 +47,12 @@ class Recorder:
         t = self.svc.clock()
         self._cursor, self.skipped = batch.cursor, self.skipped + batch.skipped
         for _, item in batch.events:
+            if self._writer.bytes > MAX_BYTES - MAX_LINE_BYTES:
+                self.full = True
+                self._halt.set()
+                return
             self._writer.event(t, encode_event(item))
-        self.events += len(batch.events)
+            self.events += 1
 
     @property
     def active(self) -> bool:

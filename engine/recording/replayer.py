@@ -7,6 +7,7 @@ is as large as the recording, so nothing is ever coalesced away.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -14,6 +15,7 @@ from ..event_hub import EventHub
 from ..events import StatusEvent
 from .format import Recording
 
+log = logging.getLogger(__name__)
 SPEEDS = (0.25, 4.0)   # slowest and fastest
 MAX_WAIT_S = 0.25      # the thread wakes at least this often (until, stop)
 LOOP_HOLD_S = 3.0      # a looping replay shows its last frame this long (recording seconds) before restarting
@@ -25,9 +27,10 @@ def check_speed(speed) -> float:
     return float(speed)
 
 
-def hub_item(event: dict) -> dict:
-    """A recorded wire event as the hub holds it: already encoded, so sockets send it as it was sent."""
-    return {**event, "_encoded": event}
+def hub_item(recording: Recording, i: int) -> dict:
+    """The i-th recorded event as the hub holds it: what routes it, and its JSON text as it was sent
+    (parsed only if a reader needs it: engine.api.protocol.encode_event)."""
+    return {**recording.heads[i], "_json": recording.texts[i]}
 
 
 class Replayer:
@@ -48,7 +51,7 @@ class Replayer:
 
     # ---- the playhead ------------------------------------------------------------------------
     def _reset(self, pos: float) -> None:
-        self.hub = EventHub(len(self.recording.events) + 64)
+        self.hub = EventHub(len(self.recording) + 64)
         self._next = 0  # index of the next event to publish
         self._base_pos, self._base_wall = pos, self._clock()
 
@@ -64,15 +67,15 @@ class Replayer:
 
     @property
     def ended(self) -> bool:
-        return self._next >= len(self.recording.events)
+        return self._next >= len(self.recording)
 
     def pump(self) -> int:
         """Publish every event due by now; returns how many."""
-        events = self.recording.events
+        times = self.recording.times
         with self._lock:
             pos, first = self._raw_position(), self._next
-            while self._next < len(events) and events[self._next][0] <= pos:
-                self.hub.publish(hub_item(events[self._next][1]))
+            while self._next < len(times) and times[self._next] <= pos:
+                self.hub.publish(hub_item(self.recording, self._next))
                 self._next += 1
             return self._next - first
 
@@ -81,7 +84,7 @@ class Replayer:
         with self._lock:
             if self.paused or (self.ended and not self.loop):
                 return MAX_WAIT_S
-            due = self.recording.end + LOOP_HOLD_S if self.ended else self.recording.events[self._next][0]
+            due = self.recording.end + LOOP_HOLD_S if self.ended else self.recording.times[self._next]
             return max(0.0, (due - self._raw_position()) / self.speed)
 
     # ---- controls ----------------------------------------------------------------------------
@@ -128,18 +131,22 @@ class Replayer:
         return self
 
     def _run(self) -> None:
-        while not self._halt.is_set():
-            self.pump()
-            if self.until is not None and self.until():
-                break
-            if self.loop and self.ended and not self.paused and self._raw_position() >= self.recording.end + LOOP_HOLD_S:
-                self.seek(self.recording.start)
-                continue
-            self._wake.wait(min(MAX_WAIT_S, self._due_in()))
-            self._wake.clear()
-        self._halt.set()
-        if self.on_stop is not None:
-            self.on_stop(self)
+        try:
+            while not self._halt.is_set():
+                self.pump()
+                if self.until is not None and self.until():
+                    break
+                if self.loop and self.ended and not self.paused and self._raw_position() >= self.recording.end + LOOP_HOLD_S:
+                    self.seek(self.recording.start)
+                    continue
+                self._wake.wait(min(MAX_WAIT_S, self._due_in()))
+                self._wake.clear()
+        except Exception:  # noqa: BLE001 - never leave the views on a replay that no longer plays
+            log.exception("the replay stopped")
+        finally:
+            self._halt.set()
+            if self.on_stop is not None:
+                self.on_stop(self)
 
     @property
     def active(self) -> bool:

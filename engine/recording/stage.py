@@ -31,6 +31,17 @@ def play(svc, recording: Recording, **kw) -> Replayer:
     return r.start()
 
 
+def play_file(svc, source: bytes | Path, name: str) -> str | None:
+    """Play a recording file (an upload's bytes, or a path) in the views once all of it has been checked;
+    None, or why it cannot be played ("Cannot play NAME: line N: reason"), the views left as they were."""
+    try:
+        recording = load(source)
+    except ValueError as e:  # not gzip, not JSON, not a recording, past a bound, an event off the contract
+        return f"Cannot play {name}: {e}"
+    play(svc, recording)
+    return None
+
+
 def stop_replay(svc) -> None:
     r = svc.replay
     if r is not None:

@@ -13,21 +13,30 @@
     max_tokens = [96, 12]                # cycled likewise
     shared_prefix = 400                  # optional: leading tokens shared by every such prompt
     tenant = "flood"                     # optional (the fair policy); priority = -1 (the priority policy)
+
+Every number is finite and bounded, and the arrivals are counted before any is made, so a file with a
+mistake (or a huge count) is refused at once with its field named, never half-expanded.
 """
 from __future__ import annotations
 
 import dataclasses
 import random
-import tomllib
 from pathlib import Path
 
 from engine.config import EngineConfig
 from engine.lanes import check_lane_name, lane_config
+from engine.request import MAX_TENANT_CHARS, PRIORITY_RANGE
+from engine.untrusted import INT64, is_int, is_number, is_text
 
 from .model import Arrival, Scenario
+from .toml_read import read_toml
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "assets" / "scenarios"
 MAX_REQUESTS = 256
+MAX_TOKENS = 100_000      # a prompt_len, shared_prefix or max_tokens (streams are fitted to the context)
+MAX_SECONDS = 3600.0      # at_s, every_s
+MAX_RATE = 1000.0         # poisson_rate, arrivals per second
+MAX_TEXT_CHARS = 8000     # title, watch, explain, a text prompt
 _TOP = {"title", "watch", "explain", "lanes", "requests"}
 _GROUP = {"count", "at_s", "every_s", "poisson_rate", "seed", "prompt_len", "text", "max_tokens",
           "shared_prefix", "tenant", "priority"}
@@ -44,19 +53,15 @@ def load_scenarios(folder: Path = SCENARIO_DIR) -> tuple[Scenario, ...]:
 
 def load_scenario(path: Path) -> Scenario:
     where = Path(path).name
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise ScenarioError(f"{where}: {e}") from None
+    data = read_toml(path, lambda problem: ScenarioError(f"{where}: {problem}"))
     _no_unknown(where, "", data, _TOP)
     text = {k: _text(where, k, data.get(k)) for k in ("title", "watch", "explain")}
     lanes = _lanes(where, data.get("lanes"))
     groups = data.get("requests")
     if not isinstance(groups, list) or not groups:
         raise ScenarioError(f"{where}: requests: give at least one [[requests]] group")
+    _count_arrivals(where, groups)
     arrivals = [a for i, g in enumerate(groups) for a in _group(where, f"requests[{i}]", g)]
-    if len(arrivals) > MAX_REQUESTS:
-        raise ScenarioError(f"{where}: requests: {len(arrivals)} arrivals, at most {MAX_REQUESTS}")
     _static_batches(where, lanes, len(arrivals))
     return Scenario(key=Path(path).stem, lanes=lanes, arrivals=tuple(sorted(arrivals, key=lambda a: a.at_s)),
                     **text)
@@ -68,9 +73,20 @@ def _no_unknown(where: str, field: str, table: dict, known: set) -> None:
         raise ScenarioError(f"{where}: {field}{unknown[0]}: unknown field; fields: {', '.join(sorted(known))}")
 
 
-def _text(where: str, field: str, value) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ScenarioError(f"{where}: {field}: must be a non-empty string")
+def _count_arrivals(where: str, groups: list) -> None:
+    """Every group's count, and their sum, within MAX_REQUESTS: checked before any arrival is made."""
+    total = 0
+    for i, g in enumerate(groups):
+        if not isinstance(g, dict):
+            raise ScenarioError(f"{where}: requests[{i}]: must be a table")
+        total += _int(where, f"requests[{i}].count", g.get("count", 1), 1, MAX_REQUESTS)
+    if total > MAX_REQUESTS:
+        raise ScenarioError(f"{where}: requests: {total} arrivals, at most {MAX_REQUESTS}")
+
+
+def _text(where: str, field: str, value, max_chars: int = MAX_TEXT_CHARS) -> str:
+    if not is_text(value, max_chars):
+        raise ScenarioError(f"{where}: {field}: must be non-empty text of at most {max_chars} characters")
     return value.strip()
 
 
@@ -92,7 +108,7 @@ def _group(where: str, field: str, g) -> list[Arrival]:
     if not isinstance(g, dict):
         raise ScenarioError(f"{where}: {field}: must be a table")
     _no_unknown(where, f"{field}.", g, _GROUP)
-    count = _int(where, f"{field}.count", g.get("count", 1), 1)
+    count = _int(where, f"{field}.count", g.get("count", 1), 1, MAX_REQUESTS)
     text = g.get("text")
     if text is not None:
         _text(where, f"{field}.text", text)
@@ -100,11 +116,12 @@ def _group(where: str, field: str, g) -> list[Arrival]:
         raise ScenarioError(f"{where}: {field}: give prompt_len (tokens) or text")
     lens = [0] if text is not None else _cycle(where, f"{field}.prompt_len", g.get("prompt_len"), 1)
     outs = _cycle(where, f"{field}.max_tokens", g.get("max_tokens"), 1)
-    shared = _int(where, f"{field}.shared_prefix", g.get("shared_prefix", 0), 0)
+    shared = _int(where, f"{field}.shared_prefix", g.get("shared_prefix", 0), 0, MAX_TOKENS)
     if shared and (text is not None or shared >= min(lens)):
         raise ScenarioError(f"{where}: {field}.shared_prefix: must be shorter than every prompt_len")
     common = Arrival(0.0, 0, 1, tenant=_tenant(where, field, g.get("tenant")),
-                     priority=_int(where, f"{field}.priority", g.get("priority", 0), -100), shared_prefix=shared,
+                     priority=_int(where, f"{field}.priority", g.get("priority", 0), *PRIORITY_RANGE),
+                     shared_prefix=shared,
                      text=text)
     return [dataclasses.replace(common, at_s=round(t, 3), prompt_len=lens[i % len(lens)],
                                 max_tokens=outs[i % len(outs)])
@@ -112,18 +129,18 @@ def _group(where: str, field: str, g) -> list[Arrival]:
 
 
 def _times(where: str, field: str, g: dict, count: int) -> list[float]:
-    at = _num(where, f"{field}.at_s", g.get("at_s", 0.0))
+    at = _num(where, f"{field}.at_s", g.get("at_s", 0.0), MAX_SECONDS)
     if "poisson_rate" in g:
-        rate = _num(where, f"{field}.poisson_rate", g["poisson_rate"])
+        rate = _num(where, f"{field}.poisson_rate", g["poisson_rate"], MAX_RATE)
         if rate <= 0 or "every_s" in g:
             raise ScenarioError(f"{where}: {field}.poisson_rate: must be > 0 (and not given with every_s)")
-        rng = random.Random(_int(where, f"{field}.seed", g.get("seed", 0), 0))
+        rng = random.Random(_int(where, f"{field}.seed", g.get("seed", 0), 0, INT64[1]))
         times = []
         for _ in range(count):
             times.append(at)
             at += rng.expovariate(rate)
         return times
-    every = _num(where, f"{field}.every_s", g.get("every_s", 0.0))
+    every = _num(where, f"{field}.every_s", g.get("every_s", 0.0), MAX_SECONDS)
     return [at + i * every for i in range(count)]
 
 
@@ -133,30 +150,30 @@ def _static_batches(where: str, lanes: dict, n: int) -> None:
     for name, o in lanes.items():
         size = o.get("static_batch_size", EngineConfig.static_batch_size)
         if o.get("strategy") == "static" and n % size:
-            raise ScenarioError(f"{where}: requests: {n} arrivals; lane {name!r} is static with batches of "
-                                f"{size}, so send a multiple of {size}")
+            raise ScenarioError(f"{where}: requests.count: {n} arrivals in all; lane {name!r} is static with "
+                                f"batches of {size}, so send a multiple of {size}")
 
 
 def _cycle(where: str, field: str, value, low: int) -> list[int]:
     values = value if isinstance(value, list) else [value]
-    if not values:
-        raise ScenarioError(f"{where}: {field}: give an integer or a list of integers")
-    return [_int(where, field, v, low) for v in values]
+    if not values or len(values) > MAX_REQUESTS:
+        raise ScenarioError(f"{where}: {field}: give an integer or a list of 1 to {MAX_REQUESTS} integers")
+    return [_int(where, field, v, low, MAX_TOKENS) for v in values]
 
 
-def _int(where: str, field: str, value, low: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ScenarioError(f"{where}: {field}: must be an integer >= {low}, got {value!r}")
+def _int(where: str, field: str, value, low: int, high: int) -> int:
+    if not is_int(value) or not low <= value <= high:
+        raise ScenarioError(f"{where}: {field}: must be an integer from {low} to {high}, got {value!r:.40}")
     return value
 
 
-def _num(where: str, field: str, value) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-        raise ScenarioError(f"{where}: {field}: must be a number >= 0, got {value!r}")
+def _num(where: str, field: str, value, high: float) -> float:
+    if not is_number(value) or not 0 <= value <= high:
+        raise ScenarioError(f"{where}: {field}: must be a number from 0 to {high:g}, got {value!r:.40}")
     return float(value)
 
 
 def _tenant(where: str, field: str, value) -> str | None:
     if value is None:
         return None
-    return _text(where, f"{field}.tenant", value)
+    return _text(where, f"{field}.tenant", value, MAX_TENANT_CHARS)

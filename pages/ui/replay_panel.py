@@ -9,8 +9,9 @@ from pathlib import Path
 import streamlit as st
 
 from engine.config import EngineConfig
-from engine.recording import SHIPPED, load, play, start_recording, stop_recording, stop_replay
+from engine.recording import SHIPPED, play_file, start_recording, stop_recording, stop_replay
 from ui.live_view import lane_headers
+from ui.plain import plain
 
 SPEED_STEPS = (0.25, 0.5, 1.0, 2.0, 4.0)  # within the replayer's bounds (engine.recording.SPEEDS)
 _DIR = Path(tempfile.gettempdir()) / "inflight-recordings"
@@ -19,7 +20,7 @@ _DIR = Path(tempfile.gettempdir()) / "inflight-recordings"
 def banner(replay) -> None:
     """Says, above the views, that they show a recording and not the engines."""
     landing = replay.until is not None
-    st.warning(f"**{replay.recording.label}.** "
+    st.warning(f"**{replay.recording.describe(plain)}.** "
                + ("The engines are still loading the model: the live views switch to them when they are ready."
                   if landing else "A replay, not the engines: the presenter's controls are in the sidebar."),
                icon=":material/movie:")
@@ -44,8 +45,9 @@ def recorder(svc) -> None:
             _DIR.mkdir(exist_ok=True)
             start_recording(svc, _DIR / f"inflight-{time.strftime('%Y%m%d-%H%M%S')}.jsonl.gz")
             st.rerun()
-    elif st.sidebar.button(f"Stop recording ({rec.events} events)", icon=":material/stop:", type="primary",
-                           width="stretch", key="recording_stop"):  # keyed: its label counts events
+    elif st.sidebar.button(f"Stop recording ({rec.events} events{', full' if rec.full else ''})",
+                           icon=":material/stop:", type="primary", width="stretch",
+                           key="recording_stop"):  # keyed: its label counts events
         st.session_state.recording_file = stop_recording(svc)
         st.rerun()
     done = st.session_state.get("recording_file")
@@ -68,15 +70,12 @@ def replay_controls(svc) -> None:
 
 
 def _start(svc, upload) -> None:
-    path = SHIPPED
-    if upload is not None:
-        _DIR.mkdir(exist_ok=True)
-        path = _DIR / "uploaded.jsonl.gz"
-        path.write_bytes(upload.getvalue())
-    try:
-        play(svc, load(path))
-    except (OSError, ValueError) as e:  # not gzip, not JSON, not a recording
-        st.sidebar.error(f"Cannot play {getattr(upload, 'name', path.name)}: {e}")
+    """Play the upload (checked whole against the event contract first) or the shipped recording; a
+    file that cannot be played leaves the engines live and says why."""
+    problem = play_file(svc, SHIPPED, SHIPPED.name) if upload is None else play_file(svc, upload.getvalue(),
+                                                                                      upload.name)
+    if problem:
+        st.sidebar.error(plain(problem), icon=":material/error:")
         return
     st.rerun()
 

@@ -1,0 +1,143 @@
+"""Recordings are uploads: bounded before the work (decompressed size, line length, event count), checked
+whole against the event contract before they replace the live stream, refused as "Cannot play FILE: line
+N: reason" with the views left live, and their memory comes back after a refused or finished replay."""
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+import tracemalloc
+from types import SimpleNamespace
+
+import pytest
+
+from engine.recording import format, load, play_file, source, stop_replay
+from engine.recording.stage import SHIPPED
+
+LINES = gzip.decompress(SHIPPED.read_bytes()).decode().splitlines()
+HEADER, LANES_EVENT, FIRST = json.loads(LINES[0]), LINES[1], json.loads(LINES[2])
+
+
+def recording(*lines) -> bytes:
+    return gzip.compress("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines).encode())
+
+
+def live():
+    return SimpleNamespace(replay=None)  # what play_file touches of a service
+
+
+def without(d: dict, key: str) -> dict:
+    return {k: v for k, v in d.items() if k != key}
+
+
+MALFORMED = [
+    ("a header without a model", recording(without(HEADER, "model"), LANES_EVENT), "line 1: model"),
+    ("a header without lanes", recording(without(HEADER, "lanes"), LANES_EVENT), "line 1: lanes"),
+    ("a header of another version", recording({**HEADER, "version": 9}, LANES_EVENT), "line 1: recording version 9"),
+    ("an event without a type", recording(HEADER, LANES_EVENT, {"t": 100.0, "event": without(FIRST["event"], "type")}),
+     "line 3: event.type"),
+    ("an event that is not an object", recording(HEADER, LANES_EVENT, {"t": 100.0, "event": [1, 2]}),
+     "line 3: event must be an object"),
+    ("a time that is not a number", recording(HEADER, LANES_EVENT, {**FIRST, "t": "soon"}), "line 3: t must be"),
+    ("a line that is a list", recording(HEADER, LANES_EVENT, "[1, 2, 3]"), "line 3: each event line"),
+    ("a step without its entries", recording(HEADER, LANES_EVENT, {"t": 9.0, "event": {
+        "type": "step", "lane": "continuous", "step": 0, "t_start": 0, "t_end": 1, "num_waiting": 0,
+        "num_running": 0, "kv": {"num_blocks": 1, "block_size": 16, "used": 0, "block_tables": {}}}}),
+     "line 3: event: entries is missing"),
+    ("an event of a lane never named", recording(HEADER, LANES_EVENT, {**FIRST, "event": {**FIRST["event"],
+                                                                                           "lane": "ghost"}}),
+     "line 3: event.lane 'ghost'"),
+    ("a lone surrogate", recording(HEADER, LANES_EVENT, '{"t": 8.0, "event": {"type": "status", "event": "\\ud800"}}'),
+     "line 3: event.event is not valid Unicode"),
+    ("NaN", recording(HEADER, LANES_EVENT, '{"t": NaN, "event": {"type": "status", "event": "x"}}'),
+     "line 3: t: NaN is not a JSON number"),
+    ("not gzip", b"{}", "not a complete gzip file"),
+    ("cut short", recording(HEADER, LANES_EVENT)[:-9], "not a complete gzip file"),
+]
+
+
+@pytest.mark.parametrize("what,data,reason", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_a_malformed_recording_leaves_the_views_live_and_names_its_line(what, data, reason):
+    svc = live()
+    problem = play_file(svc, data, "talk.jsonl.gz")
+    assert problem.startswith(f"Cannot play talk.jsonl.gz: {reason}"), problem
+    assert svc.replay is None and source(svc) is svc
+
+
+def test_a_good_upload_plays_and_a_bad_one_then_leaves_it_playing():
+    svc = live()
+    assert play_file(svc, SHIPPED.read_bytes(), "shipped.jsonl.gz") is None and svc.replay is not None
+    playing = svc.replay
+    assert play_file(svc, MALFORMED[0][1], "bad.jsonl.gz").startswith("Cannot play bad.jsonl.gz: line 1")
+    assert svc.replay is playing and playing.active
+    stop_replay(svc)
+
+
+def test_bounds_are_checked_before_anything_is_parsed(monkeypatch):
+    monkeypatch.setattr(format, "MAX_EVENTS", 100)
+    with pytest.raises(ValueError, match="more than 100 events"):
+        load(recording(HEADER, *LINES[1:]))
+    monkeypatch.setattr(format, "MAX_LINE_BYTES", 5000)
+    with pytest.raises(ValueError, match="line 3: longer than 5,000 bytes"):
+        load(recording(HEADER, LANES_EVENT, json.dumps({"t": 100, "event": {"type": "status", "event": "x" * 6000}})))
+    monkeypatch.setattr(format, "MAX_BYTES", 1 << 20)
+    monkeypatch.setattr(format, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(format, "MAX_EVENTS", 10**6)
+    with pytest.raises(ValueError, match="more than 1,048,576 bytes of events"):
+        load(recording(HEADER, *([LINES[5]] * 2000)))
+
+
+def _traced(fn) -> tuple[int, int]:
+    """(peak, kept) Python memory of fn() over what was allocated before, in bytes."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        fn()
+        gc.collect()
+        now, peak = tracemalloc.get_traced_memory()
+        return peak - before, now - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_bomb_is_refused_in_little_memory_and_keeps_none():
+    """300,000 events in 0.5 MB of gzip (past MAX_EVENTS and MAX_BYTES): refused having held one line."""
+    bomb = recording(HEADER, *([LINES[5]] * 300_000))
+    assert len(bomb) < 1 << 20
+
+    def refuse():
+        with pytest.raises(ValueError, match="more than"):
+            load(bomb)
+    peak, kept = _traced(refuse)
+    assert peak < 4 << 20 and kept < 64 << 10, (peak, kept)
+
+
+def test_a_finished_replay_gives_its_memory_back():
+    events = [json.loads(x) for x in LINES[2:]]
+    big = recording(HEADER, LANES_EVENT, *(json.dumps({**e, "t": e["t"] + 60 * k}) for k in range(20) for e in events))
+
+    def play_through():
+        svc = live()
+        assert play_file(svc, big, "big.jsonl.gz") is None
+        r = svc.replay
+        r.seek(r.recording.end)  # everything published
+        assert r.ended and len(r.hub) >= len(events) * 20
+        stop_replay(svc)
+        assert svc.replay is None
+    peak, kept = _traced(play_through)
+    assert peak > 1 << 20 and kept < 256 << 10, (peak, kept)
+
+
+def test_a_replay_that_fails_hands_the_views_back():
+    svc = live()
+    assert play_file(svc, SHIPPED.read_bytes(), "shipped.jsonl.gz") is None
+    r = svc.replay
+
+    def broken():
+        raise RuntimeError("a bug in the replay")
+    r.pump = broken
+    r._wake.set()
+    r._thread.join(5)
+    assert not r.active and svc.replay is None and source(svc) is svc
