@@ -334,10 +334,9 @@ class EngineWorker(threading.Thread):
         cfg, self._pending_cfg = self._pending_cfg, None
         error = None
         try:
-            self._share = self.svc.engine_on(cfg)
-            self.engine = self._build(cfg)  # the old engine, KV pool included, is dropped here
+            self._share = self.svc.engine_on(cfg)  # may be this lane's old engine: its weights are the same
+            self.engine = self._build(cfg)
             self.cfg, self.load_error = cfg, None
-            release_freed_memory()
         except Exception as e:  # noqa: BLE001 - keep the old engine, tell everyone
             log.exception("engine %s: new config failed; keeping the old one", self.lane)
             error = e
@@ -347,7 +346,8 @@ class EngineWorker(threading.Thread):
         else:
             self._publish(StatusEvent(event="restarted"))
         finally:
-            self._share = None
+            self._share = None  # the old engine's last reference: its KV pool goes now
+        release_freed_memory()  # and back to the system (trimmed before this point it would stay)
         self.svc._restarted(self, error)
         deferred, self._deferred = self._deferred, []
         for args in deferred:

@@ -350,6 +350,24 @@ def test_reconfigure_releases_the_old_engine_but_keeps_shared_weights(svc):
     wait_settled(svc)
 
 
+def test_a_reconfigure_gives_the_old_pools_memory_back(tiny_model_dirs):
+    """Each pool here is 4 tensors of 16 MiB (under glibc's mmap threshold once it has adapted, so they
+    live in malloc's arenas): trimmed only after the old engine's last reference is gone."""
+    s = make_service(tiny_model_dirs["llama"], strategies=("continuous",), num_kv_blocks=32_768)
+    try:
+        before = _rss_mb()
+        for block_size in (8, 4, 8):
+            s.configure(block_size=block_size, num_kv_blocks=32_768 * 4 // block_size)
+            wait_settled(s)
+        assert _rss_mb() - before < 40, "a reconfigure kept an old KV pool's memory"
+    finally:
+        s.stop()
+
+
+def _rss_mb() -> float:
+    return psutil.Process().memory_info().rss / 2**20
+
+
 def test_kv_pool_bound_names_both_numbers(svc):
     with pytest.raises(ValueError, match=r"would take 100000\.00 GiB, but at most [\d.]+ GiB can be used"):
         svc.configure(kv_cache_memory_gb=100_000)

@@ -131,7 +131,8 @@ def _report(t: Tally, monitor: Monitor, status: dict, rss: list, elapsed: float)
         "latency_p99_s": round(float(np.nanpercentile(lat, 99)), 3),
         "malformed_sent": t.malformed_sent, "malformed_answered": t.malformed_answered,
         "controls_refused": t.controls_refused, "configures": t.configures, "reconnects": t.reconnects,
-        "fuzz_sent": t.fuzz_sent, "fuzz_answered": t.fuzz_answered, "fuzz_5xx": t.fuzz_5xx,
+        "fuzz_sent": t.fuzz_sent, "fuzz_answered": t.fuzz_answered, "fuzz_faulted": t.fuzz_faulted,
+        "fuzz_5xx": t.fuzz_5xx,
         "rss_mb_after_warmup": warm[0] if warm else None, "rss_mb_end": rss[-1][1] if rss else None,
         "rss_mb_max_after_warmup": max(warm) if warm else None, "rss_samples": rss,
     }
@@ -194,8 +195,9 @@ def main(argv=None) -> int:
     print(f"malformed frames answered {r['malformed_answered']}/{r['malformed_sent']}, viewer controls refused "
           f"{r['controls_refused']}, settings changes {r['configures']}, reconnects {r['reconnects']}, "
           f"monitor skipped {r['monitor_skipped_events']} events; fuzzed inputs answered {r['fuzz_answered']}/"
-          f"{r['fuzz_sent']} ({r['fuzz_5xx']} 5xx); uploads played {r.get('uploads_played', 0)}, refused "
-          f"{r.get('uploads_refused', 0)}, failed {r.get('uploads_failed', 0)}")
+          f"{r['fuzz_sent']} ({r['fuzz_faulted']} ended by an injected fault, {r['fuzz_5xx']} other 5xx); "
+          f"uploads played {r.get('uploads_played', 0)}, refused {r.get('uploads_refused', 0)}, "
+          f"failed {r.get('uploads_failed', 0)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(r, f, indent=2)

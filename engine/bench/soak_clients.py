@@ -36,7 +36,8 @@ class Tally:
     reconnects: int = 0
     fuzz_sent: int = 0        # fuzzed socket frames, OpenAI bodies and /join bodies, from a viewer
     fuzz_answered: int = 0    # answered with a reply, an error message, or an HTTP status below 500
-    fuzz_5xx: int = 0         # must stay 0
+    fuzz_faulted: int = 0     # a valid fuzzed request that an injected step fault ended (HTTP 500, as designed)
+    fuzz_5xx: int = 0         # any other 5xx: must stay 0
 
     def outcome(self, reason: str | None, t0: float | None = None) -> None:
         if reason in ("stop", "length"):
@@ -266,9 +267,11 @@ async def fuzzer(load: Load, every_s: float, api_key: str) -> None:
                 continue
             path, body = fuzz.openai_request(rng) if kind < 0.8 else ("/join/ask", fuzz.join_body(rng))
             async with c.stream("POST", path, content=body.text.encode(), headers=headers) as r:
-                await r.aread()  # a fuzzed body that is valid runs like any other request
-            t.fuzz_answered += r.status_code < 500
-            t.fuzz_5xx += r.status_code >= 500
+                raw = await r.aread()  # a fuzzed body that is valid runs like any other request
+            faulted = r.status_code == 500 and b"injected step fault" in raw
+            t.fuzz_answered += r.status_code < 500 or faulted
+            t.fuzz_faulted += faulted
+            t.fuzz_5xx += r.status_code >= 500 and not faulted
 
 
 class Monitor:
