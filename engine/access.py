@@ -10,6 +10,12 @@ The token is random per start unless INFLIGHT_TOKEN is set. Browsers receive it 
 presenter link (/presenter?token=...), which stores it in a session cookie; the socket also takes
 it in an `auth` command or a `token` query parameter; the OpenAI API takes it (or INFLIGHT_API_KEY)
 as a bearer key.
+
+Who a client is, for the limits: its IP address, read from X-Forwarded-For only when the connection
+comes from a proxy named in INFLIGHT_TRUSTED_PROXIES (a forged header from anyone else changes
+nothing). Behind a tunnel every phone has the tunnel's address, so /join also gives each browser a
+signed id (a cookie, HMAC under a secret made at start): each phone has its own limits, and its
+address stays an outer bound (engine/limits.py).
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 PRESENTER_COOKIE = "inflight_presenter"
+PHONE_COOKIE = "inflight_phone"
 
 
 class NotPresenter(PermissionError):
@@ -29,9 +36,11 @@ class NotPresenter(PermissionError):
 
 @dataclass(frozen=True)
 class Client:
-    """Who submits: `key` groups a client's requests for the limits (its IP address in a room)."""
+    """Who submits: `key` groups a client's requests for the limits (its IP address in a room, or a
+    phone's signed id); `outer`, when set, is its IP address's key: a bound on everyone behind it."""
     key: str
     presenter: bool
+    outer: str | None = None
 
 
 LOCAL = Client("local", presenter=True)  # in-process callers: the load generator, tests
@@ -60,6 +69,8 @@ class Access:
     token: str = field(default_factory=lambda: secrets.token_urlsafe(18))
     api_key: str | None = None              # a second bearer key for API users (no control)
     origins: frozenset[str] = frozenset()   # extra origins the socket accepts (scheme://host[:port])
+    trusted_proxies: tuple = ()             # networks whose X-Forwarded-For is believed
+    secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)  # signs phone ids
 
     @classmethod
     def from_env(cls, address: str | None = "127.0.0.1", environ=os.environ) -> Access:
@@ -71,7 +82,45 @@ class Access:
         if token is not None and len(token) < 16:
             raise ValueError("INFLIGHT_TOKEN must be at least 16 characters long")
         kw = {"token": token} if token else {}
-        return cls(room=room, api_key=environ.get("INFLIGHT_API_KEY") or None, origins=origins, **kw)
+        return cls(room=room, api_key=environ.get("INFLIGHT_API_KEY") or None, origins=origins,
+                   trusted_proxies=proxy_networks(environ.get("INFLIGHT_TRUSTED_PROXIES", "")), **kw)
+
+    # ---- who is calling ------------------------------------------------------------------------
+    def address(self, peer: str | None, forwarded_for: str | None) -> str | None:
+        """The client's IP address: the peer's, or, when the peer is a trusted proxy, the last address
+        in X-Forwarded-For that is not one (each proxy appends the address it was called from)."""
+        if not forwarded_for or not self._trusted(peer):
+            return peer
+        for hop in reversed([h.strip() for h in forwarded_for.split(",")]):
+            if not self._trusted(hop):
+                return hop if _is_ip(hop) else peer
+        return peer
+
+    def key_of(self, peer: str | None, forwarded_for: str | None = None) -> str:
+        """The limits' key of a connection from `peer` (with its X-Forwarded-For header)."""
+        return client_key(self.address(peer, forwarded_for))
+
+    def _trusted(self, address: str | None) -> bool:
+        try:
+            ip = ipaddress.ip_address((address or "").strip("[]"))
+        except ValueError:
+            return False
+        return any(ip in net for net in self.trusted_proxies)
+
+    def phone_cookie(self) -> str:
+        """A new phone's signed id, for its cookie."""
+        pid = secrets.token_urlsafe(12)
+        return f"{pid}.{self._sign(pid)}"
+
+    def phone_id(self, cookie: str | None) -> str | None:
+        """The id in a cookie this server signed (since it started), else None."""
+        pid, _, sig = (cookie or "").partition(".")
+        if not pid or len(pid) > 32 or not hmac.compare_digest(sig.encode(), self._sign(pid).encode()):
+            return None
+        return pid
+
+    def _sign(self, pid: str) -> str:
+        return hmac.new(self.secret, pid.encode(), "sha256").hexdigest()[:32]
 
     # ---- tokens ------------------------------------------------------------------------------
     def is_token(self, candidate) -> bool:
@@ -119,6 +168,25 @@ class Access:
             return True
         parts = urlsplit(origin)
         return parts.scheme in ("http", "https") and bool(host) and parts.netloc == host.strip().lower()
+
+
+def proxy_networks(setting: str) -> tuple:
+    """INFLIGHT_TRUSTED_PROXIES: comma-separated addresses or networks (10.0.0.5, 172.16.0.0/12)."""
+    nets = []
+    for item in filter(None, (s.strip() for s in setting.split(","))):
+        try:
+            nets.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ValueError(f"INFLIGHT_TRUSTED_PROXIES: {item!r} is not an IP address or network") from None
+    return tuple(nets)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text.strip("[]"))
+        return True
+    except ValueError:
+        return False
 
 
 def _hostname(host: str | None) -> str | None:

@@ -161,6 +161,15 @@ class StatusEvent(Event):
 
 
 @dataclass(kw_only=True)
+class WaitsEvent(Event):
+    """Why requests wait changed while the lane computed nothing (a static batch filling up): the same
+    changes a step event carries in `waits` (engine/scheduler/waits.py), at service time t."""
+    TYPE: ClassVar[str] = "waits"
+    t: float
+    waits: dict[str, dict[str, Any] | None]
+
+
+@dataclass(kw_only=True)
 class GpuEvent(Event):
     """One NVML sample of the device the engines share."""
     TYPE: ClassVar[str] = "gpu"
@@ -189,10 +198,13 @@ class RemoteMetricsEvent(Event):
     kv_usage: float | None  # 0-1
 
 
-EVENTS = (StepMessage, RequestEvent, FinishedEvent, StatusEvent, GpuEvent, LanesEvent, RemoteMetricsEvent)
+EVENTS = (StepMessage, RequestEvent, FinishedEvent, StatusEvent, WaitsEvent, GpuEvent, LanesEvent,
+          RemoteMetricsEvent)
 
 
 def wire_contract() -> dict:
-    """What a client needs to read events without hard-coding them (the live view gets this)."""
+    """What a client needs to read events without hard-coding them (the live view gets this), the
+    phrasing of each wait reason included."""
+    from .scheduler.waits import LAUNCH_AT, TEMPLATES  # the scheduler imports this module
     return {"entry_fields": list(ENTRY_FIELDS), "phases": list(PHASES), "event_types": [e.TYPE for e in EVENTS],
-            "remote_strategy": REMOTE}
+            "remote_strategy": REMOTE, "wait_reasons": TEMPLATES, "launch_at": LAUNCH_AT}

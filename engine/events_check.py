@@ -160,6 +160,7 @@ _STEP_FIELDS = {
     "preempted": _list(_int), "tokens_used": _int, "token_budget": _int, "kv": _KV, "prefix_queries": _int,
     "prefix_hits": _int, "sampled": _map(_id_key, _int), "lane": _optional(_str),
     "deltas": _map(_id_key, _str), "roofline": _optional(_map(_str, _optional(_num))),
+    "waits": _map(_id_key, _optional(_map(_str, check_json))),
 }
 _STEP_REQUIRED = frozenset({"type", "step", "t_start", "t_end", "entries", "num_waiting", "num_running", "kv"})
 

@@ -1,7 +1,9 @@
 """Per-client submission limits for a room: rate, requests in flight, output length.
 
 They apply to viewers only (the presenter and in-process callers are not limited). A client is
-keyed by its IP address, so opening more sockets or tabs does not multiply its share. Defaults
+keyed by its IP address, so opening more sockets or tabs does not multiply its share; a phone that
+joined through /join by its signed id, with its address's allowance (PHONES_PER_ADDRESS phones' worth)
+as an outer bound, so a room behind one tunnel is not one person. Defaults
 (override with the environment variables named in `ClientLimits.from_env`): bursts of 8, then
 30 submissions a minute, 8 requests in flight, 512 new tokens per request.
 """
@@ -13,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 MAX_TRACKED_CLIENTS = 10_000  # idle entries are dropped beyond this
+PHONES_PER_ADDRESS = 32       # behind one address (a tunnel, a proxy), at most this many clients' worth
 
 
 class LimitExceeded(ValueError):
@@ -33,6 +36,10 @@ class ClientLimits:
                 raise ValueError(f"ClientLimits.{name} must be an integer >= 1, got {v!r}")
         if not isinstance(self.per_minute, (int, float)) or not self.per_minute > 0:
             raise ValueError(f"ClientLimits.per_minute must be a number > 0, got {self.per_minute!r}")
+
+    def scaled(self, n: int) -> ClientLimits:
+        """n clients' worth (what one address may take in all)."""
+        return ClientLimits(self.burst * n, self.per_minute * n, self.max_in_flight * n, self.max_tokens)
 
     @classmethod
     def from_env(cls, environ=os.environ) -> ClientLimits:
@@ -64,37 +71,46 @@ class Reservation:
 
 
 class ClientLimiter:
-    """A token bucket and an in-flight count per client key. Thread-safe."""
+    """A token bucket and an in-flight count per client key, and the same, PHONES_PER_ADDRESS times
+    larger, per address (a client's `outer` key) for clients that have a key of their own. Thread-safe."""
 
     def __init__(self, limits: ClientLimits | None = None, clock=time.monotonic):
         self.limits = limits or ClientLimits()
+        self.outer_limits = self.limits.scaled(PHONES_PER_ADDRESS)
         self.clock = clock
         self._lock = threading.Lock()
         self._buckets: dict[str, tuple[float, float]] = {}   # key -> (tokens, last refill time)
         self._in_flight: dict[str, list[Reservation]] = {}   # key -> submissions not yet finished
 
-    def admit(self, key: str, max_tokens: int) -> Reservation:
-        """Take one submission from `key`'s allowance, or raise LimitExceeded saying which limit.
-        The submission counts as in flight from now until its handles (see Reservation.hold) finish."""
-        lim = self.limits
-        if max_tokens > lim.max_tokens:
-            raise LimitExceeded(f"max_tokens is limited to {lim.max_tokens} per request in this room "
+    def admit(self, key: str, max_tokens: int, outer: str | None = None) -> Reservation:
+        """Take one submission from `key`'s allowance (and from its address's, `outer`), or raise
+        LimitExceeded saying which limit. The submission counts as in flight from now until its
+        handles (see Reservation.hold) finish."""
+        if max_tokens > self.limits.max_tokens:
+            raise LimitExceeded(f"max_tokens is limited to {self.limits.max_tokens} per request in this room "
                                 f"(asked for {max_tokens})")
+        keys = [(key, self.limits, "your"), *([(outer, self.outer_limits, "your address's")] if outer else [])]
         with self._lock:
-            running = self._running(key)
-            if running >= lim.max_in_flight:
-                raise LimitExceeded(f"{running} of your requests are still running (the limit is "
-                                    f"{lim.max_in_flight}); wait for one to finish")
-            tokens = self._refill(key)
-            if tokens < 1:
-                wait = (1 - tokens) * 60 / lim.per_minute
-                raise LimitExceeded(f"too many submissions: at most {lim.burst} at once and "
-                                    f"{lim.per_minute:g} a minute; try again in {wait:.1f} s")
-            self._buckets[key] = (tokens - 1, self.clock())
+            tokens = [self._check(k, lim, whose) for k, lim, whose in keys]
             reservation = Reservation()
-            self._in_flight.setdefault(key, []).append(reservation)
+            for (k, _, _), left in zip(keys, tokens):
+                self._buckets[k] = (left - 1, self.clock())
+                self._in_flight.setdefault(k, []).append(reservation)
             self._prune()
             return reservation
+
+    def _check(self, key: str, lim: ClientLimits, whose: str) -> float:
+        """key's tokens now; LimitExceeded if it may not submit."""
+        running = self._running(key)
+        if running >= lim.max_in_flight:
+            raise LimitExceeded(f"{running} of {whose} requests are still running (the limit is "
+                                f"{lim.max_in_flight}); wait for one to finish")
+        tokens = self._refill(key, lim)
+        if tokens < 1:
+            wait = (1 - tokens) * 60 / lim.per_minute
+            raise LimitExceeded(f"too many submissions: at most {lim.burst} at once and "
+                                f"{lim.per_minute:g} a minute ({whose} limit); try again in {wait:.1f} s")
+        return tokens
 
     def _running(self, key: str) -> int:
         live = [r for r in self._in_flight.get(key, ()) if r.running]
@@ -104,13 +120,13 @@ class ClientLimiter:
             self._in_flight.pop(key, None)
         return len(live)
 
-    def _refill(self, key: str) -> float:
-        tokens, last = self._buckets.get(key, (float(self.limits.burst), self.clock()))
-        return min(float(self.limits.burst), tokens + (self.clock() - last) * self.limits.per_minute / 60)
+    def _refill(self, key: str, lim: ClientLimits) -> float:
+        tokens, last = self._buckets.get(key, (float(lim.burst), self.clock()))
+        return min(float(lim.burst), tokens + (self.clock() - last) * lim.per_minute / 60)
 
     def _prune(self) -> None:
         if len(self._buckets) <= MAX_TRACKED_CLIENTS:
             return
-        for key in list(self._buckets):
-            if self._refill(key) >= self.limits.burst and not self._running(key):
+        for key in list(self._buckets):  # a full bucket of either size is as good as none
+            if self._refill(key, self.limits) >= self.limits.burst and not self._running(key):
                 del self._buckets[key]

@@ -14,7 +14,8 @@ from .kv.sizing import GiB, kv_block_bytes, num_kv_blocks
 from .model.runner import ModelRunner
 from .model.sampler import make_generator
 from .request import Request, RequestOutput, SamplingParams, check_priority_tenant
-from .scheduler import SchedulerOutput, make_scheduler
+from .scheduler import SchedulerOutput, StaticScheduler, make_scheduler
+from .scheduler.waits import changes
 from .telemetry import StepEntry, StepEvent
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class LLMEngine:
         self.cache = KVCacheManager(self.runner.pool.num_blocks, self.cfg.block_size,
                                     prefix_caching=self.cfg.enable_prefix_caching)
         self.scheduler = make_scheduler(self.cfg, self.cache, self.clock)
-
+        self.waits: dict[int, dict] = {}  # every waiting request -> why, as the last StepEvent reported
     def reset(self, reason: str) -> list[int]:
         """End every unfinished request with finish_reason "error" and start from an empty
         scheduler and cache (the loaded model is kept). Returns the ended request ids."""
@@ -158,6 +159,14 @@ class LLMEngine:
             return False
         self._finish(req, "abort", self.clock())
         self.scheduler.on_step_done()
+        return True
+
+    def launch_batch(self) -> bool:
+        """Static/dynamic: launch what waits as a batch at the next step, full or not (the presenter's
+        button). False when there is nothing to launch (continuous, or nothing waits)."""
+        if not isinstance(self.scheduler, StaticScheduler) or not self.scheduler.waiting:
+            return False
+        self.scheduler.launch_now = True
         return True
 
     @property
@@ -273,6 +282,7 @@ class LLMEngine:
         kv_tokens = {r.request_id: r.num_computed_tokens for r in self.scheduler.running}
         held = sum(len(t) for t in tables.values()) * self.cfg.block_size
         finished, self._just_finished = self._just_finished, []
+        waits, self.waits = changes(self.waits, sched.waits), sched.waits
         return StepEvent(
             step=self.step_count, strategy=self.cfg.strategy, t_start=t_start, t_end=t_end,
             entries=entries, num_waiting=self.scheduler.num_waiting, num_running=self.scheduler.num_running,
@@ -282,7 +292,7 @@ class LLMEngine:
             used_blocks=self.cache.num_blocks - self.cache.num_free, block_tables=tables, kv_tokens=kv_tokens,
             reserved_unused_slots=held - sum(kv_tokens.values()), sampled=sampled,
             cached_blocks=self.cache.cached_blocks, prefix_queries=sched.prefix_queries,
-            prefix_hits=sched.prefix_hits,
+            prefix_hits=sched.prefix_hits, waits=waits,
         )
 
     # ---- convenience -------------------------------------------------------------------------

@@ -24,6 +24,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 
 from .events import REMOTE
+from .scheduler.waits import TEMPLATES as WAIT_REASONS
+from .scheduler.waits import kind as wait_kind
 
 log = logging.getLogger(__name__)
 LABELS = ("model_name", "lane")
@@ -134,8 +136,10 @@ class ServiceMetrics:
 
 
 class _LaneGauges:
-    """vllm:num_requests_running / _waiting and vllm:kv_cache_usage_perc, read from the lanes when
-    scraped (a lane removed disappears; one waiting for a batch still shows its queue)."""
+    """vllm:num_requests_running / _waiting / _waiting_by_reason and vllm:kv_cache_usage_perc, read from
+    the lanes when scraped (a lane removed disappears; one waiting for a batch still shows its queue).
+    By reason: vLLM's `reason` ("capacity": batch slots, token budget or KV blocks; "deferred": anything
+    else) and ours in `detail` (engine/scheduler/waits.py), every pair present (zero when none waits so)."""
 
     def __init__(self, lane_states: LaneStates):
         self._lane_states = lane_states
@@ -149,10 +153,15 @@ class _LaneGauges:
                                     labels=LABELS)
         kv = GaugeMetricFamily("vllm:kv_cache_usage_perc", "KV cache usage (1 means every block in use).",
                                labels=LABELS)
+        by_reason = GaugeMetricFamily("vllm:num_requests_waiting_by_reason", "Requests waiting, by why they wait.",
+                                      labels=(*LABELS, "reason", "detail"))
         for lane, (model, st) in self._lane_states().items():
             if st.get("kv_blocks") is None:
                 continue  # still loading, or failed to load
             running.add_metric((model, lane), st["num_running"])
             waiting.add_metric((model, lane), st["num_waiting"])
             kv.add_metric((model, lane), st["kv_used_blocks"] / max(st["kv_blocks"], 1))
-        return [running, waiting, kv]
+            counts = st.get("waiting_by_reason", {})
+            for code in WAIT_REASONS:
+                by_reason.add_metric((model, lane, wait_kind(code), code), counts.get(code, 0))
+        return [running, waiting, by_reason, kv]

@@ -158,7 +158,8 @@ class EngineService:
         params.validate()
         with self._lock:
             workers = [self.workers[name] for name in self._running(lanes)]
-            reservation = None if client.presenter else self.limiter.admit(client.key, params.max_tokens)
+            reservation = None if client.presenter else self.limiter.admit(client.key, params.max_tokens,
+                                                                           client.outer)
             rid = self._next_id
             self._next_id += 1
         arrival = self.clock()
@@ -204,6 +205,16 @@ class EngineService:
         """While paused: every engine runs exactly one iteration."""
         for w in list(self.workers.values()):
             w.step_once()
+
+    def launch_batch(self, lanes=None) -> list[str]:
+        """Static and dynamic lanes (of those named; default: all) launch what waits at their next step,
+        as a batch however full (the presenter's button); returns the lanes asked."""
+        with self._lock:
+            workers = [self.workers[n] for n in self._running(lanes)]
+        batching = [w for w in workers if isinstance(w.cfg, EngineConfig) and w.cfg.strategy != "continuous"]
+        for w in batching:
+            w.launch_batch()
+        return [w.lane for w in batching]
 
     def set_slow_motion(self, min_interval_s: float) -> None:
         if not isinstance(min_interval_s, (int, float)) or not 0 <= min_interval_s <= 10:

@@ -42,6 +42,9 @@ class StepEvent:
     cached_blocks: list[int] = field(default_factory=list)
     prefix_queries: int = 0
     prefix_hits: int = 0
+    # why requests wait (engine/scheduler/waits.py), as changes since the previous step: request id ->
+    # its reason, or None once it no longer waits
+    waits: dict[int, dict | None] = field(default_factory=dict)
 
     @property
     def block_owner(self) -> np.ndarray:
@@ -98,4 +101,5 @@ class StepEvent:
             "prefix_queries": self.prefix_queries,
             "prefix_hits": self.prefix_hits,
             "sampled": {str(k): v for k, v in self.sampled.items()},
+            "waits": {str(k): v for k, v in self.waits.items()},
         }

@@ -9,11 +9,12 @@ import logging
 import queue
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from .config import EngineConfig
 from .cpu_share import SHARE as CORES
-from .events import FinishedEvent, RequestEvent, StatusEvent, StepMessage
+from .events import FinishedEvent, RequestEvent, StatusEvent, StepMessage, WaitsEvent
 from .handles import RequestHandle
 from .llm_engine import LLMEngine
 from .memory import release_freed_memory
@@ -80,6 +81,10 @@ class EngineWorker(threading.Thread):
     def step_once(self) -> None:
         self._call(self._grant_step)
 
+    def launch_batch(self) -> None:
+        """Static/dynamic: launch what waits at the next step, full batch or not."""
+        self._call(self._launch_batch)
+
     def reconfigure(self, cfg: EngineConfig) -> None:
         self._call(lambda: self._start_reconfigure(cfg))
 
@@ -116,6 +121,8 @@ class EngineWorker(threading.Thread):
             "kv_used_blocks": None if eng is None else eng.cache.num_blocks - eng.cache.num_free,
             "num_running": 0 if eng is None else eng.scheduler.num_running,
             "num_waiting": 0 if eng is None else eng.scheduler.num_waiting,
+            # why they wait, as the last step decided (engine/scheduler/waits.py): reason -> requests
+            "waiting_by_reason": {} if eng is None else dict(Counter(w["why"] for w in list(eng.waits.values()))),
             "max_model_len": None if eng is None else eng.max_model_len,
             "device": None if eng is None else str(eng.runner.device),
         }
@@ -192,6 +199,10 @@ class EngineWorker(threading.Thread):
     def _grant_step(self) -> None:
         self._step_credits += 1
 
+    def _launch_batch(self) -> None:
+        if self.engine is not None and self.engine.launch_batch():
+            self._publish(StatusEvent(event="batch_launched", t=self.svc.clock()))
+
     def _step(self) -> None:
         t0 = time.perf_counter()
         if self._step_credits:
@@ -210,6 +221,8 @@ class EngineWorker(threading.Thread):
             self._stream(ended, [])
             return
         if not ev.entries and not ev.finished:
+            if ev.waits:  # nothing ran, but why requests wait changed (a static batch filling up)
+                self._publish(WaitsEvent(t=ev.t_end, waits={str(k): v for k, v in ev.waits.items()}))
             CORES.resting(self)
             self._wake.wait(POLL_WAIT_S)  # nothing schedulable yet (static: the batch is filling)
             self._wake.clear()

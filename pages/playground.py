@@ -1,27 +1,23 @@
 """Live playground: type prompts or generate load, watch the engines batch them."""
 from __future__ import annotations
 
-import random
-
 import streamlit as st
 
-from engine import SamplingParams
-from engine.bench.workloads import load_prompts
 from engine.cost import usd_per_million_tokens
 from engine.recording import play_while_loading
 from engine.remote_config import RemoteConfig
 from engine.service import get_service
-from ui import loadgen, replay_panel, sidebar
+from ui import controls, replay_panel, sidebar
 from ui.cards import Card, cards_html
 from ui.live_view import live_view
 from ui.metrics import LiveMetrics, ratio
 from ui.narration_panel import narration
 from ui.presentation import presentation_toggle
+from ui.primer import primer
 from ui.price import current as current_price
 from ui.price import price_input
 from ui.role import VIEWER_NOTE, current_client
 from ui.room_panel import room_join_panel
-from ui.scenario_button import scenario_button
 from ui.shortcuts import keyboard_shortcuts
 from ui.status import loading_banner
 from ui.trace_download import trace_download
@@ -44,59 +40,20 @@ if client.presenter:
 else:
     st.sidebar.info(VIEWER_NOTE, icon=":material/visibility:")
 
-c_title, c_mode = st.columns([5, 1], vertical_alignment="center")
-c_title.title("Inflight — watch an LLM engine batch requests")
-with c_mode:
-    presenting = presentation_toggle()
-st.caption(sidebar.config_summary(svc))
-loading_banner(svc)
-
-
-# ---- inputs --------------------------------------------------------------------------------------
-@st.cache_data
-def bundled_prompts() -> list[str]:
-    return [p["prompt"] for p in load_prompts()]
-
-
-def submit(text: str, max_tokens: int, temperature: float, ignore_eos: bool = False, tag: str = "ui") -> None:
-    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, ignore_eos=ignore_eos)
-    try:
-        svc.submit(messages=[{"role": "user", "content": text}], params=params, tag=tag, client=client)
-    except (ValueError, TimeoutError) as e:
-        st.error(str(e))
-
-
-with st.container(border=True):
-    c_params, c_loads, c_gen = st.columns([1.2, 1, 1.6])
-    with c_params:
-        max_tokens = st.slider("Max new tokens", 1, 512, 96, key="max_tokens")
-        temperature = st.slider("Temperature", 0.0, 1.5, 0.0, 0.05, key="temperature")
-    with c_loads:
-        st.markdown("**One click**")
-        scenario_button(svc, client, opts["compare"])
-        if st.button("1 prompt", width="stretch"):
-            submit(random.choice(bundled_prompts()), max_tokens, temperature)
-    with c_gen:
-        st.markdown("**Load generator** (Poisson arrivals of bundled prompts)")
-        if not client.presenter:
-            st.caption("The load generator is for the presenter.")
-        rate = st.slider("Arrival rate (requests/s)", 0.1, 8.0, 1.0, 0.1, key="lg_rate")
-        mean = st.slider("Output length (tokens): mean", 8, 256, 64, key="lg_mean")
-        spread = st.slider("± spread", 0, 248, 48, key="lg_spread")
-        gen = loadgen.running()
-        label = f"Stop generator ({gen.submitted} sent)" if gen else "Start generator"
-        if st.button(label, icon=":material/stop:" if gen else ":material/play_arrow:", width="stretch",
-                     type="primary" if gen else "secondary", disabled=not client.presenter):
-            if gen:
-                loadgen.stop()
-            else:
-                loadgen.start(svc, rate, mean, min(spread, mean - 1))
-            st.rerun()
-    # Inline (inside the container), not pinned to the page bottom: a pinned chat box makes Streamlit
-    # keep the page scrolled to its end, which would pull the view away from the charts.
-    prompt = st.chat_input("Type a prompt; it goes to every lane shown")
-    if prompt:
-        submit(prompt, max_tokens, temperature)
+presenting = st.session_state.get("large_text", False)  # presentation mode: for a projector
+if presenting:  # the views first: one line of controls, the narration's latest, then the views
+    controls.compact_inputs(svc, client, opts["compare"], presentation_toggle)
+    loading_banner(svc)
+    narration(svc, large=True, compact=True)
+else:
+    c_title, c_mode = st.columns([5, 1], vertical_alignment="center")
+    c_title.title("Inflight — watch an LLM engine batch requests")
+    with c_mode:
+        presentation_toggle()
+    st.caption(sidebar.config_summary(svc))
+    primer()
+    loading_banner(svc)
+    controls.inputs(svc, client, opts["compare"])
 
 
 # ---- live views (client-side, fed by /engine/ws) ---------------------------------------------------
@@ -106,9 +63,10 @@ if replay is not None:  # the views show a recording: its lanes, all of it
     replay_panel.banner(replay)
     (lanes, headers), clear_after_s = replay_panel.view_lanes(replay), None
 picked = live_view(key="live", lanes=lanes, headers=headers, running=lanes if replay else None, axis=opts["axis"],
-                   large_text=presenting, clear_after_s=clear_after_s)
+                   large_text=presenting, clear_after_s=clear_after_s, fit_first_screen=presenting)
 st.session_state.kv_selected = picked.selected  # the KV cache page follows the same request
-narration(svc, presenting)
+if not presenting:
+    narration(svc)
 
 
 # ---- metric cards (from the same events, in Python) ----------------------------------------------

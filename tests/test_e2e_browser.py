@@ -177,6 +177,7 @@ def _wait_status(url: str, pred, timeout_s: float = 10.0) -> dict:
 def test_presenter_keyboard_shortcuts(page, server):
     """Space pauses and resumes, s toggles slow motion, a digit starts that scenario; keys typed into
     the prompt box are text, not commands."""
+    page.wait_for_function("() => window.__inflightShortcuts === true", timeout=30_000)  # the listener is in
     page.locator("h1").first.click()
     page.keyboard.press(" ")
     _wait_status(server, lambda s: s["paused"])

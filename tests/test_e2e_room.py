@@ -77,6 +77,7 @@ def test_a_phone_joins_its_answer_streams_and_the_projector_labels_it(server):
         assert projector.locator(".ifl-tag i").count() == 0
         # and the Gantt labels its row "#id name" (on the canvas; its label lists the rows as text)
         gantt = projector.locator(".ifl-timeline-canvas").first
+        gantt.scroll_into_view_if_needed()  # views scrolled out of sight are not drawn
         expect(gantt).to_have_attribute("aria-label", re.compile(r"#\d+ " + re.escape(NAME)))
         expect(projector.get_by_text("1 person")).to_be_visible(timeout=10_000)
 

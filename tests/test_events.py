@@ -94,4 +94,7 @@ def test_wire_contract_names_entry_fields_and_phases():
     assert c["entry_fields"] == list(ENTRY_FIELDS) == [f.name for f in dataclasses.fields(StepEntry)]
     assert c["phases"] == list(PHASES) == ["prefill", "decode", "padding"]
     assert c["event_types"] == [e.TYPE for e in EVENTS] and c["remote_strategy"] == REMOTE
-    assert {e.TYPE for e in EVENTS} == {"step", "request", "finished", "status", "gpu", "lanes", "remote_metrics"}
+    assert {e.TYPE for e in EVENTS} == {"step", "request", "finished", "status", "waits", "gpu", "lanes",
+                                        "remote_metrics"}
+    assert set(c["wait_reasons"]) >= {"batch_full", "token_budget", "kv_blocks", "batch_filling", "batch_running",
+                                      "behind", "preempted_for_blocks", "preempted_by_priority"}

@@ -158,3 +158,25 @@ def test_latencies_prefix_counters_and_padding_from_events():
     assert s["vllm:request_success_total", None, "stop"] == 1
     assert s["vllm:request_success_total", None, "error"] == 0
     assert not m._arrival and not m._last_token  # nothing kept for a finished request
+
+
+def test_waiting_requests_are_counted_by_why_they_wait(base, svc):
+    """vLLM's num_requests_waiting_by_reason (capacity / deferred) with our reason in `detail`, read
+    from the scheduler's last decision: a dynamic batch filling up, then nobody waiting."""
+    svc.pause()  # nothing runs, so the request stays waiting and the continuous lane admits it
+    handles = svc.submit([5, 6, 7], greedy(2), lanes=["dynamic"])
+    svc.step_once()
+    deadline = time.monotonic() + 10
+    while value(scrape(base), "vllm:num_requests_waiting_by_reason", "dynamic", reason="deferred",
+                detail="batch_filling") != 1:
+        assert time.monotonic() < deadline, "the wait was not counted"
+        time.sleep(0.05)
+    samples = scrape(base)
+    for detail in ("batch_full", "token_budget", "kv_blocks"):  # every pair present, zero here
+        assert value(samples, "vllm:num_requests_waiting_by_reason", "dynamic", reason="capacity", detail=detail) == 0
+        assert ("vllm:num_requests_waiting_by_reason",
+                frozenset({"lane": "dynamic", "reason": "capacity", "detail": detail}.items())) in samples
+    svc.resume()
+    assert all(h.result(30).finish_reason == "length" for h in handles)
+    assert value(scrape(base), "vllm:num_requests_waiting_by_reason", "dynamic", reason="deferred",
+                 detail="batch_filling") == 0

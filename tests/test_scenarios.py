@@ -8,6 +8,7 @@ from engine import EngineConfig
 from engine.lanes import describe_difference
 from engine.scenarios import Fit, ScenarioError, load_scenario, load_scenarios
 from engine.scenarios.catalog import by_number, running_scenario, shipped
+from engine.scenarios.model import TEMPLATE_TOKENS
 
 BASE = EngineConfig(model="m", device="cpu")
 DEFAULT_CONTEXT = 8192  # SmolLM2-135M-Instruct
@@ -35,16 +36,26 @@ def test_lanes_differ_and_the_stream_fits(scenario):
     assert scenario.watch and scenario.explain
     contexts = [c.max_model_len or DEFAULT_CONTEXT for c in (a, b)]
     assert scenario.fitted(Fit(min(contexts))) == list(scenario.arrivals)  # the default model: as written
+    assert all(x.messages and x.prompt_tokens for x in scenario.arrivals)  # text the model answers in language
     for fit in (Fit(min(contexts)), Fit(128)):
         arrivals = scenario.fitted(fit)
-        assert all(1 <= x.prompt_len and x.prompt_len + x.max_tokens <= fit.max_model_len for x in arrivals)
+        assert all(_longest(x) + x.max_tokens <= fit.max_model_len for x in arrivals)
         for cfg in (a, b):  # no request waits forever for a full static batch or is refused unchunked
             if cfg.strategy == "static":
                 assert len(arrivals) % cfg.static_batch_size == 0
             if not cfg.enable_chunked_prefill:
-                assert all(x.prompt_len + x.max_tokens <= cfg.max_num_batched_tokens for x in arrivals)
+                assert all(_longest(x) + x.max_tokens <= cfg.max_num_batched_tokens for x in arrivals)
             if cfg.num_kv_blocks:  # one request fits the pool
-                assert all(x.prompt_len + x.max_tokens <= cfg.num_kv_blocks * cfg.block_size for x in arrivals)
+                assert all(_longest(x) + x.max_tokens <= cfg.num_kv_blocks * cfg.block_size for x in arrivals)
+
+
+def _longest(x) -> int:
+    """An arrival's prompt tokens at most: its stated range's top, or on a fitted model what it was cut to
+    (a character a token at worst), template included."""
+    if not x.messages:
+        return x.prompt_len
+    cut = sum(len(text) for _, text in x.messages) + TEMPLATE_TOKENS
+    return min(x.prompt_tokens[1], cut) if x.prompt_tokens else cut
 
 
 def test_running_scenario_recognises_its_lanes():
@@ -71,14 +82,15 @@ def test_poisson_arrivals_are_seeded_and_spread():
 def test_memory_pressure_pool_is_too_small_for_the_stream_at_once():
     s = by_key("memory-pressure")
     small, large = s.lane_configs(BASE).values()
-    need = sum(-(-(x.prompt_len + x.max_tokens) // small.block_size) for x in s.arrivals)
-    assert small.num_kv_blocks < need / 2 and large.num_kv_blocks >= need
+    need = sum(-(-(x.prompt_tokens[0] + x.max_tokens) // small.block_size) for x in s.arrivals)
+    most = sum(-(-(x.prompt_tokens[1] + x.max_tokens) // small.block_size) for x in s.arrivals)
+    assert small.num_kv_blocks < need / 2 and large.num_kv_blocks >= most
     assert describe_difference(small, large) and small.max_model_len == large.max_model_len
 
 
 def test_long_prompt_arrives_while_short_ones_decode():
     arrivals = by_key("long-prompt").arrivals
-    long = [x for x in arrivals if x.prompt_len >= 1000]
+    long = [x for x in arrivals if x.prompt_tokens[0] >= 1000]
     assert len(long) == 1 and sum(1 for x in arrivals if x.at_s < long[0].at_s) == 8
 
 
@@ -94,11 +106,10 @@ def test_policy_scenarios_differ_only_by_policy_with_a_batch_small_enough_to_que
 
 def test_shared_system_prompt_is_shared_and_each_question_its_own():
     s = by_key("shared-system-prompt")
-    prompts = [a.prompt(i) for i, a in enumerate(s.arrivals)]
-    n = s.arrivals[0].shared_prefix
-    assert n == 400 and all(p[:n] == prompts[0][:n] and len(p) == n + 16 for p in prompts)
-    assert len({tuple(p[n:]) for p in prompts}) == len(prompts)
-    assert all(a.shared_prefix < a.prompt_len <= 128 - a.max_tokens for a in s.fitted(Fit(128)))
+    systems = {a.messages[0] for a in s.arrivals}
+    questions = [a.messages[-1] for a in s.arrivals]
+    assert len(systems) == 1 and next(iter(systems))[0] == "system" and len(next(iter(systems))[1]) > 1500
+    assert len(set(questions)) == len(questions) and all(role == "user" for role, _ in questions)
 
 
 def _shipped_files():
@@ -113,17 +124,23 @@ GOOD = """title = "t"\nwatch = "w"\nexplain = "e"\n[lanes.a]\nstrategy = "contin
     ('title = "t"\nwatch = "w"\n', "explain"),
     (GOOD + "[[requests]]\nprompt_len = 8\n", "requests[0].max_tokens"),
     (GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 0\n", "requests[0].max_tokens"),
-    (GOOD + "[[requests]]\nmax_tokens = 8\n", "requests[0]: give prompt_len"),
+    (GOOD + "[[requests]]\nmax_tokens = 8\n", "requests[0]: give prompt_len (token ids), text, or prompts"),
+    (GOOD + '[[requests]]\nprompts = "mine"\nmax_tokens = 8\nprompt_tokens = [1, 9]\n', "requests[0].prompts"),
+    (GOOD + '[[requests]]\nprompts = "bundled"\nmax_tokens = 8\nprompt_tokens = [9, 1]\n',
+     "requests[0].prompt_tokens"),
+    (GOOD + '[[requests]]\nprompts = "bundled"\nmax_tokens = 9000\nprompt_tokens = [1, 9]\n',
+     "requests[0].max_tokens: no bundled prompt"),
     (GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\nspeed = 1\n", "requests[0].speed: unknown field"),
     (GOOD + "[[requests]]\nprompt_len = [8, true]\nmax_tokens = 4\n", "requests[0].prompt_len"),
     (GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\npoisson_rate = 0\n", "requests[0].poisson_rate"),
     (GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\nshared_prefix = 8\n", "requests[0].shared_prefix"),
+    (GOOD + '[[requests]]\nprompt_len = 8\ntext = "hi"\nmax_tokens = 4\n', "requests[0].prompt_len"),
     (GOOD.replace('"continuous"', '"fast"') + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\n",
      "lanes.a: EngineConfig.strategy"),
     (GOOD + "block = 4\n[[requests]]\nprompt_len = 8\nmax_tokens = 4\n", "lanes.a: unknown EngineConfig field"),
     (GOOD + '[lanes."a<b>"]\n[[requests]]\nprompt_len = 8\nmax_tokens = 4\n', "lanes.a<b>: lane name"),
     (GOOD.replace('"continuous"', '"static"') + "[[requests]]\ncount = 3\nprompt_len = 8\nmax_tokens = 4\n",
-     "multiple of 8"),
+     "requests.count: 3 arrivals in all"),
     ("title = [", "1-bad.toml: "),
 ])
 def test_loader_errors_name_the_file_and_the_field(tmp_path, body, field):
@@ -136,7 +153,31 @@ def test_loader_errors_name_the_file_and_the_field(tmp_path, body, field):
 
 def test_a_text_prompt_and_a_poisson_group_load(tmp_path):
     (tmp_path / "x.toml").write_text(GOOD + '[[requests]]\ncount = 4\npoisson_rate = 1.5\nseed = 3\n'
-                                     'text = "Why is the sky blue?"\nmax_tokens = 8\ntenant = "room"\n')
+                                     'text = "Why is the sky blue?"\nprompt_tokens = [30, 40]\nmax_tokens = 8\n'
+                                     'tenant = "room"\n')
     (s,) = load_scenarios(tmp_path)
-    assert [a.text for a in s.arrivals] == ["Why is the sky blue?"] * 4 and s.presenter_only
+    assert [a.chat() for a in s.arrivals] == [[{"role": "user", "content": "Why is the sky blue?"}]] * 4
+    assert s.presenter_only and s.arrivals[0].prompt_tokens == (30, 40)
     assert s.fitted(Fit(16))[0].max_tokens == 4 and s.fitted(Fit(16))[0].prompt_len == 0
+
+
+def test_every_bundled_prompt_has_its_answer_length_measured():
+    from engine.scenarios.prompts import load_prompts
+    rows = load_prompts()
+    assert all(isinstance(r.get("answer_tokens"), int) and r["answer_tokens"] > 0 for r in rows)
+    assert max(r["answer_tokens"] for r in rows) >= 1.25 * max(a.max_tokens for s in shipped() for a in s.arrivals)
+
+
+@pytest.mark.slow
+def test_each_scenario_sends_the_prompt_lengths_its_lesson_states():
+    """Tokenized as the engine does, with the default model's own chat template."""
+    from transformers import AutoTokenizer
+
+    from engine.config import DEFAULT_MODEL
+    from engine.detokenizer import apply_chat_template
+    from engine.model.loader import resolve_model_dir
+    tok = AutoTokenizer.from_pretrained(resolve_model_dir(DEFAULT_MODEL))
+    for s in shipped():
+        for a in s.arrivals:
+            n, (lo, hi) = len(apply_chat_template(tok, a.chat())), a.prompt_tokens
+            assert lo <= n <= hi, f"{s.key}: a prompt of {n} tokens, the scenario states {lo} to {hi}"

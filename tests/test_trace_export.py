@@ -125,10 +125,10 @@ def test_recorded_run_with_preemption_static_batches_and_coalesced_events():
     events = [e for m in recorded["messages"] if m["type"] == "events" for e in m["events"]]
     trace = chrome_trace(events)
     tracks = check_structure(trace)
-    lanes = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
-    assert lanes == {"iteration-level (continuous)", "batch of 3 (static)"}
+    pid = {e["args"]["name"].split(" (")[0]: e["pid"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+    assert {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"} == {
+        "iteration-level (continuous)", "batch of 3 (static)"}
     seen = {(e["lane"], e["request_id"]) for e in events if e["type"] in ("request", "finished")}
-    pid = {"iteration-level": 1, "batch of 3": 2}
     assert {(pid[lane], rid) for lane, rid in seen} <= set(tracks)
     names = {s["name"] for slices in tracks.values() for s in slices}
     assert {"queued", "prefill", "decode", "preempted", "recompute", "held"} <= names

@@ -7,7 +7,8 @@ const Contract = (() => {
   const PHASE_NAMES = { prefill: "prefill", decode: "decode", padding: "padding" };
 
   // -> { entry: { rid, phase, tokens, ctx, slot, cached } (indexes into an entry list), phase: { prefill,
-  // decode, padding } (names), remote (a remote lane's strategy) }. Throws if the engine's contract lacks a field the views read.
+  // decode, padding } (names), remote (a remote lane's strategy), waits (wait reasons' phrasing) }. Throws
+  // if the engine's contract lacks a field the views read.
   function fromWire(wire) {
     const fields = (wire && wire.entry_fields) || [];
     const phases = (wire && wire.phases) || [];
@@ -21,7 +22,10 @@ const Contract = (() => {
       phase[key] = name;
     }
     const remote = (wire && wire.remote_strategy) || "remote";  // the strategy a remote lane's events carry
-    return Object.freeze({ entry: Object.freeze(entry), phase: Object.freeze(phase), remote });
+    // why requests wait: the phrasing of each reason (engine/scheduler/waits.py)
+    const waits = Object.freeze({ templates: (wire && wire.wait_reasons) || {},
+                                  launchAt: (wire && wire.launch_at) || "launches in {s} s" });
+    return Object.freeze({ entry: Object.freeze(entry), phase: Object.freeze(phase), remote, waits });
   }
 
   return { fromWire };

@@ -52,10 +52,15 @@ const Gantt = (() => {
     }
   }
 
-  function segTip(R, s) {
+  // A bar's lines; a wait (queued, preempted) says why, from the scheduler's reasons over the stretch
+  // (one still open lasts until now, on the service clock, even while the axis stands still).
+  function segTip(R, s, contract, now) {
     const its = s.it0 != null ? (s.it0 === s.it1 ? `iteration ${s.it0}` : `iterations ${s.it0}–${s.it1}`) : "";
-    return [`${reqLabel(R, 40)} · ${SEG_LABEL[s.kind]}`, `${fmt(s.t0)}–${fmt(s.t1)} s (${fmt(s.t1 - s.t0, 3)} s)`,
-            s.open ? "still waiting" : its].filter(Boolean);
+    const end = s.open ? now ?? s.t1 : s.t1;
+    const why = s.whys ? Waits.lines(contract, s.whys, end, now) : [];
+    const span = s.open ? `${fmt(s.t0)} s – now (${fmt(end - s.t0, 1)} s)`
+      : `${fmt(s.t0)}–${fmt(s.t1)} s (${fmt(s.t1 - s.t0, 3)} s)`;
+    return [`${reqLabel(R, 40)} · ${SEG_LABEL[s.kind]}`, span, ...why, s.open ? "still waiting" : its].filter(Boolean);
   }
 
   function cachedTip(R, s) {
@@ -66,10 +71,10 @@ const Gantt = (() => {
 
   // The admission bar of a prefix hit, split by tokens: the hatched part for the cached tokens
   // (they took no time), the solid part for the tokens computed. -> [[a, b, kind, tip], ...]
-  function pieces(R, sg, a, b) {
-    if (!sg.cached) return [[a, b, sg.kind, () => segTip(R, sg)]];
+  function pieces(R, sg, a, b, tip) {
+    if (!sg.cached) return [[a, b, sg.kind, tip]];
     const mid = a + ((b - a) * sg.cached) / (sg.cached + sg.computed);
-    return [[a, mid, "cached", () => cachedTip(R, sg)], [mid, b, sg.kind, () => segTip(R, sg)]];
+    return [[a, mid, "cached", () => cachedTip(R, sg)], [mid, b, sg.kind, tip]];
   }
 
   // Hatched in the request's color, outlined, labelled where it fits.
@@ -130,11 +135,12 @@ const Gantt = (() => {
       const R = S.reqs.get(rid);
       if (!R) continue;
       const segs = R.open ? [...R.segs, { kind: R.open.kind, t0: R.open.t0, t1: fc.now, x0: R.open.x0,
-                                          x1: S.lastIt + 0.5, it0: null, open: true }] : R.segs;
+                                          x1: S.lastIt + 0.5, it0: null, open: true, whys: R.open.whys }] : R.segs;
       for (const sg of segs) {
         const a = timeMode ? sg.t0 : sg.x0, b = timeMode ? sg.t1 : sg.x1;
         if (a == null || b == null || b < range[0] || a > range[1]) continue;
-        for (const [pa, pb, kind, tip] of pieces(R, sg, a, b)) bar(R, pa, pb, kind, tip);
+        const tip = () => segTip(R, sg, inst.contract, inst.serviceClock());
+        for (const [pa, pb, kind, t] of pieces(R, sg, a, b, tip)) bar(R, pa, pb, kind, t);
       }
       const fx = timeMode ? R.finishT : R.finishX;
       if (fx != null && fx >= range[0] && fx <= range[1]) {

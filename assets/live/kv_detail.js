@@ -42,14 +42,16 @@ const KvDetail = (() => {
       return;
     }
     if (rid == null || !table) {
+      const why = R && !R.done && R.wait ? `: it waits (${Waits.say(inst.contract, R.wait, inst.serviceClock())})` : "";
+      const ended = R && R.done ? " (finished: its blocks were freed)" : why;
       view.head.appendChild(el("span", "ifl-muted", rid == null
         ? "No request holds KV blocks right now. Submit one, or pick one in any view."
-        : `Request #${rid} holds no KV blocks right now${R && R.done ? " (finished: its blocks were freed)" : ""}.`));
+        : `Request #${rid} holds no KV blocks right now${ended}.`));
       return;
     }
     const kc = KvBlocks.of(S.kv);
     const held = (S.kv.kv_tokens || {})[String(rid)] ?? 0;
-    head(view.head, rid, R, S);
+    head(view.head, rid, R, S, inst);
     drawBlockTable(c, inst, kc, rid, table, held, fromCache(kc, R));
     detailStats(view.stats, kc, rid, R, table, held, S);
     if (LiveState.prefixOn(S, inst.laneConfig(S.name)) || kc.sharers.size || kc.cached) {
@@ -57,10 +59,10 @@ const KvDetail = (() => {
     }
   }
 
-  function head(box, rid, R, S) {
+  function head(box, rid, R, S, inst) {
     const chip = el("span", "ifl-chip", `#${rid}`);
     chip.style.background = reqColor(rid);
-    box.append(chip, el("span", "ifl-state", R ? TextView.statusLabel(R, S) : ""));
+    box.append(chip, el("span", "ifl-state", R ? TextView.statusLabel(R, S, inst) : ""));
     if (R && R.prompt) box.appendChild(el("span", "ifl-detail-prompt", R.prompt));
   }
 

@@ -50,7 +50,7 @@ const Layout = (() => {
     const cols = new Map(cfg.lanes.map((n) => [n, { name: n, status: null, kv: null, text: null, detail: null }]));
     const statusGrid = el("div", "ifl-grid ifl-status-row");
     for (const col of cols.values()) {
-      col.status = views.status.build(col.name, cfg.headers[col.name] || []);
+      col.status = views.status.build(col.name, cfg.headers[col.name] || [], inst);
       statusGrid.appendChild(col.status.node);
     }
     body.appendChild(statusGrid);

@@ -21,7 +21,7 @@ function store() {
 function createInstance(root, owner) {
   const q = (s) => root.querySelector(s);
   const inst = {
-    root, owner, cfg: null, contract: null, state: null, service: null, statusRev: 0, limits: "",
+    root, owner, cfg: null, contract: null, state: null, service: null, statusRev: 0, limits: "", role: null,
     reportedLanes: null,
     clockOffset: null, scale: 1, conn: "connecting", socket: null, accepting: false, subRef: null, refSeq: 0,
     el: { banner: q(".ifl-banner"), conn: q(".ifl-conn"), follow: q(".ifl-follow"), note: q(".ifl-note"),
@@ -37,10 +37,13 @@ function createInstance(root, owner) {
     observe: (node) => { inst.resizeObs.observe(node); inst.viewObs.observe(node); },
     observeSize: (node) => inst.resizeObs.observe(node),
     pick: (rid) => pick(inst, rid),
+    // the presenter's button on a lane waiting for a full batch: launch what waits now
+    launch: (lane) => inst.socket && inst.socket.send({ cmd: "launch", ref: "launch", lanes: [lane] }),
     laneConfig: (name) => laneConfig(inst, name),
     serviceClock: () => (inst.clockOffset != null ? Common.perfNow() + inst.clockOffset : null),
     // for the console and the browser tests
     applyEvents: (events) => applyEvents(inst, { skipped: 0, events }),
+    following: () => Timeline.following(inst),  // the time axis follows "now" (some lane computes)
     cleanup: () => destroyInstance(inst),
   };
   // Views scrolled out of sight are not drawn (the same engine may be sharing this CPU).
@@ -55,6 +58,8 @@ function createInstance(root, owner) {
     }
     inst.markDirty();
   });
+  inst.onWindowResize = () => inst.markDirty();  // fit mode follows the window's height
+  window.addEventListener("resize", inst.onWindowResize);
   inst.timers.status = setInterval(() => requestStatus(inst), STATUS_POLL_MS);
   inst.timers.follow = setInterval(() => { if (inst.state && Timeline.following(inst)) inst.markDirty(); },
                                    1000 / FrameLoop.MAX_FPS);
@@ -70,6 +75,7 @@ function destroyInstance(inst) {
   if (inst.socket) inst.socket.close();
   inst.resizeObs.disconnect();
   inst.viewObs.disconnect();
+  window.removeEventListener("resize", inst.onWindowResize);
   store().delete(inst.owner);
 }
 
@@ -115,6 +121,7 @@ function onMessage(inst, msg) {
     return;
   }
   if (msg.type === "reply" && msg.ref === inst.subRef) inst.accepting = true;
+  if (typeof msg.role === "string") inst.role = msg.role;  // hello, and every control command's reply
   if (msg.type === "hello" || msg.type === "reply") applyServiceStatus(inst, msg.status);
   inst.markDirty();
 }
@@ -188,6 +195,7 @@ function normalizeConfig(d) {
     selected: Number.isInteger(d.selected) ? d.selected : null,
     height: typeof d.height === "number" && d.height > 0 ? d.height : null,
     mode: d.mode === "kv_detail" ? "kv_detail" : "live",
+    fit: !!d.fit_first_screen,  // the Gantt and slots fill the rest of the first screen (a projector)
   };
 }
 
@@ -197,6 +205,7 @@ function applyConfig(inst, cfg) {
   inst.cfg = cfg;
   inst.scale = cfg.large ? 1.5 : 1;
   inst.root.classList.toggle("ifl-large", cfg.large);
+  inst.root.classList.toggle("ifl-fit", cfg.fit);
   inst.root.style.height = cfg.height ? `${cfg.height}px` : "";
   if (cfg.selected !== inst.lastDataSel) {  // a pick made from Python
     inst.lastDataSel = cfg.selected;
@@ -205,7 +214,7 @@ function applyConfig(inst, cfg) {
   if (prev && prev.axis !== cfg.axis) inst.zoom = {};
   const layoutChanged = !prev || prev.mode !== cfg.mode || !same(prev.lanes, cfg.lanes)
     || JSON.stringify(prev.headers) !== JSON.stringify(cfg.headers)
-    || !same(prev.views, cfg.views) || prev.large !== cfg.large || prev.height !== cfg.height;
+    || !same(prev.views, cfg.views) || prev.large !== cfg.large || prev.height !== cfg.height || prev.fit !== cfg.fit;
   const resetNeeded = !prev || !same(prev.lanes, cfg.lanes) || prev.clearAfter !== cfg.clearAfter;
   if (layoutChanged) Object.assign(inst, Layout.build(inst, VIEWS));
   if (resetNeeded) {

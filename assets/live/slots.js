@@ -76,7 +76,9 @@ const Slots = (() => {
       flush();
     }
     band.slotH = slotH;
-    const dtick = nSlots > 12 ? 2 : 1;
+    const fit = Math.max(1, Math.floor(band.h / (16 * inst.scale)));  // labels a line apart at the least
+    const dtick = [1, 2, 4, 5, 8, 10, 16, 20, 32, 50, 64, 100].find((d) => nSlots / d <= fit)
+      ?? Math.ceil(nSlots / fit);
     band.yticks = [];
     for (let s = 0; s < nSlots; s += dtick) band.yticks.push({ y: Y(s) + slotH / 2, label: String(s) });
     band.ytitle = "slot";

@@ -6,6 +6,7 @@
 // for a remote lane, its server's polled gauges. Events are folded in as they arrive; nothing is kept raw.
 
 const LiveState = (() => {
+  const W = typeof Waits !== "undefined" ? Waits : require("./waits.js");  // in the page, or in node
   const MAX_STEPS = 300;        // iterations kept per lane (slots grid, utilization)
   const MAX_REQS = 160;         // requests kept per lane; finished ones past the window go first
   const MAX_SEGS = 64;          // segments kept per request before old ones are trimmed
@@ -32,7 +33,9 @@ const LiveState = (() => {
   function newRequest(rid) {
     return { rid, tag: null, name: null, prompt: null, nPrompt: null, maxTokens: null, arrival: null, state: KIND.queued,
              segs: [], open: null, text: "", textRev: 0, nOut: 0, preemptions: 0, cached: 0, finishT: null, finishX: null,
-             reason: null, error: null, done: false, lost: false, endT: null, lastIt: null, lastKind: null, ctx: 0 };
+             reason: null, error: null, done: false, lost: false, endT: null, lastIt: null, lastKind: null, ctx: 0,
+             wait: null,   // why it waits now (the scheduler's reason), null while it runs
+             synthetic: false };  // its prompt was token ids (a benchmark's, an API caller's): no text to show
   }
 
   // One "events" message ({skipped, events}). clearAfter: events older than this (service seconds) are
@@ -74,6 +77,7 @@ const LiveState = (() => {
     else if (ev.type === "request") onRequest(st, S, ev);
     else if (ev.type === "finished") onFinished(S, ev);
     else if (ev.type === "remote_metrics") onServerGauges(S, ev);
+    else if (ev.type === "waits") applyWaits(S, ev.waits, ev.t);
     else return false;
     const tEnd = ev.type === "step" ? ev.t_end : t;
     if (tEnd != null) st.latestT = st.latestT == null ? tEnd : Math.max(st.latestT, tEnd);
@@ -104,6 +108,7 @@ const LiveState = (() => {
     R.name = typeof ev.name === "string" && ev.name ? ev.name : null;  // plain text: views draw it as text
     if (R.name) st.named++;
     R.prompt = promptText(ev);
+    R.synthetic = ev.prompt == null && ev.messages == null;
     R.nPrompt = ev.num_prompt_tokens ?? R.nPrompt;
     R.maxTokens = ev.max_tokens ?? R.maxTokens;
     R.arrival = ev.arrival_s;
@@ -175,6 +180,18 @@ const LiveState = (() => {
     S.lastT = t1;
     S.lastStepMs = 1000 * (t1 - t0);
     reconcile(S, ev, groups);
+    applyWaits(S, ev.waits, t1);
+  }
+
+  // Why requests wait, as the scheduler decided (changes only: a request id -> its reason, or null once
+  // it no longer waits). Each waiting stretch keeps its reasons for the hover.
+  function applyWaits(S, changes, t) {
+    for (const [key, w] of Object.entries(changes || {})) {
+      const R = S.reqs.get(+key);
+      if (!R) continue;
+      R.wait = w || null;
+      if (w) W.note(R.open, w, t);
+    }
   }
 
   // A request's row in this step: extend its bar, bring it back if it was only thought lost.
@@ -252,7 +269,9 @@ const LiveState = (() => {
 
   function closeOpen(R, t, x) {
     if (!R.open) return;
-    R.segs.push(segment(R.open.kind, R.open.t0, t, R.open.x0, x, null, null, null, 0));
+    const seg = segment(R.open.kind, R.open.t0, t, R.open.x0, x, null, null, null, 0);
+    if (R.open.whys) seg.whys = R.open.whys;
+    R.segs.push(seg);
     R.open = null;
   }
 
@@ -291,6 +310,7 @@ const LiveState = (() => {
     R.state = KIND.finished;
     R.done = true;
     R.lost = false;
+    R.wait = null;
     R.endT = Math.max(R.endT ?? -Infinity, t ?? -Infinity);
   }
 
@@ -383,9 +403,12 @@ const LiveState = (() => {
 
   /* ---- queries the views share ---- */
 
-  function hasOpenWork(st) {
+  // Some lane computes: a request is in a batch (not only waiting for one, not finished). The time axis
+  // follows "now" only then, so a lane that only waits (a static batch filling up) leaves the last run
+  // on screen.
+  function computing(st) {
     for (const S of st.by.values()) {
-      for (const R of S.reqs.values()) if (R.open || !R.done) return true;
+      for (const R of S.reqs.values()) if (!R.done && !R.open) return true;
     }
     return false;
   }
@@ -411,7 +434,7 @@ const LiveState = (() => {
     return config ? config.source === "remote" : S.remote;
   }
 
-  return { KIND, HIT_WINDOW_S, newState, applyBatch, hasOpenWork, maxBatch, prefixOn, isRemote };
+  return { KIND, HIT_WINDOW_S, newState, applyBatch, computing, maxBatch, prefixOn, isRemote };
 })();
 
 if (typeof module !== "undefined") module.exports = LiveState;

@@ -5,14 +5,29 @@ const StatusView = (() => {
   const { KIND, maxBatch, prefixOn, isRemote } = LiveState;
 
   // header: short labels of how this lane differs from the other one, e.g. ["block 128"] (text).
-  function build(name, header) {
+  function build(name, header, inst) {
     const node = el("div", "ifl-status");
     const pill = el("span", "ifl-pill", "…");
     const facts = el("span", "ifl-facts", "");
+    const launch = el("button", "ifl-launch", "Launch batch now");
+    launch.hidden = true;
+    launch.title = "Launch what waits as a batch, full or not (the presenter's)";
+    launch.onclick = () => inst && inst.launch(name);
     node.append(el("span", "ifl-sname", name));
     if (header.length) node.append(el("span", "ifl-shead", header.join(" · ")));
-    node.append(pill, facts);
-    return { node, pill, facts, sig: "" };
+    node.append(pill, facts, launch);
+    return { node, pill, facts, launch, sig: "" };
+  }
+
+  // What the lane's queue waits for: the head's reason (not one merely behind it), as the scheduler said.
+  function headWait(S) {
+    let best = null;
+    for (const R of S.reqs.values()) {
+      if (R.done || !R.wait) continue;
+      const rank = R.wait.why === "behind" ? R.wait.rank : 0;
+      if (!best || rank < best.rank || (rank === best.rank && R.rid < best.R.rid)) best = { R, rank };
+    }
+    return best ? best.R.wait : null;
   }
 
   function pillOf(svc, eng) {
@@ -32,13 +47,17 @@ const StatusView = (() => {
     const [pill, cls] = pillOf(svc, eng);
     const config = inst.laneConfig(S.name);
     const facts = isRemote(S, config) ? remoteFacts(S, config, queue) : engineFacts(S, config, queue);
+    const wait = queue ? headWait(S) : null;
+    if (wait) facts.push(Waits.say(inst.contract, wait, inst.serviceClock()));
     if (svc && svc.slow_motion_s) facts.push(`slow motion ${fmt(svc.slow_motion_s, 2)} s`);
     if (eng && eng.error) facts.push(eng.error);
     const ev = S.lastEvent;
     if (ev && ev.error && ev.event !== "ready" && ev.event !== "restarted") facts.push(`${ev.event.replace(/_/g, " ")}: ${ev.error}`);
-    const sig = `${pill}|${facts.join("|")}`;
+    const canLaunch = inst.role === "presenter" && !!wait && wait.why === "batch_filling" && !(svc && svc.replay);
+    const sig = `${pill}|${facts.join("|")}|${canLaunch}`;
     if (view.sig === sig) return;
     view.sig = sig;
+    view.launch.hidden = !canLaunch;
     setText(view.pill, pill);
     view.pill.dataset.kind = cls;
     setText(view.facts, facts.join("  ·  "));

@@ -11,7 +11,13 @@ const TextView = (() => {
     return { cell, list, cards: new Map(), order: "" };
   }
 
-  function statusLabel(R, S) {
+  // The card's state, and while it waits, why (the scheduler's reason).
+  function statusLabel(R, S, inst) {
+    const base = stateLabel(R, S);
+    return !R.done && R.wait && inst ? `${base} · ${Waits.say(inst.contract, R.wait, inst.serviceClock())}` : base;
+  }
+
+  function stateLabel(R, S) {
     if (R.lost) return "ended unseen (events coalesced)";
     if (R.reason === "abort") return "aborted";
     if (R.reason === "error") return "error";
@@ -70,20 +76,27 @@ const TextView = (() => {
   function updateCard(inst, S, R, card) {
     setText(card.tag, R.name ?? R.tag ?? "");  // a participant's name says more than the tag "join"
     card.tag.classList.toggle("ifl-named", R.name != null);
-    setText(card.state, statusLabel(R, S));
+    setText(card.state, statusLabel(R, S, inst));
     card.state.dataset.state = R.state;
     const counts = [];
     if (R.nPrompt != null) counts.push(`${R.nPrompt} prompt`);
     counts.push(`${R.nOut}${R.maxTokens ? `/${R.maxTokens}` : ""} out`);
     if (R.preemptions) counts.push(`${R.preemptions}× preempted`);
     setText(card.count, counts.join(" · "));
-    setText(card.prompt, R.prompt ?? "");
-    if (card.textRev !== R.textRev) {
+    setText(card.prompt, R.synthetic ? `synthetic prompt, ${R.nPrompt ?? "?"} tokens` : R.prompt ?? "");
+    card.prompt.classList.toggle("ifl-synthetic", R.synthetic);
+    if (card.textRev !== R.textRev || R.synthetic) {
       card.textRev = R.textRev;
-      card.out.textContent = R.text || (R.done ? (R.error ? `(${R.error})` : "(no text)") : "…");
+      setText(card.out, outText(R));
     }
     card.node.classList.toggle("ifl-dim", inst.sel != null && inst.sel !== R.rid);
     card.node.classList.toggle("ifl-sel", inst.sel === R.rid);
+  }
+
+  // A synthetic prompt's answer is shown as its length: decoded from random token ids, it reads as noise.
+  function outText(R) {
+    if (R.synthetic) return `${R.nOut} token${R.nOut === 1 ? "" : "s"} generated${R.done ? "" : " so far"}`;
+    return R.text || (R.done ? (R.error ? `(${R.error})` : "(no text)") : "…");
   }
 
   return { build, draw, statusLabel };

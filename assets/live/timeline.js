@@ -6,7 +6,7 @@
 
 const Timeline = (() => {
   const { C, el } = Common;
-  const { hasOpenWork } = LiveState;
+  const { computing } = LiveState;
   const { VIEW_HEIGHT } = Layout;
   const BANDS = { gantt: Gantt, slots: Slots, util: UtilView, tps: { draw: UtilView.drawTps, hit: UtilView.hit } };
   const WINDOW_S = 20;    // sliding window on the time axis (s)
@@ -54,7 +54,9 @@ const Timeline = (() => {
     const k = inst.scale;
     const headH = (v) => Math.round((inst.sizes.get(tl.heads.get(v)) || {}).outerH ?? tl.heads.get(v).offsetHeight);
     const named = tl.views.includes("gantt") && inst.state.named > 0;  // row labels carry names: wider margins
-    const key = `${Math.round(size.w)}|${inst.cfg.height ? Math.round(size.h) : ""}|${k}|${tl.views.map(headH)}|${named}`;
+    const fit = inst.cfg.fit ? firstScreen(tl.wrap) : null;
+    const key = `${Math.round(size.w)}|${inst.cfg.height ? Math.round(size.h) : ""}|${k}|${tl.views.map(headH)}|`
+      + `${named}|${fit}`;
     if (tl.geom && tl.geomKey === key) return tl.geom;
     const W = Math.round(size.w), n = inst.cfg.lanes.length;
     const extra = named ? 64 : 0;
@@ -65,7 +67,8 @@ const Timeline = (() => {
     const heads = tl.views.map((v) => headH(v) + 6);
     const below = tl.views.map((v, j) => (j === tl.views.length - 1 ? lastBand : v === "gantt" ? axisBand + sep : sep));
     const fixed = heads.reduce((a, b) => a + b, 0) + below.reduce((a, b) => a + b, 0);
-    const weights = tl.views.map((v) => VIEW_HEIGHT[v] * (inst.cfg.large ? 1.15 : 1));
+    const weights = fitWeights(tl.views, heads, below, fit)
+      || tl.views.map((v) => VIEW_HEIGHT[v] * (inst.cfg.large ? 1.15 : 1));
     const wsum = weights.reduce((a, b) => a + b, 0);
     const avail = inst.cfg.height ? Math.max(120, size.h - fixed) : wsum;
     let y = 0;
@@ -86,6 +89,25 @@ const Timeline = (() => {
     tl.geom = { W, H, L, pw, xs, bands, last: bands[bands.length - 1] };
     tl.geomKey = key;
     return tl.geom;
+  }
+
+  // Pixels from the timeline's top to the bottom of the browser's first screen (a projector's view).
+  function firstScreen(wrap) {
+    const top = wrap.getBoundingClientRect().top + window.scrollY;
+    return Math.round(window.innerHeight - top - 8);
+  }
+
+  // Fit mode: the Gantt and the batch slots share what the first screen has left (their headers and axes
+  // paid first), in their usual proportions; a view after them keeps its usual height. null: too little
+  // room to fit (the usual heights then).
+  function fitWeights(views, heads, below, fit) {
+    if (fit == null) return null;
+    const first = views.map((v, j) => j).filter((j) => views[j] === "gantt" || views[j] === "slots");
+    const fixed = first.reduce((a, j) => a + heads[j] + below[j], 0);
+    const room = fit - fixed;
+    const usual = first.reduce((a, j) => a + VIEW_HEIGHT[views[j]], 0);
+    if (!first.length || room < 0.3 * usual) return null;
+    return views.map((v, j) => (first.includes(j) ? (room * VIEW_HEIGHT[v]) / usual : VIEW_HEIGHT[v]));
   }
 
   function sizeCanvas(canvas, W, H) {
@@ -162,7 +184,7 @@ const Timeline = (() => {
 
   function frameContext(inst) {
     const axis = inst.cfg.axis;
-    const open = hasOpenWork(inst.state);
+    const open = computing(inst.state);
     const now = open ? serviceNow(inst) : inst.state.latestT;
     const fc = { axis, now, open, time: null, it: new Map(), rows: new Map() };
     if (axis === "time") {
@@ -276,7 +298,7 @@ const Timeline = (() => {
 
   // The time axis follows "now" while requests are in flight (the window scrolls at the frame rate).
   function following(inst) {
-    return inst.cfg.axis === "time" && !inst.zoom.time && hasOpenWork(inst.state);
+    return inst.cfg.axis === "time" && !inst.zoom.time && computing(inst.state);
   }
 
   return { build, draw, following };

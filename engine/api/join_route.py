@@ -6,8 +6,10 @@ lane, labelled with the name, and streams the answer back as server-sent events:
 Refusals before the stream are JSON {"error": "..."} with the status saying which kind (429 past a
 room limit, 413 too long, 400 bad input, 403 foreign origin, 415 not JSON, 503 engine not ready).
 
-Room safety: a phone is a viewer (unless it carries the presenter cookie), keyed by its IP address,
-so the per-client limits (engine/limits.py) apply as on the socket; the prompt and the name have
+Room safety: a phone is a viewer (unless it carries the presenter cookie). GET /join gives each browser
+a signed id (a cookie): its limits (engine/limits.py) are its own, with its IP address's (read behind a
+trusted proxy from X-Forwarded-For: engine/access.py) as an outer bound, so phones behind one tunnel
+are not one client; a browser without the cookie is keyed by its address. The prompt and the name have
 length limits; a phone that leaves has its request aborted on every lane.
 """
 from __future__ import annotations
@@ -18,7 +20,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from ..access import PRESENTER_COOKIE, Client, client_key
+from ..access import PHONE_COOKIE, PRESENTER_COOKIE, Client
 from ..participants import MAX_NAME_CHARS, clean_name
 from ..request import SamplingParams
 from ..untrusted import text
@@ -32,6 +34,7 @@ MAX_TOKENS = 128           # per answer (lower still if the room's limit is lowe
 TEMPERATURE = 0.7          # a room typing the same prompt gets different answers
 JOIN_TAG = "join"          # the tag of every request a phone sends
 HEARTBEAT_S = 1.0          # while no text arrives, check this often whether the phone left
+PHONE_COOKIE_S = 12 * 3600  # a phone's id lasts a workshop day (the secret changes at every start anyway)
 _TYPES = {"join.js": "text/javascript; charset=utf-8", "join.css": "text/css; charset=utf-8"}
 _HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
             "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'"}
@@ -39,10 +42,15 @@ _HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
 
 def join_routes(get_service) -> list[Route]:
     async def page(request: Request) -> Response:
+        svc = get_service()
         html = (ASSETS / "join.html").read_text(encoding="utf-8")
-        for key, value in _page_numbers(get_service()).items():
+        for key, value in _page_numbers(svc).items():
             html = html.replace("{{%s}}" % key, str(value))
-        return Response(html, media_type="text/html; charset=utf-8", headers=_HEADERS)
+        response = Response(html, media_type="text/html; charset=utf-8", headers=_HEADERS)
+        if svc.access.phone_id(request.cookies.get(PHONE_COOKIE)) is None:  # this browser's own limits
+            response.set_cookie(PHONE_COOKIE, svc.access.phone_cookie(), max_age=PHONE_COOKIE_S, path="/join",
+                                httponly=True, samesite="strict")
+        return response
 
     async def asset(request: Request) -> Response:
         name = request.path_params["name"]
@@ -74,10 +82,14 @@ def _max_tokens(svc) -> int:
 
 
 def _client(request: Request, svc) -> Client:
-    if not svc.access.request_allowed(request.headers.get("origin"), request.headers.get("host")):
+    """A phone is its signed id (its own limits), bounded by its address; without one, its address."""
+    access = svc.access
+    if not access.request_allowed(request.headers.get("origin"), request.headers.get("host")):
         raise ApiError("cross-origin requests are not accepted", status=403)
-    host = request.client and request.client.host
-    return svc.access.client(client_key(host), request.cookies.get(PRESENTER_COOKIE))
+    address = access.key_of(request.client and request.client.host, request.headers.get("x-forwarded-for"))
+    presenter = access.is_presenter(request.cookies.get(PRESENTER_COOKIE))
+    phone = access.phone_id(request.cookies.get(PHONE_COOKIE))
+    return Client(address, presenter) if phone is None else Client(f"phone:{phone}", presenter, outer=address)
 
 
 async def _submit(request: Request, svc):

@@ -26,7 +26,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from ..access import Client, client_key
+from ..access import Client
 from ..handles import RequestHandle
 from .http_common import failure, json_response, read_body, require_json, sse_event, submit, text_deltas
 from .openai_schema import (
@@ -70,7 +70,8 @@ def _client(request: Request, svc) -> Client:
     """Who calls: refuses foreign browser origins (403) and, in room mode, calls without a key (401)."""
     if not svc.access.request_allowed(request.headers.get("origin"), request.headers.get("host")):
         raise ApiError("cross-origin requests are not accepted", status=403, type="permission_error")
-    client = svc.access.api_client(client_key(request.client and request.client.host), request.headers.get("authorization"))
+    key = svc.access.key_of(request.client and request.client.host, request.headers.get("x-forwarded-for"))
+    client = svc.access.api_client(key, request.headers.get("authorization"))
     if client is None:
         raise ApiError("this server is shared with a room: send the presenter token or the API key "
                        "as a bearer key (Authorization: Bearer ...)", status=401, type="authentication_error")

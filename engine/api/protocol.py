@@ -10,6 +10,7 @@ Client -> server, one JSON object per message (at most 64 KiB), "cmd" names it;
        room; tenant: whose request, for the fair policy; a room's viewer is always its own tenant)
   {"cmd": "abort", "request_id": 3}
   {"cmd": "pause"} {"cmd": "resume"} {"cmd": "step"} {"cmd": "status"}
+  {"cmd": "launch", "lanes": [...] | null}   (static/dynamic: launch what waits now, full batch or not)
   {"cmd": "slow_motion", "interval_s": 0.5}
   {"cmd": "configure", "changes": {"block_size": 8, ...}, "lanes": [...] | null}
   {"cmd": "lanes", "lanes": {"name": {"strategy": "static", "block_size": 128}, ...}}
@@ -34,10 +35,10 @@ from ..wire_json import dumps
 
 MAX_MESSAGE_BYTES = 64 * 1024
 MAX_REF_CHARS = 128
-COMMANDS = ("subscribe", "submit", "abort", "pause", "resume", "step", "status", "slow_motion", "configure",
-            "lanes", "scenario", "auth")
+COMMANDS = ("subscribe", "submit", "abort", "pause", "resume", "step", "launch", "status", "slow_motion",
+            "configure", "lanes", "scenario", "auth")
 # presenter only in a room
-CONTROL_COMMANDS = ("pause", "resume", "step", "slow_motion", "configure", "lanes", "scenario")
+CONTROL_COMMANDS = ("pause", "resume", "step", "launch", "slow_motion", "configure", "lanes", "scenario")
 PARAM_FIELDS = ("max_tokens", "temperature", "top_k", "top_p", "seed", "stop", "stop_token_ids", "ignore_eos")
 
 

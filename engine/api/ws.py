@@ -14,7 +14,7 @@ import logging
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..access import PRESENTER_COOKIE, NotPresenter, client_key
+from ..access import PRESENTER_COOKIE, NotPresenter
 from ..recording.stage import source
 from ..scenarios import runner as scenario_runner
 from ..scenarios.catalog import by_number
@@ -55,7 +55,8 @@ class _Connection:
     def __init__(self, ws: WebSocket, service):
         self.ws, self.svc = ws, service
         token = ws.query_params.get("token") or ws.cookies.get(PRESENTER_COOKIE)
-        self.client = service.access.client(client_key(ws.client and ws.client.host), token)
+        key = service.access.key_of(ws.client and ws.client.host, ws.headers.get("x-forwarded-for"))
+        self.client = service.access.client(key, token)
         self.sub = Subscription()
         self.src = source(service)  # the service, or the replay it shows
         self.hub = self.src.hub
@@ -189,6 +190,8 @@ class _Connection:
             self.src.resume()
         elif cmd == "step":
             svc.step_once()
+        elif cmd == "launch":
+            return {"cmd": cmd, "lanes": svc.launch_batch(lane_names(msg)), "role": self.role}
         elif cmd == "slow_motion":
             svc.set_slow_motion(msg.get("interval_s"))
         elif cmd == "configure":

@@ -30,9 +30,10 @@ import random
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from ..scenarios.prompts import load_prompts  # noqa: F401 - the bundled prompts, also taken from here
+
 TRACE_KIND = "inflight-workload"
 TRACE_VERSION = 1
-PROMPTS_PATH = Path(__file__).resolve().parents[2] / "assets" / "prompts.jsonl"
 
 
 # ---------------------------------------------------------------------------- distributions
@@ -267,18 +268,6 @@ def arrival_times(n: int, rate: float | None, burst: int, rng: random.Random) ->
         times.extend([t] * min(burst, n - len(times)))
         t += rng.expovariate(rate / burst)
     return times
-
-
-def load_prompts(path: str | Path = PROMPTS_PATH) -> list[dict]:
-    """The bundled prompt set: dicts with id, category, prompt."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                rows.append(json.loads(line))
-    if not rows:
-        raise ValueError(f"no prompts in {path}")
-    return rows
 
 
 def make_workload(spec: WorkloadSpec) -> Workload:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from engine.events import REMOTE
 
 from .lane_state import LaneState, Req
-from .sentences import Candidate, step_candidates
+from .sentences import Candidate, long_wait, step_candidates
 
 STALE_GAPS = 3
 IDLE_GRACE_S = 3.0
@@ -46,9 +46,11 @@ class Narrator:
             self.feed(item)
 
     def recent(self, n: int = 6, now: float | None = None) -> list[Sentence]:
-        """The latest n sentences, newest first; `now` (the service's clock) ends runs gone idle."""
+        """The latest n sentences, newest first; `now` (the service's clock) ends runs gone idle and tells
+        of lanes that have only waited for a while."""
         if now is not None:
             self._end_runs(now)
+            self._long_waits(now)
         return list(self.sentences)[::-1][:n]
 
     def feed(self, item: dict) -> None:
@@ -65,6 +67,8 @@ class Narrator:
         elif item["type"] == "step":
             self._end_runs(item["event"].t_end)
             self._step(lane, st, item["event"])
+        elif item["type"] == "waits":
+            st.wait(item["waits"], item["t"])
         elif item["type"] == "finished":
             t = item["finish_s"] or item["arrival_s"]
             self._end_runs(t)
@@ -89,7 +93,17 @@ class Narrator:
         st.admit(ev.admitted)
         st.preempt(ev.preempted)
         st.prev_finished = list(ev.finished)
+        st.wait(ev.waits, ev.t_end)
+        if ev.entries:
+            st.last_compute_s = ev.t_end
         self._maybe_say(lane, ev.t_end)
+
+    def _long_waits(self, now: float) -> None:
+        for lane, st in self.lanes.items():
+            c = long_wait(st, now)
+            if c is not None and (c.kind, c.request_id) not in st.told:
+                st.told.add((c.kind, c.request_id))
+                self._say(Sentence(now, lane, None, c.text))
 
     def _maybe_say(self, lane: str, now: float) -> None:
         pending = self._pending.get(lane)

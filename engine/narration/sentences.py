@@ -6,11 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engine.events import DECODE, PADDING, PREFILL
+from engine.scheduler import waits
 
 from .lane_state import LaneState
 
 LONG_PREFILL = 256  # tokens: a prompt long enough that how it is prefilled is worth a sentence
-PREEMPTED, RECOMPUTE, JUMP, PREFIX_HIT, CHUNKED, WHOLE_PREFILL, SLOT_REUSE, PADDING_ROWS = range(8)
+LONG_WAIT_S = 5.0   # a lane that only waits (a static batch filling up) this long is worth a sentence
+PREEMPTED, RECOMPUTE, JUMP, PREFIX_HIT, CHUNKED, WHOLE_PREFILL, SLOT_REUSE, PADDING_ROWS, LONG_WAIT = range(9)
 
 
 @dataclass(frozen=True)
@@ -42,10 +44,27 @@ def _preempted(ev) -> list[Candidate]:
     if not ev.preempted:
         return []
     one = len(ev.preempted) == 1
-    told = ("was preempted, its blocks freed; it will recompute its tokens later" if one else
-            "were preempted, their blocks freed; they will recompute their tokens later")
-    return [Candidate(PREEMPTED, "preempted", None,
-                      f"the KV pool is full ({ev.used_blocks} of {ev.num_blocks} blocks): {ids(ev.preempted)} {told}")]
+    was, its = ("was", "its") if one else ("were", "their")
+    why = ev.waits.get(ev.preempted[0]) or {}  # the scheduler's own reason (one for every victim of a step)
+    if why.get("why") == waits.PREEMPTED_BY_PRIORITY:
+        text = f"{ids(ev.preempted)} {was} {waits.say(why)}"
+    else:
+        whom = f" for {why['whom']}" if why.get("by") is not None else ""
+        text = (f"the KV pool is full ({ev.used_blocks} of {ev.num_blocks} blocks): {ids(ev.preempted)} {was} "
+                f"preempted, {its} blocks freed{whom}")
+    return [Candidate(PREEMPTED, "preempted", None, f"{text}; {'it' if one else 'they'} will recompute {its} "
+                      "tokens later")]
+
+
+def long_wait(st: LaneState, now: float) -> Candidate | None:
+    """A lane that has computed nothing for LONG_WAIT_S while a request waits for a batch to fill."""
+    idle_since = max(st.last_compute_s or float("-inf"), min(st.wait_since.values(), default=now))
+    filling = [(rid, w) for rid, w in st.waits.items() if w.get("why") == waits.BATCH_FILLING]
+    if not filling or now - idle_since < LONG_WAIT_S:
+        return None
+    rid, w = min(filling)
+    return Candidate(LONG_WAIT, "long_wait", rid, f"#{rid} has waited {now - idle_since:.0f} s, {waits.say(w, now)}: "
+                     "this lane launches only full batches; the presenter can launch this one now (Launch)")
 
 
 def _prefill(ev, e, st: LaneState, decoding: int) -> list[Candidate]:

@@ -3,16 +3,21 @@
     title = "Straggler: continuous vs static"
     watch = "..."                        # what to look at
     explain = "..."                      # what is sent
+    system = "..."                       # optional: a system message before every prompt (a shared prefix)
     [lanes.continuous]                   # lane name -> EngineConfig overrides of the base config
     strategy = "continuous"
     [[requests]]                         # a group of arrivals
     count = 8                            # how many (default 1)
     at_s = 0.0                           # the first arrives then (default 0)
     every_s = 0.5                        # fixed gaps, or poisson_rate = 2.0 (+ seed) for exponential ones
-    prompt_len = [24, 32]                # tokens, cycled over the group (or text = "a user message")
-    max_tokens = [96, 12]                # cycled likewise
-    shared_prefix = 400                  # optional: leading tokens shared by every such prompt
+    prompts = "bundled"                  # user messages from assets/prompts.jsonl whose own answers run past
+                                         # max_tokens (engine/scenarios/prompts.py), or text = "a message"
+    join = 1                             # optional: bundled prompts per message (a longer prompt)
+    prompt_tokens = [30, 80]             # the prompt lengths the lesson needs (default model, chat template
+                                         # included): tests/test_scenarios.py checks them
+    max_tokens = [96, 12]                # answer lengths, cycled over the group (EOS ignored)
     tenant = "flood"                     # optional (the fair policy); priority = -1 (the priority policy)
+    # token-id prompts instead (shown as "synthetic prompt"): prompt_len = [24, 32], shared_prefix = 16
 
 Every number is finite and bounded, and the arrivals are counted before any is made, so a file with a
 mistake (or a huge count) is refused at once with its field named, never half-expanded.
@@ -20,6 +25,7 @@ mistake (or a huge count) is refused at once with its field named, never half-ex
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 from pathlib import Path
 
@@ -29,6 +35,7 @@ from engine.request import MAX_TENANT_CHARS, PRIORITY_RANGE
 from engine.untrusted import INT64, is_int, is_number, is_text
 
 from .model import Arrival, Scenario
+from .prompts import load_prompts, message
 from .toml_read import read_toml
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "assets" / "scenarios"
@@ -37,13 +44,20 @@ MAX_TOKENS = 100_000      # a prompt_len, shared_prefix or max_tokens (streams a
 MAX_SECONDS = 3600.0      # at_s, every_s
 MAX_RATE = 1000.0         # poisson_rate, arrivals per second
 MAX_TEXT_CHARS = 8000     # title, watch, explain, a text prompt
-_TOP = {"title", "watch", "explain", "lanes", "requests"}
-_GROUP = {"count", "at_s", "every_s", "poisson_rate", "seed", "prompt_len", "text", "max_tokens",
-          "shared_prefix", "tenant", "priority"}
+MAX_SYSTEM_CHARS = 16_000  # a system prompt shared by a stream
+MAX_JOIN = 100            # bundled prompts joined into one message
+_TOP = {"title", "watch", "explain", "system", "lanes", "requests"}
+_GROUP = {"count", "at_s", "every_s", "poisson_rate", "seed", "prompt_len", "text", "prompts", "join", "system",
+          "prompt_tokens", "max_tokens", "shared_prefix", "tenant", "priority"}
 
 
 class ScenarioError(ValueError):
     pass
+
+
+@functools.cache
+def bundled() -> list[dict]:
+    return load_prompts()
 
 
 def load_scenarios(folder: Path = SCENARIO_DIR) -> tuple[Scenario, ...]:
@@ -61,7 +75,8 @@ def load_scenario(path: Path) -> Scenario:
     if not isinstance(groups, list) or not groups:
         raise ScenarioError(f"{where}: requests: give at least one [[requests]] group")
     _count_arrivals(where, groups)
-    arrivals = [a for i, g in enumerate(groups) for a in _group(where, f"requests[{i}]", g)]
+    system = data.get("system")
+    arrivals = [a for i, g in enumerate(groups) for a in _group(where, f"requests[{i}]", g, system)]
     _static_batches(where, lanes, len(arrivals))
     return Scenario(key=Path(path).stem, lanes=lanes, arrivals=tuple(sorted(arrivals, key=lambda a: a.at_s)),
                     **text)
@@ -104,28 +119,55 @@ def _lanes(where: str, lanes) -> dict[str, dict]:
     return lanes
 
 
-def _group(where: str, field: str, g) -> list[Arrival]:
+def _group(where: str, field: str, g, system: str | None) -> list[Arrival]:
     if not isinstance(g, dict):
         raise ScenarioError(f"{where}: {field}: must be a table")
     _no_unknown(where, f"{field}.", g, _GROUP)
     count = _int(where, f"{field}.count", g.get("count", 1), 1, MAX_REQUESTS)
-    text = g.get("text")
-    if text is not None:
-        _text(where, f"{field}.text", text)
-    elif "prompt_len" not in g:
-        raise ScenarioError(f"{where}: {field}: give prompt_len (tokens) or text")
-    lens = [0] if text is not None else _cycle(where, f"{field}.prompt_len", g.get("prompt_len"), 1)
     outs = _cycle(where, f"{field}.max_tokens", g.get("max_tokens"), 1)
-    shared = _int(where, f"{field}.shared_prefix", g.get("shared_prefix", 0), 0, MAX_TOKENS)
-    if shared and (text is not None or shared >= min(lens)):
-        raise ScenarioError(f"{where}: {field}.shared_prefix: must be shorter than every prompt_len")
     common = Arrival(0.0, 0, 1, tenant=_tenant(where, field, g.get("tenant")),
-                     priority=_int(where, f"{field}.priority", g.get("priority", 0), *PRIORITY_RANGE),
-                     shared_prefix=shared,
-                     text=text)
-    return [dataclasses.replace(common, at_s=round(t, 3), prompt_len=lens[i % len(lens)],
-                                max_tokens=outs[i % len(outs)])
+                     priority=_int(where, f"{field}.priority", g.get("priority", 0), *PRIORITY_RANGE))
+    if "prompt_len" in g:
+        prompt = _synthetic(where, field, g)
+    else:
+        prompt = _text_prompts(where, field, g, g.get("system", system))
+    return [dataclasses.replace(common, at_s=round(t, 3), max_tokens=outs[i % len(outs)],
+                                **prompt(i, outs[i % len(outs)]))
             for i, t in enumerate(_times(where, field, g, count))]
+
+
+def _synthetic(where: str, field: str, g: dict):
+    """Token-id prompts of exact lengths (shown as "synthetic prompt, N tokens")."""
+    if any(k in g for k in ("text", "prompts", "prompt_tokens")):
+        raise ScenarioError(f"{where}: {field}.prompt_len: token-id prompts take no text, prompts or prompt_tokens")
+    lens = _cycle(where, f"{field}.prompt_len", g.get("prompt_len"), 1)
+    shared = _int(where, f"{field}.shared_prefix", g.get("shared_prefix", 0), 0, MAX_TOKENS)
+    if shared and shared >= min(lens):
+        raise ScenarioError(f"{where}: {field}.shared_prefix: must be shorter than every prompt_len")
+    return lambda i, _: {"prompt_len": lens[i % len(lens)], "shared_prefix": shared}
+
+
+def _text_prompts(where: str, field: str, g: dict, system: str | None):
+    """Chat messages: one `text` for all, or bundled prompts whose answers run past max_tokens (`join`
+    of them to a message), after an optional system message; `prompt_tokens` states the lesson's range."""
+    if ("text" in g) == ("prompts" in g):
+        raise ScenarioError(f"{where}: {field}: give prompt_len (token ids), text, or prompts = \"bundled\"")
+    if "prompts" in g and g["prompts"] != "bundled":
+        raise ScenarioError(f"{where}: {field}.prompts: the only set is \"bundled\" (assets/prompts.jsonl)")
+    text = _text(where, f"{field}.text", g["text"]) if "text" in g else None
+    join = _int(where, f"{field}.join", g.get("join", 1), 1, MAX_JOIN)
+    stated = _cycle(where, f"{field}.prompt_tokens", g["prompt_tokens"], 1) if "prompt_tokens" in g else None
+    if stated is not None and (len(stated) != 2 or stated[0] > stated[1]):
+        raise ScenarioError(f"{where}: {field}.prompt_tokens: give the lesson's range [lowest, highest]")
+    head = () if system is None else (("system", _text(where, f"{field}.system", system, MAX_SYSTEM_CHARS)),)
+
+    def prompt(i: int, max_tokens: int) -> dict:
+        try:
+            user = text or message(bundled(), max_tokens, i, join)
+        except ValueError as e:
+            raise ScenarioError(f"{where}: {field}.max_tokens: {e}") from None
+        return {"messages": (*head, ("user", user)), "prompt_tokens": stated and tuple(stated)}
+    return prompt
 
 
 def _times(where: str, field: str, g: dict, count: int) -> list[float]:

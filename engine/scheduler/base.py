@@ -10,6 +10,7 @@ from ..config import EngineConfig
 from ..events import DECODE, PREFILL
 from ..kv import KVCacheManager
 from ..request import Request, RequestStatus
+from . import waits
 from .policy import make_policy
 
 
@@ -42,6 +43,8 @@ class SchedulerOutput:
     # prefix caching: tokens of the admitted requests looked up in the cache, and found there
     prefix_queries: int = 0
     prefix_hits: int = 0
+    # every waiting request -> why it waits after this step (engine/scheduler/waits.py)
+    waits: dict[int, dict] = field(default_factory=dict)
 
     @property
     def num_tokens(self) -> int:
@@ -60,6 +63,7 @@ class Scheduler(ABC):
         self.policy = make_policy(cfg.scheduling_policy)
         # generate() sets this when no more requests will come: launch partial static batches.
         self.draining = False
+        self.preempted_why: dict[int, dict] = {}  # a preempted request's reason, until it starts again
 
     def add(self, request: Request) -> None:
         self.policy.on_add(request)
@@ -108,11 +112,27 @@ class Scheduler(ABC):
         """Called after every step's update."""
 
     def remove_waiting(self, request: Request) -> bool:
+        self.preempted_why.pop(request.request_id, None)
         try:
             self.waiting.remove(request)
             return True
         except ValueError:
             return False
+
+    def _explain(self, out: SchedulerOutput, head: dict | None, rest: dict | None = None) -> None:
+        """Every waiting request's reason at this step: a preempted one's preemption; the head's, why the
+        queue stopped there; the others', `rest`, or their place behind the head in the policy's order."""
+        queue = self.waiting
+        for rank, req in enumerate(queue, 1):
+            why = self.preempted_why.get(req.request_id) or (head if rank == 1 else rest)
+            out.waits[req.request_id] = why or waits.behind(queue[0].request_id, rank, len(queue),
+                                                            self.cfg.scheduling_policy)
+
+    def _kv_short(self, req: Request, cached: list[int], num_tokens: int) -> dict:
+        """req cannot start on `cached` with num_tokens more: how many blocks it needs, how many are free."""
+        hit = len(cached) * self.cache.block_size
+        need = self.cache.blocks_to_start(req.num_computed_tokens + hit + num_tokens, cached)
+        return waits.kv_blocks(need, self.cache.num_free)
 
     @property
     def num_waiting(self) -> int:
@@ -141,6 +161,7 @@ class Scheduler(ABC):
         if not self.cache.allocate(request.request_id, request.num_computed_tokens + hit + num_tokens, cached):
             return False
         request.status = RequestStatus.RUNNING
+        self.preempted_why.pop(request.request_id, None)
         request.num_computed_tokens += hit
         if request.num_preemptions == 0:  # a resumed request's hit may cover output: not prompt tokens
             request.num_cached_tokens = min(hit, len(request.prompt_token_ids))
@@ -151,8 +172,9 @@ class Scheduler(ABC):
             out.prefix_hits += hit
         return True
 
-    def _preempt(self, request: Request) -> None:
+    def _preempt(self, request: Request, why: dict) -> None:
         """Free the request's KV and queue it first; it recomputes prompt + output so far."""
+        self.preempted_why[request.request_id] = why
         self.cache.free(request.request_id)
         request.num_computed_tokens = 0
         request.num_preemptions += 1

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..request import Request
+from . import waits
 from .base import ScheduledRow, Scheduler, SchedulerOutput
 
 
@@ -10,7 +11,8 @@ class ContinuousScheduler(Scheduler):
     order), then waiting requests join, in policy order, while a batch slot, the token budget and
     free KV blocks allow. When blocks run out, the last running request in policy order (fcfs: the
     newest) is preempted: its blocks are freed and it recomputes later. Under the priority policy
-    a waiting request that cannot start also preempts running requests of strictly worse priority."""
+    a waiting request that cannot start also preempts running requests of strictly worse priority.
+    Every request left waiting gets the reason from this step's decisions (out.waits)."""
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -27,21 +29,23 @@ class ContinuousScheduler(Scheduler):
             out.rows.append(ScheduledRow(req, self.phase_of(req, n), n, slot=len(out.rows)))
             budget -= n
             i += 1
-        if len(out.preempted) == short:  # unless blocks ran short for the running ones
-            self._admit(out, budget)
+        # admission, unless blocks ran short for the running ones
+        head = self._admit(out, budget) if len(out.preempted) == short else self._head_kv_short()
+        self._explain(out, head)
         return out
 
     def _grow(self, req: Request, n: int, out: SchedulerOutput) -> bool:
         """Make room for n more tokens of req, preempting the last running requests if needed."""
         while not self.cache.allocate(req.request_id, req.num_computed_tokens + n):
-            victim = self._preempt_last(out)
+            victim = self.running[-1]
+            self._preempt_last(out, waits.preempted_for_blocks(None if victim is req else req.request_id))
             if victim is req:
                 return False
         return True
 
-    def _preempt_last(self, out: SchedulerOutput) -> Request:
+    def _preempt_last(self, out: SchedulerOutput, why: dict) -> Request:
         victim = self.running.pop()
-        self._preempt(victim)
+        self._preempt(victim, why)
         out.preempted.append(victim.request_id)
         return victim
 
@@ -53,7 +57,8 @@ class ContinuousScheduler(Scheduler):
             return
         head = self.waiting[0]
         while self.running and self.policy.outranks(head, self.running[-1]) and not self._could_start(head):
-            self._preempt_last(out)
+            victim = self.running[-1]
+            self._preempt_last(out, waits.preempted_by_priority(head.request_id, head.priority, victim.priority))
         self._order_waiting()  # the victims queue behind the head
 
     def _could_start(self, req: Request) -> bool:
@@ -63,21 +68,40 @@ class ContinuousScheduler(Scheduler):
         return (len(self.running) < self.cfg.max_num_seqs
                 and self.cache.blocks_to_start(hit + first_chunk, cached) <= self.cache.num_free)
 
-    def _admit(self, out: SchedulerOutput, budget: int) -> None:
-        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+    def _admit(self, out: SchedulerOutput, budget: int) -> dict | None:
+        """Waiting requests join in policy order while they can; returns why the head of the queue waits
+        (None: nobody waits). Nobody overtakes the head."""
+        while self.waiting:
+            if len(self.running) >= self.cfg.max_num_seqs:
+                return waits.batch_full(len(self.running), self.cfg.max_num_seqs)
+            if budget <= 0:
+                return waits.token_budget(0, self.cfg.max_num_batched_tokens)
             req = self.waiting[0]
             cached = self._cached_prefix(req)
             remaining = req.num_tokens - req.num_computed_tokens - len(cached) * self.cache.block_size
             if remaining > budget and not self.cfg.enable_chunked_prefill:
-                break
+                return waits.token_budget(budget, self.cfg.max_num_batched_tokens)
             n = min(remaining, budget)
             if not self._start(out, req, cached, n):
-                break  # nobody overtakes the head of the queue
-            self.waiting.popleft()
-            self.running.append(req)
-            out.rows.append(ScheduledRow(req, self.phase_of(req, n), n, slot=len(out.rows),
-                                         num_cached=len(cached) * self.cache.block_size))
+                return self._kv_short(req, cached, n)
+            self._join(out, req, n, len(cached) * self.cache.block_size)
             budget -= n
+        return None
+
+    def _join(self, out: SchedulerOutput, req: Request, n: int, hit: int) -> None:
+        self.waiting.popleft()
+        self.running.append(req)
+        out.rows.append(ScheduledRow(req, self.phase_of(req, n), n, slot=len(out.rows), num_cached=hit))
+
+    def _head_kv_short(self) -> dict | None:
+        """The head's reason when the running requests took every block this step."""
+        if not self.waiting:
+            return None
+        req = self.waiting[0]
+        cached = self._cached_prefix(req)
+        first = min(req.num_tokens - req.num_computed_tokens - len(cached) * self.cache.block_size,
+                    self.cfg.max_num_batched_tokens)
+        return self._kv_short(req, cached, first)
 
     def _release(self, request: Request) -> None:
         if not self.remove_waiting(request):

@@ -30,7 +30,7 @@ def _read(name: str) -> str:
 # The module's files, concatenated in this order (each declares one namespace object that the later ones
 # use; live_view.js has the entry point). common.js, state.js, contract.js and kv_blocks.js also load in node
 # (tests/js/).
-JS_FILES = ("common.js", "contract.js", "state.js", "kv_blocks.js", "socket.js", "frame.js", "layout.js", "axes.js",
+JS_FILES = ("common.js", "contract.js", "waits.js", "state.js", "kv_blocks.js", "socket.js", "frame.js", "layout.js", "axes.js",
             "gantt.js", "slots.js", "util_view.js", "roofline_view.js", "timeline.js", "status_view.js", "kv_map.js",
             "text_view.js", "kv_detail.js", "live_view.js")
 
@@ -58,7 +58,7 @@ def live_view(*, key: str, lanes: list[str], headers: dict[str, list[str]] | Non
               running: list[str] | None = None, axis: str = "time",
               views: Sequence[str] = VIEWS, large_text: bool = False,
               clear_after_s: float | None = None, selected: int | None = None,
-              height: int | None = None, mode: str = "live"):
+              height: int | None = None, mode: str = "live", fit_first_screen: bool = False):
     """Mount the live views (one column per lane, sharing the time axis).
 
     key: the element key (required: it keeps the component, its socket and state, across reruns).
@@ -73,6 +73,8 @@ def live_view(*, key: str, lanes: list[str], headers: dict[str, list[str]] | Non
     selected: a request id to highlight (None: none); the user's own picks come back in the result.
     height: fixed height in px (views share it); None sizes to content (about 1750 px with all views).
     mode: "live", or "kv_detail" for one request's logical blocks -> block table -> physical pool.
+    fit_first_screen: the Gantt and the batch slots take the rest of the browser's first screen (a
+        projector), whatever its size; the other views follow below.
 
     Returns the component result; ``result.selected`` is the request id the user picked (or None).
     """
@@ -95,7 +97,7 @@ def live_view(*, key: str, lanes: list[str], headers: dict[str, list[str]] | Non
         "running": list(lanes if running is None else running),
         "axis": axis, "views": views, "large_text": bool(large_text),
         "clear_after_s": None if clear_after_s is None else float(clear_after_s),
-        "selected": selected, "height": height, "mode": mode,
+        "selected": selected, "height": height, "mode": mode, "fit_first_screen": bool(fit_first_screen),
         "contract": wire_contract(),  # how to read the events: step entry fields, phase names
     }
     return _COMPONENT(key=key, data=data, default={"selected": None, "running": None},

@@ -12,6 +12,7 @@ from engine.scenarios.catalog import running_scenario
 from .hub_reader import session_reader
 
 SHOWN = 6
+COMPACT = 1  # sentences shown above the views on a projector
 
 
 def _line(s) -> str:
@@ -20,16 +21,20 @@ def _line(s) -> str:
 
 
 @st.fragment(run_every=1.0)
-def narration(svc, large: bool = False) -> None:
+def narration(svc, large: bool = False, compact: bool = False) -> None:
+    """compact (a projector, above the views): "What to watch" in one line, and the latest sentences."""
     scenario = running_scenario(svc.lanes, svc.cfg)
-    if scenario is not None:
+    if scenario is not None and compact:  # one line; the whole of it on hover
+        st.html(f'<div title="{html.escape(scenario.watch)}" style="white-space:nowrap;overflow:hidden;'
+                f'text-overflow:ellipsis;color:#9aa4b5"><b>What to watch:</b> {html.escape(scenario.watch)}</div>')
+    elif scenario is not None:
         st.info(f"**What to watch:** {scenario.watch}", icon=":material/visibility:")
     narrator = session_reader("narrator", Narrator, svc.hub)
-    said = narrator.recent(SHOWN, now=svc.clock())
+    said = narrator.recent(COMPACT if compact else SHOWN, now=svc.clock())
     if not said:
         st.caption("Narration: notable iterations are described here as they happen.")
         return
-    size = "1.6rem" if large else "1rem"
+    size = "1.35rem" if compact else "1.6rem" if large else "1rem"
     st.html(f'<ul class="ifl-narration" style="font-size:{size};line-height:1.4;list-style:none;padding:0">'
             + "".join(_line(s) for s in said) + "</ul>"
             "<style>.ifl-narration li:first-child{font-weight:600}.ifl-who{opacity:.65;margin-right:.4em}"

@@ -1,12 +1,14 @@
-"""Presentation mode: for a projector. Hides the sidebar and enlarges the text and the narration."""
+"""Presentation mode: for a projector. Hides the sidebar and the page navigation, tightens the page's
+margins and enlarges the text, so the first screen holds the controls' one line and the views."""
 from __future__ import annotations
 
 import streamlit as st
 
 _CSS = """<style>
-section[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"], [data-testid="stExpandSidebarButton"]
-  { display: none !important; }
-[data-testid="stMainBlockContainer"] { max-width: 100%; padding-left: 2rem; padding-right: 2rem; }
+section[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"], [data-testid="stExpandSidebarButton"],
+header[data-testid="stHeader"] { display: none !important; }
+[data-testid="stMainBlockContainer"] { max-width: 100%; padding: 0.5rem 1.5rem 2rem; }
+[data-testid="stMainBlockContainer"] [data-testid="stVerticalBlock"] { gap: 0.5rem; }
 [data-testid="stMarkdownContainer"] p, [data-testid="stCaptionContainer"] { font-size: 1.25rem; }
 </style>"""
 

@@ -11,7 +11,9 @@ from engine.scenarios.catalog import by_title, shipped
 from .shortcuts import KEYS
 
 
-def scenario_button(svc, client, choice: str) -> None:
+def scenario_button(svc, client, choice: str, caption: bool = True) -> None:
+    """caption: say under the button what the stream sends (off in the projector's one-line bar, where
+    "What to watch" says it)."""
     scenario = by_title(choice)
     shown = scenario or shipped()[0]
     locked = shown.presenter_only and not client.presenter
@@ -27,7 +29,9 @@ def scenario_button(svc, client, choice: str) -> None:
             st.session_state.stream = start(svc, shown, client)
         except (ValueError, NotPresenter) as e:
             st.warning(str(e))
-    st.caption(shown.explain if not locked else "This stream is for the presenter: it names tenants and priorities.")
+    if caption:
+        st.caption(shown.explain if not locked else "This stream is for the presenter: it names tenants and "
+                   "priorities.")
     stream = st.session_state.get("stream")  # the one this tab fired last
     if stream is not None and stream.errors:
         st.warning(f"{len(stream.errors)} of {len(stream.arrivals)} requests were refused: {stream.errors[-1]}")

@@ -282,6 +282,31 @@ const tests = {
     assert.equal(far.server[far.server.length - 1].t, 409);
   },
 
+  "every wait says why, from the scheduler's reasons, and a request that runs or ends waits no more"() {
+    const batches = acceptedBatches(rec.messages);
+    const st = replay(batches);
+    const events = allEvents(batches);
+    const reasons = new Set(events.flatMap((e) => Object.values(e.waits || {}).filter(Boolean).map((w) => w.why)));
+    assert.ok(reasons.has("batch_filling") || reasons.has("batch_running"), "the static lane waits for batches");
+    assert.ok(reasons.has("preempted_for_blocks"), "the small pool preempts, and says for whom");
+    let explained = 0;
+    for (const S of st.by.values()) {
+      for (const R of S.reqs.values()) {
+        if (R.done) assert.equal(R.wait, null, `${S.name} #${R.rid}: finished, so not waiting`);
+        for (const sg of R.segs.filter((g) => g.kind === "preempted")) {
+          assert.ok(sg.whys && sg.whys[0].w.why === "preempted_for_blocks", `${S.name} #${R.rid}: preempted, why`);
+          explained++;
+        }
+        explained += R.segs.filter((g) => g.kind === "queued" && g.whys).length;
+      }
+    }
+    assert.ok(explained > 0, "some wait carries its reasons");
+    const W = require(path.join(ASSETS, "waits.js"));
+    assert.equal(W.say(contract, { why: "batch_filling", have: 1, size: 8 }), "waiting for a full batch: 1 of 8");
+    assert.equal(W.say(contract, { why: "batch_filling", have: 1, size: 4, launch_at_s: 10.5 }, 10.2),
+                 "waiting for a full batch: 1 of 4 (launches in 0.3 s at the latest)");
+  },
+
   "clear_after_s hides everything older"() {
     const batches = acceptedBatches(rec.messages);
     const events = allEvents(batches);

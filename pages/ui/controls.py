@@ -1,0 +1,101 @@
+"""The playground's inputs: answer length and temperature, the one-click scenario, one bundled prompt, the
+load generator, and the prompt box. On a projector they fold into one line (the scenario and the prompt
+box), the rest in a popover, so the first screen shows the views."""
+from __future__ import annotations
+
+import random
+
+import streamlit as st
+
+from engine import SamplingParams
+from engine.bench.workloads import load_prompts
+
+from . import loadgen
+from .scenario_button import scenario_button
+
+PROMPT_PLACEHOLDER = "Type a prompt; it goes to every lane shown"
+
+
+@st.cache_data
+def bundled_prompts() -> list[str]:
+    return [p["prompt"] for p in load_prompts()]
+
+
+def submit(svc, client, text: str, max_tokens: int, temperature: float) -> None:
+    params = SamplingParams(max_tokens=max_tokens, temperature=temperature)
+    try:
+        svc.submit(messages=[{"role": "user", "content": text}], params=params, tag="ui", client=client)
+    except (ValueError, TimeoutError) as e:
+        st.error(str(e))
+
+
+def inputs(svc, client, compare: str) -> None:
+    """Everything in a bordered panel (the page's usual layout)."""
+    with st.container(border=True):
+        c_params, c_loads, c_gen = st.columns([1.2, 1, 1.6])
+        with c_params:
+            _sampling()
+        with c_loads:
+            st.markdown("**One click**")
+            scenario_button(svc, client, compare)
+            if st.button("1 prompt", width="stretch"):
+                _one_prompt(svc, client)
+        with c_gen:
+            _load_generator(svc, client)
+        # Inline (inside the container), not pinned to the page bottom: a pinned chat box makes Streamlit
+        # keep the page scrolled to its end, which would pull the view away from the charts.
+        _prompt_box(svc, client)
+
+
+def compact_inputs(svc, client, compare: str, toggle) -> None:
+    """One line for a projector: the scenario button, the prompt box, the rest in a popover, and
+    toggle() (presentation mode's own switch) at the end."""
+    c_run, c_box, c_more, c_mode = st.columns([1.3, 4, 0.8, 1.2], vertical_alignment="center")
+    with c_run:
+        scenario_button(svc, client, compare, caption=False)
+    with c_box:
+        _prompt_box(svc, client)
+    with c_more, st.popover("More", icon=":material/tune:", width="stretch"):
+        _sampling()
+        if st.button("1 prompt", width="stretch"):
+            _one_prompt(svc, client)
+        _load_generator(svc, client)
+    with c_mode:
+        toggle()
+
+
+def _sampling() -> None:
+    st.slider("Max new tokens", 1, 512, 96, key="max_tokens")
+    st.slider("Temperature", 0.0, 1.5, 0.0, 0.05, key="temperature")
+
+
+def _params() -> tuple[int, float]:
+    return st.session_state.get("max_tokens", 96), st.session_state.get("temperature", 0.0)
+
+
+def _one_prompt(svc, client) -> None:
+    submit(svc, client, random.choice(bundled_prompts()), *_params())
+
+
+def _prompt_box(svc, client) -> None:
+    prompt = st.chat_input(PROMPT_PLACEHOLDER)
+    if prompt:
+        submit(svc, client, prompt, *_params())
+
+
+def _load_generator(svc, client) -> None:
+    st.markdown("**Load generator** (Poisson arrivals of bundled prompts)")
+    if not client.presenter:
+        st.caption("The load generator is for the presenter.")
+    rate = st.slider("Arrival rate (requests/s)", 0.1, 8.0, 1.0, 0.1, key="lg_rate")
+    mean = st.slider("Output length (tokens): mean", 8, 256, 64, key="lg_mean")
+    spread = st.slider("± spread", 0, 248, 48, key="lg_spread")
+    gen = loadgen.running()
+    label = f"Stop generator ({gen.submitted} sent)" if gen else "Start generator"
+    if st.button(label, icon=":material/stop:" if gen else ":material/play_arrow:", width="stretch",
+                 type="primary" if gen else "secondary", disabled=not client.presenter):
+        if gen:
+            loadgen.stop()
+        else:
+            loadgen.start(svc, rate, mean, min(spread, mean - 1))
+        st.rerun()
