@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import pytest
 
 from engine.bench.app_process import CHROMIUM_ARGS, running_app
 from browser_helpers import CHROMIUM, require_browser
-from service_helpers import free_port
+from service_helpers import free_port, serve
+from test_join_proxy import PROXY_ADDRESS, reverse_proxy
 
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = Path(os.environ.get("INFLIGHT_ARTIFACTS", REPO / "test-artifacts"))
 TOKEN = "room-presenter-token-42"
 NAME = "Ada <i>L</i>"  # shown as text everywhere: the name must not become markup
 PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True, "device_scale_factor": 2}
@@ -24,7 +28,7 @@ sync_playwright, expect = require_browser()
 @pytest.fixture(scope="module")
 def server(tiny_model_dirs):
     env = {**os.environ, "INFLIGHT_MODEL": str(tiny_model_dirs["llama"]), "INFLIGHT_DEVICE": "cpu",
-           "INFLIGHT_ROOM": "1", "INFLIGHT_TOKEN": TOKEN,
+           "INFLIGHT_ROOM": "1", "INFLIGHT_TOKEN": TOKEN, "INFLIGHT_TRUSTED_PROXIES": PROXY_ADDRESS,
            "INFLIGHT_SUBMIT_BURST": "2", "INFLIGHT_SUBMITS_PER_MINUTE": "1"}  # a phone's third prompt is refused
     with running_app(free_port(), env, timeout=90) as url:
         yield url
@@ -87,4 +91,23 @@ def test_a_phone_joins_its_answer_streams_and_the_projector_labels_it(server):
         expect(phone.locator("#notice")).to_contain_text("The room is busy", timeout=30_000)
         expect(phone.locator("#notice")).to_contain_text("try again in")
         expect(phone.locator("#send")).to_be_enabled()
+        browser.close()
+
+
+def test_phones_behind_a_tunnel_each_have_their_own_limits(server):
+    """Two phones reach the room through one reverse proxy (the server sees one address): each sends
+    its burst of two, and only a phone's own third prompt is refused."""
+    with serve(reverse_proxy(server.split("://", 1)[1])) as tunnel, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        phones = [browser.new_context(**PHONE).new_page() for _ in range(2)]
+        for i, phone in enumerate(phones):
+            phone.goto(f"http://{tunnel}/join", wait_until="domcontentloaded")
+            phone.fill("#name", f"Phone {i}")
+        for phone in phones:
+            for prompt in ("Say hi", "Say bye"):
+                send(phone, prompt)
+                expect(phone.locator("#meta")).to_contain_text("Done", timeout=60_000)
+        send(phones[0], "One more")
+        expect(phones[0].locator("#notice")).to_contain_text("The room is busy", timeout=30_000)
+        phones[0].screenshot(path=str(ARTIFACTS / "room-phone-behind-tunnel.png"))
         browser.close()

@@ -23,10 +23,11 @@ UNTRUSTED = "127.0.0.3"      # anyone else (uvicorn itself believes only 127.0.0
 
 
 def reverse_proxy(upstream: str) -> Starlette:
-    """What a tunnel does: forward everything, appending the caller's address to X-Forwarded-For."""
+    """What a tunnel does: forward everything with the Host the caller used (cloudflared and ngrok pass it
+    through), appending the caller's address to X-Forwarded-For."""
     async def forward(request: Request) -> Response:
         transport = httpx.AsyncHTTPTransport(local_address=PROXY_ADDRESS)
-        headers = {k: v for k, v in request.headers.items() if k not in ("host", "content-length")}
+        headers = {k: v for k, v in request.headers.items() if k != "content-length"}
         seen = request.headers.get("x-forwarded-for")
         headers["x-forwarded-for"] = f"{seen}, {request.client.host}" if seen else request.client.host
         async with httpx.AsyncClient(transport=transport, base_url=f"http://{upstream}", timeout=60) as c:
