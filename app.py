@@ -12,6 +12,7 @@ from engine.access import Access
 from engine.api.server import build_routes
 from engine.config import EngineConfig
 from engine.lanes import lanes_from_env
+from engine.scenarios.catalog import shipped
 from engine.service import EngineService, get_service, shutdown_service
 
 
@@ -39,7 +40,9 @@ async def lifespan(_app):
     access = Access.from_env(address)
     room_settings(access)
     base = EngineConfig()
-    lanes = lanes_from_env(base)  # INFLIGHT_LANES=lanes.json: e.g. a local lane beside a remote server
+    # INFLIGHT_LANES=lanes.json (e.g. a local lane beside a remote server), else the first scenario's lanes:
+    # the primer's first step runs it
+    lanes = lanes_from_env(base) or shipped()[0].lane_configs(base)
     get_service(lambda: EngineService(base, access=access, lanes=lanes))  # engines load in their own threads
     _announce(access, address, port)
     yield

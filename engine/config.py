@@ -49,7 +49,7 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     # Share the KV blocks of prompt prefixes between requests and keep them cached (any strategy).
     enable_prefix_caching: bool = False
-    static_batch_size: int = 8
+    static_batch_size: int = 16  # the same maximum batch as max_num_seqs: comparisons are at equal capacity
     static_max_wait_s: float = 0.5
     seed: int = 0
 

@@ -34,6 +34,9 @@ DECODE = "decode"    # one new token
 PADDING = "padding"  # computed but discarded: static batching's pad tokens and finished rows still in the batch
 PHASES = (PREFILL, DECODE, PADDING)
 REMOTE = "remote"    # the strategy of a remote lane's events, and the `source` of its config
+# Status events the views and metrics act on: the service paused / resumed (latencies leave paused
+# time out), and a run began (a scenario's stream: metric cards start afresh, its title in `message`).
+PAUSED, RESUMED, RUN_STARTED = "paused", "resumed", "run_started"
 
 
 @dataclass
@@ -207,4 +210,5 @@ def wire_contract() -> dict:
     phrasing of each wait reason included."""
     from .scheduler.waits import LAUNCH_AT, TEMPLATES  # the scheduler imports this module
     return {"entry_fields": list(ENTRY_FIELDS), "phases": list(PHASES), "event_types": [e.TYPE for e in EVENTS],
-            "remote_strategy": REMOTE, "wait_reasons": TEMPLATES, "launch_at": LAUNCH_AT}
+            "remote_strategy": REMOTE, "wait_reasons": TEMPLATES, "launch_at": LAUNCH_AT,
+            "status": {"paused": PAUSED, "resumed": RESUMED, "run_started": RUN_STARTED}}

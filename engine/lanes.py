@@ -132,10 +132,20 @@ _LABELS = {
 }
 
 
+# settings a strategy never reads: a lane's header does not show them
+UNUSED_BY = {
+    "continuous": {"static_batch_size", "static_max_wait_s"},
+    "static": {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "static_max_wait_s"},
+    "dynamic": {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill"},
+}
+
+
 def describe_difference(a, b) -> list[str]:
-    """Short labels of how a differs from b, in field order, e.g. ["static", "block 128"]. Beside a
-    remote lane, each side says what it is: ["remote host:8000", "Llama-3.1-8B"] and ["continuous", ...]."""
+    """Short labels of how a differs from b, in field order, e.g. ["static", "block 128"], leaving out
+    settings a's strategy never reads. Beside a remote lane, each side says what it is:
+    ["remote host:8000", "Llama-3.1-8B"] and ["continuous", ...]."""
     if isinstance(a, RemoteConfig) or isinstance(b, RemoteConfig):
         where = f"remote {a.host}" if isinstance(a, RemoteConfig) else a.strategy
         return [where, _LABELS["model"](a.model)]
-    return [_LABELS.get(k, lambda v, k=k: f"{k} {v}")(v) for k, v in lane_overrides(a, b).items()]
+    unused = UNUSED_BY.get(a.strategy, set())
+    return [_LABELS.get(k, lambda v, k=k: f"{k} {v}")(v) for k, v in lane_overrides(a, b).items() if k not in unused]

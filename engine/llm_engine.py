@@ -40,6 +40,8 @@ class LLMEngine:
         self._finished: OrderedDict[int, RequestOutput] = OrderedDict()
         self._just_finished: list[int] = []  # reported by the next StepEvent
         self._next_id = 0
+        # Iterations that computed or finished something: what every view, log and sentence calls
+        # "iteration N" (a step that only polls a filling static batch keeps the last number).
         self.step_count = 0
         # Cumulative: whole steps, and the part of them spent building StepEvents (the
         # telemetry's cost, reported by the benchmark as a share of step time).
@@ -152,12 +154,12 @@ class LLMEngine:
                 f"{self.cfg.max_num_batched_tokens}, which must hold a whole (re)computed prompt when "
                 f"chunked prefill is off")
 
-    def abort(self, request_id: int) -> bool:
-        """Abort a request; False if it is unknown or already finished."""
+    def abort(self, request_id: int, reason: str | None = None) -> bool:
+        """Abort a request (reason: why, kept as its error); False if it is unknown or already finished."""
         req = self.requests.get(request_id)
         if req is None:
             return False
-        self._finish(req, "abort", self.clock())
+        self._finish(req, "abort", self.clock(), error=reason)
         self.scheduler.on_step_done()
         return True
 
@@ -216,11 +218,11 @@ class LLMEngine:
             self._update(sched, tokens, sampled)
         self.scheduler.on_step_done()
         t_end = self.clock()
+        self.step_count += bool(sched.rows or self._just_finished)
         ev = self._event(sched, sampled, t_start, t_end)
         t_done = self.clock()
         self.telemetry_s += t_done - t_end
         self.step_s += t_done - t_start
-        self.step_count += 1
         return ev
 
     def _update(self, sched: SchedulerOutput, tokens: list[int], sampled: dict[int, int]) -> None:

@@ -67,6 +67,7 @@ class RemoteWorker(threading.Thread):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready = threading.Event()
         self._closing = False   # stopping: new submissions are refused
+        self._stop_reason = "the service stopped"
         self._drain = False
         self._ended: list[_Flight] = []
         self._window_start: float | None = None  # first thing that happened since the last tick
@@ -95,8 +96,8 @@ class RemoteWorker(threading.Thread):
     def abort(self, request_id: int) -> None:
         self._call(self._abort, request_id)
 
-    def stop(self, drain: bool = False) -> None:
-        self._closing = True
+    def stop(self, drain: bool = False, reason: str = "the service stopped") -> None:
+        self._closing, self._stop_reason = True, reason
         self._call(self._start_drain if drain else self._shutdown)
 
     def step_once(self) -> None:
@@ -162,7 +163,7 @@ class RemoteWorker(threading.Thread):
             with self._lock:
                 self._loop = None  # from now on add() refuses
             for f in list(self.handles.values()):
-                self._end(f, "abort", "the service stopped")
+                self._end(f, "abort", self._stop_reason)
             self._tick()
 
     def _launch(self, f: _Flight) -> None:
@@ -171,7 +172,7 @@ class RemoteWorker(threading.Thread):
         elif not self._stopping.is_set() and f.finish_s is None:
             f.task = asyncio.create_task(self._run(f))
             # cancelled before its first step, the task never reaches _run's handler: end it here
-            f.task.add_done_callback(lambda t, f=f: t.cancelled() and self._end(f, "abort", "aborted"))
+            f.task.add_done_callback(lambda t, f=f: t.cancelled() and self._end(f, "abort", self._why_cancelled()))
 
     def _abort(self, request_id: int) -> None:
         f = self.handles.get(request_id)
@@ -181,6 +182,10 @@ class RemoteWorker(threading.Thread):
             f.aborted = True
         else:
             f.task.cancel()  # closes its stream
+
+    def _why_cancelled(self) -> str:
+        """A request's task was cancelled: the lane stopping (and why), or its own abort."""
+        return self._stop_reason if self._stopping.is_set() else "aborted"
 
     def _start_drain(self) -> None:
         self._drain = True
@@ -199,7 +204,7 @@ class RemoteWorker(threading.Thread):
                     self._on_chunk(f, chunk)
             self._end(f, f.reason or "stop")
         except asyncio.CancelledError:
-            self._end(f, "abort", "aborted")
+            self._end(f, "abort", self._why_cancelled())
         except httpx.TimeoutException as e:
             self._end(f, "error", f"{where}: no answer within {self.cfg.timeout_s:g} s ({type(e).__name__})")
         except httpx.HTTPError as e:

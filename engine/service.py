@@ -17,7 +17,7 @@ import time
 from .access import LOCAL, Access, Client
 from .config import STRATEGIES, EngineConfig
 from .event_hub import EventHub
-from .events import LanesEvent, StatusEvent
+from .events import PAUSED, RESUMED, RUN_STARTED, LanesEvent, StatusEvent
 from .gpu_monitor import start_gpu_monitor
 from .handles import RequestHandle
 from .lanes import check_lane_name, lane_spec
@@ -193,13 +193,17 @@ class EngineService:
 
     def pause(self) -> None:
         self.paused.set()
-        self._status("paused")
+        self._status(PAUSED)
 
     def resume(self) -> None:
         self.paused.clear()
         for w in list(self.workers.values()):
             w.wake()
-        self._status("resumed")
+        self._status(RESUMED)
+
+    def start_run(self, title: str) -> None:
+        """A run begins now (a scenario's request stream): the metric cards describe it alone."""
+        self.hub.publish(StatusEvent(event=RUN_STARTED, t=self.clock(), message=title).hub_item())
 
     def step_once(self) -> None:
         """While paused: every engine runs exactly one iteration."""
@@ -280,8 +284,8 @@ class EngineService:
             if name not in workers:
                 workers[name] = self._new_worker(name, c)
         for name, w in list(workers.items()):
-            if name not in lanes:
-                w.stop(drain=True)
+            if name not in lanes:  # off the screen: its requests end now, said why, and it stops computing
+                w.stop(reason=f"lane '{name}' was removed")
                 self._configuring.discard(name)
             else:
                 workers[name] = self._change(w, lanes[name])

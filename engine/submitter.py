@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 
 from engine.access import LOCAL, Client
 
@@ -16,7 +17,8 @@ class Submitter(threading.Thread):
         self.svc, self.client = svc, client
         self.halt = threading.Event()
         self.submitted = 0
-        self.errors: list[str] = []
+        self.refused = 0
+        self.errors: deque[str] = deque(maxlen=20)  # the latest refusals' reasons
 
     def submit(self, *args, **kwargs) -> None:
         """svc.submit as this thread's client; a refusal is kept, not raised."""
@@ -24,7 +26,8 @@ class Submitter(threading.Thread):
             self.svc.submit(*args, client=self.client, **kwargs)
             self.submitted += 1
         except (ValueError, TimeoutError) as e:
-            self.errors.append(str(e))
+            self.errors.append(str(e))  # before the count: a reader that sees a refusal finds its reason
+            self.refused += 1
             log.warning("%s: %s", self.name, e)
 
     def stop(self) -> None:

@@ -16,7 +16,7 @@ __all__ = ["StepEntry", "StepEvent"]
 
 @dataclass
 class StepEvent:
-    step: int
+    step: int  # the iteration number: steps that computed or finished something, from 1 (LLMEngine.step)
     strategy: str
     t_start: float
     t_end: float

@@ -61,6 +61,7 @@ class EngineWorker(threading.Thread):
         self._ready = threading.Event()
         self.load_error: Exception | None = None
         self._drain_then_stop = False
+        self._stop_reason = "the service stopped"
         self._pending_cfg: EngineConfig | None = None
         self._deferred: list[tuple[RequestHandle, Submission]] = []  # arrived while reconfiguring
         self._step_credits = 0             # single steps granted while paused
@@ -88,11 +89,13 @@ class EngineWorker(threading.Thread):
     def reconfigure(self, cfg: EngineConfig) -> None:
         self._call(lambda: self._start_reconfigure(cfg))
 
-    def stop(self, drain: bool = False) -> None:
+    def stop(self, drain: bool = False, reason: str = "the service stopped") -> None:
+        """drain: finish the requests in flight first; else abort them now, saying `reason`."""
         if drain:
             self._drain_then_stop = True  # new submissions are refused from now on
             self._call(self._start_drain_stop)
         else:
+            self._stop_reason = reason
             self._halt.set()
             self.wake()
 
@@ -169,7 +172,7 @@ class EngineWorker(threading.Thread):
                 self._wake.wait(POLL_WAIT_S if self.engine.has_unfinished() else IDLE_WAIT_S)
                 self._wake.clear()
         self._run_commands()
-        self._abort_all("the service stopped")
+        self._abort_all(self._stop_reason)
         self.engine = None  # a stopped lane's memory (KV pool, weights if unshared) goes now
         release_freed_memory()
 
@@ -297,12 +300,12 @@ class EngineWorker(threading.Thread):
                                    max_tokens=sub.params.max_tokens, arrival_s=sub.arrival_s,
                                    priority=sub.priority, tenant=sub.tenant, name=sub.name))
 
-    def _abort(self, request_id: int) -> None:
+    def _abort(self, request_id: int, reason: str | None = None) -> None:
         parked = [d for d in self._deferred if d[0].request_id == request_id]
         for d in parked:  # queued during a reconfigure: never reaches the engine
             self._deferred.remove(d)
-            d[0].reject("aborted")
-        if self.engine is not None and self.engine.abort(request_id):
+            d[0].reject(reason or "aborted")
+        if self.engine is not None and self.engine.abort(request_id, reason):
             self._stream([], [request_id])  # the caller hears now, even if no step follows
 
     def _abort_all(self, reason: str) -> None:
@@ -310,7 +313,7 @@ class EngineWorker(threading.Thread):
             h.reject(reason)
         self._deferred = []
         for rid in list(self.handles):
-            self._abort(rid)
+            self._abort(rid, reason)
         for h in list(self.handles.values()):
             h.reject(reason)
         self.handles.clear()
@@ -348,7 +351,9 @@ class EngineWorker(threading.Thread):
         error = None
         try:
             self._share = self.svc.engine_on(cfg)  # may be this lane's old engine: its weights are the same
+            counted = self.engine.step_count if self.engine is not None else 0
             self.engine = self._build(cfg)
+            self.engine.step_count = counted  # the lane's iterations go on counting across a restart
             self.cfg, self.load_error = cfg, None
         except Exception as e:  # noqa: BLE001 - keep the old engine, tell everyone
             log.exception("engine %s: new config failed; keeping the old one", self.lane)

@@ -40,7 +40,8 @@ def fragmentation(lane: str, selected: int | None) -> None:
         st.info("Numbers appear once an engine holds KV blocks.")
         return
     st.subheader("Where the KV memory goes, right now")
-    st.dataframe(pd.DataFrame(rows).set_index("lane"), width="stretch")
+    # one column per lane, one row per figure: every figure readable at any width
+    st.dataframe(pd.DataFrame(rows).set_index("lane").T.map(cell), width="stretch")
     st.caption(
         "Allocated: slots in the blocks requests hold now. Holding tokens: slots with a token in them. "
         "Unused: allocated minus holding. 'Contiguous reservation' is what the same requests would take "
@@ -49,6 +50,13 @@ def fragmentation(lane: str, selected: int | None) -> None:
         "first). Hit rate: prompt tokens served from the prefix cache ÷ prompt tokens looked up, since this "
         "page opened.")
     block_table(stats, lane, selected)
+
+
+def cell(v) -> str:
+    """A figure as the table shows it: '–' where there is none (no prefix lookups yet, ...)."""
+    if v is None:
+        return "–"
+    return f"{v:,}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
 
 
 def block_table(stats: KVStats, lane: str, selected: int | None) -> None:

@@ -13,6 +13,7 @@ from service_helpers import assert_all_free, free_port, make_service, wait_idle,
 from test_kv_stats import FIRST, SECOND, hub_with
 from engine.scenarios import runner as scenario_runner
 from engine.scenarios.catalog import by_title
+from ui import loadgen
 from ui.kv_stats import KVStats
 
 PAGES = Path(__file__).resolve().parents[1] / "pages"
@@ -190,6 +191,40 @@ def test_metric_cards_computed_from_events(svc):
     assert re.fullmatch(r"\$\d+\.\d\d/M tok", values["Cost"])
 
 
+def test_clear_views_starts_the_cards_and_the_narration_afresh(svc):
+    hs = svc.submit([5, 6, 7], None, lanes=["continuous"])
+    hs[0].result(30)
+    at = app("playground.py")
+    assert "Requests done" in "".join(m.value for m in at.markdown)
+    assert not any(c.value.startswith("Since Clear views") for c in at.caption)
+    next(b for b in at.sidebar.button if b.label == "Clear views").click().run()
+    at.run()  # the click's rerun clears; the next one draws from what is left
+    assert not at.exception
+    assert "Requests done" not in "".join(m.value for m in at.markdown)
+    assert any("first request of this run" in i.value for i in at.info)
+    assert any(c.value.startswith("Since Clear views") for c in at.caption)
+    assert at.session_state["narrator"].recent(now=svc.clock()) == []
+
+
+def test_a_scenario_run_shows_its_number_first_and_its_result_when_it_ends(svc):
+    at = app("playground.py")
+    at.sidebar.radio(key="compare").set_value("Straggler: continuous vs static").run()
+    wait_settled(svc)
+    next(b for b in at.button if b.label == "Run scenario").click().run()
+    time.sleep(1.0)
+    wait_idle(svc, 120)
+    time.sleep(3.2)  # nothing more comes: the run has ended
+    at.run()
+    assert not at.exception
+    cards = "".join(m.value for m in at.markdown)
+    assert re.search(r'class="ifl-mc lead" data-label="Time for the run"', cards)
+    assert re.search(r"Run finished: (static|continuous) needed \d+\.\d\dx the time", cards)
+    assert any(c.value.startswith("This run: Straggler") for c in at.caption)
+    assert any(re.match(r"\*\*What to watch: Time for the run\\?: continuous \d", i.value) for i in at.info)
+    svc.set_lanes(by_title("Steady Poisson load: continuous vs dynamic").lanes)
+    wait_settled(svc)
+
+
 def test_kv_page_shows_the_roofline_of_recent_iterations(svc):
     svc.submit([5, 6, 7], None, lanes=["continuous"])[0].result(30)
     at = app("kv_cache.py")
@@ -237,7 +272,8 @@ def test_kv_cache_page_shows_a_request_table_pointing_into_shared_blocks(svc):
     at.run()
     assert not at.exception, at.exception
     lanes, table = at.dataframe[0].value, at.dataframe[1].value
-    assert lanes.loc[svc.lane_names[0], "shared blocks"] == 2
+    assert lanes.loc["shared blocks", svc.lane_names[0]] == "2"  # one column per lane, every cell text
+    assert "None" not in lanes.to_string()
     assert list(table["shared with"]) == ["#1", "#1", ""] and list(table["from prefix cache"]) == [True, True, False]
 
 
@@ -258,6 +294,30 @@ def test_benchmark_page_runs_in_background_and_shows_results(svc):
     assert not at.exception
     assert any("Results" in h.value for h in at.subheader)
     assert len(at.dataframe) == 1
+
+
+def test_load_generator_follows_its_sliders_and_says_why_it_is_refused(svc, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise ValueError("this participant already has 2 requests in flight")
+
+    monkeypatch.setattr(svc, "submit", refuse)
+    at = app("playground.py")
+    at.slider(key="lg_rate").set_value(0.1).run()
+    at.button(key="lg_toggle").click().run()
+    gen = loadgen.running()
+    assert gen is not None and gen.rate == 0.1
+    at.slider(key="lg_rate").set_value(8.0).run()  # while it runs: the next arrival comes at the new rate
+    assert loadgen.running() is gen and gen.rate == 8.0
+    deadline = time.monotonic() + 10
+    while gen.refused < 3 and time.monotonic() < deadline:  # at 0.1/s the first gap would be ~10 s
+        time.sleep(0.05)
+    at.button(key="lg_toggle").click().run()
+    assert loadgen.running() is None and at.button(key="lg_toggle").label == "Start generator"
+    gen.join(5)
+    at.run()
+    warning = next(w.value for w in at.warning if w.value.startswith("Generator"))
+    assert re.fullmatch(rf"Generator stopped: 0 sent, {gen.refused} refused\. Last refusal: this participant "
+                        r"already has 2 requests in flight", warning)
 
 
 def test_viewer_in_a_room_gets_no_controls_but_can_submit(svc, monkeypatch):

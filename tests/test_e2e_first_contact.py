@@ -15,6 +15,7 @@ from websockets.sync.client import connect
 
 from browser_helpers import CHROMIUM, require_browser
 from engine.bench.app_process import CHROMIUM_ARGS, running_app
+from engine.scenarios.catalog import shipped
 from service_helpers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,8 +73,7 @@ def no_exception(page) -> None:
 
 
 def test_a_lone_prompt_on_static_says_what_it_waits_for_and_the_presenter_launches_it(browser, server):
-    command(server, {"cmd": "lanes", "lanes": {"continuous": {"strategy": "continuous"},
-                                               "static": {"strategy": "static", "static_batch_size": 8}}})
+    command(server, {"cmd": "lanes", "lanes": shipped()[0].lanes})  # the Straggler's: batches of 8
     page = open_page(browser, server)
     expect(page.get_by_text("Start here: run the Straggler scenario")).to_be_visible(timeout=30_000)  # the primer
     expect(page.locator(".ifl-pill[data-kind='ok']")).to_have_count(2, timeout=60_000)

@@ -65,6 +65,8 @@ def test_load_lanes_from_json(tmp_path):
     ({"strategy": "static"}, ["static"]),
     ({"strategy": "dynamic", "block_size": 32}, ["dynamic", "block 32"]),
     ({"kv_cache_memory_gb": 2}, ["KV 2 GiB"]),
+    ({"static_batch_size": 4}, []),  # a continuous lane never reads it: not in its header
+    ({"strategy": "static", "static_batch_size": 4, "max_num_seqs": 4}, ["static", "static batch 4"]),
 ])
 def test_describe_difference(overrides, labels):
     a = EngineConfig(**{**BASE.__dict__, **overrides})

@@ -56,7 +56,7 @@ def test_events_carry_the_lane(svc):
     assert {item["strategy"] for item in items} == {"continuous"}
 
 
-def test_removing_a_lane_mid_stream_loses_nothing(svc):
+def test_removing_a_lane_mid_stream_ends_its_requests_at_once_and_loses_nothing(svc):
     base = svc.cfg
     svc.set_lanes({**svc.lanes, "static": dataclasses.replace(base, strategy="static", static_batch_size=2)})
     wait_settled(svc)
@@ -75,13 +75,20 @@ def test_removing_a_lane_mid_stream_loses_nothing(svc):
     t.start()
     while len(handles) < 6:
         pass
+    static = svc.workers["static"]
     svc.set_lanes({"block 4": svc.lanes["block 4"], "block 16": svc.lanes["block 16"]})  # drop "static"
     stop.set()
     t.join(30)
+    static.join(10)
     assert not unexpected
-    outs = [h.result(60) for hs in handles for h in hs]
-    assert outs and all(o.finish_reason == "length" and len(o.output_token_ids) == 12 for o in outs)
+    kept = [h.result(60) for hs in handles for h in hs if h.lane != "static"]
+    assert kept and all(o.finish_reason == "length" and len(o.output_token_ids) == 12 for o in kept)
+    for h in [h for hs in handles for h in hs if h.lane == "static"]:  # ended at once, each told why
+        o = h.result(60)
+        assert o.finish_reason == "length" or (o.finish_reason == "abort" and "'static' was removed" in o.error)
+    assert not static.is_alive()  # and the lane computes nothing more
     assert svc.lane_names == ["block 4", "block 16"]
+    assert_all_free(svc)
 
 
 def test_lane_names_and_configs_are_checked(svc):

@@ -1,11 +1,13 @@
 """The playground's metric cards: computed from the service's events, equal to the requests' own timings."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from engine_helpers import greedy
 from service_helpers import assert_all_free, make_service
-from ui.metrics import LiveMetrics, ratio
+from engine.bench.live_metrics import LiveMetrics, ratio
 
 
 @pytest.fixture(scope="module")
@@ -49,3 +51,58 @@ def test_clear_forgets_the_past(svc):
 
 def test_ratio():
     assert ratio(4.0, 2.0) == 2.0 and ratio(None, 1.0) is None and ratio(1.0, 0.0) is None
+
+
+def test_a_pause_is_left_out_of_ttft_and_throughput(svc):
+    """Paused for 1.5 s with a request waiting: its TTFT on the cards is its TTFT less the pause."""
+    m = LiveMetrics()
+    m.consume(svc.hub)
+    m.clear(svc.clock())
+    svc.pause()
+    hs = [h for i in range(4) for h in svc.submit([5 + i, 6, 7], greedy(3))]  # a full static batch
+    time.sleep(1.5)
+    svc.resume()
+    outs = [h.result(30) for h in hs]
+    m.consume(svc.hub)
+    paused = m.paused_s(svc.clock())
+    assert 1.4 < paused < 2.5
+    for lane, r in m.summary().items():
+        walls = sorted(o.first_token_s - o.arrival_s for h, o in zip(hs, outs) if h.lane == lane)
+        assert walls[0] > 1.4 and r["ttft_p50_s"] == pytest.approx((walls[1] + walls[2]) / 2 - paused, abs=0.02)
+    assert_all_free(svc)
+
+
+def test_a_single_step_while_paused_counts_as_running_time(svc):
+    m = LiveMetrics()
+    m.consume(svc.hub)
+    m.clear(svc.clock())
+    svc.pause()
+    hs = svc.submit([5, 6, 7], greedy(2), lanes=["continuous"])
+    time.sleep(0.3)
+    svc.step_once()  # the prefill: the first token
+    time.sleep(0.6)
+    svc.resume()
+    out = hs[0].result(30)
+    m.consume(svc.hub)
+    steps = [e["event"] for _, e in svc.hub.read(0).events if e["type"] == "step" and e["lane"] == "continuous"
+             and e["event"].t_start >= out.arrival_s]
+    first = steps[0]
+    # the time before the step was paused; the step itself was not
+    assert m.summary()["continuous"]["ttft_p50_s"] == pytest.approx(out.first_token_s - first.t_start, abs=0.02)
+    assert_all_free(svc)
+
+
+def test_a_scenario_run_starts_the_cards_afresh_and_says_which(svc):
+    svc.submit([5, 6], greedy(2), lanes=["continuous"])[0].result(30)
+    svc.start_run("Straggler")
+    hs = [h for i in range(4) for h in svc.submit([5 + i, 6, 7, 8], greedy(3))]
+    [h.result(30) for h in hs]
+    m = LiveMetrics()
+    m.consume(svc.hub)
+    assert m.run_title == "Straggler"
+    assert {lane: r["completed"] for lane, r in m.summary().items()} == {"continuous": 4, "static": 4}
+    assert not m.ended(svc.clock()) and m.ended(svc.clock() + 3.5)  # nothing more came for a while
+    cleared = LiveMetrics(svc.clock(), cleared=True)  # Clear views after it: neither the run nor its title
+    cleared.consume(svc.hub)
+    assert cleared.summary() == {} and cleared.run_title is None
+    assert_all_free(svc)

@@ -102,3 +102,37 @@ def test_kv_detail_of_a_remote_lane_says_it_has_no_blocks(browser, rec):
     page = open_replay(browser, {**rec, "lanes": [REMOTE]}, events, status=status, views=["kv"], mode="kv_detail")
     expect(page.locator(".ifl-detail-head")).to_have_text("A remote server does not expose its KV blocks")
     page.close()
+
+
+def test_a_pause_is_hatched_on_the_time_axis_and_named_in_the_legend(browser, rec):
+    events = accepted_events(rec)
+    at = next(i for i, e in enumerate(events) if e["type"] == "step" and i > len(events) // 2)
+    t = events[at]["t_end"]
+    paused = [{"type": "status", "event": "paused", "t": t}, {"type": "status", "event": "resumed", "t": t + 2.0}]
+    later = [{**e, **_shifted(e, 2.0)} for e in events[at + 1:]]  # what the pause delayed
+    page = open_replay(browser, rec, events[:at + 1] + paused + later, views=["gantt"], large_text=True, axis="time")
+    assert page.evaluate(f"() => {INST}.state.pauses") == [{"t0": t, "t1": t + 2.0}]
+    page.evaluate(f"r => {{ {INST}.zoom.time = r; {INST}.markDirty(); }}", [t - 2.0, t + 4.0])  # around it
+    expect(page.locator(".ifl-timeline .ifl-legend-paused").first).to_be_visible()
+    last = re.escape(rec["lanes"][-1])  # every column drawn after the pause's band
+    expect(page.locator(".ifl-timeline-canvas")).to_have_attribute("aria-label", re.compile(f"{last}: rows #"))
+    page.screenshot(path=str(ARTIFACTS / "live-paused.png"), full_page=True)
+    page.close()
+
+
+def _shifted(e: dict, dt: float) -> dict:
+    keys = ("t_start", "t_end", "arrival_s", "first_token_s", "finish_s", "t")
+    return {k: e[k] + dt for k in keys if isinstance(e.get(k), (int, float))}
+
+
+def test_utilization_never_passes_100_percent_and_a_static_lane_has_no_budget_line(browser, rec):
+    events = accepted_events(rec)
+    hello = next(m for m in rec["messages"] if m["type"] == "hello")  # each lane's settings, as the socket says
+    page = open_replay(browser, rec, events, views=["util"], status=hello["status"])
+    ticks = page.evaluate(f"""() => {INST}.timeline.cols.map(c => c.bands.find(b => b.view === 'util')
+                              .yticks.map(t => t.v))""")
+    assert all(max(t) <= 100 for t in ticks), ticks
+    static = next(n for n in rec["lanes"] if "batch" in n)  # "batch of 3": a static lane
+    tip = page.evaluate(UTIL_TIP, static)
+    assert any("(no token budget)" in line for line in tip), tip
+    page.close()

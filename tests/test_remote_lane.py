@@ -241,7 +241,7 @@ def test_the_server_starts_with_the_lanes_of_INFLIGHT_LANES(svc, tmp_path):
     assert lanes_from_env(svc.cfg, {}) is None
 
 
-def test_a_removed_remote_lane_finishes_its_requests_then_stops(svc, remote):
+def test_a_removed_remote_lane_ends_its_requests_at_once_saying_why_then_stops(svc, remote):
     remote_svc, url = remote
     use_lanes(svc, {"remote": url, "model": remote_svc.cfg.model})
     old = svc.workers["remote"]
@@ -249,7 +249,8 @@ def test_a_removed_remote_lane_finishes_its_requests_then_stops(svc, remote):
     try:
         (far,) = svc.submit([5, 6, 7], greedy(6), lanes=["remote"])
         svc.set_lanes({"local": svc.lanes["local"]})
-        assert far.result(10).finish_reason == "length"
+        out = far.result(10)
+        assert out.finish_reason == "abort" and "lane 'remote' was removed" in out.error
         old.join(5)
         assert not old.is_alive()
     finally:

@@ -138,11 +138,16 @@ def test_kv_page_panel_averages_recent_steps_per_lane():
     w = RooflineWindow()
     w.consume(hub)
     (row,) = w.table()
-    assert row["lane"] == "a" and row["steps"] == 2 and row["memory bandwidth used %"] == 30.0
-    assert row["compute used %"] == 3.0 and row["GFLOP/s"] == 2.0
+    assert row["lane"] == "a" and row["iterations"] == 2 and row["memory bandwidth used %"] == "30.0"
+    assert row["compute used %"] == "3.0" and row["GFLOP/s"] == "2.0"
+    hub.publish({"type": "step", "lane": "c", "roofline": {"intensity": 2.0, "bytes_per_s": 1e9, "flops_per_s": 2e9}})
+    w.consume(hub)  # a device whose peaks were not measured: no share of them, said as '–', never 'None'
+    assert w.table()[1]["memory bandwidth used %"] == "–" and w.table()[1]["FLOPs per byte"] == "2.0"
     summary = {**model_summary(smollm2(), peaks()), "peaks": {**peaks().__dict__}}
     assert "22.5 KiB per token" in model_lines(summary) and "100.0 FLOPs per byte" in model_lines(summary)
-    assert len(roofline_chart(w, summary["peaks"]).data) == 2  # the roof and lane a
+    fig = roofline_chart(w, summary["peaks"])
+    assert len(fig.data) == 3  # the roof and lanes a and c
+    assert "intensity" in fig.layout.xaxis.title.text and "GFLOP/s" in fig.layout.yaxis.title.text
 
 
 def test_report_command(tiny_llama_dir, monkeypatch):

@@ -2,12 +2,15 @@
 (and a tiny one's); the loader's errors name the file and the field."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from engine import EngineConfig
 from engine.lanes import describe_difference
 from engine.scenarios import Fit, ScenarioError, load_scenario, load_scenarios
 from engine.scenarios.catalog import by_number, running_scenario, shipped
+from engine.scenarios.headline import METRICS, run_headline
 from engine.scenarios.model import TEMPLATE_TOKENS
 
 BASE = EngineConfig(model="m", device="cpu")
@@ -33,6 +36,8 @@ def test_the_workshop_scenarios_ship_and_load_in_file_order():
 def test_lanes_differ_and_the_stream_fits(scenario):
     a, b = scenario.lane_configs(BASE).values()
     assert describe_difference(a, b) and describe_difference(b, a)
+    if a.strategy != b.strategy:  # strategies compared at the same maximum batch, said once: the strategy
+        assert _max_batch(a) == _max_batch(b) and describe_difference(a, b) == [a.strategy]
     assert scenario.watch and scenario.explain
     contexts = [c.max_model_len or DEFAULT_CONTEXT for c in (a, b)]
     assert scenario.fitted(Fit(min(contexts))) == list(scenario.arrivals)  # the default model: as written
@@ -47,6 +52,14 @@ def test_lanes_differ_and_the_stream_fits(scenario):
                 assert all(_longest(x) + x.max_tokens <= cfg.max_num_batched_tokens for x in arrivals)
             if cfg.num_kv_blocks:  # one request fits the pool
                 assert all(_longest(x) + x.max_tokens <= cfg.num_kv_blocks * cfg.block_size for x in arrivals)
+
+
+def _max_batch(cfg) -> int:
+    return cfg.max_num_seqs if cfg.strategy == "continuous" else cfg.static_batch_size
+
+
+def test_the_default_lanes_compare_at_the_same_maximum_batch():
+    assert _max_batch(BASE) == _max_batch(dataclasses.replace(BASE, strategy="static"))
 
 
 def _longest(x) -> int:
@@ -142,6 +155,9 @@ GOOD = """title = "t"\nwatch = "w"\nexplain = "e"\n[lanes.a]\nstrategy = "contin
     (GOOD.replace('"continuous"', '"static"') + "[[requests]]\ncount = 3\nprompt_len = 8\nmax_tokens = 4\n",
      "requests.count: 3 arrivals in all"),
     ("title = [", "1-bad.toml: "),
+    ('headline = ["speed"]\n' + GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\n",
+     "headline: 'speed' is not a live metric"),
+    ("headline = []\n" + GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\n", "headline: must be a list"),
 ])
 def test_loader_errors_name_the_file_and_the_field(tmp_path, body, field):
     path = tmp_path / "1-bad.toml"
@@ -181,3 +197,13 @@ def test_each_scenario_sends_the_prompt_lengths_its_lesson_states():
         for a in s.arrivals:
             n, (lo, hi) = len(apply_chat_template(tok, a.chat())), a.prompt_tokens
             assert lo <= n <= hi, f"{s.key}: a prompt of {n} tokens, the scenario states {lo} to {hi}"
+
+
+def test_a_run_headline_names_the_worse_lane_and_the_ratio():
+    summaries = {"continuous": {"duration_s": 4.0, "output_tokens_per_s": 90.0, "preemptions": 0},
+                 "static": {"duration_s": 9.2, "output_tokens_per_s": 40.0, "preemptions": 3}}
+    assert run_headline(METRICS["duration_s"], summaries) == \
+        "static needed 2.30x the time continuous took for the same requests"
+    assert run_headline(METRICS["output_tokens_per_s"], summaries) == "continuous's Throughput was 2.25x static's"
+    assert run_headline(METRICS["preemptions"], summaries) is None  # nothing to divide by: not said
+    assert run_headline(METRICS["duration_s"], {"continuous": summaries["continuous"]}) is None

@@ -110,5 +110,5 @@ const Axes = (() => {
     return (v) => band.y + band.h - (v / top) * band.h;
   }
 
-  return { xScale, niceTicks, xGrid, frameBand, xLabels, yAxis, yGrid, yScale };
+  return { xScale, niceTicks, xGrid, frameBand, xLabels, yAxis, yGrid, yScale, font };
 })();

@@ -7,7 +7,7 @@ const Contract = (() => {
   const PHASE_NAMES = { prefill: "prefill", decode: "decode", padding: "padding" };
 
   // -> { entry: { rid, phase, tokens, ctx, slot, cached } (indexes into an entry list), phase: { prefill,
-  // decode, padding } (names), remote (a remote lane's strategy), waits (wait reasons' phrasing) }. Throws
+  // decode, padding } (names), remote (a remote lane's strategy), waits (wait reasons' phrasing), status (status event names) }. Throws
   // if the engine's contract lacks a field the views read.
   function fromWire(wire) {
     const fields = (wire && wire.entry_fields) || [];
@@ -25,7 +25,10 @@ const Contract = (() => {
     // why requests wait: the phrasing of each reason (engine/scheduler/waits.py)
     const waits = Object.freeze({ templates: (wire && wire.wait_reasons) || {},
                                   launchAt: (wire && wire.launch_at) || "launches in {s} s" });
-    return Object.freeze({ entry: Object.freeze(entry), phase: Object.freeze(phase), remote, waits });
+    // the service's status events the views act on (recordings made before the contract named them: these)
+    const status = Object.freeze({ paused: "paused", resumed: "resumed", run_started: "run_started",
+                                   ...((wire && wire.status) || {}) });
+    return Object.freeze({ entry: Object.freeze(entry), phase: Object.freeze(phase), remote, waits, status });
   }
 
   return { fromWire };

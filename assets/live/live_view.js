@@ -22,7 +22,7 @@ function createInstance(root, owner) {
   const q = (s) => root.querySelector(s);
   const inst = {
     root, owner, cfg: null, contract: null, state: null, service: null, statusRev: 0, limits: "", role: null,
-    reportedLanes: null,
+    reportedLanes: null, reportedControls: null,
     clockOffset: null, scale: 1, conn: "connecting", socket: null, accepting: false, subRef: null, refSeq: 0,
     el: { banner: q(".ifl-banner"), conn: q(".ifl-conn"), follow: q(".ifl-follow"), note: q(".ifl-note"),
           gpu: q(".ifl-gpu"), fps: q(".ifl-fps"), body: q(".ifl-body") },
@@ -60,6 +60,8 @@ function createInstance(root, owner) {
   });
   inst.onWindowResize = () => inst.markDirty();  // fit mode follows the window's height
   window.addEventListener("resize", inst.onWindowResize);
+  inst.onKey = (e) => { if (e.key === "Escape" && inst.sel != null) pick(inst, null); };  // Escape: no pick
+  document.addEventListener("keydown", inst.onKey);
   inst.timers.status = setInterval(() => requestStatus(inst), STATUS_POLL_MS);
   inst.timers.follow = setInterval(() => { if (inst.state && Timeline.following(inst)) inst.markDirty(); },
                                    1000 / FrameLoop.MAX_FPS);
@@ -76,6 +78,7 @@ function destroyInstance(inst) {
   inst.resizeObs.disconnect();
   inst.viewObs.disconnect();
   window.removeEventListener("resize", inst.onWindowResize);
+  document.removeEventListener("keydown", inst.onKey);
   store().delete(inst.owner);
 }
 
@@ -157,6 +160,24 @@ function applyServiceStatus(inst, status) {
     inst.statusRev++;
   }
   followLanes(inst, Object.keys(status.engines || {}));
+  followControls(inst, status);
+}
+
+// The presenter's controls changed since the page was drawn (a key, another tab, the socket): report
+// them, which reruns the page, so its Pause button and slow-motion slider show what runs. Once per change.
+function followControls(inst, status) {
+  const drawn = inst.cfg.controls;
+  if (!drawn) return;
+  const now = { paused: !!status.paused, slow_motion_s: Number(status.slow_motion_s) || 0,
+                auto_slow_motion: !!status.auto_slow_motion };
+  const key = JSON.stringify(now);
+  if (Object.keys(now).every((k) => now[k] === drawn[k]) || key === inst.reportedControls) return;
+  inst.reportedControls = key;
+  try {
+    inst.setStateValue("controls", now);
+  } catch (e) {
+    console.warn("inflight: could not report the controls", e);
+  }
 }
 
 // The lanes running changed since the page was drawn (another tab, a socket client): report them,
@@ -196,6 +217,7 @@ function normalizeConfig(d) {
     height: typeof d.height === "number" && d.height > 0 ? d.height : null,
     mode: d.mode === "kv_detail" ? "kv_detail" : "live",
     fit: !!d.fit_first_screen,  // the Gantt and slots fill the rest of the first screen (a projector)
+    controls: d.controls && typeof d.controls === "object" ? d.controls : null,  // as the page drew them
   };
 }
 

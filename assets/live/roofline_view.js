@@ -26,7 +26,8 @@ const RooflineView = (() => {
     return inst.cfg.lanes.map((name, i) => {
       const S = inst.state.by.get(name);
       const pts = S ? S.steps.filter((st) => st.roof && st.roof.intensity > 0 && st.roof.flopsPerS > 0).slice(-RECENT) : [];
-      return { name, color: laneColor(i), pts: pts.map((st) => st.roof), peaks: S ? S.peaks : null };
+      return { name, color: laneColor(i), pts: pts.map((st) => st.roof), peaks: S ? S.peaks : null,
+               remote: !!(S && S.remote) };
     });
   }
 
@@ -51,7 +52,11 @@ const RooflineView = (() => {
 
   function caption(ls) {
     const p = ls.find((l) => l.peaks);
-    if (!ls.some((l) => l.pts.length)) return "no roofline numbers yet (a remote server's FLOPs and bytes are not visible from here)";
+    if (!ls.some((l) => l.pts.length)) {
+      const far = ls.filter((l) => l.remote).map((l) => l.name);
+      return "no roofline numbers yet: they come with the first iteration"
+        + (far.length ? ` (${far.join(", ")}: a remote server's FLOPs and bytes are not visible from here)` : "");
+    }
     if (!p) return "the device's peaks are not measured: iterations placed without the roof";
     return `the device's measured peaks: ${si(p.peaks.bytesPerS)}B/s memory bandwidth · ${si(p.peaks.flopsPerS)}FLOP/s`
       + ` · ridge ${fmt(p.peaks.flopsPerS / p.peaks.bytesPerS, 1)} FLOPs/byte (left of it a step is memory-bound)`
@@ -102,7 +107,8 @@ const RooflineView = (() => {
     ctx.save();
     ctx.translate(g.x0 - 62 * k, (g.y0 + g.y1) / 2);
     ctx.rotate(-Math.PI / 2);
-    ctx.fillText("FLOP/s", 0, 0);
+    ctx.textAlign = "center";
+    ctx.fillText("achieved FLOP/s (log)", 0, 0);
     ctx.restore();
     ctx.textAlign = "center";
     ctx.textBaseline = "top";

@@ -109,7 +109,7 @@ const Slots = (() => {
     const toks = cell.real ? `${cell.real} tok` : "";
     const pad = cell.pad ? `${toks ? " + " : ""}${cell.pad} pad` : "";
     return [`#${cell.rid} · slot ${cell.slot} · ${what}`, `${toks}${pad} · context ${cell.ctx}`,
-            `iteration ${st.it} (engine step ${st.step}) · ${fmt(1000 * (st.t1 - st.t0), 1)} ms`];
+            `iteration ${st.it} · ${fmt(1000 * (st.t1 - st.t0), 1)} ms`];
   }
 
   // The cell under (x, y): { rid, tip: [lines], color } or null.

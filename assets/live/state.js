@@ -21,7 +21,7 @@ const LiveState = (() => {
   // contract: Contract.fromWire(...) (the step entry layout and phase names).
   function newState(lanes, contract) {
     return { contract, by: new Map(lanes.map((name) => [name, newLane(name)])), coalesced: 0, latestT: null,
-             progress: null, gpu: [], gpuRev: 0, named: 0 };
+             progress: null, gpu: [], gpuRev: 0, named: 0, pauses: [] };
   }
 
   function newLane(name) {
@@ -144,7 +144,9 @@ const LiveState = (() => {
   }
 
   function onStep(contract, S, ev) {
-    const it = S.lastIt + 1;  // published iterations, consecutive (empty polling steps are not published)
+    // The lane's iteration number as the engine counts it (narration, headers and tooltips say the same);
+    // never backwards (a recording played again starts from 1).
+    const it = Math.max(ev.step, S.lastIt + 1);
     const t0 = ev.t_start, t1 = ev.t_end;
     for (const rid of ev.preempted || []) preempt(S, rid, t0, it);
     const groups = groupEntries(contract, ev.entries);
@@ -163,7 +165,7 @@ const LiveState = (() => {
     for (const rid of Object.keys(ev.sampled || {})) requestRecord(S, +rid).nOut++;
     for (const [rid, text] of Object.entries(ev.deltas || {})) appendText(S, +rid, text);
     const kv = ev.kv || {};
-    const summary = { it, step: ev.step, t0, t1, cells, bySlot, real, pad, busy, rows: groups.size,
+    const summary = { it, t0, t1, cells, bySlot, real, pad, busy, rows: groups.size,
                       used: ev.tokens_used, budget: ev.token_budget, kvUsed: kv.used, kvBlocks: kv.num_blocks,
                       waiting: ev.num_waiting, running: ev.num_running, tps: 0,
                       queries: ev.prefix_queries || 0, hits: ev.prefix_hits || 0, hitAll: null, hitRecent: null,
@@ -199,7 +201,7 @@ const LiveState = (() => {
     const R = requestRecord(S, g.rid);
     const kind = segmentKind(R, g);
     closeOpen(R, ev.t_start, it - 0.5);
-    addSegment(R, kind, ev.t_start, ev.t_end, it, ev.step);
+    addSegment(R, kind, ev.t_start, ev.t_end, it);
     if (g.cached > 0) {  // admitted with a prefix hit: its bar shows the prefill that was skipped
       R.cached = g.cached;
       Object.assign(R.segs[R.segs.length - 1], { cached: g.cached, computed: g.real });
@@ -245,7 +247,7 @@ const LiveState = (() => {
 
   // Decode and held runs over consecutive iterations merge into one bar; each prefill chunk is its own,
   // and so is an admission with a prefix hit (a resumed request's can be a decode row).
-  function addSegment(R, kind, t0, t1, it, step) {
+  function addSegment(R, kind, t0, t1, it) {
     const last = R.segs[R.segs.length - 1];
     const merge = last && last.kind === kind && (kind === KIND.decode || kind === KIND.held) && last.it1 === it - 1
       && !last.cached;
@@ -253,23 +255,22 @@ const LiveState = (() => {
       last.t1 = t1;
       last.it1 = it;
       last.x1 = it + 0.5;
-      last.step1 = step;
       last.n++;
     } else {
-      R.segs.push(segment(kind, t0, t1, it - 0.5, it + 0.5, it, it, step, 1));
+      R.segs.push(segment(kind, t0, t1, it - 0.5, it + 0.5, it, it, 1));
       if (R.segs.length > MAX_SEGS) R.segs.splice(0, R.segs.length - MAX_SEGS);
     }
   }
 
-  // A bar: times, x positions on the iteration axis, the iterations and engine steps it covers
-  // (null for a wait), and how many iterations it merges.
-  function segment(kind, t0, t1, x0, x1, it0, it1, step, n) {
-    return { kind, t0, t1, x0, x1, it0, it1, step0: step, step1: step, n };
+  // A bar: times, x positions on the iteration axis, the iterations it covers (null for a wait),
+  // and how many iterations it merges.
+  function segment(kind, t0, t1, x0, x1, it0, it1, n) {
+    return { kind, t0, t1, x0, x1, it0, it1, n };
   }
 
   function closeOpen(R, t, x) {
     if (!R.open) return;
-    const seg = segment(R.open.kind, R.open.t0, t, R.open.x0, x, null, null, null, 0);
+    const seg = segment(R.open.kind, R.open.t0, t, R.open.x0, x, null, null, 0);
     if (R.open.whys) seg.whys = R.open.whys;
     R.segs.push(seg);
     R.open = null;
@@ -396,9 +397,22 @@ const LiveState = (() => {
       st.progress = { message: String(ev.message ?? ""), t: ev.t };
       return true;
     }
+    if (!ev.lane && typeof ev.t === "number") notePause(st, ev.event, ev.t);
     const S = ev.lane ? st.by.get(ev.lane) : null;
     if (S) S.lastEvent = { event: ev.event, error: ev.error ?? null };
     return true;
+  }
+
+  // The service's pauses, [{t0, t1}] (t1 null while paused): the time axis draws them, the metric cards
+  // leave them out of latencies. A recording's pause (replayed events) spans no time and is dropped.
+  function notePause(st, event, t) {
+    const names = st.contract.status || {}, open = st.pauses[st.pauses.length - 1];
+    if (event === names.paused && !(open && open.t1 == null)) st.pauses.push({ t0: t, t1: null });
+    if (event === names.resumed && open && open.t1 == null) {
+      if (t > open.t0) open.t1 = t;
+      else st.pauses.pop();
+    }
+    if (st.pauses.length > 50) st.pauses.shift();
   }
 
   /* ---- queries the views share ---- */

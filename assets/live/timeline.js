@@ -158,6 +158,7 @@ const Timeline = (() => {
       ctx.fillStyle = C.plot;
       ctx.fillRect(band.x, band.y, band.w, band.h);
       Axes.xGrid(ctx, X, ticks, band);
+      if (fc.axis === "time") drawPauses(ctx, inst, fc, X, band, b.view === "gantt");
       ctx.save();
       ctx.beginPath();
       ctx.rect(band.x, band.y, band.w, band.h);
@@ -172,6 +173,25 @@ const Timeline = (() => {
     return col;
   }
 
+  // The service's pauses: hatched, and named on the Gantt (bars that cross one stretch over it; the
+  // metric cards leave that time out).
+  function drawPauses(ctx, inst, fc, X, band, label) {
+    for (const p of inst.state.pauses) {
+      const t1 = p.t1 ?? Math.max(fc.now ?? p.t0, inst.serviceClock() ?? p.t0);
+      const xa = Math.max(band.x, X(p.t0)), xb = Math.min(band.x + band.w, X(t1));
+      if (xb - xa < 1) continue;
+      ctx.fillStyle = Common.hatchPattern(ctx, C.muted, inst.scale);
+      ctx.globalAlpha = 0.35;
+      ctx.fillRect(xa, band.y, xb - xa, band.h);
+      ctx.globalAlpha = 1;
+      if (label && xb - xa > 40 * inst.scale) {
+        ctx.fillStyle = C.muted;
+        ctx.font = Axes.font(inst, 12);
+        ctx.fillText("paused", xa + 4 * inst.scale, band.y + 12 * inst.scale);
+      }
+    }
+  }
+
   // A column's rows as text, names included (an attribute: never markup).
   function rowLabels(inst, col) {
     const S = inst.state.by.get(col.name);
@@ -179,7 +199,7 @@ const Timeline = (() => {
   }
 
   function xTitle(fc) {
-    return fc.axis === "time" ? "service time (s)" : "iteration (published steps)";
+    return fc.axis === "time" ? "service time (s)" : "iteration (the lane's forward passes, counted by its engine)";
   }
 
   function frameContext(inst) {

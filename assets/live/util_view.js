@@ -34,9 +34,10 @@ const UtilView = (() => {
   // an idle gap over 1 s breaks the lines instead of bridging it.
   function utilSeries(inst, S, fc, range) {
     const timeMode = fc.axis === "time";
-    const maxB = maxBatch(S, inst.laneConfig(S.name));
-    const out = { x: [], st: [], busy: [], budget: [], kv: [], hit: [], mem: [], compute: [], tps: [], top: 100,
-                  tpsTop: 10, prefix: prefixOn(S, inst.laneConfig(S.name)), roof: false };
+    const cfg = inst.laneConfig(S.name), maxB = maxBatch(S, cfg);
+    const budgeted = !cfg || cfg.strategy === "continuous";  // a static batch prefills all its rows, budget or not
+    const out = { x: [], st: [], busy: [], budget: [], kv: [], hit: [], mem: [], compute: [], tps: [],
+                  tpsTop: 10, prefix: prefixOn(S, cfg), roof: false, budgeted, over: {} };
     const steps = S.steps;
     let prev = null;
     for (let i = 0; i < steps.length; i++) {
@@ -51,19 +52,36 @@ const UtilView = (() => {
       }
       prev = st;
       const r = st.roof && st.roof.mem != null ? st.roof : null;
-      const v = { busy: pct(st.busy, maxB || Math.max(st.rows, 1)), budget: pct(st.used, st.budget),
+      const v = { busy: pct(st.busy, maxB || Math.max(st.rows, 1)), budget: budgeted ? pct(st.used, st.budget) : null,
                   kv: pct(st.kvUsed, st.kvBlocks), hit: st.hitRecent == null ? null : 100 * st.hitRecent,
                   mem: r ? 100 * r.mem : null, compute: r ? 100 * r.compute : null, tps: st.tps };
       out.roof = out.roof || r != null;
       out.x.push(x);
       out.st.push(st);
-      for (const key in v) out[key].push(v[key]);
-      if (x >= range[0] && x <= range[1]) {
-        out.top = Math.max(out.top, v.busy, v.budget, v.kv, v.mem ?? 0, v.compute ?? 0);
-        out.tpsTop = Math.max(out.tpsTop, v.tps);
-      }
+      const shown = x >= range[0] && x <= range[1];
+      for (const key in v) out[key].push(key === "tps" ? v[key] : capped(out, key, v[key], shown));
+      if (shown) out.tpsTop = Math.max(out.tpsTop, v.tps);
     }
     return out;
+  }
+
+  // A share drawn at most at 100% (the axis's top); what went past it is noted on the chart.
+  function capped(out, key, value, shown) {
+    if (value == null || value <= 100) return value;
+    if (shown) out.over[key] = Math.max(out.over[key] || 0, value);
+    return 100;
+  }
+
+  // "compute 130% of the measured peak, drawn at 100%: ...", or null. Only the roofline's shares can pass
+  // 100% (a device measured below what an iteration reached); anything else past it is named as it is.
+  function overNote(u) {
+    const keys = Object.keys(u.over);
+    if (!keys.length) return null;
+    const name = (k) => [...UTIL_LINES, HIT_LINE, ...ROOF_LINES].find((l) => l.key === k).name;
+    const what = keys.map((k) => `${name(k)} ${fmt(u.over[k], 0)}%`).join(", ");
+    return keys.every((k) => k === "mem" || k === "compute")
+      ? `${what} of the measured peak, drawn at 100%: the peak measured at start is below what these iterations reached`
+      : `${what}, drawn at 100%`;
   }
 
   // The utilization and tokens/s bands share one series per frame.
@@ -107,13 +125,16 @@ const UtilView = (() => {
   function draw(ctx, inst, S, fc, X, band) {
     if (isRemote(S, inst.laneConfig(S.name))) return drawServer(ctx, inst, S, fc, X, band);
     const u = utilCache(inst, S, fc, X, band);
-    const top = u.top * 1.06, Y = Axes.yScale(band, top);
+    const top = 106, Y = Axes.yScale(band, top);
     band.yticks = valueTicks(Y, top, 4, "%");
     Axes.yGrid(ctx, band);
     const lines = [...UTIL_LINES, ...(u.prefix ? [HIT_LINE] : []), ...(u.roof ? ROOF_LINES : [])];
     for (const l of lines) strokeLine(ctx, inst, l, () => stepLine(ctx, X, Y, u.x, u[l.key], false));
     if (fc.axis === "time") drawGpu(ctx, inst, X, Y);
     let row = 0;
+    if (!u.budgeted) noteBox(ctx, inst, band, row++, "no token budget line: a static batch prefills all its rows at once", UTIL_LINES[1].color);
+    const over = overNote(u);
+    if (over) noteBox(ctx, inst, band, row++, over, ROOF_LINES[1].color);
     if (u.prefix) noteBox(ctx, inst, band, row++, hitNote(S), HIT_LINE.color);
     const roof = lastRoof(S);
     if (roof) noteBox(ctx, inst, band, row++, roofNote(roof), ROOF_LINES[0].color);
@@ -241,7 +262,8 @@ const UtilView = (() => {
   function utilTip(inst, u, i) {
     const st = u.st[i];
     const lines = [`iteration ${st.it} · ${fmt(st.t1)} s`,
-                   `busy slots ${fmt(u.busy[i], 0)}% · token budget ${fmt(u.budget[i], 0)}%`,
+                   `busy slots ${fmt(u.busy[i], 0)}% · `
+                   + (u.budgeted ? `token budget ${fmt(u.budget[i], 0)}%` : `${st.used} tokens (no token budget)`),
                    `KV blocks ${fmt(u.kv[i], 0)}% · ${fmt(u.tps[i], 0)} tokens/s`];
     if (u.prefix) {
       lines.push(`prefix cache: ${st.hits} of ${st.queries} tokens hit this iteration`,

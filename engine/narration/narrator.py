@@ -4,7 +4,9 @@ Pace: at most one sentence per lane every `min_gap_s` of engine time (the most i
 happened since the last one; what is older than a few gaps is dropped as stale), so a room can read
 along. A lane's run ends when it stays idle for IDLE_GRACE_S (a gap in a Poisson stream does not end
 it); then "finished all 16 requests in 4.2 s" and the comparison with the lanes that finished the same
-run before it are always said. Time moves with the events, or with `now` given to `recent`."""
+requests before it are always said, unless the run met requests that arrived before the narrator started
+(a fresh narrator reads the hub from where it starts: "Clear views"). Time moves with the events, or with
+`now` given to `recent`."""
 from __future__ import annotations
 
 from collections import deque
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from engine.events import REMOTE
 
 from .lane_state import LaneState, Req
-from .sentences import Candidate, long_wait, step_candidates
+from .sentences import Candidate, counted, long_wait, step_candidates
 
 STALE_GAPS = 3
 IDLE_GRACE_S = 3.0
@@ -28,7 +30,10 @@ class Sentence:
 
 
 class Narrator:
-    def __init__(self, min_gap_s: float = 2.0, keep: int = 40):
+    def __init__(self, min_gap_s: float = 2.0, keep: int = 40, lanes: dict[str, dict] | None = None):
+        """lanes: the lanes' settings as a `lanes` event holds them, for a narrator that starts reading the hub
+        after that event (Clear views); without them it says nothing of batch slots or scheduling policies
+        until the next one."""
         self.min_gap_s = min_gap_s
         self.cursor = 0
         self.sentences: deque[Sentence] = deque(maxlen=keep)
@@ -36,12 +41,25 @@ class Narrator:
         self._pending: dict[str, tuple[float, int, Candidate]] = {}  # lane -> (t, step, best candidate)
         self._last_said: dict[str, float] = {}
         self._last_text: dict[str, str] = {}
-        self._done: dict[str, tuple[int, float, float]] = {}  # lane -> its last run: (requests, start, seconds)
+        self._done: dict[str, tuple[frozenset[int], float]] = {}  # lane -> its last run: (request ids, seconds)
         self._idle_at: dict[str, float] = {}  # lane -> when it went idle (its run may still go on)
+        self._lanes_event({"lanes": lanes or {}})
+
+    @property
+    def cursor(self) -> int:
+        return self._cursor
+
+    @cursor.setter
+    def cursor(self, value: int) -> None:
+        """Where to read the hub from: from anywhere but its beginning, what the lanes did before is unknown."""
+        self._cursor = value
+        self._since = float("-inf") if value == 0 else None  # since when the narrator knows it (None: not yet)
 
     def consume(self, hub) -> None:
-        batch = hub.read(self.cursor, limit=20000)
-        self.cursor = batch.cursor
+        batch = hub.read(self._cursor, limit=20000)
+        self._cursor = batch.cursor
+        if batch.skipped:  # the hub dropped events this narrator never read: what it knew may be wrong now
+            self._forget()
         for _, item in batch.events:
             self.feed(item)
 
@@ -49,6 +67,7 @@ class Narrator:
         """The latest n sentences, newest first; `now` (the service's clock) ends runs gone idle and tells
         of lanes that have only waited for a while."""
         if now is not None:
+            self._since = now if self._since is None else self._since
             self._end_runs(now)
             self._long_waits(now)
         return list(self.sentences)[::-1][:n]
@@ -59,44 +78,62 @@ class Narrator:
             return self._lanes_event(item) if item["type"] == "lanes" else None
         st = self.lanes.setdefault(lane, LaneState())
         st.strategy = item.get("strategy") or st.strategy
-        if item["type"] == "request":
-            self._end_runs(item["arrival_s"])
-            same_run = self._idle_at.pop(lane, None) is not None
-            st.arrive(Req(item["request_id"], item["arrival_s"], item["num_prompt_tokens"], item["max_tokens"],
-                          item.get("tenant"), item.get("priority", 0)), same_run)
-        elif item["type"] == "step":
-            self._end_runs(item["event"].t_end)
-            self._step(lane, st, item["event"])
-        elif item["type"] == "waits":
-            st.wait(item["waits"], item["t"])
-        elif item["type"] == "finished":
-            t = item["finish_s"] or item["arrival_s"]
-            self._end_runs(t)
-            if st.finish(item["request_id"]):
-                self._idle_at[lane] = t
+        handle = {"request": self._request, "step": self._step, "waits": self._waits, "finished": self._finished}
+        if item["type"] in handle:
+            handle[item["type"]](lane, st, item)
+
+    def _request(self, lane: str, st: LaneState, item: dict) -> None:
+        self._end_runs(item["arrival_s"])
+        same_run = self._idle_at.pop(lane, None) is not None
+        st.arrive(Req(item["request_id"], item["arrival_s"], item["num_prompt_tokens"], item["max_tokens"],
+                      item.get("tenant"), item.get("priority", 0)), same_run,
+                  float("inf") if self._since is None else self._since)
+
+    def _waits(self, lane: str, st: LaneState, item: dict) -> None:
+        st.wait(item["waits"], item["t"])
+
+    def _finished(self, lane: str, st: LaneState, item: dict) -> None:
+        t = item["finish_s"] or item["arrival_s"]
+        self._end_runs(t)
+        st.busy_until = max(st.busy_until, t)
+        if st.finish(item["request_id"]):
+            self._idle_at[lane] = t
+
+    def _forget(self) -> None:
+        self.lanes = {name: LaneState(st.strategy, st.policy, st.max_num_seqs) for name, st in self.lanes.items()}
+        self._pending.clear()
+        self._done.clear()
+        self._idle_at.clear()
+        self._since = None
 
     def _lanes_event(self, item: dict) -> None:
         for name, cfg in item["lanes"].items():
+            if cfg.get("source") == REMOTE:
+                continue
             st = self.lanes.setdefault(name, LaneState())
-            st.policy = cfg.get("scheduling_policy", "fcfs")
+            st.policy = cfg.get("scheduling_policy")
             st.strategy = cfg.get("strategy", st.strategy)
+            st.max_num_seqs = cfg.get("max_num_seqs")
 
-    def _step(self, lane: str, st: LaneState, ev) -> None:
-        for c in step_candidates(ev, st):
-            if c.request_id is not None:
-                st.told.add((c.kind, c.request_id))
-            if c.kind == "recompute":
-                st.preempted.discard(c.request_id)
-            best = self._pending.get(lane)
-            if best is None or c.rank < best[2].rank:
-                self._pending[lane] = (ev.t_end, ev.step, c)
-        st.admit(ev.admitted)
-        st.preempt(ev.preempted)
-        st.prev_finished = list(ev.finished)
+    def _step(self, lane: str, st: LaneState, item: dict) -> None:
+        ev = item["event"]
+        self._since = ev.t_start if self._since is None else self._since
+        self._end_runs(ev.t_end)
+        self._consider(lane, st, ev)
+        st.apply(ev)
         st.wait(ev.waits, ev.t_end)
         if ev.entries:
             st.last_compute_s = ev.t_end
         self._maybe_say(lane, ev.t_end)
+
+    def _consider(self, lane: str, st: LaneState, ev) -> None:
+        """Keep the most interesting of this step's sentences and those not said yet."""
+        for c in step_candidates(ev, st):
+            if c.request_id is not None:
+                st.told.add((c.kind, c.request_id))
+            best = self._pending.get(lane)
+            if best is None or c.rank < best[2].rank:
+                self._pending[lane] = (ev.t_end, ev.step, c)
 
     def _long_waits(self, now: float) -> None:
         for lane, st in self.lanes.items():
@@ -127,12 +164,15 @@ class Narrator:
 
     def _run_done(self, lane: str, st: LaneState, t: float) -> None:
         self._pending.pop(lane, None)
-        start = st.busy_since if st.busy_since is not None else t
-        took = t - start
-        self._done[lane] = (st.served, start, took)
-        self._say(Sentence(t, lane, None, f"finished all {st.served} requests in {took:.1f} s"))
-        # the same stream: as many requests, started together
-        others = [f"{took / s:.1f}x the time {name} took" for name, (n, t0, s) in self._done.items()
-                  if name != lane and n == st.served > 1 and abs(t0 - start) < 1.0 and s > 0 and took > 1.2 * s]
+        self._done.pop(lane, None)
+        if st.run is None or st.run.tainted:
+            return
+        run, took = frozenset(st.run.ids), t - st.run.start
+        self._done[lane] = (run, took)
+        told = f"all {counted(len(run), 'request')}" if len(run) > 1 else "its 1 request"
+        self._say(Sentence(t, lane, None, f"finished {told} in {took:.1f} s"))
+        # the same stream: one submission has the same request id on every lane
+        others = [f"{took / s:.1f}x the time {name} took" for name, (ids, s) in self._done.items()
+                  if name != lane and ids == run and len(run) > 1 and s > 0 and took > 1.2 * s]
         if others:
-            self._say(Sentence(t, None, None, f"{lane} needed {', '.join(others)} for the same {st.served} requests"))
+            self._say(Sentence(t, None, None, f"{lane} needed {', '.join(others)} for the same {len(run)} requests"))

@@ -1,6 +1,9 @@
 """One lane's iteration -> what is notable in it, as plain sentences ranked by interest (lower first).
 
-Pure functions over a StepEvent and the lane's state *before* the step is applied to it."""
+Pure functions over a StepEvent, the lane's previous one (st.prev) and the lane's state *before* the step
+is applied to it. Every sentence is a claim the events prove: it names only requests the narrator saw
+arrive, says of an iteration only what its event holds, and of the previous one only when that is the
+lane's iteration just before (tests/narration_checker.py re-derives each claim from the events)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,11 +11,12 @@ from dataclasses import dataclass
 from engine.events import DECODE, PADDING, PREFILL
 from engine.scheduler import waits
 
-from .lane_state import LaneState
+from .lane_state import LaneState, Req
 
 LONG_PREFILL = 256  # tokens: a prompt long enough that how it is prefilled is worth a sentence
 LONG_WAIT_S = 5.0   # a lane that only waits (a static batch filling up) this long is worth a sentence
-PREEMPTED, RECOMPUTE, JUMP, PREFIX_HIT, CHUNKED, WHOLE_PREFILL, SLOT_REUSE, PADDING_ROWS, LONG_WAIT = range(9)
+(PREEMPTED, RECOMPUTE, JUMP, PREFIX_HIT, CHUNKED, WHOLE_PREFILL, SLOT_REUSE, PADDING_ROWS, LONG_WAIT,
+ JOINED) = range(10)
 
 
 @dataclass(frozen=True)
@@ -32,71 +36,88 @@ def ids(rids) -> str:
 
 
 def step_candidates(ev, st: LaneState) -> list[Candidate]:
-    out = [*_preempted(ev), *_jumps(ev, st), *_slot_reuse(ev, st), *_padding(ev, st)]
-    decoding = sum(e.phase == DECODE for e in ev.entries)
+    out = [*_preempted(ev, st), *_jumps(ev, st), *_slots(ev, st), *_padding(ev, st)]
+    decoding = len(_decoding(ev))
     for e in ev.entries:
-        if e.phase == PREFILL:
+        if e.phase == PREFILL and st.known(e.request_id) is not None:
             out += _prefill(ev, e, st, decoding)
     return [c for c in out if (c.kind, c.request_id) not in st.told]
 
 
-def _preempted(ev) -> list[Candidate]:
-    if not ev.preempted:
+def _decoding(ev) -> set[int]:
+    """The requests that kept decoding (not those admitted now: a resumed one may decode at once on the
+    prefix cache)."""
+    return {e.request_id for e in ev.entries if e.phase == DECODE and e.request_id not in ev.admitted}
+
+
+# ---- preemption ------------------------------------------------------------------------------
+def _preempted(ev, st: LaneState) -> list[Candidate]:
+    victims = [r for r in ev.preempted if st.known(r) is not None]
+    if not victims:
         return []
-    one = len(ev.preempted) == 1
-    was, its = ("was", "its") if one else ("were", "their")
-    why = ev.waits.get(ev.preempted[0]) or {}  # the scheduler's own reason (one for every victim of a step)
-    if why.get("why") == waits.PREEMPTED_BY_PRIORITY:
-        text = f"{ids(ev.preempted)} {was} {waits.say(why)}"
-    else:
-        whom = f" for {why['whom']}" if why.get("by") is not None else ""
-        text = (f"the KV pool is full ({ev.used_blocks} of {ev.num_blocks} blocks): {ids(ev.preempted)} {was} "
-                f"preempted, {its} blocks freed{whom}")
-    return [Candidate(PREEMPTED, "preempted", None, f"{text}; {'it' if one else 'they'} will recompute {its} "
-                      "tokens later")]
+    one = len(victims) == 1
+    was, its, it = ("was", "its", "it") if one else ("were", "their", "they")
+    reasons = [ev.waits.get(r) or {} for r in victims]  # the scheduler's own, in this step's changes
+    text = f"{ids(victims)} {was} preempted{_preempted_why(reasons, st, its)}"
+    if all(w.get("why") == waits.PREEMPTED_FOR_BLOCKS for w in reasons):
+        text = f"the KV pool ran out of blocks: {text}"
+    return [Candidate(PREEMPTED, "preempted", None, f"{text}; {it} will recompute {its} tokens later")]
 
 
-def long_wait(st: LaneState, now: float) -> Candidate | None:
-    """A lane that has computed nothing for LONG_WAIT_S while a request waits for a batch to fill."""
-    idle_since = max(st.last_compute_s or float("-inf"), min(st.wait_since.values(), default=now))
-    filling = [(rid, w) for rid, w in st.waits.items() if w.get("why") == waits.BATCH_FILLING]
-    if not filling or now - idle_since < LONG_WAIT_S:
-        return None
-    rid, w = min(filling)
-    return Candidate(LONG_WAIT, "long_wait", rid, f"#{rid} has waited {now - idle_since:.0f} s, {waits.say(w, now)}: "
-                     "this lane launches only full batches; the presenter can launch this one now (Launch)")
+def _preempted_why(reasons: list[dict], st: LaneState, its: str) -> str:
+    """' to free its blocks for #3', ' by #3 (priority 0 over 1)', or '' when the victims' reasons differ."""
+    codes, by = {w.get("why") for w in reasons}, {w.get("by") for w in reasons}
+    whom = by.pop() if len(by) == 1 else None
+    whom = whom if whom is not None and st.known(whom) is not None else None  # a request it saw arrive
+    if codes == {waits.PREEMPTED_FOR_BLOCKS}:
+        return f" to free {its} blocks" + ("" if whom is None else f" for #{whom}")
+    if codes == {waits.PREEMPTED_BY_PRIORITY} and whom is not None and all(w == reasons[0] for w in reasons):
+        return f" by #{whom} (priority {reasons[0]['by_priority']} over {reasons[0]['priority']})"
+    return ""
 
 
+# ---- prefills --------------------------------------------------------------------------------
 def _prefill(ev, e, st: LaneState, decoding: int) -> list[Candidate]:
-    req = st.req(e.request_id)
-    rid, prompt = e.request_id, req and req.prompt_len
-    if rid in st.preempted:
-        return [Candidate(RECOMPUTE, "recompute", rid, f"#{rid} is back after its preemption: recomputing "
-                          f"{e.context_len:,} tokens it had already computed once")]
-    if e.cached_tokens and prompt:
+    rid, prompt = e.request_id, st.known(e.request_id).prompt_len
+    if rid in st.preempted or rid in ev.preempted:  # a recompute: its prefill is not its prompt's
+        return _recompute(ev, e, st)
+    if e.cached_tokens and prompt and e.cached_tokens <= prompt:
         return [Candidate(PREFIX_HIT, "prefix_hit", rid, f"#{rid} took {e.cached_tokens:,} of its {prompt:,} prompt "
                           "tokens from the prefix cache and prefills only the rest")]
     if not prompt or prompt < LONG_PREFILL or not decoding:
         return []
     if e.context_len < prompt:
-        return [Candidate(CHUNKED, "chunked", rid, f"#{rid}'s {prompt:,}-token prompt is being prefilled in "
-                          f"{e.num_tokens:,}-token chunks while {_n(decoding, 'request')} keep decoding")]
+        return [Candidate(CHUNKED, "chunked", rid, f"#{rid}'s {prompt:,}-token prompt is prefilled a chunk at a "
+                          f"time: {e.num_tokens:,} tokens this iteration, while {counted(decoding, 'request')} "
+                          f"{'keeps' if decoding == 1 else 'keep'} decoding")]
     if e.num_tokens >= prompt:
         return [Candidate(WHOLE_PREFILL, "whole_prefill", rid, f"#{rid}'s {prompt:,}-token prompt was prefilled "
                           f"whole in one {1000 * (ev.t_end - ev.t_start):,.0f} ms iteration: "
-                          f"{_n(decoding, 'decoding request')} waited that long for the next token")]
+                          f"{counted(decoding, 'decoding request')} waited that long for the next token")]
     return []
 
 
+def _recompute(ev, e, st: LaneState) -> list[Candidate]:
+    """Said where the preempted request is admitted again; not when the prefix cache holds part of it."""
+    rid, before = e.request_id, st.context.get(e.request_id)
+    if rid not in ev.admitted or e.cached_tokens or not before:
+        return []
+    return [Candidate(RECOMPUTE, "recompute", rid, f"#{rid} is back after its preemption: it recomputes the "
+                      f"{counted(before, 'token')} it had already computed once")]
+
+
+# ---- who goes first --------------------------------------------------------------------------
 def _jumps(ev, st: LaneState) -> list[Candidate]:
-    """An admitted request that started ahead of one that arrived earlier and still waits."""
+    """An admitted request that started ahead of one that arrived earlier and has not started yet."""
     for rid in ev.admitted:
         req = st.waiting.get(rid)
         if req is None or rid in st.preempted:
             continue
-        passed = [w for w in st.waiting.values() if w.arrival_s < req.arrival_s and w.request_id not in ev.admitted]
-        if passed:
-            return [Candidate(JUMP, "jump", rid, f"#{rid} started ahead of {_passed(passed)}: {_why(req, passed, st)}")]
+        passed = [w for w in st.waiting.values() if w.arrival_s < req.arrival_s and w.request_id not in ev.admitted
+                  and w.request_id not in st.preempted and w.request_id not in ev.finished]
+        why = passed and _why(req, passed[0], st.policy)
+        if why:
+            return [Candidate(JUMP, "jump", rid, f"#{rid} started ahead of {_passed(passed)}: {why}")]
     return []
 
 
@@ -105,42 +126,99 @@ def _passed(passed) -> str:
         f"{len(passed)} requests that arrived earlier"
 
 
-def _why(req, passed, st: LaneState) -> str:
-    if st.policy == "sjf":
-        return f"it asks {req.max_tokens} tokens, #{passed[0].request_id} {passed[0].max_tokens} (shortest job first)"
-    if st.policy == "fair" and req.tenant is not None:
-        return f"its tenant {req.tenant} had fewer requests running (fair share per tenant)"
-    if st.policy == "priority":
-        return f"its priority {req.priority} is more urgent (lower runs first)"
-    return f"{st.policy} order"
+def _why(req: Req, other: Req, policy: str) -> str | None:
+    """The policy's reason, in the two requests' own numbers; None where they do not show it."""
+    if policy == "sjf":
+        return _shorter(req, other)
+    if policy == "fair" and None not in (req.tenant, other.tenant) and req.tenant != other.tenant:
+        return (f"its tenant {req.tenant} goes before #{other.request_id}'s tenant {other.tenant} "
+                "(fair share per tenant)")
+    if policy == "priority" and req.priority < other.priority:
+        return (f"its priority {req.priority} is more urgent than #{other.request_id}'s {other.priority} "
+                "(lower runs first)")
+    return None
 
 
-def _slot_reuse(ev, st: LaneState) -> list[Candidate]:
-    # continuous only: a freed row is refilled at once from the queue, not at the next batch
-    if st.strategy != "continuous" or not ev.admitted:
+def _shorter(req: Req, other: Req) -> str | None:
+    # what shortest-job-first ranks a request that has not started by: its prompt and the answer it may give
+    if req.prompt_len is None or other.prompt_len is None:
+        return None
+    mine, theirs = req.prompt_len + req.max_tokens, other.prompt_len + other.max_tokens
+    if mine >= theirs:
+        return None
+    return (f"it is the shorter job: {mine:,} tokens of prompt and answer against {theirs:,} for "
+            f"#{other.request_id} (shortest job first)")
+
+
+# ---- slots and rows --------------------------------------------------------------------------
+def _slots(ev, st: LaneState) -> list[Candidate]:
+    # continuous only: a request joins the running batch at once, into a slot freed just before if it was full
+    joined = [r for r in ev.admitted if st.known(r) is not None]
+    if st.strategy != "continuous" or not joined:
         return []
-    if ev.finished:
-        return [Candidate(SLOT_REUSE, "slot_reuse", None, f"{ids(ev.finished)} finished and "
-                          f"{ids(ev.admitted)} took the free slot in the same iteration")]
-    if st.prev_finished:
-        return [Candidate(SLOT_REUSE, "slot_reuse", None, f"{ids(ev.admitted)} took the slot that "
-                          f"{ids(st.prev_finished)} freed in the previous iteration; nothing waits for the batch")]
-    return []
+    reuse, decoding = _reuse(ev, st, joined), len(_decoding(ev))
+    if reuse or not decoding:
+        return reuse
+    return [Candidate(JOINED, "joined", None, f"{ids(joined)} joined the running batch while "
+                      f"{counted(decoding, 'request')} kept decoding")]
+
+
+def _reuse(ev, st: LaneState, joined: list[int]) -> list[Candidate]:
+    """The joined requests that were queued when the previous iteration's full batch freed slots: one each."""
+    freed = _freed(ev, st)
+    waited = [r for r in joined if st.known(r).arrival_s <= st.prev.t_end] if freed else []
+    if not waited:  # (an arrival in a lane idle or paused since then did not wait for that slot)
+        return []
+    took, old = waited[:len(freed)], freed[:len(waited)]
+    return [Candidate(SLOT_REUSE, "slot_reuse", None, f"{ids(took)} took the slot{'s' * (len(old) > 1)} "
+                      f"{ids(old)} freed in the previous iteration")]
+
+
+def _freed(ev, st: LaneState) -> list[int]:
+    """The requests that finished in the previous iteration while its batch was full: theirs were the only
+    free slots at this iteration's admission. [] when that is not certain."""
+    prev = st.prev
+    if prev is None or prev.step != ev.step - 1 or ev.preempted or st.max_num_seqs is None:
+        return []
+    rows, now = {e.request_id for e in prev.entries}, {e.request_id for e in ev.entries}
+    freed = [r for r in prev.finished if r in rows]
+    between = [r for r in ev.finished if r in rows and r not in now]  # aborted between the two iterations
+    if len(rows) != st.max_num_seqs or between or any(st.known(r) is None for r in freed + ev.admitted):
+        return []
+    return freed
 
 
 def _padding(ev, st: LaneState) -> list[Candidate]:
     # static/dynamic: finished rows stay in the launched batch and are still computed
-    rows = {e.request_id for e in ev.entries}
-    done = sorted({e.request_id for e in ev.entries if e.phase == PADDING and e.request_id not in st.waiting
-                   and e.request_id not in st.running})
-    if not done or st.strategy == "continuous":
+    if st.strategy == "continuous":
+        return []
+    phases: dict[int, set[str]] = {}
+    for e in ev.entries:
+        phases.setdefault(e.request_id, set()).add(e.phase)
+    pad = [rid for rid, p in phases.items() if p == {PADDING}]
+    done = sorted(rid for rid in pad if rid in st.ended)
+    if not done:
         return []
     verb = "finished but its row is" if len(done) == 1 else "finished but their rows are"
-    are = "is" if len(done) == 1 else "are"
-    return [Candidate(PADDING_ROWS, "padding", None, f"{ids(done)} {verb} still computed; {len(done)} of "
-                      f"{len(rows)} rows {are} padding")]
+    return [Candidate(PADDING_ROWS, "padding", None, f"{ids(done)} {verb} still computed; {len(pad)} of "
+                      f"{len(phases)} rows {'is' if len(pad) == 1 else 'are'} padding")]
 
 
-def _n(count: int, noun: str) -> str:
+# ---- waiting ---------------------------------------------------------------------------------
+def long_wait(st: LaneState, now: float) -> Candidate | None:
+    """A static lane that has computed nothing for LONG_WAIT_S while requests wait for its batch to fill."""
+    idle_since = max(st.last_compute_s or float("-inf"), min(st.wait_since.values(), default=now))
+    filling = [st.waiting[rid] for rid, w in st.waits.items()
+               if w.get("why") == waits.BATCH_FILLING and rid in st.waiting]
+    if st.strategy != "static" or not filling or now - idle_since < LONG_WAIT_S:
+        return None
+    req = min(filling, key=lambda r: (r.arrival_s, r.request_id))
+    return Candidate(LONG_WAIT, "long_wait", req.request_id,
+                     f"#{req.request_id} has waited {now - req.arrival_s:.0f} s, "
+                     f"{waits.say(st.waits[req.request_id], now)}: this lane launches only full batches; the "
+                     "presenter can launch this one now (Launch)")
+
+
+def counted(count: int, noun: str) -> str:
     """'1 request', '3 requests'."""
     return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -27,7 +27,7 @@ def record_scenario(title: str, out: Path, base: EngineConfig, max_seconds: floa
         done = _wait_done(svc, runner, time.monotonic() + max_seconds)
         stop_recording(svc)
         return {"events": rec.events, "skipped": rec.skipped, "seconds": svc.clock() - rec.t0,
-                "requests": runner.submitted, "refused": runner.errors, "complete": done}
+                "requests": runner.submitted, "refused": list(runner.errors), "complete": done}
     finally:
         svc.stop()
 

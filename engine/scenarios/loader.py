@@ -3,6 +3,7 @@
     title = "Straggler: continuous vs static"
     watch = "..."                        # what to look at
     explain = "..."                      # what is sent
+    headline = ["duration_s", "ttft_p50_s"]  # optional: the live metrics the lesson is about (headline.py)
     system = "..."                       # optional: a system message before every prompt (a shared prefix)
     [lanes.continuous]                   # lane name -> EngineConfig overrides of the base config
     strategy = "continuous"
@@ -34,6 +35,7 @@ from engine.lanes import check_lane_name, lane_config
 from engine.request import MAX_TENANT_CHARS, PRIORITY_RANGE
 from engine.untrusted import INT64, is_int, is_number, is_text
 
+from .headline import check_keys
 from .model import Arrival, Scenario
 from .prompts import load_prompts, message
 from .toml_read import read_toml
@@ -46,7 +48,7 @@ MAX_RATE = 1000.0         # poisson_rate, arrivals per second
 MAX_TEXT_CHARS = 8000     # title, watch, explain, a text prompt
 MAX_SYSTEM_CHARS = 16_000  # a system prompt shared by a stream
 MAX_JOIN = 100            # bundled prompts joined into one message
-_TOP = {"title", "watch", "explain", "system", "lanes", "requests"}
+_TOP = {"title", "watch", "explain", "headline", "system", "lanes", "requests"}
 _GROUP = {"count", "at_s", "every_s", "poisson_rate", "seed", "prompt_len", "text", "prompts", "join", "system",
           "prompt_tokens", "max_tokens", "shared_prefix", "tenant", "priority"}
 
@@ -79,7 +81,16 @@ def load_scenario(path: Path) -> Scenario:
     arrivals = [a for i, g in enumerate(groups) for a in _group(where, f"requests[{i}]", g, system)]
     _static_batches(where, lanes, len(arrivals))
     return Scenario(key=Path(path).stem, lanes=lanes, arrivals=tuple(sorted(arrivals, key=lambda a: a.at_s)),
-                    **text)
+                    headline=_headline(where, data.get("headline", Scenario.headline)), **text)
+
+
+def _headline(where: str, keys) -> tuple[str, ...]:
+    if not isinstance(keys, (list, tuple)) or not 1 <= len(keys) <= 4 or not all(isinstance(k, str) for k in keys):
+        raise ScenarioError(f"{where}: headline: must be a list of 1 to 4 metric names")
+    try:
+        return check_keys(keys)
+    except ValueError as e:
+        raise ScenarioError(f"{where}: headline: {e}") from None
 
 
 def _no_unknown(where: str, field: str, table: dict, known: set) -> None:

@@ -52,6 +52,7 @@ class Scenario:
     watch: str               # what to look at, one line
     explain: str             # what is sent, one line
     arrivals: tuple[Arrival, ...]
+    headline: tuple[str, ...] = ("duration_s", "ttft_p50_s")  # the live metrics its lesson is about, first first
 
     def fitted(self, fit: Fit) -> list[Arrival]:
         """The arrivals, each shortened to fit the context (the prompt keeps at least 1 token; chat

@@ -62,6 +62,7 @@ class StreamRunner(Submitter):
         except Exception:  # noqa: BLE001 - a lane that failed to load says so itself; send what fits the others
             pass
         self.arrivals = self.scenario.fitted(fit_of(self.svc))
+        self.svc.start_run(self.scenario.title)
         t0 = time.monotonic()
         for i, a in enumerate(self.arrivals):
             if self.halt.wait(max(0.0, t0 + a.at_s - time.monotonic())):

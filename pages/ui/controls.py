@@ -87,15 +87,44 @@ def _load_generator(svc, client) -> None:
     st.markdown("**Load generator** (Poisson arrivals of bundled prompts)")
     if not client.presenter:
         st.caption("The load generator is for the presenter.")
-    rate = st.slider("Arrival rate (requests/s)", 0.1, 8.0, 1.0, 0.1, key="lg_rate")
-    mean = st.slider("Output length (tokens): mean", 8, 256, 64, key="lg_mean")
-    spread = st.slider("± spread", 0, 248, 48, key="lg_spread")
+    st.slider("Arrival rate (requests/s)", 0.1, 8.0, 1.0, 0.1, key="lg_rate", on_change=_retune)
+    st.slider("Output length (tokens): mean", 8, 256, 64, key="lg_mean", on_change=_retune)
+    st.slider("± spread", 0, 248, 48, key="lg_spread", on_change=_retune)
     gen = loadgen.running()
-    label = f"Stop generator ({gen.submitted} sent)" if gen else "Start generator"
-    if st.button(label, icon=":material/stop:" if gen else ":material/play_arrow:", width="stretch",
-                 type="primary" if gen else "secondary", disabled=not client.presenter):
-        if gen:
-            loadgen.stop()
-        else:
-            loadgen.start(svc, rate, mean, min(spread, mean - 1))
-        st.rerun()
+    # one key whatever the label: a click is never lost to a label that changed since the page was drawn
+    st.button("Stop generator" if gen else "Start generator", key="lg_toggle", on_click=_toggle, args=(svc,),
+              icon=":material/stop:" if gen else ":material/play_arrow:", width="stretch",
+              type="primary" if gen else "secondary", disabled=not client.presenter)
+    _generator_status()
+
+
+def _settings() -> tuple[float, int, int]:
+    s = st.session_state
+    mean = s.get("lg_mean", 64)
+    return s.get("lg_rate", 1.0), mean, min(s.get("lg_spread", 48), mean - 1)
+
+
+def _retune() -> None:
+    loadgen.retune(*_settings())
+
+
+def _toggle(svc) -> None:
+    if loadgen.running():
+        loadgen.stop()
+    else:
+        loadgen.start(svc, *_settings())
+
+
+@st.fragment(run_every=1.0)
+def _generator_status() -> None:
+    """What the generator (running or last run) has sent, and why its refusals were refused."""
+    gen = loadgen.latest()
+    if gen is None:
+        return
+    # stopping: told to stop, a submission still under way (it may still count)
+    state = "running" if gen is loadgen.running() else "stopping" if gen.is_alive() else "stopped"
+    line = f"Generator {state}: {gen.submitted} sent"
+    if gen.refused:
+        st.warning(f"{line}, {gen.refused} refused. Last refusal: {gen.errors[-1]}")
+    else:
+        st.caption(line)

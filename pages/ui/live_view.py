@@ -58,7 +58,8 @@ def live_view(*, key: str, lanes: list[str], headers: dict[str, list[str]] | Non
               running: list[str] | None = None, axis: str = "time",
               views: Sequence[str] = VIEWS, large_text: bool = False,
               clear_after_s: float | None = None, selected: int | None = None,
-              height: int | None = None, mode: str = "live", fit_first_screen: bool = False):
+              height: int | None = None, mode: str = "live", fit_first_screen: bool = False,
+              controls: dict | None = None):
     """Mount the live views (one column per lane, sharing the time axis).
 
     key: the element key (required: it keeps the component, its socket and state, across reruns).
@@ -75,6 +76,8 @@ def live_view(*, key: str, lanes: list[str], headers: dict[str, list[str]] | Non
     mode: "live", or "kv_detail" for one request's logical blocks -> block table -> physical pool.
     fit_first_screen: the Gantt and the batch slots take the rest of the browser's first screen (a
         projector), whatever its size; the other views follow below.
+    controls: the presenter's controls as the page drew them ({"paused", "slow_motion_s",
+        "auto_slow_motion"}); when the service's differ (a key, another tab), the component reruns the page.
 
     Returns the component result; ``result.selected`` is the request id the user picked (or None).
     """
@@ -98,10 +101,11 @@ def live_view(*, key: str, lanes: list[str], headers: dict[str, list[str]] | Non
         "axis": axis, "views": views, "large_text": bool(large_text),
         "clear_after_s": None if clear_after_s is None else float(clear_after_s),
         "selected": selected, "height": height, "mode": mode, "fit_first_screen": bool(fit_first_screen),
+        "controls": controls,
         "contract": wire_contract(),  # how to read the events: step entry fields, phase names
     }
-    return _COMPONENT(key=key, data=data, default={"selected": None, "running": None},
-                      on_selected_change=_noop, on_running_change=_noop,
+    return _COMPONENT(key=key, data=data, default={"selected": None, "running": None, "controls": None},
+                      on_selected_change=_noop, on_running_change=_noop, on_controls_change=_noop,
                       height=height if height is not None else "content")
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+import threading
 
 from engine import SamplingParams
 from engine.bench.workloads import Lengths, load_prompts
@@ -16,14 +17,28 @@ class LoadGenerator(Submitter):
 
     def __init__(self, service, rate: float, mean_tokens: int, spread: int, seed: int = 0, tag: str = "loadgen"):
         super().__init__(service, "inflight-loadgen")
-        self.rate, self.tag = rate, tag
-        self.lengths = Lengths("uniform", low=max(1, mean_tokens - spread), high=mean_tokens + spread)
+        self.tag = tag
+        self.wake = threading.Event()  # new settings or stop: the wait for the next arrival ends early
+        self.retune(rate, mean_tokens, spread)
         self.prompts = [p["prompt"] for p in load_prompts()]
         self.rng = random.Random(seed)
 
+    def retune(self, rate: float, mean_tokens: int, spread: int) -> None:
+        """New settings, from the next arrival on (the page's sliders, while it runs)."""
+        self.rate = rate
+        self.lengths = Lengths("uniform", low=max(1, mean_tokens - spread), high=mean_tokens + spread)
+        self.wake.set()
+
+    def stop(self) -> None:
+        super().stop()
+        self.wake.set()
+
     def run(self) -> None:
-        while not self.halt.wait(self.rng.expovariate(self.rate)):
-            self.submit_one()
+        while not self.halt.is_set():
+            self.wake.clear()
+            if not self.wake.wait(self.rng.expovariate(self.rate)):
+                self.submit_one()
+            # else woken: stopped, or a new rate (arrivals are memoryless: the next gap is drawn afresh)
 
     def submit_one(self) -> None:
         messages = [{"role": "user", "content": self.rng.choice(self.prompts)}]
@@ -34,8 +49,20 @@ class LoadGenerator(Submitter):
 _current: LoadGenerator | None = None  # one per process, like the service it feeds
 
 
+def latest() -> LoadGenerator | None:
+    """The generator started last, running or not (its counts stay readable)."""
+    return _current
+
+
 def running() -> LoadGenerator | None:
-    return _current if _current is not None and _current.is_alive() else None
+    """The generator sending now (one that was told to stop counts as stopped, even mid-submit)."""
+    return _current if _current is not None and _current.is_alive() and not _current.halt.is_set() else None
+
+
+def retune(rate: float, mean_tokens: int, spread: int) -> None:
+    gen = running()
+    if gen is not None:
+        gen.retune(rate, mean_tokens, spread)
 
 
 def start(service, rate: float, mean_tokens: int, spread: int) -> LoadGenerator:

@@ -6,10 +6,11 @@ import html
 
 import streamlit as st
 
-from engine.narration import Narrator
 from engine.scenarios.catalog import running_scenario
+from engine.scenarios.headline import METRICS
 
-from .hub_reader import session_reader
+from .plain import plain
+from .run_metrics import headline_line, narrator, run_metrics
 
 SHOWN = 6
 COMPACT = 1  # sentences shown above the views on a projector
@@ -20,17 +21,25 @@ def _line(s) -> str:
     return f'<li><span class="ifl-who">{html.escape(who)}</span> {html.escape(s.text)}</li>'
 
 
+def _what_to_watch(svc, scenario, compact: bool) -> None:
+    """The number the scenario is about (this run's, per lane) first, then what to look at."""
+    number = headline_line(run_metrics(svc), scenario.headline, svc.lane_names) or \
+        f"{METRICS[scenario.headline[0]].label}, once this run's first requests finish"
+    if compact:  # one line; the whole of it on hover
+        st.html(f'<div title="{html.escape(scenario.watch)}" style="white-space:nowrap;overflow:hidden;'
+                f'text-overflow:ellipsis;color:#9aa4b5"><b>What to watch:</b> <b style="color:#e8ecf3">'
+                f'{html.escape(number)}</b> · {html.escape(scenario.watch)}</div>')
+    else:
+        st.info(f"**What to watch: {plain(number)}**\n\n{plain(scenario.watch)}", icon=":material/visibility:")
+
+
 @st.fragment(run_every=1.0)
 def narration(svc, large: bool = False, compact: bool = False) -> None:
     """compact (a projector, above the views): "What to watch" in one line, and the latest sentences."""
     scenario = running_scenario(svc.lanes, svc.cfg)
-    if scenario is not None and compact:  # one line; the whole of it on hover
-        st.html(f'<div title="{html.escape(scenario.watch)}" style="white-space:nowrap;overflow:hidden;'
-                f'text-overflow:ellipsis;color:#9aa4b5"><b>What to watch:</b> {html.escape(scenario.watch)}</div>')
-    elif scenario is not None:
-        st.info(f"**What to watch:** {scenario.watch}", icon=":material/visibility:")
-    narrator = session_reader("narrator", Narrator, svc.hub)
-    said = narrator.recent(COMPACT if compact else SHOWN, now=svc.clock())
+    if scenario is not None:
+        _what_to_watch(svc, scenario, compact)
+    said = narrator(svc).recent(COMPACT if compact else SHOWN, now=svc.clock())
     if not said:
         st.caption("Narration: notable iterations are described here as they happen.")
         return

@@ -35,13 +35,13 @@ def _row(lane: str, steps: list[dict]) -> dict:
         vals = [s[key] for s in steps if key in s]
         return sum(vals) / len(vals) if vals else None
 
-    def pct(key):
+    def shown(key, scale=1.0):  # '–' where the steps carry no such number (the device's peaks unmeasured)
         m = mean(key)
-        return None if m is None else round(100 * m, 1)
+        return "–" if m is None else f"{m * scale:,.1f}"
 
-    return {"lane": lane, "steps": len(steps), "memory bandwidth used %": pct("mem_util"),
-            "compute used %": pct("compute_util"), "FLOPs per byte": round(mean("intensity"), 1),
-            "GB/s": round(mean("bytes_per_s") / 1e9, 1), "GFLOP/s": round(mean("flops_per_s") / 1e9, 1)}
+    return {"lane": lane, "iterations": len(steps), "memory bandwidth used %": shown("mem_util", 100),
+            "compute used %": shown("compute_util", 100), "FLOPs per byte": shown("intensity"),
+            "GB/s": shown("bytes_per_s", 1e-9), "GFLOP/s": shown("flops_per_s", 1e-9)}
 
 
 def model_lines(summary: dict) -> str:
@@ -71,9 +71,9 @@ def roofline_chart(window: RooflineWindow, peaks: dict) -> go.Figure:
     for lane, steps in window.steps.items():
         fig.add_scatter(x=[s["intensity"] for s in steps], y=[s["flops_per_s"] / 1e9 for s in steps],
                         mode="markers", name=lane, marker={"size": 5, "opacity": 0.6})
-    fig.update_layout(template="plotly_dark", height=360, margin={"t": 30, "b": 40},
-                      xaxis={"type": "log", "title": "FLOPs per byte (arithmetic intensity)"},
-                      yaxis={"type": "log", "title": "achieved GFLOP/s"})
+    fig.update_layout(template="plotly_dark", height=380, margin={"t": 30, "b": 70, "l": 80},
+                      xaxis={"type": "log", "title": {"text": "arithmetic intensity (FLOPs per byte moved)"}},
+                      yaxis={"type": "log", "title": {"text": "achieved GFLOP/s"}})
     return fig
 
 

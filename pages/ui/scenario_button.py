@@ -33,5 +33,5 @@ def scenario_button(svc, client, choice: str, caption: bool = True) -> None:
         st.caption(shown.explain if not locked else "This stream is for the presenter: it names tenants and "
                    "priorities.")
     stream = st.session_state.get("stream")  # the one this tab fired last
-    if stream is not None and stream.errors:
-        st.warning(f"{len(stream.errors)} of {len(stream.arrivals)} requests were refused: {stream.errors[-1]}")
+    if stream is not None and stream.refused:
+        st.warning(f"{stream.refused} of {len(stream.arrivals)} requests were refused: {stream.errors[-1]}")

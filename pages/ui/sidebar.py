@@ -28,10 +28,16 @@ def view_options(svc, presenter: bool) -> dict:
             "axis": "time" if axis == "seconds" else "iterations"}
 
 
-def playback(svc) -> bool:
-    """Pause / single step / resume, slow motion and clear. Returns True when 'clear' was pressed."""
+def controls(svc) -> dict:
+    """The presenter's controls as this page draws them (the live view reruns the page when they change)."""
+    return {"paused": svc.paused.is_set(), "slow_motion_s": svc.min_interval_s, "auto_slow_motion": svc.auto_slow_motion}
+
+
+def playback(svc, shown: dict) -> bool:
+    """Pause / single step / resume, slow motion and clear, as `shown` (controls(svc), taken once per run
+    of the page: the live view compares the service with it). Returns True when 'clear' was pressed."""
     st.sidebar.header("Playback")
-    paused = svc.paused.is_set()
+    paused = shown["paused"]
     c1, c2 = st.sidebar.columns(2)
     if paused:
         if c1.button("Resume", icon=":material/play_arrow:", width="stretch", type="primary"):
@@ -43,10 +49,10 @@ def playback(svc) -> bool:
     if c2.button("Step", icon=":material/skip_next:", width="stretch", disabled=not paused,
                  help="One iteration on every engine (while paused)"):
         svc.step_once()
-    st.session_state.slow_motion = min(2.0, svc.min_interval_s)  # follow a change made elsewhere
+    st.session_state.slow_motion = min(2.0, shown["slow_motion_s"])  # follow a change made elsewhere
     st.sidebar.slider("Slow motion: min. seconds per iteration", 0.0, 2.0, step=0.05, key="slow_motion",
                       on_change=lambda: svc.set_slow_motion(st.session_state.slow_motion))
-    st.session_state.auto_slow = svc.auto_slow_motion
+    st.session_state.auto_slow = shown["auto_slow_motion"]
     st.sidebar.toggle("Auto slow motion while few requests run", key="auto_slow",
                       on_change=lambda: svc.set_auto_slow_motion(st.session_state.auto_slow),
                       help=f"While at most {AUTO_SLOW_MAX_RUNNING} requests run on a lane, each of its iterations "

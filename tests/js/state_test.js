@@ -98,7 +98,7 @@ const tests = {
       steps.forEach((ev, i) => {
         const sum = S.steps[i];
         const rids = new Set(ev.entries.map((e) => e[E.rid]));
-        assert.equal(sum.step, ev.step);
+        assert.equal(sum.it, ev.step);  // one iteration number: the engine's
         assert.equal(sum.rows, rids.size, `${name} step ${ev.step}: rows`);
         const tokens = (pred) => ev.entries.filter(pred).reduce((a, e) => a + e[E.tokens], 0);
         assert.equal(sum.pad, tokens((e) => e[E.phase] === P.padding));
@@ -177,7 +177,7 @@ const tests = {
     for (const ev of allEvents(batches).filter((e) => e.type === "step")) {
       for (const e of ev.entries.filter((x) => x[E.cached] > 0)) {
         const R = st.by.get(ev.lane).reqs.get(e[E.rid]);
-        const seg = R.segs.find((s) => s.step0 === ev.step && s.cached);
+        const seg = R.segs.find((s) => s.it0 === ev.step && s.cached);
         assert.ok(seg, `${ev.lane} #${R.rid}: its admission bar at step ${ev.step} shows the hit`);
         assert.equal(seg.cached, e[E.cached]);
         assert.equal(seg.computed, e[E.tokens]);
@@ -307,6 +307,16 @@ const tests = {
                  "waiting for a full batch: 1 of 4 (launches in 0.3 s at the latest)");
   },
 
+  "the service's pauses: opened and closed by its status events, a zero-length one dropped"() {
+    const st = LiveState.newState(rec.lanes, contract);
+    const status = (event, t) => ({ type: "status", event, t });
+    const names = contract.status;
+    assert.ok(names && names.paused && names.resumed, "the contract names the pause events");
+    LiveState.applyBatch(st, { events: [status(names.paused, 2), status(names.paused, 3), status(names.resumed, 5),
+                                        status(names.paused, 7), status(names.resumed, 7), status(names.paused, 9)] });
+    assert.deepEqual(st.pauses, [{ t0: 2, t1: 5 }, { t0: 9, t1: null }]);
+  },
+
   "clear_after_s hides everything older"() {
     const batches = acceptedBatches(rec.messages);
     const events = allEvents(batches);
@@ -317,7 +327,7 @@ const tests = {
       const S = st.by.get(name);
       const later = ofType(events, "step", name).filter((e) => e.t_start >= clear);
       assert.ok(later.length > 0 && later.length < ofType(events, "step", name).length);
-      assert.deepEqual(S.steps.map((s) => s.step), later.map((e) => e.step), `${name}: only newer steps`);
+      assert.deepEqual(S.steps.map((s) => s.it), later.map((e) => e.step), `${name}: only newer steps`);
       for (const ev of ofType(events, "request", name)) {
         const R = S.reqs.get(ev.request_id);
         if (ev.arrival_s < clear) assert.ok(!R || R.tag === null, `${name} #${ev.request_id}: older request ignored`);

@@ -1,0 +1,159 @@
+"""Live metrics from the service's events: the benchmark's own definitions (metrics.py) over one run.
+
+A run is a scenario's request stream (from its run_started status event), or everything since the
+page's Clear views (`since_s`), or, before either, everything the hub still holds. Paused time is left
+out of every latency and of the run's duration (pauses.py). One LiveMetrics per browser session; every
+number comes from the engines' events, nothing is estimated.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from ..events import RUN_STARTED
+from .metrics import summarize, ttft
+from .pauses import Pauses
+from .records import RequestRecord, StrategyRun, step_sample
+from .workloads import RequestSpec
+
+WINDOW_STEPS = 2000      # per lane
+WINDOW_REQUESTS = 500    # finished requests kept per lane
+RUN_END_GRACE_S = 3.0    # a run has ended once nothing is in flight and nothing arrived or ended for this long
+
+
+class _LaneWindow:
+    def __init__(self):
+        self.steps: deque = deque(maxlen=WINDOW_STEPS)
+        self.done: deque = deque(maxlen=WINDOW_REQUESTS)
+        self.scheduled: dict[int, float] = {}   # request id -> first admitted (running time)
+        self.asked: dict[int, tuple[int, str | None]] = {}  # request id -> (priority, tenant), while in flight
+        self.kind: dict[int, tuple[int, str | None]] = {}   # the same, for the finished ones kept
+        self.tenanted: dict[int, int] = {}      # request ids with a tenant -> themselves (per-tenant service)
+        self.in_flight = 0
+        self.preemptions = 0
+
+    def on_request(self, item: dict) -> None:
+        self.in_flight += 1
+        self.asked[item["request_id"]] = (item.get("priority", 0), item.get("tenant"))
+        if item.get("tenant") is not None:
+            self.tenanted[item["request_id"]] = item["request_id"]
+
+    def on_step(self, ev, pauses: Pauses) -> None:
+        for rid in ev.admitted:
+            self.scheduled.setdefault(rid, pauses.running_s(ev.t_start))
+        self.preemptions += len(ev.preempted)
+        sample = step_sample(ev, self.tenanted if self.tenanted else None)
+        if sample is not None:
+            self.steps.append(sample)
+
+    def on_finished(self, item: dict, pauses: Pauses) -> None:
+        rid, at = item["request_id"], pauses.running_s
+        self.done.append(RequestRecord(rid, at(item["arrival_s"]), self.scheduled.pop(rid, None),
+                                       at(item["first_token_s"]), at(item["finish_s"]), item["num_prompt_tokens"],
+                                       item["num_output_tokens"], item["finish_reason"]))
+        self.kind[rid] = self.asked.pop(rid, (0, None))
+        self.in_flight = max(0, self.in_flight - 1)
+
+    def summary(self, lane: str) -> dict:
+        done = list(self.done)
+        t0 = min((r.arrival_s for r in done), default=0.0)
+        specs = [RequestSpec(r.index, 0.0, 0, tenant=self.kind.get(r.index, (0, None))[1]) for r in done]
+        res = summarize(StrategyRun(lane, done, list(self.steps), t0=t0), specs=specs)
+        res["in_flight"] = self.in_flight
+        res["preemptions"] = self.preemptions
+        # the longest a decoding request waited for its next token: the longest step with decode rows
+        res["max_decode_step_s"] = max((s.t_end - s.t_start for s in self.steps if s.decode_tokens), default=None)
+        res["urgent_ttft_s"] = _max([ttft(r) for r in done if self.kind.get(r.index, (0,))[0] < 0])
+        res["tenant_ttft_p50_s"] = self._tenant_ttfts(done)
+        return res
+
+    def _tenant_ttfts(self, done: list[RequestRecord]) -> dict[str, float]:
+        by: dict[str, list[float]] = {}
+        for r in done:
+            tenant = self.kind.get(r.index, (0, None))[1]
+            if tenant is not None and ttft(r) is not None:
+                by.setdefault(tenant, []).append(ttft(r))
+        return {t: float(np.percentile(v, 50)) for t, v in by.items()}
+
+
+def _max(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+class LiveMetrics:
+    """Consumes hub batches; summary() gives the metric cards' numbers per lane, for the current run."""
+
+    def __init__(self, since_s: float = 0.0, cleared: bool = False):
+        self.windows: dict[str, _LaneWindow] = {}
+        self.cursor = 0          # hub sequence number of the next event to read
+        self.skipped = 0         # events the hub dropped before this reader read them
+        self.since_s = since_s   # the run began then: what happened before is not part of it
+        self.cleared = cleared   # since_s is a Clear views
+        self.run_title: str | None = None  # the scenario whose run this is (None: no scenario ran since)
+        self.pauses = Pauses()
+        self.last_activity_s: float | None = None  # the run's latest arrival or end
+        self._summary = None     # cached until the next event
+
+    def consume(self, hub, limit: int = 20000) -> None:
+        batch = hub.read(self.cursor, limit=limit)
+        self.cursor, self.skipped = batch.cursor, self.skipped + batch.skipped
+        for _, item in batch.events:
+            self.add(item)
+
+    def add(self, item: dict) -> None:
+        kind, lane = item["type"], item.get("lane")
+        self.pauses.feed(item)
+        if kind == "status" and item["event"] == RUN_STARTED and item["t"] >= self.since_s:
+            self._new_run(item["t"], item.get("message"))
+        if lane is None or kind not in ("step", "request", "finished"):
+            return
+        if (item["event"].t_start if kind == "step" else item["arrival_s"]) < self.since_s:
+            return
+        self._summary = None
+        self._lane_event(self.windows.setdefault(lane, _LaneWindow()), kind, item)
+
+    def _lane_event(self, w: _LaneWindow, kind: str, item: dict) -> None:
+        if kind == "step":
+            return w.on_step(item["event"], self.pauses)
+        if kind == "request":
+            w.on_request(item)
+        else:
+            w.on_finished(item, self.pauses)
+        t = item["arrival_s"] if kind == "request" else item["finish_s"] or item["arrival_s"]
+        self.last_activity_s = max(t, self.last_activity_s or t)
+
+    def _new_run(self, t: float, title: str | None) -> None:
+        self.windows.clear()
+        self.since_s, self.run_title, self.cleared = t, title, False
+        self.last_activity_s, self._summary = None, None
+
+    def clear(self, now_s: float) -> None:
+        """Clear views: a new run from now."""
+        self._new_run(now_s, None)
+        self.cleared = True
+
+    def summary(self) -> dict[str, dict]:
+        """Per lane; recomputed only after new events (a page refreshes it every second)."""
+        if self._summary is None:
+            self._summary = {s: w.summary(s) for s, w in self.windows.items()}
+        return self._summary
+
+    def ended(self, now_s: float) -> bool:
+        """Every lane has finished what it was sent and nothing new came for RUN_END_GRACE_S."""
+        s = self.summary()
+        return (bool(s) and all(r["in_flight"] == 0 and r["completed"] > 0 for r in s.values())
+                and self.last_activity_s is not None and now_s - self.last_activity_s >= RUN_END_GRACE_S)
+
+    def paused_s(self, now_s: float) -> float:
+        """Paused time within this run, so far."""
+        before = self.since_s - self.pauses.running_s(self.since_s, now_s)
+        return self.pauses.paused_s(now_s) - before
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None when either is missing or b is zero."""
+    if a is None or b is None or b == 0:
+        return None
+    return a / b

@@ -1,0 +1,72 @@
+"""The number a scenario is about: which of the live metrics (engine/bench/live_metrics.py) its lesson
+shows, how each reads, and the run's one-line headline once it has ended ("static needed 2.3x the time
+continuous took"). Pure data and functions: the page draws them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str                 # a key of a lane's live summary
+    label: str
+    unit: str = " s"
+    scale: float = 1.0
+    digits: int = 2
+    higher_is_better: bool = False
+    help: str = ""
+
+    def text(self, value) -> str:
+        return "–" if value is None else f"{value * self.scale:,.{self.digits}f}{self.unit}"
+
+
+METRICS = {m.key: m for m in (
+    Metric("duration_s", "Time for the run", help="From the run's first arrival to its last answer"),
+    Metric("output_tokens_per_s", "Throughput", " tok/s", digits=1, higher_is_better=True,
+           help="Output tokens per second of finished requests"),
+    Metric("ttft_p50_s", "TTFT p50", help="Time to first token, queueing included: the median request"),
+    Metric("ttft_p99_s", "TTFT p99", help="Time to first token: nearly the slowest request"),
+    Metric("queue_wait_max_s", "Longest wait", help="The longest a request waited before its first iteration"),
+    Metric("max_decode_step_s", "Longest token wait",
+           help="The longest iteration that carried decode rows: how long decoding requests waited for a token"),
+    Metric("urgent_ttft_s", "Urgent request's TTFT", help="Time to first token of the request with priority below 0"),
+    Metric("tenant_ttft_p50_s", "TTFT p50 per tenant", help="The median time to first token of each tenant's requests"),
+    Metric("jain_index", "Fairness (Jain)", "", digits=2, higher_is_better=True,
+           help="Jain's index of the tenants' service while all wanted more: 1 is equal, 1/n one tenant takes all"),
+    Metric("preemptions", "Preemptions", "", digits=0, help="Requests evicted from the KV pool to be recomputed"),
+    Metric("prefix_hit_rate", "Prefix cache hits", " %", 100.0, 0, True,
+           help="Prompt tokens served from the prefix cache / prompt tokens looked up"),
+    Metric("kv_waste_pct", "KV waste", " %", digits=1, help="Allocated KV slots holding no token"),
+)}
+
+
+def check_keys(keys) -> tuple[str, ...]:
+    """The keys if every one names a metric (ValueError naming the first that does not)."""
+    for k in keys:
+        if k not in METRICS:
+            raise ValueError(f"{k!r} is not a live metric; metrics: {', '.join(METRICS)}")
+    return tuple(keys)
+
+
+def values(metric: Metric, summary: dict) -> list[tuple[str, float]]:
+    """(label, value) pairs: one, or one per tenant for a per-tenant metric."""
+    v = summary.get(metric.key)
+    if isinstance(v, dict):
+        return [(f"{metric.label.replace(' per tenant', '')} · {t}", x) for t, x in sorted(v.items())]
+    return [(metric.label, v)]
+
+
+def run_headline(metric: Metric, summaries: dict[str, dict]) -> str | None:
+    """The run's result in words on its first metric, two lanes compared: "static needed 2.31x the time
+    continuous took", "dynamic's TTFT p50 was 3.10x continuous's". None when it does not apply."""
+    known = {lane: s.get(metric.key) for lane, s in summaries.items()}
+    known = {lane: v for lane, v in known.items() if isinstance(v, (int, float)) and v > 0}
+    if len(known) != 2:
+        return None
+    (a, va), (b, vb) = sorted(known.items(), key=lambda kv: kv[1], reverse=not metric.higher_is_better)
+    r = va / vb if not metric.higher_is_better else vb / va
+    if metric.key == "duration_s":
+        return f"{a} needed {r:.2f}x the time {b} took for the same requests"
+    if metric.higher_is_better:
+        return f"{b}'s {metric.label} was {r:.2f}x {a}'s"
+    return f"{a}'s {metric.label} was {r:.2f}x {b}'s"

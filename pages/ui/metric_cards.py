@@ -1,0 +1,114 @@
+"""The playground's metric cards: one column per lane, for the current run (pages/ui/run_metrics.py),
+the running scenario's own numbers first and, once its run has ended, its result in one line."""
+from __future__ import annotations
+
+import streamlit as st
+
+from engine.bench.live_metrics import ratio
+from engine.cost import usd_per_million_tokens
+from engine.remote_config import RemoteConfig
+from engine.scenarios.catalog import running_scenario
+from engine.scenarios.headline import METRICS, run_headline, values
+
+from .cards import Card, cards_html
+from .price import current as current_price
+from .run_metrics import run_label, run_metrics
+
+
+def fmt(v, unit="", scale=1.0, digits=1):
+    return "–" if v is None else f"{v * scale:.{digits}f}{unit}"
+
+
+@st.fragment(run_every=1.0)
+def metric_cards(svc, lanes: list[str]) -> None:
+    m, now = run_metrics(svc), svc.clock()
+    summary = m.summary()
+    shown = [s for s in lanes if s in summary] or list(summary)
+    st.caption(run_label(m, now))
+    if not shown:
+        st.info("Metrics appear as soon as the first request of this run finishes.")
+        return
+    other = {shown[0]: shown[1], shown[1]: shown[0]} if len(shown) == 2 else {}  # each lane vs the other
+    for r in summary.values():
+        r["usd_per_million_output_tokens"] = usd_per_million_tokens(r["output_tokens_per_s"], current_price())
+    scenario = running_scenario(svc.lanes, svc.cfg)
+    keys = scenario.headline if scenario is not None and m.run_title == scenario.title else ()
+    result = _result(keys, {s: summary[s] for s in shown}) if m.ended(now) else None
+    columns = [(s, lane_cards(summary[s], other.get(s), summary.get(other.get(s)), keys,
+                              isinstance(svc.lanes.get(s), RemoteConfig))) for s in shown]
+    st.markdown(cards_html(columns, result, large=st.session_state.get("large_text", False)), unsafe_allow_html=True)
+    if m.skipped:
+        st.caption(f"This tab fell behind: {m.skipped:,} engine events went by unread, so these numbers "
+                   "leave some requests out.")
+
+
+def _result(keys: tuple[str, ...], summaries: dict[str, dict]) -> str | None:
+    """The ended run's headline on the first of its metrics that compares two lanes."""
+    for key in keys:
+        line = run_headline(METRICS[key], summaries)
+        if line is not None:
+            return f"Run finished: {line}."
+    return None
+
+
+def versus(r: dict, other_name: str | None, other: dict | None, key: str, higher_is_better: bool) -> dict:
+    """The card's ratio against the other lane ("1.80x vs static") and whether that is good."""
+    a, b = r.get(key), (other or {}).get(key)
+    vs = ratio(a, b) if isinstance(a, (int, float)) and isinstance(b, (int, float)) else None
+    if vs is None:
+        return {}
+    good = vs >= 1 if higher_is_better else vs <= 1
+    return {"delta": f"{vs:.2f}x vs {other_name}", "tone": "up" if good else "down"}
+
+
+# what a remote server's requests, timed at this client, cannot tell
+ENGINE_ONLY = ("Longest token wait", "Padding waste", "KV waste", "Mean batch", "Mean step", "Preemptions",
+               "Prefix cache hits")
+TIMED_HERE = Card("Timed", "at this client", help="A remote server's requests are timed here: sent, each "
+                  "streamed chunk, finished. Its batches and KV blocks are not visible from outside")
+
+
+def lane_cards(r: dict, other_name: str | None, other: dict | None, keys: tuple[str, ...] = (),
+               remote: bool = False) -> list[Card]:
+    """The scenario's metrics (keys) first, marked, then the usual ones not already shown."""
+    lead = [c for key in keys for c in _lead_cards(METRICS[key], r, other_name, other)]
+    cards = lead + [c for c in _all_cards(r, other_name, other) if c.label not in {x.label for x in lead}]
+    return [c for c in cards if c.label not in ENGINE_ONLY] + [TIMED_HERE] if remote else cards
+
+
+def _lead_cards(metric, r: dict, other_name: str | None, other: dict | None) -> list[Card]:
+    pairs = values(metric, r)
+    vs = versus(r, other_name, other, metric.key, metric.higher_is_better) if len(pairs) == 1 else {}
+    return [Card(label, metric.text(v), **vs, help=f"What this scenario is about. {metric.help}", lead=True)
+            for label, v in pairs]
+
+
+def _all_cards(r: dict, other_name: str | None, other: dict | None) -> list[Card]:
+    def vs(key, higher_is_better=False):
+        return versus(r, other_name, other, key, higher_is_better)
+
+    paused = " Paused time is left out."
+    return [
+        Card("Throughput", fmt(r["output_tokens_per_s"], " tok/s"), **vs("output_tokens_per_s", True),
+             help="Output tokens per second of finished requests, since the run's first arrival." + paused),
+        Card("Requests done", f"{r['completed']}", f"{r['in_flight']} in flight"),
+        Card("TTFT p50", fmt(r["ttft_p50_s"], " s", digits=2), **vs("ttft_p50_s"),
+             help="Time to first token, queueing included." + paused),
+        Card("TTFT p99", fmt(r["ttft_p99_s"], " s", digits=2), **vs("ttft_p99_s"), help=paused.strip()),
+        Card("TPOT p50", fmt(r["tpot_p50_s"], " ms", 1000, 0), help="Time per output token after the first." + paused),
+        Card("TPOT p99", fmt(r["tpot_p99_s"], " ms", 1000, 0), **vs("tpot_p99_s"), help=paused.strip()),
+        Card("Longest token wait", fmt(r["max_decode_step_s"], " s", digits=2), **vs("max_decode_step_s"),
+             help="The longest iteration that carried decode rows: the longest a decoding request waited "
+                  "for its next token"),
+        Card("Padding waste", fmt(r["padding_waste_pct"], " %"),
+             help="Computed token slots that were padding, or rows that had already finished"),
+        Card("KV waste", fmt(r["kv_waste_pct"], " %"),
+             help="Allocated KV slots holding no token (static reserves prompt + max_tokens up front)"),
+        Card("Mean batch", fmt(r["mean_batch_size"]), help="Rows per forward pass"),
+        Card("Mean step", fmt(r["mean_step_ms"], " ms", digits=0)),
+        Card("Cost", "–" if r["usd_per_million_output_tokens"] is None else
+             f"${r['usd_per_million_output_tokens']:.2f}/M tok", **vs("usd_per_million_output_tokens"),
+             help=f"Dollars per million output tokens at ${current_price():.2f} per device hour. "
+                  "Live lanes share the device, so each lane's figure is higher than it would be alone; "
+                  "the ratio between lanes is what compares them"),
+    ]

@@ -1,0 +1,72 @@
+"""The current run's metrics for this browser session (engine/bench/live_metrics.py), shared by the metric
+cards and "What to watch"; Clear views starts a new run here and a fresh narration."""
+from __future__ import annotations
+
+import streamlit as st
+
+from engine.bench.live_metrics import LiveMetrics
+from engine.narration import Narrator
+from engine.scenarios.headline import METRICS, values
+from engine.service import lane_dict
+
+from .hub_reader import session_reader
+
+
+def run_metrics(svc) -> LiveMetrics:
+    since = st.session_state.get("clear_after_s")
+    return session_reader("metrics", lambda: LiveMetrics(since or 0.0, cleared=since is not None), svc.hub)
+
+
+def narrator(svc) -> Narrator:
+    """The session's narrator, caught up with the hub (it knows the lanes' settings even when their
+    `lanes` event has left the hub)."""
+    return session_reader("narrator", lambda: Narrator(lanes=_lanes(svc)), svc.hub)
+
+
+def clear_views(svc) -> None:
+    """The views, the cards and the narration start afresh from now (the engines keep running)."""
+    now = svc.clock()
+    st.session_state.clear_after_s = now
+    st.session_state.metrics = None
+    fresh = st.session_state.narrator = Narrator(lanes=_lanes(svc))
+    fresh.cursor = svc.hub.head
+
+
+def _lanes(svc) -> dict[str, dict]:
+    return {name: lane_dict(cfg) for name, cfg in svc.lanes.items()}
+
+
+def run_label(m: LiveMetrics, now: float) -> str:
+    """Which requests the cards describe, and that pauses are left out."""
+    if m.run_title is not None:
+        what = f"This run: {m.run_title}, started {_ago(now - m.since_s)} ago"
+    elif m.cleared:
+        what = f"Since Clear views, {_ago(now - m.since_s)} ago"
+    else:
+        what = "Every request so far (run a scenario or press Clear views to start afresh)"
+    paused = m.paused_s(now)
+    if paused >= 0.05:
+        what += f" · {paused:.1f} s paused, left out of every latency and of throughput"
+    return what
+
+
+def headline_line(m: LiveMetrics, keys: tuple[str, ...], lanes: list[str]) -> str | None:
+    """"TTFT p50: continuous 0.42 s · dynamic 1.31 s" for the scenario's first metric, this run."""
+    summary = m.summary()
+    if not keys or not any(lane in summary for lane in lanes):
+        return None
+    metric = METRICS[keys[0]]
+    parts = [f"{lane} {_values_text(metric, summary[lane])}" for lane in lanes if lane in summary]
+    return f"{metric.label}: " + " · ".join(parts)
+
+
+def _values_text(metric, lane_summary: dict) -> str:
+    pairs = values(metric, lane_summary)
+    if len(pairs) == 1:
+        return metric.text(pairs[0][1])
+    return ", ".join(f"{label.split(' · ')[-1]} {metric.text(v)}" for label, v in pairs)
+
+
+def _ago(s: float) -> str:
+    s = max(0.0, s)
+    return f"{s:.0f} s" if s < 90 else f"{s / 60:.0f} min"
