@@ -205,3 +205,12 @@ def shown(value) -> str:
     """A value as an error message quotes it: its repr (which escapes what cannot be encoded), cut
     short and shallow, whatever its size or depth."""
     return _QUOTE.repr(value)
+
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#!|<>~$&:])")  # ':' stops links (http://) and Streamlit's :color[]
+
+
+def markdown_text(value) -> str:
+    """Text from outside (a recording's model name, a file name) for a markdown page: every markdown and
+    HTML character escaped, so it shows as the characters it holds, never as a link, image or markup."""
+    return _MARKDOWN.sub(r"\\\1", " ".join(str(value).split()))

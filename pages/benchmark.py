@@ -10,11 +10,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from engine.bench import job as bench_job
 from engine.bench.config import ALL_STRATEGIES, BenchConfig
 from engine.bench.report import write_csv
 from engine.bench.workloads import PRESETS
 from engine.service import get_service
-from ui import bench_job, price
+from ui import price
 from ui.role import VIEWER_NOTE, is_presenter
 
 svc = get_service()

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from engine.kv_stats import KVStats
 from engine.remote_config import RemoteConfig
 from engine.service import get_service
 from ui.live_view import live_view
 from ui.hub_reader import session_reader
-from ui.kv_stats import KVStats
 from ui.roofline_panel import roofline_section
 
 svc = get_service()

@@ -13,8 +13,8 @@ from service_helpers import assert_all_free, free_port, make_service, wait_idle,
 from test_kv_stats import FIRST, SECOND, hub_with
 from engine.scenarios import runner as scenario_runner
 from engine.scenarios.catalog import by_title
-from ui import loadgen
-from ui.kv_stats import KVStats
+from engine.bench import loadgen
+from engine.kv_stats import KVStats
 
 PAGES = Path(__file__).resolve().parents[1] / "pages"
 
@@ -283,7 +283,7 @@ def test_benchmark_page_runs_in_background_and_shows_results(svc):
     at.multiselect[0].set_value(["continuous", "static"])
     next(b for b in at.button if b.label == "Run benchmark").click().run()
     assert not at.exception
-    from ui import bench_job
+    from engine.bench import job as bench_job
     job = bench_job.current()
     job.join(120)
     assert job.error is None and job.result is not None

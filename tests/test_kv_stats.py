@@ -1,11 +1,11 @@
-"""The KV cache page's accounting (pages/ui/kv_stats.py) on hand-made step events: shared and cached
+"""The KV cache page's accounting (engine/kv_stats.py) on hand-made step events: shared and cached
 blocks, the prefix cache hit rate, and one request's block table."""
 from __future__ import annotations
 
 from engine.event_hub import EventHub
 from engine.events import StepEntry, StepMessage
 from engine.telemetry import StepEvent
-from ui.kv_stats import KVStats
+from engine.kv_stats import KVStats
 
 BS = 4
 

@@ -41,9 +41,7 @@ def test_metrics_match_request_outputs(svc):
 
 def test_clear_forgets_the_past(svc):
     svc.submit([5, 6], greedy(2), lanes=["continuous"])[0].result(30)
-    m = LiveMetrics()
-    m.consume(svc.hub)
-    m.clear(svc.clock())
+    m = LiveMetrics(svc.clock(), cleared=True)  # Clear views
     m.consume(svc.hub)
     assert m.summary() == {}
     assert_all_free(svc)
@@ -55,9 +53,7 @@ def test_ratio():
 
 def test_a_pause_is_left_out_of_ttft_and_throughput(svc):
     """Paused for 1.5 s with a request waiting: its TTFT on the cards is its TTFT less the pause."""
-    m = LiveMetrics()
-    m.consume(svc.hub)
-    m.clear(svc.clock())
+    m = LiveMetrics(svc.clock(), cleared=True)
     svc.pause()
     hs = [h for i in range(4) for h in svc.submit([5 + i, 6, 7], greedy(3))]  # a full static batch
     time.sleep(1.5)
@@ -73,9 +69,7 @@ def test_a_pause_is_left_out_of_ttft_and_throughput(svc):
 
 
 def test_a_single_step_while_paused_counts_as_running_time(svc):
-    m = LiveMetrics()
-    m.consume(svc.hub)
-    m.clear(svc.clock())
+    m = LiveMetrics(svc.clock(), cleared=True)
     svc.pause()
     hs = svc.submit([5, 6, 7], greedy(2), lanes=["continuous"])
     time.sleep(0.3)

@@ -27,15 +27,16 @@ class _LaneWindow:
         self.steps: deque = deque(maxlen=WINDOW_STEPS)
         self.done: deque = deque(maxlen=WINDOW_REQUESTS)
         self.scheduled: dict[int, float] = {}   # request id -> first admitted (running time)
-        self.asked: dict[int, tuple[int, str | None]] = {}  # request id -> (priority, tenant), while in flight
-        self.kind: dict[int, tuple[int, str | None]] = {}   # the same, for the finished ones kept
-        self.tenanted: dict[int, int] = {}      # request ids with a tenant -> themselves (per-tenant service)
+        # request id -> (priority, tenant); with a tenant, -> itself (per-tenant service). Kept until the
+        # request leaves the window, so a long session keeps only what the window holds.
+        self.labels: dict[int, tuple[int, str | None]] = {}
+        self.tenanted: dict[int, int] = {}
         self.in_flight = 0
         self.preemptions = 0
 
     def on_request(self, item: dict) -> None:
         self.in_flight += 1
-        self.asked[item["request_id"]] = (item.get("priority", 0), item.get("tenant"))
+        self.labels[item["request_id"]] = (item.get("priority", 0), item.get("tenant"))
         if item.get("tenant") is not None:
             self.tenanted[item["request_id"]] = item["request_id"]
 
@@ -49,29 +50,34 @@ class _LaneWindow:
 
     def on_finished(self, item: dict, pauses: Pauses) -> None:
         rid, at = item["request_id"], pauses.running_s
+        if len(self.done) == self.done.maxlen:  # the oldest leaves the window
+            self.labels.pop(self.done[0].index, None)
+            self.tenanted.pop(self.done[0].index, None)
         self.done.append(RequestRecord(rid, at(item["arrival_s"]), self.scheduled.pop(rid, None),
                                        at(item["first_token_s"]), at(item["finish_s"]), item["num_prompt_tokens"],
                                        item["num_output_tokens"], item["finish_reason"]))
-        self.kind[rid] = self.asked.pop(rid, (0, None))
         self.in_flight = max(0, self.in_flight - 1)
 
     def summary(self, lane: str) -> dict:
         done = list(self.done)
         t0 = min((r.arrival_s for r in done), default=0.0)
-        specs = [RequestSpec(r.index, 0.0, 0, tenant=self.kind.get(r.index, (0, None))[1]) for r in done]
+        specs = [RequestSpec(r.index, 0.0, 0, tenant=self._label(r)[1]) for r in done]
         res = summarize(StrategyRun(lane, done, list(self.steps), t0=t0), specs=specs)
         res["in_flight"] = self.in_flight
         res["preemptions"] = self.preemptions
         # the longest a decoding request waited for its next token: the longest step with decode rows
         res["max_decode_step_s"] = max((s.t_end - s.t_start for s in self.steps if s.decode_tokens), default=None)
-        res["urgent_ttft_s"] = _max([ttft(r) for r in done if self.kind.get(r.index, (0,))[0] < 0])
+        res["urgent_ttft_s"] = _max([ttft(r) for r in done if self._label(r)[0] < 0])
         res["tenant_ttft_p50_s"] = self._tenant_ttfts(done)
         return res
+
+    def _label(self, r: RequestRecord) -> tuple[int, str | None]:
+        return self.labels.get(r.index, (0, None))
 
     def _tenant_ttfts(self, done: list[RequestRecord]) -> dict[str, float]:
         by: dict[str, list[float]] = {}
         for r in done:
-            tenant = self.kind.get(r.index, (0, None))[1]
+            tenant = self._label(r)[1]
             if tenant is not None and ttft(r) is not None:
                 by.setdefault(tenant, []).append(ttft(r))
         return {t: float(np.percentile(v, 50)) for t, v in by.items()}
@@ -128,11 +134,6 @@ class LiveMetrics:
         self.windows.clear()
         self.since_s, self.run_title, self.cleared = t, title, False
         self.last_activity_s, self._summary = None, None
-
-    def clear(self, now_s: float) -> None:
-        """Clear views: a new run from now."""
-        self._new_run(now_s, None)
-        self.cleared = True
 
     def summary(self) -> dict[str, dict]:
         """Per lane; recomputed only after new events (a page refreshes it every second)."""

@@ -15,6 +15,11 @@ class Metric:
     digits: int = 2
     higher_is_better: bool = False
     help: str = ""
+    per: str | None = None   # the summary holds one value per ...: "tenant"
+
+    @property
+    def title(self) -> str:
+        return self.label if self.per is None else f"{self.label} per {self.per}"
 
     def text(self, value) -> str:
         return "–" if value is None else f"{value * self.scale:,.{self.digits}f}{self.unit}"
@@ -30,7 +35,8 @@ METRICS = {m.key: m for m in (
     Metric("max_decode_step_s", "Longest token wait",
            help="The longest iteration that carried decode rows: how long decoding requests waited for a token"),
     Metric("urgent_ttft_s", "Urgent request's TTFT", help="Time to first token of the request with priority below 0"),
-    Metric("tenant_ttft_p50_s", "TTFT p50 per tenant", help="The median time to first token of each tenant's requests"),
+    Metric("tenant_ttft_p50_s", "TTFT p50", help="The median time to first token of each tenant's requests",
+           per="tenant"),
     Metric("jain_index", "Fairness (Jain)", "", digits=2, higher_is_better=True,
            help="Jain's index of the tenants' service while all wanted more: 1 is equal, 1/n one tenant takes all"),
     Metric("preemptions", "Preemptions", "", digits=0, help="Requests evicted from the KV pool to be recomputed"),
@@ -48,12 +54,10 @@ def check_keys(keys) -> tuple[str, ...]:
     return tuple(keys)
 
 
-def values(metric: Metric, summary: dict) -> list[tuple[str, float]]:
-    """(label, value) pairs: one, or one per tenant for a per-tenant metric."""
+def values(metric: Metric, summary: dict) -> list[tuple[str | None, float | None]]:
+    """(part, value) pairs: (None, its value), or (tenant, value) per tenant for a per-tenant metric."""
     v = summary.get(metric.key)
-    if isinstance(v, dict):
-        return [(f"{metric.label.replace(' per tenant', '')} · {t}", x) for t, x in sorted(v.items())]
-    return [(metric.label, v)]
+    return sorted(v.items()) if metric.per is not None and isinstance(v, dict) else [(None, v)]
 
 
 def run_headline(metric: Metric, summaries: dict[str, dict]) -> str | None:

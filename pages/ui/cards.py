@@ -5,6 +5,8 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+import streamlit as st
+
 STYLE = """<style>
 .ifl-mc-row{display:grid;grid-template-columns:repeat(var(--n),minmax(0,1fr));gap:14px}
 .ifl-mc-col{border:1px solid #263042;border-radius:8px;padding:10px 14px;background:#111827}
@@ -35,9 +37,14 @@ class Card:
     lead: bool = False         # what the running scenario is about: marked, shown first
 
 
-def cards_html(columns: list[tuple[str, list[Card]]], result: str | None = None, large: bool = False) -> str:
+def show_cards(columns: list[tuple[str, list[Card]]], result: str | None = None, large: bool = False) -> None:
     """A run's result line (if any), then one row of lane columns, each a grid of cards; large: for a
-    projector. Every text is escaped."""
+    projector."""
+    st.markdown(_cards_html(columns, result, large), unsafe_allow_html=True)
+
+
+def _cards_html(columns: list[tuple[str, list[Card]]], result: str | None, large: bool) -> str:
+    """Every text escaped."""
     cols = "".join(_column(name, cards) for name, cards in columns)
     top = f'<div class="ifl-mc-result" role="status">{html.escape(result)}</div>' if result else ""
     size = " ifl-mc-large" if large else ""

@@ -8,9 +8,9 @@ import random
 import streamlit as st
 
 from engine import SamplingParams
+from engine.bench import loadgen
 from engine.bench.workloads import load_prompts
 
-from . import loadgen
 from .scenario_button import scenario_button
 
 PROMPT_PLACEHOLDER = "Type a prompt; it goes to every lane shown"

@@ -10,7 +10,7 @@ from engine.remote_config import RemoteConfig
 from engine.scenarios.catalog import running_scenario
 from engine.scenarios.headline import METRICS, run_headline, values
 
-from .cards import Card, cards_html
+from .cards import Card, show_cards
 from .price import current as current_price
 from .run_metrics import run_label, run_metrics
 
@@ -36,7 +36,7 @@ def metric_cards(svc, lanes: list[str]) -> None:
     result = _result(keys, {s: summary[s] for s in shown}) if m.ended(now) else None
     columns = [(s, lane_cards(summary[s], other.get(s), summary.get(other.get(s)), keys,
                               isinstance(svc.lanes.get(s), RemoteConfig))) for s in shown]
-    st.markdown(cards_html(columns, result, large=st.session_state.get("large_text", False)), unsafe_allow_html=True)
+    show_cards(columns, result, large=st.session_state.get("large_text", False))
     if m.skipped:
         st.caption(f"This tab fell behind: {m.skipped:,} engine events went by unread, so these numbers "
                    "leave some requests out.")
@@ -77,10 +77,9 @@ def lane_cards(r: dict, other_name: str | None, other: dict | None, keys: tuple[
 
 
 def _lead_cards(metric, r: dict, other_name: str | None, other: dict | None) -> list[Card]:
-    pairs = values(metric, r)
-    vs = versus(r, other_name, other, metric.key, metric.higher_is_better) if len(pairs) == 1 else {}
-    return [Card(label, metric.text(v), **vs, help=f"What this scenario is about. {metric.help}", lead=True)
-            for label, v in pairs]
+    vs = versus(r, other_name, other, metric.key, metric.higher_is_better) if metric.per is None else {}
+    return [Card(metric.label if part is None else f"{metric.label} · {part}", metric.text(v), **vs,
+                 help=f"What this scenario is about. {metric.help}", lead=True) for part, v in values(metric, r)]
 
 
 def _all_cards(r: dict, other_name: str | None, other: dict | None) -> list[Card]:

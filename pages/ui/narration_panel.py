@@ -8,8 +8,8 @@ import streamlit as st
 
 from engine.scenarios.catalog import running_scenario
 from engine.scenarios.headline import METRICS
+from engine.untrusted import markdown_text
 
-from .plain import plain
 from .run_metrics import headline_line, narrator, run_metrics
 
 SHOWN = 6
@@ -24,13 +24,13 @@ def _line(s) -> str:
 def _what_to_watch(svc, scenario, compact: bool) -> None:
     """The number the scenario is about (this run's, per lane) first, then what to look at."""
     number = headline_line(run_metrics(svc), scenario.headline, svc.lane_names) or \
-        f"{METRICS[scenario.headline[0]].label}, once this run's first requests finish"
+        f"{METRICS[scenario.headline[0]].title}, once this run's first requests finish"
     if compact:  # one line; the whole of it on hover
         st.html(f'<div title="{html.escape(scenario.watch)}" style="white-space:nowrap;overflow:hidden;'
                 f'text-overflow:ellipsis;color:#9aa4b5"><b>What to watch:</b> <b style="color:#e8ecf3">'
                 f'{html.escape(number)}</b> · {html.escape(scenario.watch)}</div>')
     else:
-        st.info(f"**What to watch: {plain(number)}**\n\n{plain(scenario.watch)}", icon=":material/visibility:")
+        st.info(f"**What to watch: {markdown_text(number)}**\n\n{markdown_text(scenario.watch)}", icon=":material/visibility:")
 
 
 @st.fragment(run_every=1.0)

@@ -10,8 +10,8 @@ import streamlit as st
 
 from engine.config import EngineConfig
 from engine.recording import SHIPPED, play_file, start_recording, stop_recording, stop_replay
+from engine.untrusted import markdown_text
 from ui.live_view import lane_headers
-from ui.plain import plain
 
 SPEED_STEPS = (0.25, 0.5, 1.0, 2.0, 4.0)  # within the replayer's bounds (engine.recording.SPEEDS)
 _DIR = Path(tempfile.gettempdir()) / "inflight-recordings"
@@ -20,7 +20,7 @@ _DIR = Path(tempfile.gettempdir()) / "inflight-recordings"
 def banner(replay) -> None:
     """Says, above the views, that they show a recording and not the engines."""
     landing = replay.until is not None
-    st.warning(f"**{replay.recording.describe(plain)}.** "
+    st.warning(f"**{replay.recording.describe(markdown_text)}.** "
                + ("The engines are still loading the model: the live views switch to them when they are ready."
                   if landing else "A replay, not the engines: the presenter's controls are in the sidebar."),
                icon=":material/movie:")
@@ -75,7 +75,7 @@ def _start(svc, upload) -> None:
     problem = play_file(svc, SHIPPED, SHIPPED.name) if upload is None else play_file(svc, upload.getvalue(),
                                                                                       upload.name)
     if problem:
-        st.sidebar.error(plain(problem), icon=":material/error:")
+        st.sidebar.error(markdown_text(problem), icon=":material/error:")
         return
     st.rerun()
 

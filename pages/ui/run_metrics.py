@@ -57,14 +57,12 @@ def headline_line(m: LiveMetrics, keys: tuple[str, ...], lanes: list[str]) -> st
         return None
     metric = METRICS[keys[0]]
     parts = [f"{lane} {_values_text(metric, summary[lane])}" for lane in lanes if lane in summary]
-    return f"{metric.label}: " + " · ".join(parts)
+    return f"{metric.title}: " + " · ".join(parts)
 
 
 def _values_text(metric, lane_summary: dict) -> str:
-    pairs = values(metric, lane_summary)
-    if len(pairs) == 1:
-        return metric.text(pairs[0][1])
-    return ", ".join(f"{label.split(' · ')[-1]} {metric.text(v)}" for label, v in pairs)
+    return ", ".join(metric.text(v) if part is None else f"{part} {metric.text(v)}"
+                     for part, v in values(metric, lane_summary))
 
 
 def _ago(s: float) -> str:
