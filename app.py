@@ -8,12 +8,12 @@ from contextlib import asynccontextmanager
 import streamlit as st
 from streamlit import config
 
-from engine.access import Access
 from engine.api.server import build_routes
 from engine.config import EngineConfig
-from engine.lanes import lanes_from_env
-from engine.scenarios.catalog import shipped
-from engine.service import EngineService, get_service, shutdown_service
+from engine.room.access import Access
+from engine.serving.lanes import lanes_from_env
+from engine.serving.service import EngineService, get_service, shutdown_service
+from engine.workshop.scenarios.catalog import shipped
 
 
 def _announce(access: Access, address: str, port: int) -> None:

@@ -5,9 +5,9 @@ import argparse
 import sys
 
 from .config import STRATEGIES, EngineConfig, default_model
+from .events import StepEvent
 from .llm_engine import LLMEngine
 from .request import SamplingParams
-from .telemetry import StepEvent
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -4,6 +4,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import torch
+
+from .model.packed_linear import resolve_linear_backend
 from .untrusted import INT64, is_int, is_number, is_text, shown
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -52,6 +55,8 @@ class EngineConfig:
     static_batch_size: int = 16  # the same maximum batch as max_num_seqs: comparisons are at equal capacity
     static_max_wait_s: float = 0.5
     seed: int = 0
+
+    is_remote = False  # a lane of this engine, here (serving/remote: a RemoteConfig is a server elsewhere)
 
     def __post_init__(self):
         if self.model is None:
@@ -102,3 +107,47 @@ def _count(x, low: int) -> bool:
 def _check(ok: bool, name: str, value, expected: str, owner: str = "EngineConfig") -> None:
     if not ok:
         raise ValueError(f"{owner}.{name} must be {expected}, got {shown(value)}")
+
+
+# ---- what "auto" means here ----------------------------------------------------------------------
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} was asked for but CUDA is not available; use device='cpu'")
+    return torch.device(name)
+
+
+def resolve_backend(name: str, device: torch.device) -> str:
+    if name == "triton" and device.type != "cuda":
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            raise ValueError("attention_backend='triton' needs a CUDA device (or TRITON_INTERPRET=1 to run "
+                             "the kernels in Triton's CPU interpreter, for tests)")
+    return "torch" if name == "auto" else name
+
+
+def resolve_cuda_graphs(flag: bool | None, device: torch.device, backend: str) -> bool:
+    """Whether decode steps go through graph buckets: replayed CUDA graphs on CUDA; without CUDA
+    (the Triton backend then runs in Triton's interpreter, for tests) the same bucketed forward, eagerly."""
+    if flag is None:
+        return device.type == "cuda" and backend == "triton"
+    if flag and backend != "triton":
+        raise ValueError("EngineConfig.cuda_graphs=True needs attention_backend='triton' (the torch reference "
+                         "backend sizes its work from host values every step, which a graph cannot replay)")
+    return flag
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, name)
+
+
+def weights_key(cfg: EngineConfig) -> tuple:
+    """What loaded weights depend on, resolved (auto -> what it means here): model, device, dtype,
+    attention backend (registered on the model) and linear backend (packed or not). Engines with
+    the same key can share one copy."""
+    device = resolve_device(cfg.device)
+    dtype = resolve_dtype(cfg.dtype, device)
+    return (cfg.model, device, dtype, resolve_backend(cfg.attention_backend, device),
+            resolve_linear_backend(cfg.linear_backend, device, dtype))

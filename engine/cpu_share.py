@@ -166,4 +166,4 @@ class _TeamThread:
             done.set()
 
 
-SHARE = CoreShare()  # one per process: the cores are the process's
+CORES = CoreShare()  # one per process: the cores are the process's

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .untrusted import is_int
+
 REPLACEMENT_CHAR = "\ufffd"
 # Prompt tokens used as initial context for the first output tokens.
 _PROMPT_CONTEXT_TOKENS = 5
@@ -184,7 +186,7 @@ def _as_id_list(result) -> list[int]:
     result = list(result)
     if len(result) == 1 and isinstance(result[0], (list, tuple)):
         result = list(result[0])  # a batch of one
-    if not all(isinstance(t, int) and not isinstance(t, bool) for t in result):
+    if not all(is_int(t) for t in result):
         raise ValueError(f"chat template did not produce token ids: {result!r:.200}")
     return [int(t) for t in result]
 

@@ -1,9 +1,12 @@
-"""EventHub: a bounded ring buffer of engine events with sequence numbers.
+"""EventHub: a bounded ring buffer of engine events with sequence numbers, and HubReader, its reader.
 
-Writers (engine threads) append; readers keep their own cursor. A reader that
-falls more than `capacity` events behind skips the oldest ones and is told how
-many it missed, so memory stays flat however slow a reader is. Listeners instead see every event,
-in the publishing thread (the Prometheus counters must miss none).
+Writers (engine threads) append events (engine/events.py), which the hub holds as they are; readers
+keep their own cursor. A reader that falls more than `capacity` events behind skips the oldest ones and
+is told how many it missed, so memory stays flat however slow a reader is. Listeners instead see every
+event, in the publishing thread (the Prometheus counters must miss none).
+
+It sits in the core beside the contract, not in serving/: the replayer fills one from a recording,
+and readers in every layer (KV statistics, the narration, the live metrics) read one.
 """
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ import logging
 import threading
 from collections import deque
 from dataclasses import dataclass
+
+from .events import EVENTS
 
 log = logging.getLogger(__name__)
 
@@ -67,3 +72,35 @@ class EventHub:
 
     def __len__(self) -> int:
         return len(self._buf)
+
+
+_HANDLERS = {e.TYPE: f"on_{e.TYPE}" for e in EVENTS}  # "step" -> on_step, "request" -> on_request, ...
+
+
+class HubReader:
+    """Reads a hub from its own cursor and hands each event to the method named for its type (on_step,
+    on_request, on_finished, on_status, on_waits, on_lanes, on_gpu, on_remote_metrics): a reader
+    defines the ones it needs. on_event is also a hub listener (EventHub.add_listener)."""
+
+    LIMIT = 20000  # events taken per consume(): a page's rerun stays short however far behind it is
+
+    def __init__(self, cursor: int = 0):
+        self.cursor = cursor  # the sequence number of the next event to read
+        self.skipped = 0      # events the hub dropped before this reader read them
+
+    def consume(self, hub: EventHub) -> None:
+        batch = hub.read(self.cursor, limit=self.LIMIT)
+        self.cursor = batch.cursor
+        if batch.skipped:
+            self.skipped += batch.skipped
+            self.on_skipped()
+        for _, event in batch.events:
+            self.on_event(event)
+
+    def on_event(self, event) -> None:
+        handler = getattr(self, _HANDLERS.get(event.TYPE, ""), None)
+        if handler is not None:
+            handler(event)
+
+    def on_skipped(self) -> None:
+        """The hub dropped events this reader never saw (it was too slow)."""

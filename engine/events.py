@@ -1,11 +1,11 @@
-"""The event contract: every event /engine/ws carries, defined once.
+"""The event contract: every event /engine/ws carries, and the step event inside each step message.
 
 Events are dataclasses whose `to_dict()` is the wire shape ({"type": ..., fields...}). The fields every
 event carries (lane, strategy) live on `Event`: adding one there adds it to every event. A step entry
 travels as a list in ENTRY_FIELDS order; `wire_contract()` hands that order and the phase names to
 the browser, so no client hard-codes them.
 
-Remote lanes (engine/remote_lane.py: a lane served by an OpenAI-compatible server elsewhere) emit the
+Remote lanes (engine/serving/remote/lane.py: a lane served by an OpenAI-compatible server elsewhere) emit the
 same events, built from timestamps taken here, at the client: sent, each streamed chunk, finished.
 They are labelled: every event of such a lane carries strategy REMOTE, and its config in `lanes` and
 in status carries `source: REMOTE`. What they mean there:
@@ -24,9 +24,10 @@ from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from .wire_json import dumps
+
 if TYPE_CHECKING:
     from .request import RequestOutput
-    from .telemetry import StepEvent
 
 # Phases of a scheduled row.
 PREFILL = "prefill"  # a prompt chunk, or a recompute after preemption
@@ -59,6 +60,92 @@ ENTRY_FIELDS = tuple(f.name for f in fields(StepEntry))  # the order of a step e
 _entry_values = attrgetter(*ENTRY_FIELDS)
 
 
+@dataclass
+class StepEvent:
+    step: int  # the iteration number: steps that computed or finished something, from 1 (LLMEngine.step)
+    strategy: str
+    t_start: float
+    t_end: float
+    entries: list[StepEntry]
+    num_waiting: int
+    num_running: int
+    admitted: list[int]
+    finished: list[int]
+    preempted: list[int]
+    tokens_used: int            # tokens computed this step (padding included)
+    token_budget: int
+    # KV cache
+    num_blocks: int
+    block_size: int
+    used_blocks: int
+    block_tables: dict[int, list[int]]  # request id -> physical block ids (every held block is in one)
+    kv_tokens: dict[int, int]   # request id -> tokens stored in its blocks
+    reserved_unused_slots: int  # slots held by requests but holding no token
+    # new tokens sampled this step: request id -> token id
+    sampled: dict[int, int] = field(default_factory=dict)
+    # prefix caching: evictable cached blocks (held by nobody, least recently used first), and the
+    # tokens of this step's admitted requests looked up in the cache and found there
+    cached_blocks: list[int] = field(default_factory=list)
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    # why requests wait (engine/scheduler/waits.py), as changes since the previous step: request id ->
+    # its reason, or None once it no longer waits
+    waits: dict[int, dict | None] = field(default_factory=dict)
+
+    def block_holders(self) -> dict[int, list[int]]:
+        """Block -> the requests holding it (more than one when prefix caching shares it): the block
+        tables' inverse, derived on demand so that a step pays nothing for it."""
+        holders: dict[int, list[int]] = {}
+        for rid, table in self.block_tables.items():
+            for b in table:
+                holders.setdefault(b, []).append(rid)
+        return holders
+
+    @property
+    def shared_blocks(self) -> dict[int, int]:
+        """Block -> reference count, for the blocks more than one request holds (prefix caching)."""
+        return {b: len(rids) for b, rids in self.block_holders().items() if len(rids) > 1}
+
+    @property
+    def duration_s(self) -> float:
+        return self.t_end - self.t_start
+
+    @property
+    def num_padding_tokens(self) -> int:
+        return sum(e.num_tokens for e in self.entries if e.phase == PADDING)
+
+    def to_dict(self) -> dict:
+        """Compact JSON-ready form (the websocket's shape)."""
+        return {
+            "type": StepMessage.TYPE,
+            "step": self.step,
+            "strategy": self.strategy,
+            "t_start": self.t_start,
+            "t_end": self.t_end,
+            "entries": [e.to_list() for e in self.entries],
+            "num_waiting": self.num_waiting,
+            "num_running": self.num_running,
+            "admitted": self.admitted,
+            "finished": self.finished,
+            "preempted": self.preempted,
+            "tokens_used": self.tokens_used,
+            "token_budget": self.token_budget,
+            "kv": {
+                "num_blocks": self.num_blocks,
+                "block_size": self.block_size,
+                "used": self.used_blocks,
+                "block_tables": {str(k): v for k, v in self.block_tables.items()},
+                "kv_tokens": {str(k): v for k, v in self.kv_tokens.items()},
+                "reserved_unused_slots": self.reserved_unused_slots,
+                "cached": self.cached_blocks,
+            },
+            "prefix_queries": self.prefix_queries,
+            "prefix_hits": self.prefix_hits,
+            "sampled": {str(k): v for k, v in self.sampled.items()},
+            "waits": {str(k): v for k, v in self.waits.items()},
+        }
+
+
 @dataclass(kw_only=True)
 class Event:
     """What every event carries besides its own fields."""
@@ -79,9 +166,27 @@ class Event:
         """The common fields (who sent it), as sent."""
         return {f.name: getattr(self, f.name) for f in fields(Event) if getattr(self, f.name) is not None}
 
-    def hub_item(self) -> dict:
-        """What the EventHub holds: the wire dict."""
-        return self.to_dict()
+    @property
+    def is_remote(self) -> bool:
+        """Sent by a remote lane (its numbers are times taken here, at the client)."""
+        return self.strategy == REMOTE
+
+    # The hub holds the event itself; its wire form is built on first use and kept, so that every
+    # client of the socket, the recorder and the trace share one encoding. Events are not changed once
+    # published, and neither is what wire() returns.
+    def wire(self) -> dict:
+        """The JSON-ready dict the socket sends."""
+        out = self.__dict__.get("_wire")
+        if out is None:
+            out = self.__dict__["_wire"] = self.to_dict()
+        return out
+
+    def json(self) -> str:
+        """The wire dict as JSON text (wire_json: this cannot fail)."""
+        out = self.__dict__.get("_json")
+        if out is None:
+            out = self.__dict__["_json"] = dumps(self.wire())
+        return out
 
 
 def _optional(event: Event, name: str) -> bool:
@@ -94,23 +199,12 @@ class StepMessage(Event):
     TYPE: ClassVar[str] = "step"
     event: StepEvent
     deltas: dict[int, str] = field(default_factory=dict)
-    roofline: dict | None = None  # engine/roofline.py step_roofline(); sent only when known
+    roofline: dict | None = None  # engine/telemetry/roofline.py step_roofline(); sent only when known
 
     def to_dict(self) -> dict:
         extra = {} if self.roofline is None else {"roofline": self.roofline}
         return {**self.event.to_dict(), **self.source(), "deltas": {str(k): v for k, v in self.deltas.items()},
                 **extra}
-
-    def hub_item(self) -> dict:
-        # the hub keeps the StepEvent (Python readers use it as is); JSON is built later, once, by the
-        # readers that need it (engine.api.protocol.encode_event)
-        return {"type": self.TYPE, **self.source(), "event": self.event, "deltas": self.deltas,
-                "roofline": self.roofline}
-
-    @classmethod
-    def from_hub_item(cls, item: dict) -> StepMessage:
-        return cls(event=item["event"], deltas=item["deltas"], roofline=item.get("roofline"),
-                   **{f.name: item.get(f.name) for f in fields(Event)})
 
 
 @dataclass(kw_only=True)
@@ -190,6 +284,11 @@ class LanesEvent(Event):
     lanes: dict[str, dict[str, Any]]
 
 
+
+def is_remote_lane(settings: dict) -> bool:
+    """A lane's settings as a `lanes` event carries them: is it a remote server's?"""
+    return settings.get("source") == REMOTE
+
 @dataclass(kw_only=True)
 class RemoteMetricsEvent(Event):
     """A remote lane's server's own gauges, read from its Prometheus /metrics (vLLM or SGLang names),
@@ -210,5 +309,6 @@ def wire_contract() -> dict:
     phrasing of each wait reason included."""
     from .scheduler.waits import LAUNCH_AT, TEMPLATES  # the scheduler imports this module
     return {"entry_fields": list(ENTRY_FIELDS), "phases": list(PHASES), "event_types": [e.TYPE for e in EVENTS],
+            "types": {e.__name__: e.TYPE for e in EVENTS},  # each event's type name, by its class here
             "remote_strategy": REMOTE, "wait_reasons": TEMPLATES, "launch_at": LAUNCH_AT,
             "status": {"paused": PAUSED, "resumed": RESUMED, "run_started": RUN_STARTED}}

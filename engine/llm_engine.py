@@ -8,15 +8,16 @@ from collections.abc import Sequence
 
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer, find_stop
-from .events import PADDING
+from .device_memory import GiB
+from .events import PADDING, StepEntry, StepEvent
 from .kv import KVCacheManager
-from .kv.sizing import GiB, kv_block_bytes, num_kv_blocks
+from .kv.sizing import kv_block_bytes, num_kv_blocks
 from .model.runner import ModelRunner
 from .model.sampler import make_generator
 from .request import Request, RequestOutput, SamplingParams, check_priority_tenant
 from .scheduler import SchedulerOutput, StaticScheduler, make_scheduler
 from .scheduler.waits import changes
-from .telemetry import StepEntry, StepEvent
+from .untrusted import is_int
 
 log = logging.getLogger(__name__)
 KEEP_FINISHED = 10_000  # finished outputs kept for get_output(), oldest dropped first
@@ -115,7 +116,7 @@ class LLMEngine:
     def _new_id(self, request_id: int | None) -> int:
         if request_id is None:
             request_id = self._next_id
-        elif isinstance(request_id, bool) or not isinstance(request_id, int) or request_id < 0:
+        elif not is_int(request_id) or request_id < 0:
             raise ValueError(f"request_id must be an integer >= 0, got {request_id!r}")
         elif request_id in self.requests or request_id in self._finished:
             raise ValueError(f"request_id {request_id} is already in use")
@@ -127,7 +128,7 @@ class LLMEngine:
             if not prompt:
                 raise ValueError("prompt is empty")
             ids = self.tokenizer.encode(prompt, add_special_tokens=True)
-        elif isinstance(prompt, Sequence) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        elif isinstance(prompt, Sequence) and all(is_int(t) for t in prompt):
             ids = list(prompt)
             bad = [t for t in ids if not 0 <= t < self.runner.vocab_size]
             if bad:

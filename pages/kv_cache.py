@@ -5,12 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
-from engine.kv_stats import KVStats
-from engine.remote_config import RemoteConfig
-from engine.service import get_service
+from engine.telemetry.kv_stats import KVStats
+from engine.serving.service import get_service
 from ui.live_view import live_view
 from ui.hub_reader import session_reader
 from ui.roofline_panel import roofline_section
+from engine.untrusted import is_number
 
 svc = get_service()
 st.title("KV cache: paged blocks vs up-front reservation")
@@ -21,7 +21,7 @@ st.markdown(
     "tables at the **same physical blocks** (shared), and a finished request's full blocks stay **cached** "
     "for the next hit until the pool needs them. Pick a request in the playground (or here) to follow it.")
 
-lanes = [n for n, c in svc.lanes.items() if not isinstance(c, RemoteConfig)]  # a remote server shows no blocks
+lanes = [n for n, c in svc.lanes.items() if not c.is_remote]  # a remote server shows no blocks
 lane, selected = None, st.session_state.get("kv_selected")
 if lanes:
     lane = st.segmented_control("Lane", lanes, default=lanes[0], key="kv_lane") or lanes[0]
@@ -56,7 +56,7 @@ def cell(v) -> str:
     """A figure as the table shows it: '–' where there is none (no prefix lookups yet, ...)."""
     if v is None:
         return "–"
-    return f"{v:,}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+    return f"{v:,}" if is_number(v) else str(v)
 
 
 def block_table(stats: KVStats, lane: str, selected: int | None) -> None:

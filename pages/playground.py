@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.recording import play_while_loading
-from engine.service import get_service
+from engine.workshop.recording import play_while_loading
+from engine.serving.service import get_service
 from ui import controls, replay_panel, sidebar
 from ui.live_view import live_view
 from ui.metric_cards import metric_cards

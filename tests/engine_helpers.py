@@ -46,11 +46,6 @@ def check_kv_invariants(eng: LLMEngine) -> None:
         assert all(n == 1 for n in holders.values()), "a block is shared without prefix caching"
 
 
-def owner_of_blocks(eng: LLMEngine) -> dict[int, int]:
-    """Physical block -> request id, read from the cache's block tables."""
-    return {b: rid for rid, table in eng.cache.block_tables.items() for b in table}
-
-
 def check_drained(eng: LLMEngine) -> None:
     assert not eng.has_unfinished(), "requests left in the engine"
     assert eng.cache.num_free == eng.cache.num_blocks, "KV blocks leaked"

@@ -1,17 +1,16 @@
 """Is every sentence of the narrator true? An independent check: each sentence is parsed back (a regex
 per template) and its claim re-derived from the hub's items, without the narrator's code.
 
-check(items, sentences, start) -> what is false, one line each (empty: every sentence is true). `items`
-are the hub's items from the stream's beginning (dicts as the EventHub holds them: a step's `event` is a
-StepEvent); the narrator read items[start:], so it may name only requests whose `request` item is there.
+check(events, sentences, start) -> what is false, one line each (empty: every sentence is true). `events`
+are the hub's from the stream's beginning (read here as wire dicts, a step's `event` kept a StepEvent); the
+narrator read events[start:], so it may name only requests whose `request` event is there.
 A sentence no template parses is false too: a new template must be taught here."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-from engine.events import DECODE, ENTRY_FIELDS, PADDING, PREFILL, StepEntry
-from engine.telemetry import StepEvent
+from engine.events import DECODE, ENTRY_FIELDS, EVENTS, PADDING, PREFILL, StepEntry, StepEvent, StepMessage
 
 IDS = r"#\d+(?:(?:, #\d+)*(?: and (?:#\d+|\d+ more)))?"
 NUM = r"\d[\d,]*"
@@ -75,7 +74,7 @@ def num(text: str) -> int:
     return int(text.replace(",", ""))
 
 
-def step_item(d: dict) -> dict:
+def step_message(d: dict) -> StepMessage:
     """A step event as the socket sends it (and a recording stores it) -> as the hub holds it."""
     kv = d.get("kv", {})
     ints = lambda m: {int(k): v for k, v in (m or {}).items()}  # noqa: E731
@@ -88,13 +87,24 @@ def step_item(d: dict) -> dict:
                    block_tables=ints(kv.get("block_tables")), kv_tokens=ints(kv.get("kv_tokens")),
                    reserved_unused_slots=kv.get("reserved_unused_slots", 0), sampled=ints(d.get("sampled")),
                    cached_blocks=kv.get("cached", []), waits=ints(d.get("waits")))
-    return {"type": "step", "lane": d["lane"], "strategy": d["strategy"], "event": ev,
-            "deltas": ints(d.get("deltas")), "roofline": d.get("roofline")}
+    return StepMessage(event=ev, lane=d["lane"], strategy=d["strategy"], deltas=ints(d.get("deltas")),
+                       roofline=d.get("roofline"))
 
 
-def hub_items(events: list[dict]) -> list[dict]:
-    """Wire events (a recording's) -> hub items."""
-    return [step_item(e) if e["type"] == "step" else e for e in events]
+CLASSES = {e.TYPE: e for e in EVENTS}
+
+
+def typed(events: list[dict]) -> list:
+    """Wire events (a recording's) -> the events as the hub holds them."""
+    return [step_message(e) if e["type"] == StepMessage.TYPE else
+            CLASSES[e["type"]](**{k: v for k, v in e.items() if k != "type"}) for e in events]
+
+
+def as_item(event) -> dict:
+    """A hub's event -> what this checker reads: the wire dict, a step's `event` kept as the StepEvent."""
+    if isinstance(event, StepMessage):
+        return {"type": event.TYPE, "lane": event.lane, "strategy": event.strategy, "event": event.event}
+    return event.to_dict()
 
 
 # ---- what happened -----------------------------------------------------------------------------
@@ -178,8 +188,8 @@ class Facts:
 
 
 # ---- the checks ----------------------------------------------------------------------------------
-def check(items: list[dict], sentences, start: int = 0) -> list[str]:
-    checker = Checker(Facts(items, start))
+def check(events: list, sentences, start: int = 0) -> list[str]:
+    checker = Checker(Facts([as_item(e) for e in events], start))
     return [f"{s.lane} {s.step} {s.text!r}: {why}" for s in sentences if (why := checker.sentence(s))]
 
 

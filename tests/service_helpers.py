@@ -11,7 +11,7 @@ import uvicorn
 
 from engine import EngineConfig
 from engine.bench.app_process import free_port  # noqa: F401 - the tests take it from here
-from engine.service import EngineService
+from engine.serving.service import EngineService
 
 
 def make_service(model_dir, strategies=("continuous", "dynamic"), access=None, limits=None,

@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.service import get_service, shutdown_service
+from engine.serving.service import get_service, shutdown_service
+from engine.events import RequestEvent
 from service_helpers import assert_all_free, free_port, make_service, wait_idle, wait_settled
 from test_kv_stats import FIRST, SECOND, hub_with
-from engine.scenarios import runner as scenario_runner
-from engine.scenarios.catalog import by_title
-from engine.bench import loadgen
-from engine.kv_stats import KVStats
+from engine.workshop.scenarios import runner as scenario_runner
+from engine.workshop.scenarios.catalog import by_title
+from engine.workshop import loadgen
+from engine.telemetry.kv_stats import KVStats
 
 PAGES = Path(__file__).resolve().parents[1] / "pages"
 
@@ -39,7 +40,7 @@ def app(page: str) -> AppTest:
 def request_events(svc, since: int, want: int) -> list[dict]:
     deadline = time.monotonic() + 10  # a worker publishes "request" just after accepting
     while True:
-        events = [e for _, e in svc.hub.read(since).events if e["type"] == "request"]
+        events = [e for _, e in svc.hub.read(since).events if isinstance(e, RequestEvent)]
         if len(events) >= want or time.monotonic() > deadline:
             return events
         time.sleep(0.02)
@@ -59,8 +60,8 @@ def test_scenario_runs_its_lanes_and_its_stream_reaches_both(svc):
     next(b for b in at.button if b.label == "Run scenario").click().run()
     assert not at.exception
     events = request_events(svc, cursor, 18)
-    assert {e["lane"] for e in events} == {"chunked on", "chunked off"} and {e["tag"] for e in events} == {"scenario"}
-    assert len(events) == 18 and 300 < max(e["num_prompt_tokens"] for e in events) <= 512 - 16  # cut to fit
+    assert {e.lane for e in events} == {"chunked on", "chunked off"} and {e.tag for e in events} == {"scenario"}
+    assert len(events) == 18 and 300 < max(e.num_prompt_tokens for e in events) <= 512 - 16  # cut to fit
     assert_all_free(svc)
     at.sidebar.radio(key="compare").set_value("Steady Poisson load: continuous vs dynamic").run()
     assert svc.lane_names == ["continuous", "dynamic"]
@@ -86,10 +87,10 @@ def test_policy_scenario_sets_the_lanes_policies_and_its_stream_carries_tenants_
     runner.join(30)
     assert runner.submitted == len(runner.arrivals) and not runner.errors
     events = request_events(svc, cursor, 2 * len(runner.arrivals))
-    assert len(events) == 2 * len(runner.arrivals) and {e["lane"] for e in events} == {"fcfs", policy}
+    assert len(events) == 2 * len(runner.arrivals) and {e.lane for e in events} == {"fcfs", policy}
     for lane in ("fcfs", policy):  # each lane got the stream's tenants and priorities, in order
-        sent = sorted((e for e in events if e["lane"] == lane), key=lambda e: e["request_id"])
-        assert [(e["tenant"], e["priority"]) for e in sent] == [(a.tenant, a.priority) for a in runner.arrivals]
+        sent = sorted((e for e in events if e.lane == lane), key=lambda e: e.request_id)
+        assert [(e.tenant, e.priority) for e in sent] == [(a.tenant, a.priority) for a in runner.arrivals]
     assert_all_free(svc)
     at.sidebar.radio(key="compare").set_value("Steady Poisson load: continuous vs dynamic").run()
     assert svc.lane_names == ["continuous", "dynamic"]
@@ -97,7 +98,7 @@ def test_policy_scenario_sets_the_lanes_policies_and_its_stream_carries_tenants_
 
 def test_viewer_cannot_fire_a_stream_that_names_tenants(svc, monkeypatch):
     """A viewer is its own tenant and may not ask for priority -1: the button says it is the presenter's."""
-    from engine.access import Access, Client
+    from engine.room.access import Access, Client
     svc.set_lanes(by_title("A flooding tenant: FCFS vs fair").lanes)
     wait_settled(svc)
     monkeypatch.setattr(svc, "access", Access(room=True, token="presenter-token-xyz"))
@@ -136,7 +137,7 @@ def test_presentation_mode_narration_and_auto_slow_motion(svc):
 
 
 def test_a_viewer_cannot_run_a_scenario_whose_lanes_do_not_run(svc):
-    from engine.access import Client, NotPresenter
+    from engine.room.access import Client, NotPresenter
     with pytest.raises(NotPresenter, match="presenter"):
         scenario_runner.start(svc, by_title("Burst: max batch 4 vs 32"), Client("viewer-1", presenter=False))
     assert svc.lane_names == ["continuous", "dynamic"]
@@ -323,7 +324,7 @@ def test_load_generator_follows_its_sliders_and_says_why_it_is_refused(svc, monk
 def test_viewer_in_a_room_gets_no_controls_but_can_submit(svc, monkeypatch):
     """Room mode without the presenter cookie: no playback, settings, lane change, load generator
     or benchmark; each place says why; prompts and the scenario's stream still go in, within limits."""
-    from engine.access import Access
+    from engine.room.access import Access
     monkeypatch.setattr(svc, "access", Access(room=True, token="presenter-token-xyz"))
     at = app("playground.py")
     labels = {b.label for b in at.sidebar.button}

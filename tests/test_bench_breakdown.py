@@ -6,7 +6,7 @@ import pytest
 from engine import StepEntry, StepEvent
 from engine.bench.fairness import backlogged_window, intersect, jain_index, merge, tenant_service
 from engine.bench.metrics import summarize
-from engine.bench.records import RequestRecord, StepSample, StrategyRun, step_sample
+from engine.bench.records import RequestRecord, StepSample, LaneRun, step_sample
 from engine.bench.report import format_table
 from engine.bench.workloads import RequestSpec
 
@@ -64,7 +64,7 @@ def test_summary_splits_classes_and_tenants():
     recs = [_rec(0, 0.0, 2.0, 2.0, 6.0), _rec(1, 0.0, 3.0, 3.5, 4.0), _rec(2, 0.0, 1.0, 1.5, 2.0)]
     specs = [_spec(0, "long", "x"), _spec(1, "short", "y"), _spec(2, "short", "y")]
     steps = [_step(1.0, {0: 4}), _step(2.0, {0: 1, 2: 4}), _step(4.0, {0: 1, 1: 5})]
-    m = summarize(StrategyRun("continuous", recs, steps, 0.0), specs=specs)
+    m = summarize(LaneRun("continuous", recs, steps, 0.0), specs=specs)
     assert m["queue_wait_max_s"] == pytest.approx(3.0)
     assert list(m["classes"]) == ["long", "short"]
     short = m["classes"]["short"]
@@ -74,19 +74,19 @@ def test_summary_splits_classes_and_tenants():
     assert m["backlogged_s"] == pytest.approx(2.0)  # x waits during [0, 2), y during [0, 3)
     assert m["tenants"]["x"]["tokens_served"] == 6 and m["tenants"]["y"]["backlogged_rate"] == pytest.approx(4 / 2)
     assert m["jain_index"] == pytest.approx(81 / 82)  # rates 2.5 and 2
-    plain = summarize(StrategyRun("continuous", recs, steps, 0.0), specs=[_spec(i) for i in range(3)])
+    plain = summarize(LaneRun("continuous", recs, steps, 0.0), specs=[_spec(i) for i in range(3)])
     assert "classes" not in plain and "tenants" not in plain and "jain_index" not in plain
-    peer = summarize(StrategyRun("hf-generate", recs, [_step(1.0)], 0.0), specs=specs)
+    peer = summarize(LaneRun("hf-generate", recs, [_step(1.0)], 0.0), specs=specs)
     assert "classes" in peer and "tenants" not in peer  # no per-request service recorded
 
 
 def test_prefix_metrics():
     steps = [_step(1.0, prefill=500, queries=600, hits=480), _step(2.0, prefill=20, queries=0, hits=0),
              _step(3.0, queries=40, hits=0)]
-    m = summarize(StrategyRun("continuous", [_rec(0, 0, 0, 1, 3)], steps, 0.0))
+    m = summarize(LaneRun("continuous", [_rec(0, 0, 0, 1, 3)], steps, 0.0))
     assert m["prefill_tokens"] == 520 and m["prefix_queries"] == 640 and m["prefix_hits"] == 480
     assert m["prefix_hit_rate"] == pytest.approx(0.75)
-    peer = summarize(StrategyRun("hf-generate", [_rec(0, 0, 0, 1, 3)], [_step(1.0, prefill=9)], 0.0))
+    peer = summarize(LaneRun("hf-generate", [_rec(0, 0, 0, 1, 3)], [_step(1.0, prefill=9)], 0.0))
     assert peer["prefill_tokens"] == 9 and peer["prefix_hit_rate"] is None and peer["prefix_queries"] is None
 
 

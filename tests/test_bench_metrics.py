@@ -7,7 +7,7 @@ import pytest
 from engine import RequestOutput, StepEntry, StepEvent
 from engine.bench.metrics import summarize
 from engine.bench.peers import generate_steps
-from engine.bench.records import StrategyRun, request_record, step_sample
+from engine.bench.records import LaneRun, request_record, step_sample
 from engine.bench.report import add_ratios, format_table, speedup
 from engine.bench.workloads import RequestSpec
 from engine_helpers import greedy, make_engine
@@ -27,7 +27,7 @@ def _output(rid, arrival, first, finish, n_out, prompt_len=6):
 
 
 @pytest.fixture
-def hand_run() -> StrategyRun:
+def hand_run() -> LaneRun:
     # A: arrives at 0, first token 0.5, finishes 1.5 with 5 tokens  -> TTFT 0.5, TPOT 0.25, e2e 1.5
     # B: arrives at 0.2, scheduled 0.5, first 1.0, finishes 3.0 with 3 tokens -> TTFT 0.8, TPOT 1.0, e2e 2.8
     t0 = 100.0
@@ -45,7 +45,7 @@ def hand_run() -> StrategyRun:
     ]
     steps = [s for s in map(step_sample, events) if s is not None]
     assert len(steps) == 3
-    return StrategyRun("static", records, steps, t0)
+    return LaneRun("static", records, steps, t0)
 
 
 def test_latency_and_throughput_metrics(hand_run):
@@ -86,13 +86,13 @@ def test_goodput(hand_run):
 
 
 def test_runs_without_steps_or_completions():
-    run = StrategyRun("hf-cb", [request_record(0, _output(0, 1.0, 1.2, 2.0, 3), 1.1)], [], 1.0)
+    run = LaneRun("hf-cb", [request_record(0, _output(0, 1.0, 1.2, 2.0, 3), 1.1)], [], 1.0)
     m = summarize(run)
     assert m["padding_waste_pct"] is None and m["kv_waste_pct"] is None and m["mean_batch_size"] is None
     assert m["output_tokens_per_s"] == pytest.approx(3.0)
     aborted = _output(1, 1.0, None, 1.5, 0)
     aborted.finish_reason = "abort"
-    m = summarize(StrategyRun("x", [request_record(1, aborted, None)], [], 1.0))
+    m = summarize(LaneRun("x", [request_record(1, aborted, None)], [], 1.0))
     assert m["completed"] == 0 and m["failed"] == 1 and m["ttft_p50_s"] is None and m["output_tokens_per_s"] is None
 
 
@@ -109,7 +109,7 @@ def test_generate_batch_waste():
     assert [s.kv_allocated_slots for s in steps] == [10, 12, 14, 16]
     assert [s.kv_unused_slots for s in steps] == [2, 2, 3, 4]
     assert [s.active_rows for s in steps] == [2, 2, 1, 1]
-    m = summarize(StrategyRun("hf-generate", [], steps, 0.0))
+    m = summarize(LaneRun("hf-generate", [], steps, 0.0))
     assert m["padding_waste_pct"] == pytest.approx(100 * 4 / 16)
     assert m["kv_waste_pct"] == pytest.approx(100 * np.mean([2 / 10, 2 / 12, 3 / 14, 4 / 16]))
 

@@ -8,7 +8,7 @@ import pytest
 from engine.bench import BenchConfig
 from engine.bench.__main__ import main
 from engine.bench.report import format_table
-from engine.cost import DEFAULT_PRICE_PER_HOUR, default_price_per_hour, usd_per_million_tokens
+from engine.telemetry.cost import DEFAULT_PRICE_PER_HOUR, default_price_per_hour, usd_per_million_tokens
 
 
 def test_dollars_per_million_tokens():

@@ -15,7 +15,7 @@ from websockets.sync.client import connect
 
 from browser_helpers import CHROMIUM, require_browser
 from engine.bench.app_process import CHROMIUM_ARGS, running_app
-from engine.scenarios.catalog import shipped
+from engine.workshop.scenarios.catalog import shipped
 from service_helpers import free_port
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import pytest
 from engine.events import (ENTRY_FIELDS, EVENTS, PHASES, REMOTE, Event, FinishedEvent, GpuEvent, LanesEvent,
                            RemoteMetricsEvent, RequestEvent, StatusEvent, StepEntry, StepMessage, wire_contract)
 from engine.request import RequestOutput
-from engine.telemetry import StepEvent
+from engine.events import StepEvent
 
 SAMPLES = [
     RequestEvent(request_id=3, tag="ui", prompt="hi", messages=None, num_prompt_tokens=2, max_tokens=8,
@@ -69,10 +69,8 @@ def test_step_message_is_the_step_event_plus_text_deltas():
     # prefix caching: evictable blocks on the wire; shared ones are derived from the tables
     assert wire["kv"]["cached"] == [5, 6] and (wire["prefix_queries"], wire["prefix_hits"]) == (11, 8)
     assert msg.event.shared_blocks == {0: 2, 1: 2}
-    # the hub keeps the StepEvent; JSON is built by the readers that need it
-    item = msg.hub_item()
-    assert item["type"] == "step" and item["strategy"] == "continuous" and item["event"] is msg.event
-    assert StepMessage.from_hub_item(item) == msg
+    # the hub keeps the event itself; its wire form is built once, on first use, and shared
+    assert msg.wire() is msg.wire() and msg.wire() == msg.to_dict() and json.loads(msg.json()) == wire
 
 
 def test_finished_event_of_an_output():

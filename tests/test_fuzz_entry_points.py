@@ -21,15 +21,15 @@ from hypothesis import strategies as st
 from websockets.sync.client import connect
 
 from engine import SamplingParams, wire_json
-from engine.access import PRESENTER_COOKIE, Access
-from engine.api.protocol import MAX_MESSAGE_BYTES, event_json
+from engine.room.access import PRESENTER_COOKIE, Access
+from engine.api.protocol import MAX_MESSAGE_BYTES
 from engine.api.server import create_app
 from engine.bench import fuzz
-from engine.recording import Replayer, load
-from engine.recording.format import RecordingError
-from engine.recording.stage import SHIPPED
-from engine.scenarios import ScenarioError, load_scenario
-from engine.scenarios.loader import SCENARIO_DIR
+from engine.workshop.recording import Replayer, load
+from engine.workshop.recording.format import RecordingError
+from engine.workshop.recording.stage import SHIPPED
+from engine.workshop.scenarios import ScenarioError, load_scenario
+from engine.workshop.scenarios.loader import SCENARIO_DIR
 from service_helpers import assert_all_free, make_service, serve
 
 TOKEN = "fuzz-presenter-token"
@@ -184,7 +184,7 @@ def test_every_recording_upload_plays_or_is_refused_naming_its_line(rnd):
     r.seek(rec.end)  # every event published at once
     assert r.ended and len(r.hub) >= len(rec)
     for _, item in r.hub.read(0).events:
-        assert json.loads(event_json(item))["type"]
+        assert json.loads(item.json())["type"]
 
 
 @FUZZ
@@ -214,7 +214,7 @@ def test_after_the_fuzz_everyone_is_still_served(base, svc, watcher, repairs_bef
     assert watcher.error is None and watcher.is_alive() and watcher.messages > seen
     assert handles[0].request_id in watcher.finished
     for _, item in svc.hub.read(0).events:  # every event the ring holds encodes, fuzzed text and all
-        event_json(item).encode("utf-8")
+        item.json().encode("utf-8")
     trace = httpx.get(f"http://{base}/trace.json", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
     assert trace.status_code == 200 and trace.json()["traceEvents"]
     assert_all_free(svc)

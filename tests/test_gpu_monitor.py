@@ -5,7 +5,8 @@ import time
 from types import SimpleNamespace
 
 from engine.event_hub import EventHub
-from engine.gpu_monitor import start_gpu_monitor
+from engine.events import GpuEvent
+from engine.telemetry.gpu_monitor import start_gpu_monitor
 
 
 class FakeNvml:
@@ -36,7 +37,7 @@ def test_samples_are_published():
     finally:
         mon.stop()
     ev = batch.events[0][1]
-    assert ev["type"] == "gpu" and ev["util_pct"] == 73 and ev["mem_total_mb"] == 80 * 1024
+    assert isinstance(ev, GpuEvent) and ev.util_pct == 73 and ev.mem_total_mb == 80 * 1024
 
 
 def test_no_gpu_no_monitor():

@@ -8,11 +8,12 @@ import time
 import httpx
 import pytest
 
-from engine.access import PRESENTER_COOKIE, Access
+from engine.room.access import PRESENTER_COOKIE, Access
 from engine.api.join_route import MAX_PROMPT_CHARS
 from engine.api.server import create_app
-from engine.limits import ClientLimiter, ClientLimits
-from engine.participants import MAX_NAME_CHARS, Participants, clean_name
+from engine.room.limits import ClientLimiter, ClientLimits
+from engine.room.participants import MAX_NAME_CHARS, Participants, clean_name
+from engine.events import FinishedEvent, RequestEvent
 from service_helpers import assert_all_free, make_service, serve
 
 TOKEN = "presenter-token-join-1"
@@ -67,12 +68,12 @@ def test_a_phone_prompt_streams_back_and_carries_the_name(svc, base):
     rid = msgs[0]["request_id"]
     assert msgs[-1]["finish_reason"] in ("length", "stop")
     text = "".join(m.get("text", "") for m in msgs)
-    requests = [e for _, e in svc.hub.read(cursor).events if e["type"] == "request" and e["request_id"] == rid]
-    assert {e["lane"] for e in requests} == set(svc.lane_names)  # on every lane, so in every view
-    assert all(e["name"] == "Ada Lovelace" and e["tag"] == "join" for e in requests)
+    requests = [e for _, e in svc.hub.read(cursor).events if isinstance(e, RequestEvent) and e.request_id == rid]
+    assert {e.lane for e in requests} == set(svc.lane_names)  # on every lane, so in every view
+    assert all(e.name == "Ada Lovelace" and e.tag == "join" for e in requests)
     finished = next(e for _, e in svc.hub.read(cursor).events
-                    if e["type"] == "finished" and e["request_id"] == rid and e["lane"] == svc.lane_names[0])
-    assert finished["text"] == text
+                    if isinstance(e, FinishedEvent) and e.request_id == rid and e.lane == svc.lane_names[0])
+    assert finished.text == text
     after = svc.status()["room"]
     assert after["requests"] == before["requests"] + 1
     assert after["participants"] == max(1, before["participants"])  # one phone (one IP) however often it asks
@@ -106,7 +107,7 @@ def test_bad_input_is_refused_before_anything_is_queued(svc, base, body, status,
     cursor = svc.hub.head
     r = httpx.post(f"{base}/join/ask", json=body, timeout=30)
     assert r.status_code == status and words in r.json()["error"]
-    assert not [e for _, e in svc.hub.read(cursor).events if e["type"] == "request"]
+    assert not [e for _, e in svc.hub.read(cursor).events if isinstance(e, RequestEvent)]
 
 
 def test_cross_site_posts_and_forms_are_refused(base):
@@ -124,11 +125,11 @@ def test_a_phone_that_leaves_has_its_request_aborted(svc, base):
         rid = json.loads(next(r.iter_lines())[6:])["request_id"]
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        ended = [e for _, e in svc.hub.read(cursor).events if e["type"] == "finished" and e["request_id"] == rid]
+        ended = [e for _, e in svc.hub.read(cursor).events if isinstance(e, FinishedEvent) and e.request_id == rid]
         if len(ended) == len(svc.lane_names):
             break
         time.sleep(0.05)
-    assert {e["finish_reason"] for e in ended} == {"abort"}
+    assert {e.finish_reason for e in ended} == {"abort"}
 
 
 def test_names_are_cleaned_and_participants_counted_by_client():

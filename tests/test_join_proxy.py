@@ -12,9 +12,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from engine.access import PHONE_COOKIE, Access, proxy_networks
+from engine.room.access import PHONE_COOKIE, Access, proxy_networks
 from engine.api.server import create_app
-from engine.limits import ClientLimiter, ClientLimits
+from engine.room.limits import ClientLimiter, ClientLimits
+from engine.events import RequestEvent
 from service_helpers import assert_all_free, make_service, serve
 
 LIMITS = ClientLimits(burst=2, per_minute=1, max_in_flight=2, max_tokens=4)
@@ -78,7 +79,7 @@ def test_twenty_phones_behind_one_tunnel_each_get_their_own_limits(urls, svc):
         return await asyncio.gather(*(phone(proxy, 3) for _ in range(20)))
     results = asyncio.run(asyncio.wait_for(room(), 120))
     assert all(r == [200, 200, 429] for r in results), results  # its burst of 2, then its own limit
-    tenants = {e["tenant"] for _, e in svc.hub.read(since).events if e["type"] == "request"}
+    tenants = {e.tenant for _, e in svc.hub.read(since).events if isinstance(e, RequestEvent)}
     assert len(tenants) == 20 and all(t.startswith("phone:") for t in tenants)
 
 
@@ -101,7 +102,7 @@ def test_a_forged_forwarded_for_from_an_untrusted_address_changes_nothing(urls, 
         codes = [c.post("/join/ask", json={"name": "x", "prompt": "Say hi"},
                         headers={"X-Forwarded-For": f"10.0.0.{i}"}).status_code for i in range(3)]
     assert codes == [200, 200, 429]  # one client, its own address: the header was ignored
-    tenants = {e["tenant"] for _, e in svc.hub.read(since).events if e["type"] == "request"}
+    tenants = {e.tenant for _, e in svc.hub.read(since).events if isinstance(e, RequestEvent)}
     assert tenants == {f"ip:{UNTRUSTED}"}
 
 

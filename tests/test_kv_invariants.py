@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from engine.config import SCHEDULING_POLICIES, STRATEGIES
 from engine.kv import BlockAllocator, KVCacheManager, OutOfBlocks
-from engine_helpers import check_drained, check_kv_invariants, greedy, make_engine, owner_of_blocks
+from engine_helpers import check_drained, check_kv_invariants, greedy, make_engine
 
 ops = st.lists(
     st.one_of(
@@ -60,9 +60,8 @@ def _random_run(eng, seq):
             for _ in range(op[1]):
                 ev = eng.step()
                 check_kv_invariants(eng)
-                # the event's owner map (derived from its tables) matches the cache's tables
-                owners = owner_of_blocks(eng)
-                assert [owners.get(b, -1) for b in range(eng.cache.num_blocks)] == ev.block_owner.tolist()
+                # the event shows the cache's tables as they are after the step
+                assert ev.block_tables == {rid: list(t) for rid, t in eng.cache.block_tables.items()}
     eng.draining = True
     for _ in range(500):
         if not eng.has_unfinished():
@@ -82,12 +81,13 @@ def test_allocator_refcounts():
     a = BlockAllocator(4)
     blocks = a.allocate(3)
     a.incref(blocks[0])
-    a.free(blocks)
+    a.put_free(a.release(blocks))
     assert a.num_free == 3 and a.ref_count(blocks[0]) == 1
-    a.free([blocks[0]])
+    assert a.release([blocks[0]]) == [blocks[0]]  # its last holder: free now, not yet on the free list
+    a.put_free([blocks[0]])
     assert a.num_free == 4
     with pytest.raises(ValueError, match="double free"):
-        a.free([blocks[0]])
+        a.release([blocks[0]])
     with pytest.raises(OutOfBlocks):
         a.allocate(5)
 

@@ -1,11 +1,11 @@
-"""The KV cache page's accounting (engine/kv_stats.py) on hand-made step events: shared and cached
+"""The KV cache page's accounting (engine/telemetry/kv_stats.py) on hand-made step events: shared and cached
 blocks, the prefix cache hit rate, and one request's block table."""
 from __future__ import annotations
 
 from engine.event_hub import EventHub
-from engine.events import StepEntry, StepMessage
-from engine.telemetry import StepEvent
-from engine.kv_stats import KVStats
+from engine.events import StepEntry, StepEvent, StepMessage
+from engine.telemetry.kv_stats import KVStats
+from event_factories import request_event
 
 BS = 4
 
@@ -22,9 +22,9 @@ def step(n: int, tables: dict[int, list[int]], kv_tokens: dict[int, int], entrie
 
 def hub_with(*events: StepEvent, lane: str = "cached") -> EventHub:
     hub = EventHub()
-    hub.publish({"type": "request", "lane": lane, "request_id": 1, "num_prompt_tokens": 10, "max_tokens": 6})
+    hub.publish(request_event(1, lane, prompt=10, max_tokens=6))
     for ev in events:
-        hub.publish(StepMessage(event=ev, lane=lane).hub_item())
+        hub.publish(StepMessage(event=ev, lane=lane))
     return hub
 
 

@@ -1,4 +1,4 @@
-"""engine.lanes: lane specs as text and JSON, their differences from a base config, and labels."""
+"""engine.serving.lanes: lane specs as text and JSON, their differences from a base config, and labels."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from engine.config import EngineConfig
-from engine.lanes import describe_difference, lane_overrides, load_lanes, parse_lane
+from engine.serving.lanes import describe_difference, lane_overrides, load_lanes, parse_lane
 
 BASE = EngineConfig(model="some/model", device="cpu")
 

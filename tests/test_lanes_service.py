@@ -12,6 +12,7 @@ import websockets
 
 from engine.api.server import create_app
 from engine_helpers import greedy, mixed_prompts
+from engine.events import FinishedEvent, RequestEvent, StepMessage
 from service_helpers import assert_all_free, make_service, serve, wait_settled
 from tiny_models import reference_greedy
 
@@ -51,9 +52,9 @@ def test_events_carry_the_lane(svc):
     cursor = svc.hub.head
     svc.submit([5, 6, 7], greedy(3))[0].result(30)
     assert_all_free(svc)
-    items = [item for _, item in svc.hub.read(cursor).events if item["type"] in ("request", "step", "finished")]
-    assert {item["lane"] for item in items} == {"block 4", "block 16"}
-    assert {item["strategy"] for item in items} == {"continuous"}
+    items = [item for _, item in svc.hub.read(cursor).events if isinstance(item, (RequestEvent, StepMessage, FinishedEvent))]
+    assert {item.lane for item in items} == {"block 4", "block 16"}
+    assert {item.strategy for item in items} == {"continuous"}
 
 
 def test_removing_a_lane_mid_stream_ends_its_requests_at_once_and_loses_nothing(svc):

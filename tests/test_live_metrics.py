@@ -6,6 +6,7 @@ import time
 import pytest
 
 from engine_helpers import greedy
+from engine.events import StepMessage
 from service_helpers import assert_all_free, make_service
 from engine.bench.live_metrics import LiveMetrics, ratio
 
@@ -31,7 +32,7 @@ def test_metrics_match_request_outputs(svc):
         assert r["output_tokens"] == sum(len(o.output_token_ids) for o in mine)
         ttfts = sorted(o.first_token_s - o.arrival_s for o in mine)
         assert r["ttft_p50_s"] == pytest.approx((ttfts[1] + ttfts[2]) / 2)
-        steps = [e["event"] for _, e in svc.hub.read(0).events if e["type"] == "step" and e["lane"] == strategy]
+        steps = [e.event for _, e in svc.hub.read(0).events if isinstance(e, StepMessage) and e.lane == strategy]
         decoding = [ev.duration_s for ev in steps if any(x.phase == "decode" for x in ev.entries)]
         assert r["max_decode_step_s"] == pytest.approx(max(decoding))  # the longest wait for a next token
     # static pads prompts of 3..6 tokens and keeps finished rows: padding is wasted, continuous has none
@@ -78,8 +79,8 @@ def test_a_single_step_while_paused_counts_as_running_time(svc):
     svc.resume()
     out = hs[0].result(30)
     m.consume(svc.hub)
-    steps = [e["event"] for _, e in svc.hub.read(0).events if e["type"] == "step" and e["lane"] == "continuous"
-             and e["event"].t_start >= out.arrival_s]
+    steps = [e.event for _, e in svc.hub.read(0).events if isinstance(e, StepMessage) and e.lane == "continuous"
+             and e.event.t_start >= out.arrival_s]
     first = steps[0]
     # the time before the step was paused; the step itself was not
     assert m.summary()["continuous"]["ttft_p50_s"] == pytest.approx(out.first_token_s - first.t_start, abs=0.02)

@@ -49,7 +49,7 @@ def test_roofline_lines_in_the_utilization_view_and_the_roofline_chart(browser, 
 
 
 def remote_copy(events: list[dict], lane: str) -> list[dict]:
-    """A lane's events as a remote lane sends them (engine/remote_lane.py): no KV, no budget, no token ids,
+    """A lane's events as a remote lane sends them (engine/serving/remote/lane.py): no KV, no budget, no token ids,
     no roofline; plus the server's gauges, polled every 0.1 s over the same time."""
     out = []
     for e in events:

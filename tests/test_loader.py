@@ -1,4 +1,4 @@
-"""engine.model.loader.resolve_model_dir: local dirs, caches, hub failures, default model."""
+"""engine.model.files.loader.resolve_model_dir: local dirs, caches, hub failures, default model."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.model import hub, pypi_fallback
-from engine.model.loader import DEFAULT_MODEL, COMPLETE_MARKER, converted_cache_dir, resolve_model_dir
-from engine.model.model_files import NotAvailable
+from engine.model.files import hub, pypi_fallback
+from engine.model.files.loader import DEFAULT_MODEL, COMPLETE_MARKER, converted_cache_dir, resolve_model_dir
+from engine.model.files.model_files import NotAvailable
 
 
 def _save_tiny_llama(d: Path) -> Path:

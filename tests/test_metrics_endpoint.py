@@ -9,10 +9,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine import SamplingParams
-from engine.access import Access
+from engine.room.access import Access
 from engine.api.server import create_app
-from engine.events import DECODE, PADDING, PREFILL, StepEntry
-from engine.metrics_registry import ServiceMetrics
+from engine.events import DECODE, PADDING, PREFILL, StatusEvent, StepEntry, StepMessage
+from engine.telemetry.prometheus import ServiceMetrics
+from event_factories import finished_event, request_event
 from service_helpers import assert_all_free, make_service, serve
 
 LANES = ("continuous", "dynamic")
@@ -131,19 +132,18 @@ def _step(t_end, entries, sampled, **extra):
     ev = SimpleNamespace(t_end=t_end, entries=entries, sampled=sampled, preempted=[],
                          tokens_used=sum(e.num_tokens for e in entries), **extra)
     ev.num_padding_tokens = sum(e.num_tokens for e in entries if e.phase == PADDING)
-    return {"type": "step", "lane": "a", "event": ev}
+    return StepMessage(lane="a", event=ev)
 
 
 def test_latencies_prefix_counters_and_padding_from_events():
     m = ServiceMetrics(lambda: {}, lambda lane: "m")
-    m.observe({"type": "request", "lane": "a", "request_id": 7, "arrival_s": 1.0, "num_prompt_tokens": 16})
+    m.observe(request_event(7, t=1.0, prompt=16))
     # 6 of its 16 prompt tokens came from the prefix cache: the prompt still counts 16, as in vLLM
     m.observe(_step(1.5, [StepEntry(7, PREFILL, 10, 16, cached_tokens=6), StepEntry(8, PADDING, 6, 0)], {7: 42},
                     prefix_queries=16, prefix_hits=6))
     m.observe(_step(1.75, [StepEntry(7, DECODE, 1, 11)], {7: 43}))
-    m.observe({"type": "finished", "lane": "a", "request_id": 7, "finish_reason": "stop", "arrival_s": 1.0,
-               "finish_s": 2.0})
-    m.observe({"type": "status", "event": "paused"})  # the service's own: ignored
+    m.observe(finished_event(7, t=2.0, arrival=1.0, reason="stop"))
+    m.observe(StatusEvent(event="paused"))  # the service's own: ignored
     text = m.exposition().decode()
     s = {(x.name, x.labels.get("le"), x.labels.get("finished_reason")): x.value
          for f in text_string_to_metric_families(text) for x in f.samples}

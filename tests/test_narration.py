@@ -1,17 +1,19 @@
-"""Narration (engine/narration) on hand-built event sequences, and on a real tiny-model run. Every
+"""Narration (engine/workshop/narration) on hand-built event sequences, and on a real tiny-model run. Every
 sentence produced here is also checked against its events by tests/narration_checker.py."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
 from engine import SamplingParams
 from engine.event_hub import EventHub
-from engine.events import DECODE, PADDING, PREFILL, StepEntry, StepMessage
-from engine.narration import Narrator, Sentence
+from engine.events import (DECODE, PADDING, PREFILL, FinishedEvent, LanesEvent, StatusEvent, StepEntry, StepEvent,
+                           StepMessage, WaitsEvent)
+from engine.workshop.narration import Narrator, Sentence
 from engine.scheduler import waits
-from engine.telemetry import StepEvent
+from event_factories import finished_event, request_event
 from narration_checker import check
 from service_helpers import assert_all_free, make_service, wait_idle
 
@@ -24,34 +26,29 @@ def step(n, entries, strategy="continuous", admitted=(), finished=(), preempted=
                      used_blocks=used, block_tables={}, kv_tokens={}, reserved_unused_slots=0, waits=why or {})
 
 
-def request(rid, lane, t=0.0, prompt=16, max_tokens=8, tenant=None, priority=0, strategy="continuous") -> dict:
-    return {"type": "request", "lane": lane, "strategy": strategy, "request_id": rid, "arrival_s": t,
-            "num_prompt_tokens": prompt, "max_tokens": max_tokens, "tenant": tenant, "priority": priority}
+request = request_event
 
 
-def finished(rid, lane, t) -> dict:
-    return {"type": "finished", "lane": lane, "strategy": "continuous", "request_id": rid, "finish_s": t,
-            "arrival_s": 0.0}
+def finished(rid, lane, t) -> FinishedEvent:
+    return finished_event(rid, lane, t)
 
 
-def lanes(policy="fcfs", max_num_seqs=2, lane="a", strategy="continuous") -> dict:
-    return {"type": "lanes", "lanes": {lane: {"strategy": strategy, "scheduling_policy": policy,
-                                              "max_num_seqs": max_num_seqs}}}
+def lanes(policy="fcfs", max_num_seqs=2, lane="a", strategy="continuous") -> LanesEvent:
+    return LanesEvent(lanes={lane: {"strategy": strategy, "scheduling_policy": policy, "max_num_seqs": max_num_seqs}})
 
 
 def told(items, gap=0.0, now=None, start=0) -> list[str]:
     """What a narrator reading items[start:] says, every sentence checked true against the events."""
-    n = Narrator(min_gap_s=gap, keep=1000)
-    n.cursor = start  # as if it read a hub from there
+    n = Narrator(min_gap_s=gap, keep=1000, cursor=start)  # as if it read a hub from there
     for item in items[start:]:
-        n.feed(item)
+        n.on_event(item)
     said = n.recent(1000, now=now)[::-1]
     assert check(items, said, start) == []
     return [s.text for s in said]
 
 
 def stepped(ev, lane="a"):
-    return StepMessage(event=ev, lane=lane, strategy=ev.strategy).hub_item()
+    return StepMessage(event=ev, lane=lane, strategy=ev.strategy)
 
 
 D = lambda rid, ctx=20: StepEntry(rid, DECODE, 1, ctx)  # noqa: E731
@@ -183,7 +180,7 @@ def test_a_lane_s_run_ends_after_a_quiet_moment_and_lanes_are_compared():
 
 
 def test_runs_are_compared_only_on_the_same_requests_and_counted_only_when_all_were_seen():
-    other = [{**item, "request_id": item["request_id"] + 10} if item["lane"] == "slow" else item
+    other = [replace(item, request_id=item.request_id + 10) if item.lane == "slow" else item
              for item in [request(1, "fast", 0.0), request(1, "slow", 0.0), request(2, "fast", 0.1),
                           request(2, "slow", 0.1), finished(1, "fast", 1.0), finished(2, "fast", 2.0),
                           finished(1, "slow", 4.0), finished(2, "slow", 5.0)]]
@@ -199,15 +196,15 @@ def test_runs_are_compared_only_on_the_same_requests_and_counted_only_when_all_w
 def test_a_long_wait_for_a_full_static_batch():
     filling = {3: waits.batch_filling(1, 4)}
     items = [lanes(lane="s", strategy="static"), request(3, "s", t=1.0, strategy="static"),
-             {"type": "waits", "lane": "s", "strategy": "static", "t": 1.01, "waits": {"3": filling[3]}}]
+             WaitsEvent(lane="s", strategy="static", t=1.01, waits={"3": filling[3]})]
     assert told(items, now=8.2) == ["#3 has waited 7 s, waiting for a full batch: 1 of 4: this lane launches only "
                                     "full batches; the presenter can launch this one now (Launch)"]
-    dynamic = [lanes(lane="s", strategy="dynamic"), *({**item, "strategy": "dynamic"} for item in items[1:])]
+    dynamic = [lanes(lane="s", strategy="dynamic"), *(replace(item, strategy="dynamic") for item in items[1:])]
     assert told(dynamic, now=8.2) == []  # a dynamic batch launches by itself
 
 
 def test_remote_lanes_and_service_events_are_skipped():
-    assert told([{"type": "status", "event": "paused"}, {**request(1, "far"), "strategy": "remote"}]) == []
+    assert told([StatusEvent(event="paused"), request(1, "far", strategy="remote")]) == []
 
 
 def test_a_narrator_that_fell_behind_the_hub_forgets_what_it_knew():
@@ -216,7 +213,7 @@ def test_a_narrator_that_fell_behind_the_hub_forgets_what_it_knew():
         hub.publish(item)
     n = Narrator(min_gap_s=0.0)
     n.consume(hub)
-    for item in [{"type": "status", "event": "paused"}, *full_batch_then(step(3, [D(2), P(3)], admitted=[3]))[4:]]:
+    for item in [StatusEvent(event="paused"), *full_batch_then(step(3, [D(2), P(3)], admitted=[3]))[4:]]:
         hub.publish(item)  # one more than the hub keeps
     n.consume(hub)
     assert n.recent() == [] and n.lanes["a"].max_num_seqs == 2  # #3 is unknown now; the lane's settings stay
@@ -267,8 +264,8 @@ def svc(tiny_model_dirs):
 
 
 def test_a_real_run_is_narrated(svc):
-    n = Narrator(min_gap_s=0.0, keep=1000)
-    n.cursor = cursor = svc.hub.head  # as the UI's narrator after Clear views, which reads the clock every second:
+    cursor = svc.hub.head
+    n = Narrator(min_gap_s=0.0, keep=1000, cursor=cursor)  # as the UI's after Clear views, which reads the clock every second:
     n.recent(now=svc.clock())         # what came before is unknown, nothing came since
     svc.pause()  # all six queue at once, however slow the machine
     for i in range(6):  # one long answer per static batch

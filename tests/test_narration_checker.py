@@ -12,23 +12,22 @@ import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
 from engine.events import FinishedEvent, LanesEvent, RequestEvent, StepMessage
-from engine.narration import Narrator
-from engine.recording import load
-from engine.recording.stage import SHIPPED
-from engine.scenarios import runner
-from engine.scenarios.catalog import shipped
-from narration_checker import check, hub_items, kind
+from engine.workshop.narration import Narrator
+from engine.workshop.recording import load
+from engine.workshop.recording.stage import SHIPPED
+from engine.workshop.scenarios import runner
+from engine.workshop.scenarios.catalog import shipped
+from narration_checker import check, kind, typed
 from service_helpers import make_service, wait_idle, wait_settled
 
 MAX_LEN = 512  # the tiny models' context
 STARTS = 6     # mid-stream starts ("Clear views") tried per stream
 
 
-def narrate(items: list[dict], now: float, start: int = 0) -> list:
-    n = Narrator(min_gap_s=0.0, keep=10**6)
-    n.cursor = start  # as if it read a hub from there
+def narrate(items: list, now: float, start: int = 0) -> list:
+    n = Narrator(min_gap_s=0.0, keep=10**6, cursor=start)  # as if it read a hub from there
     for item in items[start:]:
-        n.feed(item)
+        n.on_event(item)
     return n.recent(10**6, now=now)[::-1]
 
 
@@ -56,7 +55,7 @@ def settle(items: list[dict], quiet_s: float = 0.1) -> None:
 # ---- the shipped recording ---------------------------------------------------------------------------
 def test_the_shipped_recording_is_narrated_truly():
     rec = load(SHIPPED)
-    items = hub_items([event for _, event in rec.events])
+    items = typed([event for _, event in rec.events])
     said = assert_true(items, rec.end + 10)
     assert has(said, "static", "rows are padding") and has(said, "continuous", "joined the running batch")
     assert has(said, None, "static needed") and has(said, "continuous", "finished all 16 requests")
@@ -97,7 +96,7 @@ def run_scenario(svc, scenario, speedup: float = 4.0) -> None:
 def test_every_scenario_is_narrated_truly_from_any_starting_point(scenario_runs):
     assert set(scenario_runs) == {s.key for s in shipped()}
     for key, (items, said) in scenario_runs.items():
-        lanes = {item["lane"] for item in items if item["type"] == "request"}
+        lanes = {item.lane for item in items if isinstance(item, RequestEvent)}
         assert all(has(said, lane, "finished all") for lane in lanes), key
 
 
@@ -124,11 +123,11 @@ def test_a_narrator_made_by_clear_views_mid_stream(tiny_model_dirs):
     try:
         for i in range(6):
             svc.submit(list(range(20, 30 + i)), params)
-        while sum(item["type"] == "step" for _, item in svc.hub.read(0).events) < 8:
+        while sum(isinstance(item, StepMessage) for _, item in svc.hub.read(0).events) < 8:
             time.sleep(0.01)
         settings = {name: dataclasses.asdict(cfg) for name, cfg in svc.lanes.items()}  # the UI's to give
-        fresh = Narrator(min_gap_s=0.0, keep=10**6, lanes=settings)
-        fresh.cursor = start = svc.hub.head
+        start = svc.hub.head
+        fresh = Narrator(min_gap_s=0.0, keep=10**6, lanes=settings, cursor=start)
         fresh.recent(now=svc.clock())  # the UI reads it every second
         for i in range(3):
             svc.submit(list(range(40, 50 + i)), params)
@@ -140,7 +139,7 @@ def test_a_narrator_made_by_clear_views_mid_stream(tiny_model_dirs):
     finally:
         svc.stop()
     assert batch.skipped == 0
-    told = LanesEvent(lanes=settings).hub_item()  # what the narrator was given, as if the hub held it first
+    told = LanesEvent(lanes=settings)  # what the narrator was given, as if the hub held it first
     assert check([told, *(item for _, item in batch.events)], said, start + 1) == []
     kinds = {kind(s) for s in said}
     assert "joined" in kinds and kinds <= {"joined", "slot_reuse"}  # no total of the run it joined halfway
@@ -197,7 +196,7 @@ class Lane:
 
     def publish(self, event) -> None:
         event.lane, event.strategy = self.name, self.eng.cfg.strategy
-        self.items.append(event.hub_item())
+        self.items.append(event)
 
     def add(self, rid: int, a: Arrival) -> None:
         t = self.eng.clock() - self.rng.random() * 0.01  # submitted a little before its lane took it
@@ -239,10 +238,10 @@ def merged(lanes: list[Lane]) -> list[dict]:
     def timed(items):
         t = 0.0
         for item in items:
-            t = max(t, item["event"].t_end if item["type"] == "step" else item.get("finish_s") or item["arrival_s"])
+            t = max(t, item.event.t_end if isinstance(item, StepMessage) else getattr(item, "finish_s", None) or item.arrival_s)
             yield t, item
     configs = {lane.name: dataclasses.asdict(lane.eng.cfg) for lane in lanes}
-    return [LanesEvent(lanes=configs).hub_item(),
+    return [LanesEvent(lanes=configs),
             *(item for _, item in heapq.merge(*(timed(lane.items) for lane in lanes), key=lambda ti: ti[0]))]
 
 

@@ -12,6 +12,7 @@ from transformers import AutoTokenizer
 
 from engine.api.server import create_app
 from engine.detokenizer import apply_chat_template
+from engine.events import FinishedEvent, RequestEvent
 from service_helpers import assert_all_free, make_service, serve
 
 MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
@@ -51,10 +52,10 @@ def _clean(svc):
 
 
 def _events(svc, cursor, kind, timeout=10.0, until=lambda evs: True):
-    """Hub events of one type since cursor, waiting (up to timeout) until `until` holds."""
+    """Hub events of one class since cursor, waiting (up to timeout) until `until` holds."""
     deadline = time.monotonic() + timeout
     while True:
-        evs = [e for _, e in svc.hub.read(cursor).events if isinstance(e, dict) and e.get("type") == kind]
+        evs = [e for _, e in svc.hub.read(cursor).events if isinstance(e, kind)]
         if until(evs) or time.monotonic() > deadline:
             return evs
         time.sleep(0.02)
@@ -73,9 +74,9 @@ def test_chat_plain_and_streamed(client, svc, tok):
     assert choice.finish_reason == "length" and choice.message.role == "assistant" and choice.message.content
     assert (r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens) == (n_prompt, 7, n_prompt + 7)
     # Served by every running strategy, tagged with its source.
-    reqs = _events(svc, cursor, "request")
-    assert {e["strategy"] for e in reqs} == {"continuous", "dynamic"}
-    assert {e["tag"] for e in reqs} == {"openai:alice"}
+    reqs = _events(svc, cursor, RequestEvent)
+    assert {e.strategy for e in reqs} == {"continuous", "dynamic"}
+    assert {e.tag for e in reqs} == {"openai:alice"}
 
     chunks = list(client.chat.completions.create(messages=MESSAGES, max_completion_tokens=7, stream=True,
                                                  stream_options={"include_usage": True}, model="m", **GREEDY))
@@ -102,12 +103,12 @@ def test_completions_text_and_token_ids(client, svc, tok):
     assert plain.choices[0].text == text and plain.usage.prompt_tokens == len(ids)
 
 
-def test_strategies_extension_and_stop(client, svc):
+def test_lanes_extension_and_stop(client, svc):
     cursor = svc.hub.head
     r = client.completions.create(model="m", prompt=[5, 6, 7], max_tokens=4,
-                                  temperature=0, extra_body={"ignore_eos": True, "strategies": ["dynamic"]})
+                                  temperature=0, extra_body={"ignore_eos": True, "lanes": ["dynamic"]})
     assert r.usage.completion_tokens == 4
-    assert {e["strategy"] for e in _events(svc, cursor, "request")} == {"dynamic"}
+    assert {e.strategy for e in _events(svc, cursor, RequestEvent)} == {"dynamic"}
     full = client.completions.create(model="m", prompt=[5, 6, 7], max_tokens=12, **GREEDY).choices[0].text
     stop = full[3:5]
     cut = client.completions.create(model="m", prompt=[5, 6, 7], max_tokens=12, stop=[stop], **GREEDY)
@@ -137,8 +138,8 @@ def test_disconnect_mid_stream_aborts(client, svc):
     stream = client.chat.completions.create(model="m", messages=MESSAGES, max_tokens=60, stream=True, **GREEDY)
     rid = int(next(iter(stream)).id.rsplit("-", 1)[1])
     stream.close()
-    ended = _events(svc, cursor, "finished", until=lambda evs: len(evs) == 2)
-    assert sorted((e["strategy"], e["request_id"], e["finish_reason"]) for e in ended) == [
+    ended = _events(svc, cursor, FinishedEvent, until=lambda evs: len(evs) == 2)
+    assert sorted((e.strategy, e.request_id, e.finish_reason) for e in ended) == [
         ("continuous", rid, "abort"), ("dynamic", rid, "abort")]
 
 
@@ -148,16 +149,16 @@ def test_disconnect_while_waiting_aborts(base, svc):
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{base}/v1/completions", timeout=httpx.Timeout(5, read=0.5),
                    json={"prompt": [5, 6, 7], "max_tokens": 100, "ignore_eos": True})
-    ended = _events(svc, cursor, "finished", until=lambda evs: len(evs) == 2)
-    assert {(e["strategy"], e["finish_reason"]) for e in ended} == {("continuous", "abort"), ("dynamic", "abort")}
+    ended = _events(svc, cursor, FinishedEvent, until=lambda evs: len(evs) == 2)
+    assert {(e.strategy, e.finish_reason) for e in ended} == {("continuous", "abort"), ("dynamic", "abort")}
 
 
 def test_aborted_elsewhere_reports_abort(client, svc):
     svc.set_slow_motion(0.05)
     cursor = svc.hub.head
     stream = client.completions.create(model="m", prompt=[5, 6, 7], max_tokens=60, stream=True, **GREEDY)
-    req = _events(svc, cursor, "request", until=lambda evs: len(evs) == 2)[0]
-    svc.abort(req["request_id"])  # as the live view's abort button does
+    req = _events(svc, cursor, RequestEvent, until=lambda evs: len(evs) == 2)[0]
+    svc.abort(req.request_id)  # as the live view's abort button does
     assert [c.choices[0].finish_reason for c in stream][-1] == "abort"
 
 
@@ -170,7 +171,7 @@ def test_engine_error_is_500_or_error_chunk(client, svc):
 
     w.engine.runner.execute = broken
     try:
-        body = dict(model="m", prompt=[5, 6], max_tokens=4, extra_body={"strategies": ["continuous"]})
+        body = dict(model="m", prompt=[5, 6], max_tokens=4, extra_body={"lanes": ["continuous"]})
         with pytest.raises(openai.InternalServerError, match="injected fault") as e:
             client.completions.create(**body)
         assert e.value.status_code == 500 and e.value.body["type"] == "server_error"
@@ -201,8 +202,8 @@ BAD = [
     ("chat", {**OK_CHAT, "logprobs": True}, 400, "logprobs", "not supported"),
     ("chat", {**OK_CHAT, "messages": "hi"}, 400, "messages", "non-empty list"),
     ("chat", {**OK_CHAT, "messages": [{"role": "user"}]}, 400, "messages", "messages[0]"),
-    ("chat", {**OK_CHAT, "strategies": "continuous"}, 400, "strategies", "list"),
-    ("chat", {**OK_CHAT, "strategies": ["static"]}, 400, "lanes", "'static' is not running"),
+    ("chat", {**OK_CHAT, "lanes": "continuous"}, 400, "lanes", "list"),
+    ("chat", {**OK_CHAT, "lanes": ["static"]}, 400, "lanes", "'static' is not running"),
     ("completions", {"prompt": ["a", "b"]}, 400, "prompt", "only one prompt"),
     ("completions", {"prompt": {"a": 1}}, 400, "prompt", "prompt must be"),
     ("completions", {"prompt": ""}, 400, "prompt", "prompt is empty"),

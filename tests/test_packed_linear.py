@@ -93,7 +93,7 @@ def test_engines_share_packed_weights_only_with_the_same_backend(tiny_model_dirs
 def test_lanes_asking_auto_and_onednn_share_one_copy_on_the_cpu(tiny_model_dirs):
     """auto means onednn here: the service compares resolved settings, so the second lane reuses the
     first lane's packed weights instead of loading and packing them again."""
-    from engine.service import EngineService
+    from engine.serving.service import EngineService
     base = EngineConfig(model=str(tiny_model_dirs["qwen2"]), device="cpu", num_kv_blocks=32, max_model_len=64)
     svc = EngineService(base, lanes={"auto": base, "onednn": EngineConfig(**{**base.__dict__,
                                                                              "linear_backend": "onednn"})})

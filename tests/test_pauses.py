@@ -8,25 +8,25 @@ from types import SimpleNamespace
 import pytest
 
 from engine.bench.pauses import Pauses
-from engine.events import PAUSED, RESUMED
+from engine.events import PAUSED, RESUMED, StatusEvent, StepMessage
 
 DT = 0.01  # the brute force's grid
 
 
-def session(rng: random.Random) -> tuple[list[dict], list[tuple[float, float]]]:
+def session(rng: random.Random) -> tuple[list, list[tuple[float, float]]]:
     """Hub items in time order, and the intervals that were truly paused (not computing)."""
     t, items, paused, truth = 0.0, [], False, []
     for _ in range(rng.randint(1, 12)):
         t += rng.randint(1, 30) * DT
         if paused and rng.random() < 0.5:  # a single step: one or two lanes, from the same instant
             ends = [t + rng.randint(1, 10) * DT for _ in range(rng.randint(1, 2))]
-            items += [{"type": "step", "event": SimpleNamespace(t_start=t, t_end=e)} for e in sorted(ends)]
+            items += [StepMessage(event=SimpleNamespace(t_start=t, t_end=e)) for e in sorted(ends)]
             truth.append((truth.pop()[0], t))
             t = max(ends)
             truth.append((t, None))
             continue
         paused = not paused
-        items.append({"type": "status", "event": PAUSED if paused else RESUMED, "t": t})
+        items.append(StatusEvent(event=PAUSED if paused else RESUMED, t=t))
         if paused:
             truth.append((t, None))
         else:
@@ -44,8 +44,8 @@ def test_running_time_leaves_out_exactly_the_paused_time(seed):
     items, truth = session(rng)
     p = Pauses()
     for item in items:
-        p.feed(item)
-    now = max(x["t"] if "t" in x else x["event"].t_end for x in items) + 0.5
+        p.on_event(item)
+    now = max(x.t if isinstance(x, StatusEvent) else x.event.t_end for x in items) + 0.5
     for t in [rng.uniform(0, now) for _ in range(20)] + [now]:
         assert p.running_s(t, now) == pytest.approx(t - paused_before(truth, t, now), abs=1e-9)
     assert p.paused_s(now) == pytest.approx(paused_before(truth, float("inf"), now), abs=1e-9)

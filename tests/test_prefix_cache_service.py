@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from engine.api.server import create_app
 from engine_helpers import greedy
+from engine.events import FinishedEvent, StepMessage
 from service_helpers import assert_all_free, make_service, serve, wait_settled
 
 SYSTEM = [5 + (7 * k) % 90 for k in range(40)]  # a 40-token "system prompt": 10 full blocks of 4
@@ -34,12 +35,12 @@ def test_the_cache_on_lane_skips_the_shared_prefix_and_writes_the_same_text(svc)
     outs2 = [f.result(60) for f in second]
     assert outs[0].output_token_ids == outs[1].output_token_ids
     assert outs2[0].output_token_ids == outs2[1].output_token_ids
-    events = [e for _, e in svc.hub.read(cursor).events if isinstance(e, dict)]
-    finished = {(e["lane"], e["request_id"]): e for e in events if e.get("type") == "finished"}
+    events = [e for _, e in svc.hub.read(cursor).events]
+    finished = {(e.lane, e.request_id): e for e in events if isinstance(e, FinishedEvent)}
     rid = outs2[0].request_id
-    assert finished["cache off", rid]["num_cached_tokens"] == 0
-    assert finished["cache on", rid]["num_cached_tokens"] == 40
-    hits = {lane: sum(e["event"].prefix_hits for e in events if e.get("type") == "step" and e["lane"] == lane)
+    assert finished["cache off", rid].num_cached_tokens == 0
+    assert finished["cache on", rid].num_cached_tokens == 40
+    hits = {lane: sum(e.event.prefix_hits for e in events if isinstance(e, StepMessage) and e.lane == lane)
             for lane in svc.lane_names}
     assert hits == {"cache off": 0, "cache on": 40}
     assert_all_free(svc)

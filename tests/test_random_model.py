@@ -1,4 +1,4 @@
-"""Random-weight model folders with the shapes of assets/model_configs (engine/model/random_model.py)."""
+"""Random-weight model folders with the shapes of assets/model_configs (engine/model/files/random_model.py)."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,8 @@ import json
 import pytest
 from transformers import AutoConfig, AutoTokenizer
 
-from engine.model import random_model
-from engine.model.loader import resolve_model_dir
+from engine.model.files import random_model
+from engine.model.files.loader import resolve_model_dir
 from engine_helpers import greedy, make_engine, mixed_prompts
 from tiny_models import reference_greedy
 

@@ -9,10 +9,9 @@ import pytest
 import websockets
 
 from engine import SamplingParams
-from engine.api.protocol import encode_event
 from engine.api.server import create_app
-from engine.recording import Recording, Replayer, load, play, start_recording, stop_recording, stop_replay
-from engine.recording.stage import SHIPPED
+from engine.workshop.recording import Recording, Replayer, load, play, start_recording, stop_recording, stop_replay
+from engine.workshop.recording.stage import SHIPPED
 from scheduler_helpers import FakeClock
 from service_helpers import make_service, recv_until, run, serve, wait_idle
 
@@ -34,7 +33,7 @@ def recorded(svc, tmp_path_factory):
         svc.submit(prompt, SamplingParams(max_tokens=5, ignore_eos=True))
     wait_idle(svc)
     stop_recording(svc)
-    published = [encode_event(item) for _, item in svc.hub.read(cursor).events]
+    published = [item.wire() for _, item in svc.hub.read(cursor).events]
     return load(path), published
 
 
@@ -58,7 +57,7 @@ def test_replay_publishes_the_same_events_at_the_recorded_pacing_scaled_by_speed
         clock.t = 100.0 + (t - rec.start) / 2.0 + 1e-9
         r.pump()
         assert len(r.hub) == sum(1 for t2, _ in rec.events if t2 <= t)
-    assert [encode_event(i) for _, i in r.hub.read(0).events] == [e for _, e in rec.events]
+    assert [i.wire() for _, i in r.hub.read(0).events] == [e for _, e in rec.events]
     before = Replayer(rec, speed=2.0, clock=clock)
     clock.t = before._base_wall + (rec.events[-1][0] - rec.start) / 2.0 - 1e-3  # just before the last
     before.pump()
@@ -76,7 +75,7 @@ def synthetic(n: int = 10) -> Recording:
 
 
 def published(r: Replayer) -> list[str]:
-    return [encode_event(item)["event"] for _, item in r.hub.read(0).events]
+    return [item.wire()["event"] for _, item in r.hub.read(0).events]
 
 
 def test_pause_freezes_the_playhead_and_resume_goes_on_from_there():
@@ -156,7 +155,7 @@ def test_the_socket_serves_a_replay_then_the_engines_again(svc, recorded):
 
 
 def test_the_cli_records_a_scenarios_stream_on_its_lanes(tiny_model_dirs, tmp_path, capsys):
-    from engine.recording.__main__ import main
+    from engine.workshop.recording.__main__ import main
     out = tmp_path / "cli.jsonl.gz"
     assert main(["record", "--scenario", "Burst: max batch 4 vs 32", "--out", str(out), "--model",
                  str(tiny_model_dirs["llama"]), "--device", "cpu", "--dtype", "float32"]) == 0
@@ -168,7 +167,7 @@ def test_the_cli_records_a_scenarios_stream_on_its_lanes(tiny_model_dirs, tmp_pa
 
 
 def test_a_recording_stops_itself_before_a_reader_would_refuse_it(svc, tmp_path, monkeypatch):
-    from engine.recording import recorder as recorder_module
+    from engine.workshop.recording import recorder as recorder_module
     monkeypatch.setattr(recorder_module, "MAX_BYTES", 20_000)
     monkeypatch.setattr(recorder_module, "MAX_LINE_BYTES", 4_000)
     rec = start_recording(svc, tmp_path / "full.jsonl.gz")

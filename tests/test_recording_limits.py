@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.recording import format, load, play_file, source, stop_replay
-from engine.recording.stage import SHIPPED
+from engine.workshop.recording import format, load, play_file, source, stop_replay
+from engine.workshop.recording.stage import SHIPPED
 
 LINES = gzip.decompress(SHIPPED.read_bytes()).decode().splitlines()
 HEADER, LANES_EVENT, FIRST = json.loads(LINES[0]), LINES[1], json.loads(LINES[2])

@@ -11,10 +11,11 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from engine.api.server import create_app
-from engine.lanes import lanes_from_env, parse_lane
-from engine.remote_config import RemoteConfig, remote_config
-from engine.remote_metrics import read_metrics
+from engine.serving.lanes import lanes_from_env, parse_lane
+from engine.serving.remote.config import RemoteConfig, remote_config
+from engine.serving.remote.metrics import read_metrics
 from engine_helpers import greedy
+from engine.events import LanesEvent, RemoteMetricsEvent, RequestEvent, StepMessage
 from service_helpers import assert_all_free, free_port, make_service, serve, wait_idle, wait_settled
 
 
@@ -39,8 +40,8 @@ def use_lanes(svc, remote_spec: dict) -> None:
     wait_settled(svc)
 
 
-def lane_events(svc, cursor: int, lane: str) -> list[dict]:
-    return [item for _, item in svc.hub.read(cursor).events if item.get("lane") == lane]
+def lane_events(svc, cursor: int, lane: str) -> list:
+    return [item for _, item in svc.hub.read(cursor).events if item.lane == lane]
 
 
 def test_same_greedy_text_on_a_local_and_a_remote_lane(svc, remote):
@@ -57,15 +58,15 @@ def test_same_greedy_text_on_a_local_and_a_remote_lane(svc, remote):
         assert b.arrival_s <= b.first_token_s <= b.finish_s
     wait_idle(svc)
     events = lane_events(svc, cursor, "remote")
-    assert {e["strategy"] for e in events} == {"remote"}
-    kinds = [e["type"] for e in events if e["type"] != "remote_metrics"]
+    assert {e.strategy for e in events} == {"remote"}
+    kinds = [e.TYPE for e in events if not isinstance(e, RemoteMetricsEvent)]
     assert kinds.count("request") == 3 and kinds.count("finished") == 3 and "step" in kinds
-    assert [e["num_prompt_tokens"] for e in events if e["type"] == "request"] == [None, 5, None]
-    phases = [(entry.request_id, entry.phase) for e in events if e["type"] == "step" for entry in e["event"].entries]
+    assert [e.num_prompt_tokens for e in events if isinstance(e, RequestEvent)] == [None, 5, None]
+    phases = [(entry.request_id, entry.phase) for e in events if isinstance(e, StepMessage) for entry in e.event.entries]
     rid = handles[0][1].request_id
     mine = [p for r, p in phases if r == rid]
     assert mine[0] == "prefill" and set(mine[1:]) <= {"decode"}
-    text = "".join(e["deltas"].get(rid, "") for e in events if e["type"] == "step")
+    text = "".join(e.deltas.get(rid, "") for e in events if isinstance(e, StepMessage))
     assert text == handles[0][1].output.text  # the step deltas carry the whole text
     status = svc.status()["engines"]["remote"]
     assert status["config"]["source"] == "remote" and status["kv_blocks"] is None
@@ -76,12 +77,12 @@ def test_the_servers_own_gauges_are_polled_into_events(svc, remote):
     remote_svc, url = remote
     use_lanes(svc, {"remote": url, "model": remote_svc.cfg.model})
     cursor, deadline = svc.hub.head, time.monotonic() + 5
-    while not (polled := [e for e in lane_events(svc, cursor, "remote") if e["type"] == "remote_metrics"]):
+    while not (polled := [e for e in lane_events(svc, cursor, "remote") if isinstance(e, RemoteMetricsEvent)]):
         assert time.monotonic() < deadline, "no remote_metrics event"
         time.sleep(0.1)
     ev = polled[0]
-    assert ev["num_running"] == 0 and ev["num_waiting"] == 0 and 0 <= ev["kv_usage"] <= 1
-    assert svc.status()["engines"]["remote"]["remote_metrics"]["kv_usage"] == ev["kv_usage"]
+    assert ev.num_running == 0 and ev.num_waiting == 0 and 0 <= ev.kv_usage <= 1
+    assert svc.status()["engines"]["remote"]["remote_metrics"]["kv_usage"] == ev.kv_usage
     # and our own /metrics leaves the remote lane out (its server has its own)
     assert 'lane="remote"' not in svc.metrics.exposition().decode()
 
@@ -192,7 +193,7 @@ def test_the_api_key_is_sent_but_never_shown(svc, remote):
     use_lanes(svc, {"remote": url, "model": remote_svc.cfg.model, "api_key": "k" * 20})
     (far,) = svc.submit("hi", greedy(2), lanes=["remote"])
     assert far.result(10).finish_reason == "length"  # a loopback server takes any key
-    shown = str([e for _, e in svc.hub.read(cursor).events if e["type"] == "lanes"]) + str(svc.status())
+    shown = str([e for _, e in svc.hub.read(cursor).events if isinstance(e, LanesEvent)]) + str(svc.status())
     assert "k" * 20 not in shown and "'api_key_set': True" in shown
 
 

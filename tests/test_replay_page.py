@@ -9,9 +9,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine import EngineConfig
-from engine.recording import SHIPPED, stop_replay
-from engine.service import EngineService, get_service, shutdown_service
-from engine.worker import EngineWorker
+from engine.workshop.recording import SHIPPED, stop_replay
+from engine.serving.service import EngineService, get_service, shutdown_service
+from engine.serving.worker import EngineWorker
 from service_helpers import wait_idle
 
 PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "playground.py")
@@ -84,5 +84,5 @@ def test_the_presenter_records_and_replays_with_speed_pause_and_seek(gated):
 
 
 def _shipped_start() -> str:
-    from engine.recording import load
+    from engine.workshop.recording import load
     return load(SHIPPED).header["started_at"]

@@ -10,12 +10,12 @@ import torch
 from transformers import LlamaConfig, Qwen2Config
 
 from engine import SamplingParams
-from engine import device_peaks as dp
+from engine.telemetry import device_peaks as dp
 from engine.event_hub import EventHub
 from engine.events import DECODE, PADDING, PREFILL, StepEntry, StepMessage
-from engine.roofline import ModelCost, decode_compute_bound_batch, model_summary, step_roofline, step_work
+from engine.telemetry.roofline import ModelCost, decode_compute_bound_batch, model_summary, step_roofline, step_work
 from service_helpers import make_service
-from ui.roofline_panel import RooflineWindow, model_lines, roofline_chart
+from engine.telemetry.roofline_window import RooflineWindow, model_lines
 
 CONFIGS = Path(__file__).resolve().parent.parent / "assets" / "model_configs"
 
@@ -118,9 +118,9 @@ def test_step_events_carry_the_roofline(tiny_model_dirs):
     try:
         cursor = svc.hub.head
         svc.submit("Hello there", SamplingParams(max_tokens=4, ignore_eos=True))[0].result(30)
-        steps = [e for _, e in svc.hub.read(cursor).events if e["type"] == "step"]
-        assert steps and all(s["roofline"]["flops"] > 0 and s["roofline"]["bytes"] > 0 for s in steps)
-        wire = StepMessage.from_hub_item(steps[-1]).to_dict()
+        steps = [e for _, e in svc.hub.read(cursor).events if isinstance(e, StepMessage)]
+        assert steps and all(s.roofline["flops"] > 0 and s.roofline["bytes"] > 0 for s in steps)
+        wire = steps[-1].wire()
         assert 0 < wire["roofline"]["mem_util"] and 0 < wire["roofline"]["compute_util"]
         summary = svc.workers["continuous"].roofline.summary()
         assert summary["kv_bytes_per_token"] > 0 and summary["peaks"]["method"]
@@ -131,27 +131,24 @@ def test_step_events_carry_the_roofline(tiny_model_dirs):
 def test_kv_page_panel_averages_recent_steps_per_lane():
     hub = EventHub()
     for util in (0.2, 0.4):
-        hub.publish({"type": "step", "lane": "a", "roofline": {"mem_util": util, "compute_util": util / 10,
-                                                               "intensity": 2.0, "bytes_per_s": 1e9,
-                                                               "flops_per_s": 2e9}})
-    hub.publish({"type": "step", "lane": "b", "roofline": None})  # no roofline: not counted
+        hub.publish(StepMessage(lane="a", event=None, roofline={"mem_util": util, "compute_util": util / 10,
+                                                                "intensity": 2.0, "bytes_per_s": 1e9,
+                                                                "flops_per_s": 2e9}))
+    hub.publish(StepMessage(lane="b", event=None, roofline=None))  # no roofline: not counted
     w = RooflineWindow()
     w.consume(hub)
     (row,) = w.table()
     assert row["lane"] == "a" and row["iterations"] == 2 and row["memory bandwidth used %"] == "30.0"
     assert row["compute used %"] == "3.0" and row["GFLOP/s"] == "2.0"
-    hub.publish({"type": "step", "lane": "c", "roofline": {"intensity": 2.0, "bytes_per_s": 1e9, "flops_per_s": 2e9}})
+    hub.publish(StepMessage(lane="c", event=None, roofline={"intensity": 2.0, "bytes_per_s": 1e9, "flops_per_s": 2e9}))
     w.consume(hub)  # a device whose peaks were not measured: no share of them, said as '–', never 'None'
     assert w.table()[1]["memory bandwidth used %"] == "–" and w.table()[1]["FLOPs per byte"] == "2.0"
     summary = {**model_summary(smollm2(), peaks()), "peaks": {**peaks().__dict__}}
     assert "22.5 KiB per token" in model_lines(summary) and "100.0 FLOPs per byte" in model_lines(summary)
-    fig = roofline_chart(w, summary["peaks"])
-    assert len(fig.data) == 3  # the roof and lanes a and c
-    assert "intensity" in fig.layout.xaxis.title.text and "GFLOP/s" in fig.layout.yaxis.title.text
 
 
 def test_report_command(tiny_llama_dir, monkeypatch):
-    from engine.roofline_report import report
+    from engine.telemetry.roofline_report import report
     monkeypatch.setattr(dp, "device_peaks", lambda device, dtype, linear: peaks())
     lines = report(str(tiny_llama_dir), "cpu", "float32")
     assert "KiB per token" in lines[0] and "ridge 100.0 FLOPs per byte" in lines[1]

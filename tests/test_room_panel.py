@@ -6,11 +6,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.access import LOCAL, Access, Client
+from engine.room.access import Access
 from engine.api.join_link import join_url
-from engine.service import get_service, shutdown_service
+from engine.serving.service import get_service, shutdown_service
 from service_helpers import make_service
-from ui import role
 
 PAGE = Path(__file__).resolve().parents[1] / "pages" / "playground.py"
 
@@ -24,8 +23,9 @@ def svc(tiny_model_dirs):
 
 
 def playground(svc, monkeypatch, room: bool, presenter: bool) -> AppTest:
-    monkeypatch.setattr(svc, "access", Access(room=room, token="presenter-token-panel"))
-    monkeypatch.setattr(role, "current_client", lambda _svc: LOCAL if presenter else Client("ip:9", False))
+    access = Access(room=room, token="presenter-token-panel")
+    monkeypatch.setattr(access, "is_presenter", lambda _token: presenter)  # as if the cookie held the token
+    monkeypatch.setattr(svc, "access", access)
     at = AppTest.from_file(str(PAGE), default_timeout=60)
     at.run()
     assert not at.exception, at.exception

@@ -19,10 +19,11 @@ import pytest
 import websockets
 
 from engine import SamplingParams
-from engine.access import Access, Client, is_loopback
+from engine.events import FinishedEvent, RequestEvent
+from engine.room.access import Access, Client, is_loopback
 from engine.api import ws as ws_module
 from engine.api.server import create_app
-from engine.limits import ClientLimiter, ClientLimits
+from engine.room.limits import ClientLimiter, ClientLimits
 from service_helpers import assert_all_free, make_service, run, serve, wait_idle, wait_settled
 
 TOKEN, API_KEY = "presenter-token-123", "audience-key-456"
@@ -104,7 +105,7 @@ def test_viewer_is_refused_every_control_command_then_auth_unlocks(base, svc):
 
 def test_presenter_starts_a_scenario_by_number(base, svc):
     """The keyboard's 1-9: the n-th scenario's lanes run, then its stream reaches them."""
-    from engine.scenarios.catalog import by_number
+    from engine.workshop.scenarios.catalog import by_number
     scenario = by_number(2)
 
     async def main():
@@ -118,7 +119,7 @@ def test_presenter_starts_a_scenario_by_number(base, svc):
     run(main())
     assert svc.lane_names == list(scenario.lanes)
     deadline = time.monotonic() + 30
-    while len([e for _, e in svc.hub.read(cursor).events if e["type"] == "finished"]) < 2 * len(scenario.arrivals):
+    while len([e for _, e in svc.hub.read(cursor).events if isinstance(e, FinishedEvent)]) < 2 * len(scenario.arrivals):
         assert time.monotonic() < deadline, "the scenario's requests did not all finish"
         time.sleep(0.05)
     svc.set_lanes({"continuous": {"strategy": "continuous"}, "dynamic": {"strategy": "dynamic"}})
@@ -220,9 +221,9 @@ def test_api_key_holders_are_limited(base, svc):
     assert r.status_code == 400 and "max_model_len" in r.json()["error"]["message"]  # not limited: the engine's own check
 
 
-def request_events(svc, since: int, request_id: int) -> list[dict]:
+def request_events(svc, since: int, request_id: int) -> list[RequestEvent]:
     return [item for _, item in svc.hub.read(since).events
-            if item["type"] == "request" and item["request_id"] == request_id]
+            if isinstance(item, RequestEvent) and item.request_id == request_id]
 
 
 def test_viewer_cannot_jump_the_queue_nor_pose_as_another_tenant(base, svc):
@@ -238,7 +239,7 @@ def test_viewer_cannot_jump_the_queue_nor_pose_as_another_tenant(base, svc):
     rid = run(main())
     wait_idle(svc)
     seen = request_events(svc, since, rid)
-    assert seen and all(e["priority"] == 3 and e["tenant"] == "ip:127.0.0.1" for e in seen)
+    assert seen and all(e.priority == 3 and e.tenant == "ip:127.0.0.1" for e in seen)
 
 
 def test_a_long_client_key_still_submits_as_its_own_tenant(svc):
@@ -246,7 +247,7 @@ def test_a_long_client_key_still_submits_as_its_own_tenant(svc):
     hs = svc.submit([5], greedy(2), client=Client(key, presenter=False), tenant="someone-else")
     assert all(h.result(30).finish_reason == "length" for h in hs)
     seen = request_events(svc, since, hs[0].request_id)
-    assert seen and all(e["tenant"] == key[:64] for e in seen)
+    assert seen and all(e.tenant == key[:64] for e in seen)
 
 
 def test_api_priority_below_zero_needs_the_presenter_token(base, svc):
@@ -257,7 +258,7 @@ def test_api_priority_below_zero_needs_the_presenter_token(base, svc):
     r = httpx.post(f"http://{base}/v1/completions", json=body, headers={"Authorization": f"Bearer {TOKEN}"})
     assert r.status_code == 200, r.text
     seen = request_events(svc, since, int(r.json()["id"].split("-")[1]))
-    assert seen and all(e["priority"] == -5 and e["tenant"] == "alice" for e in seen)
+    assert seen and all(e.priority == -5 and e.tenant == "alice" for e in seen)
 
 
 # ---- the faults found by probing -----------------------------------------------------------------
@@ -396,8 +397,8 @@ def test_reader_that_never_reads_is_dropped_in_time_its_requests_aborted_and_its
         deadline, aborted = time.monotonic() + 20, False
         while not aborted and time.monotonic() < deadline:
             time.sleep(0.05)
-            ended = {item["request_id"]: item["finish_reason"] for _, item in svc.hub.read(0, limit=10**6).events
-                     if item["type"] == "finished"}
+            ended = {item.request_id: item.finish_reason for _, item in svc.hub.read(0, limit=10**6).events
+                     if isinstance(item, FinishedEvent)}
             stuck_ids = _tagged(svc, "stuck")
             aborted = bool(stuck_ids) and all(ended.get(r) == "abort" for r in stuck_ids)
         assert aborted, "the stuck client's request was not aborted"
@@ -418,8 +419,8 @@ def _server_side_of(client_port: int) -> list:
 
 
 def _tagged(svc, tag) -> set[int]:
-    return {item["request_id"] for _, item in svc.hub.read(0, limit=10**6).events
-            if item["type"] == "request" and item.get("tag") == tag}
+    return {item.request_id for _, item in svc.hub.read(0, limit=10**6).events
+            if isinstance(item, RequestEvent) and item.tag == tag}
 
 
 def _never_reading_client(base) -> socket.socket:
@@ -448,7 +449,7 @@ def _client_frame(text: str) -> bytes:
 def test_loopback_server_refuses_a_rebound_host():
     """On loopback everyone is the presenter, so a page whose name was pointed at 127.0.0.1 (DNS
     rebinding: same origin as far as the browser knows) must not get through."""
-    from engine.access import Access as A
+    from engine.room.access import Access as A
     svc = A(room=False)
     assert svc.request_allowed("http://localhost:8501", "localhost:8501")
     assert svc.request_allowed(None, "127.0.0.1:8501") and svc.request_allowed(None, "[::1]:8501")

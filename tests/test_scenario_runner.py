@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine.access import Access, Client, NotPresenter
-from engine.scenarios import load_scenarios
-from engine.scenarios import runner as scenario_runner
-from engine.scenarios.catalog import shipped
+from engine.room.access import Access, Client, NotPresenter
+from engine.events import FinishedEvent
+from engine.workshop.scenarios import load_scenarios
+from engine.workshop.scenarios import runner as scenario_runner
+from engine.workshop.scenarios.catalog import shipped
 from service_helpers import assert_all_free, make_service, wait_settled
 
 
@@ -18,11 +19,11 @@ def svc(tiny_model_dirs):
     s.stop()
 
 
-def finished_by_lane(svc, cursor) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
+def finished_by_lane(svc, cursor) -> dict[str, list[FinishedEvent]]:
+    out: dict[str, list[FinishedEvent]] = {}
     for _, e in svc.hub.read(cursor).events:
-        if e["type"] == "finished":
-            out.setdefault(e["lane"], []).append(e)
+        if isinstance(e, FinishedEvent):
+            out.setdefault(e.lane, []).append(e)
     return out
 
 
@@ -38,8 +39,8 @@ def test_straggler_sets_its_lanes_and_every_request_finishes_on_both(svc):
     done = finished_by_lane(svc, cursor)
     assert set(done) == {"continuous", "static"}
     for lane, events in done.items():
-        assert len(events) == 16 and all(e["finish_reason"] == "length" for e in events), lane
-        assert sorted(e["num_output_tokens"] for e in events) == sorted(a.max_tokens for a in stream.arrivals)
+        assert len(events) == 16 and all(e.finish_reason == "length" for e in events), lane
+        assert sorted(e.num_output_tokens for e in events) == sorted(a.max_tokens for a in stream.arrivals)
 
 
 def test_text_prompts_and_a_viewer_s_limits(svc, tmp_path):

@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 
 from engine import EngineConfig
-from engine.lanes import describe_difference
-from engine.scenarios import Fit, ScenarioError, load_scenario, load_scenarios
-from engine.scenarios.catalog import by_number, running_scenario, shipped
-from engine.scenarios.headline import METRICS, run_headline
-from engine.scenarios.model import TEMPLATE_TOKENS
+from engine.serving.lanes import describe_difference
+from engine.workshop.scenarios import Fit, ScenarioError, load_scenario, load_scenarios
+from engine.workshop.scenarios.catalog import by_number, running_scenario, shipped
+from engine.workshop.scenarios.headline import METRICS, run_headline
+from engine.workshop.scenarios.model import TEMPLATE_TOKENS
 
 BASE = EngineConfig(model="m", device="cpu")
 DEFAULT_CONTEXT = 8192  # SmolLM2-135M-Instruct
@@ -126,7 +126,7 @@ def test_shared_system_prompt_is_shared_and_each_question_its_own():
 
 
 def _shipped_files():
-    from engine.scenarios import SCENARIO_DIR
+    from engine.workshop.scenarios import SCENARIO_DIR
     return sorted(SCENARIO_DIR.glob("*.toml"))
 
 
@@ -178,7 +178,7 @@ def test_a_text_prompt_and_a_poisson_group_load(tmp_path):
 
 
 def test_every_bundled_prompt_has_its_answer_length_measured():
-    from engine.scenarios.prompts import load_prompts
+    from engine.workshop.prompts import load_prompts
     rows = load_prompts()
     assert all(isinstance(r.get("answer_tokens"), int) and r["answer_tokens"] > 0 for r in rows)
     assert max(r["answer_tokens"] for r in rows) >= 1.25 * max(a.max_tokens for s in shipped() for a in s.arrivals)
@@ -191,7 +191,7 @@ def test_each_scenario_sends_the_prompt_lengths_its_lesson_states():
 
     from engine.config import DEFAULT_MODEL
     from engine.detokenizer import apply_chat_template
-    from engine.model.loader import resolve_model_dir
+    from engine.model.files.loader import resolve_model_dir
     tok = AutoTokenizer.from_pretrained(resolve_model_dir(DEFAULT_MODEL))
     for s in shipped():
         for a in s.arrivals:

@@ -7,7 +7,8 @@ import pytest
 
 
 from engine import SamplingParams
-from engine.service import strategy_lanes
+from engine.events import RequestEvent
+from engine.serving.service import strategy_lanes
 from engine_helpers import greedy, mixed_prompts
 from service_helpers import assert_all_free, make_service
 from tiny_models import reference_greedy
@@ -74,8 +75,8 @@ def test_priority_and_tenant_reach_every_lane(svc):
     since = svc.hub.head
     hs = svc.submit([5, 6, 7], greedy(2), priority=-3, tenant="team-a")
     assert all(h.result(30).finish_reason == "length" for h in hs)
-    seen = {item["lane"]: (item["priority"], item["tenant"]) for _, item in svc.hub.read(since).events
-            if item["type"] == "request" and item["request_id"] == hs[0].request_id}
+    seen = {item.lane: (item.priority, item.tenant) for _, item in svc.hub.read(since).events
+            if isinstance(item, RequestEvent) and item.request_id == hs[0].request_id}
     assert seen == {"continuous": (-3, "team-a"), "dynamic": (-3, "team-a")}
     with pytest.raises(ValueError, match="priority must be an integer"):
         svc.submit("hi", greedy(2), priority="high")
@@ -166,4 +167,4 @@ def test_set_lanes_by_strategy(svc):
     svc.set_lanes(strategy_lanes(svc.cfg, ["continuous", "dynamic", "static"]))
     assert svc.lane_names == ["continuous", "dynamic", "static"]
     svc.set_lanes(strategy_lanes(svc.cfg, ["continuous", "dynamic"]))
-    assert svc.strategies == ["continuous", "dynamic"]
+    assert svc.lane_names == ["continuous", "dynamic"]

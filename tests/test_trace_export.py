@@ -10,10 +10,10 @@ import httpx
 import pytest
 
 from engine import SamplingParams
-from engine.access import PRESENTER_COOKIE, Access
+from engine.room.access import PRESENTER_COOKIE, Access
 from engine.api.server import create_app
 from engine.api.trace_route import hub_trace
-from engine.trace_export import chrome_trace
+from engine.telemetry.trace_export import chrome_trace
 from service_helpers import make_service, serve, wait_idle
 
 RECORDED = Path(__file__).parent / "data" / "events_tiny_llama.json"

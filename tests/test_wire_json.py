@@ -9,10 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.api.protocol import event_json
 from engine.bench import fuzz
 from engine.events import FinishedEvent, RequestEvent, StatusEvent, StepEntry, StepMessage
-from engine.telemetry import StepEvent
+from engine.events import StepEvent
 from engine.wire_json import dumps
 
 
@@ -56,4 +55,4 @@ def test_encoding_an_event_never_fails(rnd):
                     roofline={"mem_util": num()}, lane=text()),
     ]
     for ev in events:
-        strict(event_json(ev.hub_item()))
+        strict(ev.json())

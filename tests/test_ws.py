@@ -9,7 +9,7 @@ import pytest
 import websockets
 
 from engine.api.server import create_app
-from engine.events import ENTRY_FIELDS, PHASES, FinishedEvent, RequestEvent
+from engine.events import ENTRY_FIELDS, PHASES, FinishedEvent, GpuEvent, RequestEvent
 from service_helpers import assert_all_free, make_service, recv_until, run, serve
 
 
@@ -70,7 +70,7 @@ def one_short_request(url) -> list[dict]:
     async def main():
         async with websockets.connect(url) as ws:
             await ws.recv()
-            await ws.send(json.dumps({"cmd": "submit", "prompt": "hi", "strategies": ["continuous"],
+            await ws.send(json.dumps({"cmd": "submit", "prompt": "hi", "lanes": ["continuous"],
                                       "params": {"max_tokens": 2}}))
             _, seen = await recv_until(ws, lambda m: m["type"] == "events" and any(
                 e["type"] == "finished" for e in m["events"]))
@@ -142,11 +142,11 @@ def test_disconnect_mid_stream_aborts_and_frees(url, svc):
     assert_all_free(svc)  # aborted (not run to 90 tokens) and every block freed
 
 
-def test_subscribe_filters_strategies_and_pause_commands(url, svc):
+def test_subscribe_filters_lanes_and_pause_commands(url, svc):
     async def main():
         async with websockets.connect(url) as ws:
             await ws.recv()
-            await ws.send(json.dumps({"cmd": "subscribe", "strategies": ["dynamic"], "kv": False}))
+            await ws.send(json.dumps({"cmd": "subscribe", "lanes": ["dynamic"], "kv": False}))
             await recv_until(ws, lambda m: m["type"] == "reply")
             await ws.send(json.dumps({"cmd": "pause"}))
             reply, _ = await recv_until(ws, lambda m: m["type"] == "reply")
@@ -168,14 +168,13 @@ def test_subscribe_filters_strategies_and_pause_commands(url, svc):
 
 
 def test_gpu_samples_reach_every_subscriber(svc, url):
-    """NVML samples (published beside the engines on a GPU) go to clients whatever their strategies."""
+    """NVML samples (published beside the engines on a GPU) go to clients whatever their lanes."""
     async def main():
         async with websockets.connect(url) as ws:
             await ws.recv()
-            await ws.send(json.dumps({"cmd": "subscribe", "strategies": ["continuous"], "ref": "s"}))
+            await ws.send(json.dumps({"cmd": "subscribe", "lanes": ["continuous"], "ref": "s"}))
             await recv_until(ws, lambda m: m["type"] == "reply")
-            svc.hub.publish({"type": "gpu", "t": svc.clock(), "util_pct": 73, "mem_used_mb": 40960.0,
-                             "mem_total_mb": 81920.0})
+            svc.hub.publish(GpuEvent(t=svc.clock(), util_pct=73, mem_used_mb=40960.0, mem_total_mb=81920.0))
             msg, _ = await recv_until(ws, lambda m: m["type"] == "events" and any(
                 e["type"] == "gpu" for e in m["events"]))
             ev = next(e for e in msg["events"] if e["type"] == "gpu")

@@ -9,7 +9,7 @@
 #   bash docs/perf/run_gpu.sh lanes        # two lanes on one GPU: decode step alone and together
 #
 # Results (JSON and logs) go to $OUT (default docs/perf). Models are random-weight folders with the
-# real shapes (engine/model/random_model.py), built on first use. Tunables, with their defaults:
+# real shapes (engine/model/files/random_model.py), built on first use. Tunables, with their defaults:
 # DEVICE=cuda DTYPE=bfloat16 ATTN=triton QWEN25=random:Qwen2.5-0.5B-Instruct QWEN3=random:Qwen3-0.6B
 # BATCHES=1,16,64,256 CONTEXT=512 SCALE=0.2 (anyscale's share of its 1000 requests) NANO_SCALE=1
 # MAX_SEQS=256 STATIC_BATCH=32 BUDGET=8192 (tokens per step) KV_GB=16 (the same KV memory for every lane)

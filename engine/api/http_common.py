@@ -11,9 +11,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..access import NotPresenter
-from ..handles import RequestHandle
-from ..limits import LimitExceeded
+from ..room.access import NotPresenter
+from ..room.limits import LimitExceeded
+from ..serving.handles import RequestHandle
 from ..wire_json import dumps
 from .openai_schema import ApiError, param_of
 

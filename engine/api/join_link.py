@@ -11,7 +11,7 @@ import os
 import socket
 from urllib.parse import urlsplit
 
-from ..access import is_loopback
+from ..room.access import is_loopback
 
 PATH = "/join"
 

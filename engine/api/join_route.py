@@ -7,27 +7,26 @@ Refusals before the stream are JSON {"error": "..."} with the status saying whic
 room limit, 413 too long, 400 bad input, 403 foreign origin, 415 not JSON, 503 engine not ready).
 
 Room safety: a phone is a viewer (unless it carries the presenter cookie). GET /join gives each browser
-a signed id (a cookie): its limits (engine/limits.py) are its own, with its IP address's (read behind a
-trusted proxy from X-Forwarded-For: engine/access.py) as an outer bound, so phones behind one tunnel
+a signed id (a cookie): its limits (engine/room/limits.py) are its own, with its IP address's (read behind a
+trusted proxy from X-Forwarded-For: engine/room/access.py) as an outer bound, so phones behind one tunnel
 are not one client; a browser without the cookie is keyed by its address. The prompt and the name have
 length limits; a phone that leaves has its request aborted on every lane.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from ..access import PHONE_COOKIE, PRESENTER_COOKIE, Client
-from ..participants import MAX_NAME_CHARS, clean_name
+from ..paths import ASSETS
 from ..request import SamplingParams
+from ..room.access import PHONE_COOKIE, PRESENTER_COOKIE, Client
+from ..room.participants import MAX_NAME_CHARS, clean_name
 from ..untrusted import text
 from .http_common import failure, json_response, read_body, require_json, sse_event, submit, text_deltas
 from .openai_schema import ApiError, parse_json
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets" / "join"
+ASSETS = ASSETS / "join"
 MAX_PROMPT_CHARS = 1000
 MAX_BODY_BYTES = 8 * 1024
 MAX_TOKENS = 128           # per answer (lower still if the room's limit is lower)

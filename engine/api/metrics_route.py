@@ -1,4 +1,4 @@
-"""GET /metrics: the service's Prometheus metrics (engine/metrics_registry.py).
+"""GET /metrics: the service's Prometheus metrics (engine/telemetry/prometheus.py).
 
 Open on loopback; when the server is shared with a room, it needs the presenter token as a bearer
 key or the presenter link's cookie (the audience's API key is not enough: the metrics describe

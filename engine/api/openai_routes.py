@@ -12,7 +12,7 @@
 - Requests are tagged "openai", or "openai:<user>" when the body names a `user`, which is also the
   request's tenant (the fair policy). `priority` (an extension, as in vLLM: lower runs first) needs
   the presenter token below 0 in room mode (403 otherwise).
-- Access (engine/access.py): bodies must be `application/json` (415 otherwise: a cross-site form
+- Access (engine/room/access.py): bodies must be `application/json` (415 otherwise: a cross-site form
   or text/plain post never reaches the engine) and a browser Origin must be this server's own.
   In room mode every call needs a bearer key: the presenter token, or INFLIGHT_API_KEY (whose
   holders are held to the per-client limits: 429 past them).
@@ -26,8 +26,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from ..access import Client
-from ..handles import RequestHandle
+from ..room.access import Client
+from ..serving.handles import RequestHandle
 from .http_common import failure, json_response, read_body, require_json, sse_event, submit, text_deltas
 from .openai_schema import (
     MAX_BODY_BYTES,

@@ -6,13 +6,12 @@ Defaults follow OpenAI: temperature 1, top_p 1, max_tokens 16 for completions; c
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
 from .. import untrusted
-from ..untrusted import shown
 from ..request import MAX_TENANT_CHARS, RequestOutput, SamplingParams, check_priority_tenant
+from ..untrusted import is_int, is_number, shown
 
 MAX_BODY_BYTES = 64 * 1024
 DEFAULT_COMPLETION_MAX_TOKENS = 16
@@ -28,7 +27,7 @@ _UNSUPPORTED_UNLESS = {
 
 # body fields an error can be about (the engine calls the `user` a tenant)
 PARAMS = ("model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
-          "stop", "seed", "user", "priority", "lanes", "strategies", "n", "stream", "stream_options", "ignore_eos",
+          "stop", "seed", "user", "priority", "lanes", "n", "stream", "stream_options", "ignore_eos",
           *_UNSUPPORTED_UNLESS)
 _ALIASES = {"tenant": "user", "stop_token_ids": "stop"}
 
@@ -122,10 +121,9 @@ def parse_request(body: dict, chat: bool) -> ApiRequest:
     stream = bool(_opt(body, "stream", bool, "true or false"))
     options = _opt(body, "stream_options", dict, "an object") or {}
     include_usage = bool(_opt(options, "include_usage", bool, "true or false", "stream_options.include_usage"))
-    param = "lanes" if "lanes" in body else "strategies"  # extension (strategies: its old name)
-    lanes = body.get(param)  # which lanes serve it (default: all running)
+    lanes = body.get("lanes")  # an extension: which lanes serve it (default: all running)
     if lanes is not None and not (isinstance(lanes, list) and lanes and all(isinstance(s, str) for s in lanes)):
-        raise ApiError(f"{param} must be a non-empty list of lane names, got {shown(lanes)}", param=param)
+        raise ApiError(f"lanes must be a non-empty list of lane names, got {shown(lanes)}", param="lanes")
     user = _opt(body, "user", str, "a string")
     tenant = user[:MAX_TENANT_CHARS] if user else None
     priority = _opt(body, "priority", int, "an integer") or 0
@@ -142,9 +140,7 @@ def _opt(body: dict, name: str, kind: type, expected: str, param: str | None = N
     v = body.get(name)
     if v is None:
         return None
-    ok = isinstance(v, kind) and (kind is bool or not isinstance(v, bool))
-    if kind is float:
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    ok = is_number(v) if kind is float else is_int(v) if kind is int else isinstance(v, kind)
     if not ok:
         raise ApiError(f"{param or name} must be {expected}, got {shown(v)}", param=param or name)
     return v
@@ -156,7 +152,7 @@ def _prompt(prompt) -> str | list[int]:
             raise ApiError("only one prompt per request", param="prompt")
         prompt = prompt[0]  # ["text"] or [[ids]]
     if isinstance(prompt, str) or (isinstance(prompt, list) and all(
-            isinstance(t, int) and not isinstance(t, bool) for t in prompt)):
+            is_int(t) for t in prompt)):
         return prompt
     raise ApiError(f"prompt must be a string or a list of token ids, got {shown(prompt)}", param="prompt")
 

@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ..access import PRESENTER_COOKIE, Access
+from ..room.access import PRESENTER_COOKIE, Access
 
 
 def presenter_route(get_service) -> Route:

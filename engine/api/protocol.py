@@ -26,8 +26,6 @@ answered, and the socket closes (code 1012) when the replay seeks or ends: recon
 """
 from __future__ import annotations
 
-import json
-
 from ..events import StepMessage
 from ..request import SamplingParams
 from ..untrusted import encodable, is_int, is_number, parse_json, shown
@@ -66,8 +64,8 @@ def parse_command(text: str | bytes) -> dict:
 
 
 def lane_names(msg: dict) -> list[str] | None:
-    """A command's `lanes` (names; None: all). `strategies` is read as its old name."""
-    names = msg.get("lanes", msg.get("strategies"))
+    """A command's `lanes` (names; None: all)."""
+    names = msg.get("lanes")
     if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
         raise ProtocolError("lanes must be a list of lane names or null")
     return names
@@ -93,28 +91,6 @@ def sampling_params(raw) -> SamplingParams:
     return p
 
 
-def encode_event(item: dict) -> dict:
-    """Hub item -> JSON-ready dict (cached on the item: several clients share the work)."""
-    enc = item.get("_encoded")
-    if enc is None:
-        if "_json" in item:  # a recorded event: kept as the text it was sent as
-            enc = json.loads(item["_json"])
-        elif item["type"] == StepMessage.TYPE:  # the hub holds the StepEvent: encoded here, once
-            enc = StepMessage.from_hub_item(item).to_dict()
-        else:
-            enc = {k: v for k, v in item.items() if not k.startswith("_")}
-        item["_encoded"] = enc
-    return enc
-
-
-def event_json(item: dict) -> str:
-    """Hub item -> its JSON text, built once for every client (wire_json: this cannot fail)."""
-    text = item.get("_json")
-    if text is None:
-        text = item["_json"] = dumps(encode_event(item))
-    return text
-
-
 class Subscription:
     """What one client wants to see: lanes, token deltas of which requests, KV detail."""
 
@@ -138,14 +114,15 @@ class Subscription:
             raise ProtocolError('from_seq must be "oldest" or a sequence number >= 0')
         return from_seq
 
-    def view(self, item: dict) -> str | None:
-        """The event's JSON text as this client should get it, or None to skip it."""
-        lane = item.get("lane")  # service-wide events have none: everyone gets them
+    def view(self, event) -> str | None:
+        """The event's JSON text as this client should get it, or None to skip it (a hub's event: an
+        engine/events.py Event, or a replay's RecordedEvent)."""
+        lane = event.lane  # service-wide events have none: everyone gets them
         if self.lanes is not None and lane is not None and lane not in self.lanes:
             return None
-        if item["type"] != StepMessage.TYPE or (self.kv and self.requests is None):
-            return event_json(item)
-        out = dict(encode_event(item))
+        if event.TYPE != StepMessage.TYPE or (self.kv and self.requests is None):
+            return event.json()
+        out = dict(event.wire())
         if not self.kv:
             out.pop("kv", None)
         if self.requests is not None:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from starlette.applications import Starlette
 from starlette.routing import BaseRoute, WebSocketRoute
 
-from ..service import EngineService
+from ..serving.service import EngineService
 from .join_route import join_routes
 from .metrics_route import metrics_route
 from .openai_routes import openai_routes

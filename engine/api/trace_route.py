@@ -1,4 +1,4 @@
-"""GET /trace.json: the EventHub's current window as a Chrome trace (engine/trace_export.py), to open in
+"""GET /trace.json: the EventHub's current window as a Chrome trace (engine/telemetry/trace_export.py), to open in
 Perfetto (ui.perfetto.dev) or chrome://tracing. Open on loopback; in room mode it is the presenter's
 (the session cookie of the presenter link, or the token as a bearer key): it names everyone's requests."""
 from __future__ import annotations
@@ -8,17 +8,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..trace_export import chrome_trace
+from ..telemetry.trace_export import chrome_trace
 from .http_common import json_response
 from .presenter import unless_presenter
-from .protocol import encode_event
 
 FILE_NAME = "inflight-trace.json"
 
 
 def hub_trace(hub) -> dict:
     """The trace of every event the hub still holds."""
-    return chrome_trace(encode_event(item) for _, item in hub.read(0).events)
+    return chrome_trace(event.wire() for _, event in hub.read(0).events)
 
 
 def trace_route(get_service) -> Route:

@@ -1,8 +1,8 @@
 """/engine/ws: live engine events out (at most 60 messages/s per client), commands in.
 
-Each connection is a client with a role (engine/access.py): control commands need the presenter
+Each connection is a client with a role (engine/room/access.py): control commands need the presenter
 token in room mode; viewers watch, submit within the limits and abort their own requests.
-While the service replays a recording (engine/recording), the socket serves the replay's events and
+While the service replays a recording (engine/workshop/recording), the socket serves the replay's events and
 status instead; pause and resume then drive the replay. A socket closes when what it serves changes
 (live <-> replay, or a seek): its client reconnects and rebuilds its views from the new events.
 """
@@ -14,15 +14,24 @@ import logging
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..access import PRESENTER_COOKIE, NotPresenter
-from ..recording.stage import source
-from ..scenarios import runner as scenario_runner
-from ..scenarios.catalog import by_number
+from ..events import FinishedEvent
+from ..room.access import PRESENTER_COOKIE, NotPresenter
 from ..untrusted import is_int
 from ..wire_json import dumps
+from ..workshop.recording.stage import source
+from ..workshop.scenarios import runner as scenario_runner
+from ..workshop.scenarios.catalog import by_number
 from . import socket_backlog
-from .protocol import (CONTROL_COMMANDS, ProtocolError, Subscription, events_message, lane_names, lane_specs,
-                       parse_command, sampling_params)
+from .protocol import (
+    CONTROL_COMMANDS,
+    ProtocolError,
+    Subscription,
+    events_message,
+    lane_names,
+    lane_specs,
+    parse_command,
+    sampling_params,
+)
 
 log = logging.getLogger(__name__)
 MAX_RATE_HZ = 60
@@ -143,12 +152,12 @@ class _Connection:
             await self._send(events_message(batch.events[0][0], batch.events[-1][0], batch.skipped, events))
 
     def _forget_finished(self, events) -> None:
-        for _, item in events:
-            if item["type"] == "finished" and item["request_id"] in self.mine:
-                left = self.mine[item["request_id"]]
-                left.discard(item["lane"])
+        for _, event in events:
+            if isinstance(event, FinishedEvent) and event.request_id in self.mine:
+                left = self.mine[event.request_id]
+                left.discard(event.lane)
                 if not left:
-                    del self.mine[item["request_id"]]
+                    del self.mine[event.request_id]
 
     async def _handle(self, text: str) -> None:
         ref = None

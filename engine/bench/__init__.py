@@ -13,11 +13,22 @@ From Python (e.g. a page running it in a background thread):
 from .config import ALL_STRATEGIES, BenchConfig
 from .control import Cancelled, Progress
 from .metrics import summarize
-from .records import RequestRecord, StepSample, StrategyRun
+from .records import RequestRecord, StepSample, LaneRun
 from .suite import BenchmarkResult, run_benchmark
-from .workloads import (PRESETS, Lengths, RequestClass, RequestSpec, Workload, WorkloadSpec, load_trace,
-                        make_workload, materialize, preset, save_trace)
+from .workloads import (
+                        PRESETS,
+                        Lengths,
+                        RequestClass,
+                        RequestSpec,
+                        Workload,
+                        WorkloadSpec,
+                        load_trace,
+                        make_workload,
+                        materialize,
+                        preset,
+                        save_trace,
+)
 
 __all__ = ["ALL_STRATEGIES", "BenchConfig", "BenchmarkResult", "Cancelled", "Lengths", "PRESETS", "Progress",
-           "RequestClass", "RequestRecord", "RequestSpec", "StepSample", "StrategyRun", "Workload", "WorkloadSpec",
+           "RequestClass", "RequestRecord", "RequestSpec", "StepSample", "LaneRun", "Workload", "WorkloadSpec",
            "load_trace", "make_workload", "materialize", "preset", "run_benchmark", "save_trace", "summarize"]

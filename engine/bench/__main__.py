@@ -13,12 +13,11 @@ import argparse
 import sys
 
 from ..config import EngineConfig
-from ..lanes import describe_difference, load_lanes, parse_lane
+from ..serving.lanes import describe_difference, load_lanes, parse_lane
 from .config import ALL_STRATEGIES, BenchConfig
 from .control import Cancelled, Progress
 from .report import add_ratios, format_table, write_csv, write_json
 from .workloads import PRESETS, Lengths, load_trace, make_workload, preset, save_trace
-
 
 DEFAULT_STRATEGIES = "continuous,static,hf-generate"
 QUIET_PCT = 10.0  # other processes' CPU share above which a run's timings are flagged

@@ -8,9 +8,9 @@ import sys
 import time
 import urllib.request
 from contextlib import contextmanager
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from ..paths import REPO
+
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ..config import STRATEGIES, EngineConfig
-from ..cost import check_price, default_price_per_hour
+from ..telemetry.cost import check_price, default_price_per_hour
 
 OUR_STRATEGIES = STRATEGIES
 PEER_STRATEGIES = ("hf-generate", "hf-cb")
@@ -17,7 +17,7 @@ class BenchConfig:
     device, dtype, block size, limits and KV memory budget (hf-cb gets as many KV slots as our first
     lane). warmup_requests: requests run (and discarded) before each measured run. threads: torch CPU
     threads for every lane and peer (None: torch's default, one per core). price_per_hour: dollars per
-    device hour, for each result's cost per million output tokens (engine/cost.py)."""
+    device hour, for each result's cost per million output tokens (engine/telemetry/cost.py)."""
     engine: EngineConfig = field(default_factory=EngineConfig)
     warmup_requests: int = 2
     threads: int | None = None

@@ -3,7 +3,7 @@
 A decode step must read every weight once and every row's KV cache; no kernel can beat those bytes
 divided by the device's copy bandwidth. For each batch size this fills an engine with `batch`
 requests of `context` prompt tokens, times real engine steps that only decode (schedule to sampled
-token, telemetry included), and divides by the floor: the step's bytes (engine/roofline.step_work,
+token, telemetry included), and divides by the floor: the step's bytes (engine/telemetry/roofline.step_work,
 from the step's own event) over the copy bandwidth measured in the same run (device_peaks).
 
     python -m engine.bench.decode_floor --model random:Qwen2.5-0.5B-Instruct --dtype bfloat16 \
@@ -20,10 +20,11 @@ from dataclasses import asdict
 import torch
 
 from ..config import EngineConfig
-from ..device_peaks import measure_peaks
 from ..events import PREFILL
+from ..kv.pool import blocks_for
 from ..llm_engine import LLMEngine
-from ..roofline import ModelCost, step_work
+from ..telemetry.device_peaks import measure_peaks
+from ..telemetry.roofline import ModelCost, step_work
 from .step_profile import fill, fill_steps
 from .suite import host_info
 
@@ -56,7 +57,7 @@ def run(model: str | None, device: str, dtype: str, attention_backend: str, batc
     row_len = context + steps + 2 + fill_steps(budget, [context] * largest)  # what fill() asks for
     cfg = EngineConfig(model=model, device=device, dtype=dtype, attention_backend=attention_backend,
                        cuda_graphs=cuda_graphs, max_model_len=row_len, max_num_seqs=largest,
-                       max_num_batched_tokens=budget, num_kv_blocks=largest * -(-row_len // 16), block_size=16)
+                       max_num_batched_tokens=budget, num_kv_blocks=largest * blocks_for(row_len, 16), block_size=16)
     eng = LLMEngine(cfg)
     runner = eng.runner
     cost = ModelCost.from_hf_config(runner.hf_config, runner.dtype)

@@ -5,11 +5,11 @@ import threading
 import traceback
 
 from engine.bench.config import BenchConfig
-from engine.config import EngineConfig
 from engine.bench.control import Cancelled, Progress
 from engine.bench.report import add_ratios
 from engine.bench.suite import run_benchmark
 from engine.bench.workloads import make_workload, preset
+from engine.config import EngineConfig
 
 
 class BenchJob(threading.Thread):

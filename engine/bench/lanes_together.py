@@ -16,11 +16,11 @@ import json
 import statistics
 
 from ..config import EngineConfig
-from ..cpu_share import SHARE
-from ..events import PREFILL
+from ..cpu_share import CORES
+from ..events import PREFILL, StepMessage
 from ..request import SamplingParams
-from ..scenarios.model import prompt_ids
-from ..service import EngineService
+from ..serving.service import EngineService
+from ..workshop.scenarios.model import prompt_ids
 from .suite import host_info
 
 PROMPT_LEN = 24
@@ -29,11 +29,11 @@ PROMPT_LEN = 24
 def decode_steps_ms(svc: EngineService, cursor: int, lanes: list[str]) -> dict[str, float]:
     """Median decode-step duration per lane among the step events since cursor."""
     steps: dict[str, list[float]] = {lane: [] for lane in lanes}
-    for _, item in svc.hub.read(cursor).events:
-        if item.get("type") == "step" and item.get("lane") in steps:
-            ev = item["event"]
+    for _, msg in svc.hub.read(cursor).events:
+        if isinstance(msg, StepMessage) and msg.lane in steps:
+            ev = msg.event
             if ev.entries and all(e.phase != PREFILL for e in ev.entries):
-                steps[item["lane"]].append(1e3 * ev.duration_s)
+                steps[msg.lane].append(1e3 * ev.duration_s)
     return {lane: statistics.median(v) if v else float("nan") for lane, v in steps.items()}
 
 
@@ -54,7 +54,7 @@ def measure(svc: EngineService, names: list[str], batch: int, tokens: int, round
                                                for mode in modes}
     for _ in range(rounds):
         for mode in modes:
-            SHARE.enabled = mode == "on"
+            CORES.enabled = mode == "on"
             for name in names:
                 runs[mode][f"{name} alone"].append(burst(svc, [name], batch, tokens)[name])
             for name, ms in burst(svc, names, batch, tokens).items():
@@ -96,12 +96,12 @@ def main(argv=None) -> None:
         result = measure(svc, names, args.batch, args.tokens, args.rounds, modes)
     finally:
         svc.stop()
-        SHARE.enabled = True
-    print(f"{args.device}, cores: {SHARE.cores}; {args.batch} requests x {args.tokens} tokens; {args.rounds} rounds")
+        CORES.enabled = True
+    print(f"{args.device}, cores: {CORES.cores}; {args.batch} requests x {args.tokens} tokens; {args.rounds} rounds")
     print(render(result, names))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": args.device, "host": host_info(), "cores": SHARE.cores, "batch": args.batch,
+            json.dump({"device": args.device, "host": host_info(), "cores": CORES.cores, "batch": args.batch,
                        "tokens": args.tokens, "rounds": args.rounds, "median_decode_step_ms": result}, f, indent=1)
 
 

@@ -11,10 +11,11 @@ from collections import deque
 
 import numpy as np
 
-from ..events import RUN_STARTED
+from ..event_hub import HubReader
+from ..events import RUN_STARTED, FinishedEvent, RequestEvent, StatusEvent, StepMessage
 from .metrics import summarize, ttft
 from .pauses import Pauses
-from .records import RequestRecord, StrategyRun, step_sample
+from .records import RequestRecord, LaneRun, step_sample
 from .workloads import RequestSpec
 
 WINDOW_STEPS = 2000      # per lane
@@ -34,11 +35,11 @@ class _LaneWindow:
         self.in_flight = 0
         self.preemptions = 0
 
-    def on_request(self, item: dict) -> None:
+    def on_request(self, ev: RequestEvent) -> None:
         self.in_flight += 1
-        self.labels[item["request_id"]] = (item.get("priority", 0), item.get("tenant"))
-        if item.get("tenant") is not None:
-            self.tenanted[item["request_id"]] = item["request_id"]
+        self.labels[ev.request_id] = (ev.priority, ev.tenant)
+        if ev.tenant is not None:
+            self.tenanted[ev.request_id] = ev.request_id
 
     def on_step(self, ev, pauses: Pauses) -> None:
         for rid in ev.admitted:
@@ -48,21 +49,21 @@ class _LaneWindow:
         if sample is not None:
             self.steps.append(sample)
 
-    def on_finished(self, item: dict, pauses: Pauses) -> None:
-        rid, at = item["request_id"], pauses.running_s
+    def on_finished(self, ev: FinishedEvent, pauses: Pauses) -> None:
+        rid, at = ev.request_id, pauses.running_s
         if len(self.done) == self.done.maxlen:  # the oldest leaves the window
             self.labels.pop(self.done[0].index, None)
             self.tenanted.pop(self.done[0].index, None)
-        self.done.append(RequestRecord(rid, at(item["arrival_s"]), self.scheduled.pop(rid, None),
-                                       at(item["first_token_s"]), at(item["finish_s"]), item["num_prompt_tokens"],
-                                       item["num_output_tokens"], item["finish_reason"]))
+        self.done.append(RequestRecord(rid, at(ev.arrival_s), self.scheduled.pop(rid, None), at(ev.first_token_s),
+                                       at(ev.finish_s), ev.num_prompt_tokens, ev.num_output_tokens,
+                                       ev.finish_reason))
         self.in_flight = max(0, self.in_flight - 1)
 
     def summary(self, lane: str) -> dict:
         done = list(self.done)
         t0 = min((r.arrival_s for r in done), default=0.0)
         specs = [RequestSpec(r.index, 0.0, 0, tenant=self._label(r)[1]) for r in done]
-        res = summarize(StrategyRun(lane, done, list(self.steps), t0=t0), specs=specs)
+        res = summarize(LaneRun(lane, done, list(self.steps), t0=t0), specs=specs)
         res["in_flight"] = self.in_flight
         res["preemptions"] = self.preemptions
         # the longest a decoding request waited for its next token: the longest step with decode rows
@@ -88,13 +89,12 @@ def _max(values: list) -> float | None:
     return max(values) if values else None
 
 
-class LiveMetrics:
-    """Consumes hub batches; summary() gives the metric cards' numbers per lane, for the current run."""
+class LiveMetrics(HubReader):
+    """Reads the hub; summary() gives the metric cards' numbers per lane, for the current run."""
 
     def __init__(self, since_s: float = 0.0, cleared: bool = False):
+        super().__init__()
         self.windows: dict[str, _LaneWindow] = {}
-        self.cursor = 0          # hub sequence number of the next event to read
-        self.skipped = 0         # events the hub dropped before this reader read them
         self.since_s = since_s   # the run began then: what happened before is not part of it
         self.cleared = cleared   # since_s is a Clear views
         self.run_title: str | None = None  # the scenario whose run this is (None: no scenario ran since)
@@ -102,32 +102,33 @@ class LiveMetrics:
         self.last_activity_s: float | None = None  # the run's latest arrival or end
         self._summary = None     # cached until the next event
 
-    def consume(self, hub, limit: int = 20000) -> None:
-        batch = hub.read(self.cursor, limit=limit)
-        self.cursor, self.skipped = batch.cursor, self.skipped + batch.skipped
-        for _, item in batch.events:
-            self.add(item)
+    def on_event(self, event) -> None:
+        self.pauses.on_event(event)
+        super().on_event(event)
 
-    def add(self, item: dict) -> None:
-        kind, lane = item["type"], item.get("lane")
-        self.pauses.feed(item)
-        if kind == "status" and item["event"] == RUN_STARTED and item["t"] >= self.since_s:
-            self._new_run(item["t"], item.get("message"))
-        if lane is None or kind not in ("step", "request", "finished"):
-            return
-        if (item["event"].t_start if kind == "step" else item["arrival_s"]) < self.since_s:
-            return
+    def on_status(self, ev: StatusEvent) -> None:
+        if ev.event == RUN_STARTED and ev.t >= self.since_s:
+            self._new_run(ev.t, ev.message)
+
+    def on_request(self, ev: RequestEvent) -> None:
+        if ev.lane is not None and ev.arrival_s >= self.since_s:
+            self._window(ev.lane).on_request(ev)
+            self._active(ev.arrival_s)
+
+    def on_step(self, msg: StepMessage) -> None:
+        if msg.lane is not None and msg.event.t_start >= self.since_s:
+            self._window(msg.lane).on_step(msg.event, self.pauses)
+
+    def on_finished(self, ev: FinishedEvent) -> None:
+        if ev.lane is not None and ev.arrival_s >= self.since_s:
+            self._window(ev.lane).on_finished(ev, self.pauses)
+            self._active(ev.finish_s or ev.arrival_s)
+
+    def _window(self, lane: str) -> _LaneWindow:
         self._summary = None
-        self._lane_event(self.windows.setdefault(lane, _LaneWindow()), kind, item)
+        return self.windows.setdefault(lane, _LaneWindow())
 
-    def _lane_event(self, w: _LaneWindow, kind: str, item: dict) -> None:
-        if kind == "step":
-            return w.on_step(item["event"], self.pauses)
-        if kind == "request":
-            w.on_request(item)
-        else:
-            w.on_finished(item, self.pauses)
-        t = item["arrival_s"] if kind == "request" else item["finish_s"] or item["arrival_s"]
+    def _active(self, t: float) -> None:
         self.last_activity_s = max(t, self.last_activity_s or t)
 
     def _new_run(self, t: float, title: str | None) -> None:

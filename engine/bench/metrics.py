@@ -1,4 +1,4 @@
-"""Benchmark metrics: pure functions of a StrategyRun (request records and step samples).
+"""Benchmark metrics: pure functions of a LaneRun (request records and step samples).
 
 Definitions (every time is a difference of one clock; t0 is when the workload started,
 i.e. when requests with arrival offset 0 arrive):
@@ -47,7 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from .fairness import tenant_service
-from .records import RequestRecord, StepSample, StrategyRun
+from .records import RequestRecord, StepSample, LaneRun
 from .workloads import RequestSpec
 
 PERCENTILES = (50, 90, 99)
@@ -124,7 +124,7 @@ def prefix_metrics(steps: list[StepSample]) -> dict:
             "prefix_hit_rate": hits / queries if queries else None}
 
 
-def breakdowns(run: StrategyRun, done: list[RequestRecord], specs: list[RequestSpec] | None) -> dict:
+def breakdowns(run: LaneRun, done: list[RequestRecord], specs: list[RequestSpec] | None) -> dict:
     """Per-class and per-tenant metrics, for workloads whose requests carry those labels."""
     by_index = {s.index: s for s in specs or []}
     res: dict = {}
@@ -135,7 +135,7 @@ def breakdowns(run: StrategyRun, done: list[RequestRecord], specs: list[RequestS
     return res
 
 
-def summarize(run: StrategyRun, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
+def summarize(run: LaneRun, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
               specs: list[RequestSpec] | None = None) -> dict:
     """Every metric of one run as a JSON-ready dict (see the module docstring); `specs`, the
     workload's requests, give the per-class and per-tenant breakdowns."""
@@ -146,7 +146,7 @@ def summarize(run: StrategyRun, slo_ttft_s: float | None = None, slo_tpot_s: flo
     good = [r for r in done if meets_slo(r, slo_ttft_s, slo_tpot_s)]
     steps = run.steps
     res = {
-        "strategy": run.strategy,
+        "strategy": run.lane,
         "num_requests": len(run.requests),
         "completed": len(done),
         "failed": len(run.requests) - len(done),

@@ -9,20 +9,25 @@ from __future__ import annotations
 
 import bisect
 
+from ..event_hub import HubReader
 from ..events import PAUSED, RESUMED
 
 
-class Pauses:
+class Pauses(HubReader):
+    """Fed status events (paused/resumed) and step events (a single step while paused)."""
+
     def __init__(self):
+        super().__init__()
         self.closed: list[tuple[float, float]] = []  # paused intervals, in time order
         self.open_since: float | None = None         # paused now, since then
 
-    def feed(self, item: dict) -> None:
-        """Status events (paused/resumed) and step events (a single step while paused)."""
-        if item["type"] == "status" and item.get("t") is not None:
-            self._status(item["event"], item["t"])
-        elif item["type"] == "step" and self.open_since is not None:
-            self._step(item["event"].t_start, item["event"].t_end)
+    def on_status(self, ev) -> None:
+        if ev.t is not None:
+            self._status(ev.event, ev.t)
+
+    def on_step(self, msg) -> None:
+        if self.open_since is not None:
+            self._step(msg.event.t_start, msg.event.t_end)
 
     def _status(self, event: str, t: float) -> None:
         if event == PAUSED and self.open_since is None:

@@ -40,11 +40,11 @@ from ..config import EngineConfig
 from ..kv.pool import kv_shape
 from ..kv.sizing import num_kv_blocks
 from ..model.tokens import eos_token_ids, pad_token_id
+from ..paths import REPO
 from .config import BenchConfig
-from .control import Cancelled, check_cancel, is_cancelled, CpuShare, report
-from .records import RequestRecord, StepSample, StrategyRun
+from .control import Cancelled, CpuShare, check_cancel, is_cancelled, report
+from .records import RequestRecord, StepSample, LaneRun
 from .workloads import RequestSpec, Workload, load_trace, save_trace
-
 
 # ---------------------------------------------------------------------------- shared loading
 
@@ -52,8 +52,8 @@ def _load_hf(cfg: EngineConfig, attn_implementation: str | None = None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..model.loader import resolve_model_dir
-    from ..model.runner import resolve_device, resolve_dtype
+    from ..config import resolve_device, resolve_dtype
+    from ..model.files.loader import resolve_model_dir
 
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
@@ -98,7 +98,7 @@ class _TokenClock:
 
 
 def run_hf_generate(workloads: list[Workload], cfg: BenchConfig, progress=None, cancel=None,
-                    clock=time.perf_counter, sleep=time.sleep) -> list[StrategyRun]:
+                    clock=time.perf_counter, sleep=time.sleep) -> list[LaneRun]:
     import gc
 
     report(progress, strategy="hf-generate", stage="load", message=f"loading {cfg.engine.model}")
@@ -126,7 +126,7 @@ def run_hf_generate(workloads: list[Workload], cfg: BenchConfig, progress=None, 
 
 
 def _hf_generate_workload(model, w: Workload, cfg: BenchConfig, pad: int, device, clock, sleep, progress,
-                          cancel) -> StrategyRun:
+                          cancel) -> LaneRun:
     specs = sorted(w.requests, key=lambda r: (r.arrival_s, r.index))
     rate, total, bs = w.params.get("rate"), len(specs), cfg.engine.static_batch_size
     records: list[RequestRecord] = []
@@ -155,7 +155,7 @@ def _hf_generate_workload(model, w: Workload, cfg: BenchConfig, pad: int, device
     report(progress, strategy="hf-generate", stage="done", done=total, total=total, rate=rate)
     # generate()'s cache is not bounded by our KV budget: record its peak to compare
     peak = max((s.kv_allocated_slots for s in steps), default=0)
-    return StrategyRun("hf-generate", records, steps, t0, {"rate": rate, "kv_peak_slots": peak,
+    return LaneRun("hf-generate", records, steps, t0, {"rate": rate, "kv_peak_slots": peak,
                                                            "other_cpu_pct": cpu.other_cpu_pct()})
 
 
@@ -210,7 +210,7 @@ def generate_steps(group: list[RequestSpec], t_launch: float, times: list[float]
 # ---------------------------------------------------------------------------- hf-cb (parent side)
 
 def run_hf_cb(workloads: list[Workload], cfg: BenchConfig, kv_blocks: int | None = None, progress=None,
-              cancel=None) -> list[StrategyRun]:
+              cancel=None) -> list[LaneRun]:
     """Run transformers' continuous batching in a child process on each workload."""
     report(progress, strategy="hf-cb", stage="load", message=f"starting a process for {cfg.engine.model}")
     with tempfile.TemporaryDirectory(prefix="inflight-hfcb-") as tmp:
@@ -228,12 +228,12 @@ def run_hf_cb(workloads: list[Workload], cfg: BenchConfig, kv_blocks: int | None
     for w, res in zip(workloads, result["runs"]):
         recs = [RequestRecord(**r) for r in res["requests"]]
         info = {**result["info"], "rate": w.params.get("rate"), "other_cpu_pct": res.get("other_cpu_pct")}
-        runs.append(StrategyRun("hf-cb", recs, [], 0.0, info))
+        runs.append(LaneRun("hf-cb", recs, [], 0.0, info))
     return runs
 
 
 def _run_child(job_path: Path, workloads, progress, cancel, log_path: Path) -> None:
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(REPO)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "engine.bench.peers", "hf-cb", str(job_path)],

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from ..events import DECODE, PADDING, PHASES, PREFILL
+from ..events import DECODE, PADDING, PHASES, PREFILL, StepEvent
 from ..request import RequestOutput
-from ..telemetry import StepEvent
 
 
 @dataclass
@@ -69,10 +68,10 @@ class StepSample:
 
 
 @dataclass
-class StrategyRun:
-    """A strategy's run of one workload. steps is empty when the strategy cannot be observed
-    per step (hf-cb); metrics that need steps are then None."""
-    strategy: str
+class LaneRun:
+    """A lane's run of one workload (in the benchmark a lane is a strategy or a peer). steps is empty
+    when the lane cannot be observed per step (hf-cb); metrics that need steps are then None."""
+    lane: str
     requests: list[RequestRecord]
     steps: list[StepSample] = field(default_factory=list)
     t0: float = 0.0                      # when the workload started (arrival offsets count from here)

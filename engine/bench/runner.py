@@ -18,8 +18,8 @@ from collections import deque
 from ..config import EngineConfig
 from ..llm_engine import LLMEngine
 from ..request import SamplingParams
-from .control import Cancelled, check_cancel, is_cancelled, CpuShare, report
-from .records import RequestRecord, StepSample, StrategyRun, request_record, step_sample
+from .control import Cancelled, CpuShare, check_cancel, is_cancelled, report
+from .records import RequestRecord, StepSample, LaneRun, request_record, step_sample
 from .workloads import Workload
 
 IDLE_TICK_S = 0.002  # sleep between idle steps (static waiting for a full batch, dynamic for its timeout)
@@ -27,7 +27,7 @@ WARMUP_TOKENS = 4
 
 
 def run_engine(workloads: list[Workload], lane: str, engine_cfg: EngineConfig, warmup_requests: int,
-               progress=None, cancel=None, sleep=time.sleep) -> list[StrategyRun]:
+               progress=None, cancel=None, sleep=time.sleep) -> list[LaneRun]:
     """One engine for the lane, warmed up, then each (materialized) workload in turn."""
     if engine_cfg.enable_prefix_caching and len(workloads) > 1:
         return [run for w in workloads
@@ -57,7 +57,7 @@ def warmup(eng: LLMEngine, workload: Workload, n: int) -> None:
 
 
 def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, cancel=None,
-                 sleep=time.sleep) -> StrategyRun:
+                 sleep=time.sleep) -> LaneRun:
     if not workload.materialized:
         raise ValueError("materialize() the workload for the model's tokenizer first")
     clock = eng.clock
@@ -130,7 +130,7 @@ def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, c
             "attention": eng.runner.backend, "cuda_graphs": eng.runner.graphs_state(),
             "graph_steps": _graph_steps(eng) - graph_steps0}
     report(progress, strategy=lane, stage="done", done=done, total=total, rate=rate)
-    return StrategyRun(lane, records, steps, t0, info)
+    return LaneRun(lane, records, steps, t0, info)
 
 
 def _graph_steps(eng) -> int:

@@ -29,8 +29,17 @@ from pathlib import Path
 import numpy as np
 
 from .app_process import free_port, stop_process
-from .soak_clients import Load, Monitor, SocketClient, Tally, fuzzer, http_load, presenter_changes, \
-    server_status, viewer_tries_controls
+from .soak_clients import (
+    Load,
+    Monitor,
+    SocketClient,
+    Tally,
+    fuzzer,
+    http_load,
+    presenter_changes,
+    server_status,
+    viewer_tries_controls,
+)
 from .workloads import load_prompts
 
 IDLE_TIMEOUT_S = 300.0

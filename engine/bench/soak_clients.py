@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import httpx
 import websockets
 
+from ..events import FinishedEvent, RequestEvent
 from . import fuzz
 
 REQUEST_TIMEOUT_S = 300.0   # an answer later than this counts as lost
@@ -291,9 +292,9 @@ class Monitor:
     def _on_events(self, msg: dict) -> None:
         self.skipped += msg.get("skipped", 0)
         for ev in msg["events"]:
-            if ev["type"] == "request":
+            if ev["type"] == RequestEvent.TYPE:
                 self.accepted.add((ev["lane"], ev["request_id"]))
-            elif ev["type"] == "finished":
+            elif ev["type"] == FinishedEvent.TYPE:
                 self.ended[(ev["lane"], ev["request_id"])] = ev["finish_reason"]
 
     def unfinished(self) -> list:

@@ -21,11 +21,11 @@ from types import SimpleNamespace
 
 import uvicorn
 
-from ..access import Access
 from ..api.server import create_app
 from ..config import EngineConfig
-from ..recording import SHIPPED, play_file, stop_replay
-from ..service import EngineService
+from ..room.access import Access
+from ..serving.service import EngineService
+from ..workshop.recording import SHIPPED, play_file, stop_replay
 from . import fuzz
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from ..config import EngineConfig
 from ..llm_engine import LLMEngine
 from ..model import runner as runner_module
 from ..request import SamplingParams
-from ..scenarios.model import prompt_ids
+from ..workshop.scenarios.model import prompt_ids
 
 # aten operators -> the part of the forward they belong to
 OP_GROUPS = {

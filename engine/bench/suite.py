@@ -13,12 +13,12 @@ import time
 from dataclasses import dataclass, field
 
 from ..config import EngineConfig
-from ..cost import usd_per_million_tokens
-from ..lanes import check_lane_name, lane_overrides
+from ..serving.lanes import check_lane_name, lane_overrides
+from ..telemetry.cost import usd_per_million_tokens
 from .config import ALL_STRATEGIES, OUR_STRATEGIES, PEER_STRATEGIES, BenchConfig
 from .control import check_cancel
 from .metrics import summarize
-from .records import StrategyRun
+from .records import LaneRun
 from .workloads import Workload, materialize
 
 
@@ -26,12 +26,12 @@ from .workloads import Workload, materialize
 class BenchmarkResult:
     config: dict
     results: list[dict]                       # one summary per (rate, strategy), see metrics.summarize
-    runs: list[StrategyRun] = field(default_factory=list)
+    runs: list[LaneRun] = field(default_factory=list)
 
     def to_dict(self, details: bool = False) -> dict:
         d = {"config": self.config, "results": self.results}
         if details:
-            d["runs"] = [{"lane": r.strategy, "rate": r.info.get("rate"),
+            d["runs"] = [{"lane": r.lane, "rate": r.info.get("rate"),
                           "requests": [q.to_dict(r.t0) for q in r.requests],
                           "steps": [{**s.__dict__, "t_start": s.t_start - r.t0, "t_end": s.t_end - r.t0}
                                     for s in r.steps]} for r in self.runs]
@@ -70,7 +70,7 @@ def load_tokenizer(cfg: EngineConfig):
     """The model's tokenizer and context length, without loading the weights."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from ..model.loader import resolve_model_dir
+    from ..model.files.loader import resolve_model_dir
 
     model_dir = resolve_model_dir(cfg.model)
     hf_cfg = AutoConfig.from_pretrained(model_dir)
@@ -108,7 +108,7 @@ def run_benchmark(workload: Workload, strategies: str | list[str] = (), cfg: Ben
     workloads = [mat] if not rates else [mat.with_rate(r or None, burst) for r in rates]
     started = time.time()
 
-    rounds: list[dict[str, list[StrategyRun]]] = []
+    rounds: list[dict[str, list[LaneRun]]] = []
     threads_before = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

@@ -16,10 +16,8 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 from ..events import ENTRY_FIELDS, PREFILL, StepMessage

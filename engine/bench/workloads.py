@@ -30,7 +30,7 @@ import random
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ..scenarios.prompts import load_prompts  # noqa: F401 - the bundled prompts, also taken from here
+from ..workshop.prompts import load_prompts  # noqa: F401 - the bundled prompts, also taken from here
 
 TRACE_KIND = "inflight-workload"
 TRACE_VERSION = 1

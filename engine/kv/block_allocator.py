@@ -55,8 +55,5 @@ class BlockAllocator:
         """Return released blocks (reference count zero) to the free list."""
         self._free.extend(blocks)
 
-    def free(self, blocks: list[int]) -> None:
-        self.put_free(self.release(blocks))
-
     def ref_count(self, block: int) -> int:
         return self._refs[block]

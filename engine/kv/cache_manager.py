@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .block_allocator import BlockAllocator
+from .pool import blocks_for
 from .prefix_cache import PrefixCache, extend_block_hashes
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ class KVCacheManager:
         return self._cached_list[1]
 
     def blocks_for(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.block_size)
+        return blocks_for(num_tokens, self.block_size)
 
     def num_new_blocks(self, request_id: int, num_tokens: int) -> int:
         """Blocks still to allocate so the request's table covers num_tokens."""

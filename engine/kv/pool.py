@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..memory import check_kv_fits
+from ..device_memory import check_kv_fits
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,11 @@ def kv_shape(hf_config) -> KVShape:
     kv_heads = getattr(hf_config, "num_key_value_heads", None) or heads
     head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads
     return KVShape(hf_config.num_hidden_layers, kv_heads, head_dim)
+
+
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    """How many blocks hold num_tokens tokens (the last one partly filled)."""
+    return -(-num_tokens // block_size)
 
 
 def kv_bytes_per_token(shape: KVShape, dtype: torch.dtype) -> int:

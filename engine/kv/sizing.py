@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 
 from ..config import EngineConfig
+from ..device_memory import GiB
 from .pool import KVShape, kv_bytes_per_token
 
-GiB = 1 << 30
 CPU_BUDGET_BYTES = 1 * GiB   # default KV budget on CPU
 GPU_FREE_SHARE = 0.6         # default KV budget on a GPU: this share of its free memory
 

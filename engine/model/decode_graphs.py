@@ -29,7 +29,7 @@ from collections import Counter
 
 import torch
 
-from ..memory import CUDA_CAPTURE_LOCK
+from ..device_memory import CUDA_CAPTURE_LOCK
 from .attention import META_KWARG, BatchMeta
 from .triton_attention import PagedAttnInputs
 

@@ -7,65 +7,21 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from ..config import EngineConfig
+from ..config import EngineConfig, resolve_cuda_graphs, weights_key
+from ..device_memory import release_freed_memory
 from ..kv import KVCacheManager, KVPool
-from ..kv.pool import kv_shape
-from ..memory import release_freed_memory
+from ..kv.pool import blocks_for, kv_shape
 from ..request import Request
 from ..scheduler import ScheduledRow
 from . import attention
 from .attention import META_KWARG, BatchMeta, PrefillSeq
-from .loader import resolve_model_dir
-from .packed_linear import pack_linears, resolve_linear_backend
+from .files.loader import resolve_model_dir
+from .packed_linear import pack_linears
 from .sampler import sample
 from .tokens import eos_token_ids, pad_token_id
 
 if TYPE_CHECKING:
     from .decode_graphs import DecodeGraphs
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} was asked for but CUDA is not available; use device='cpu'")
-    return torch.device(name)
-
-
-def resolve_backend(name: str, device: torch.device) -> str:
-    if name == "triton" and device.type != "cuda":
-        import os
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            raise ValueError("attention_backend='triton' needs a CUDA device (or TRITON_INTERPRET=1 to run "
-                             "the kernels in Triton's CPU interpreter, for tests)")
-    return "torch" if name == "auto" else name
-
-
-def resolve_cuda_graphs(flag: bool | None, device: torch.device, backend: str) -> bool:
-    """Whether decode steps go through graph buckets: replayed CUDA graphs on CUDA; without CUDA
-    (the Triton backend then runs in Triton's interpreter, for tests) the same bucketed forward, eagerly."""
-    if flag is None:
-        return device.type == "cuda" and backend == "triton"
-    if flag and backend != "triton":
-        raise ValueError("EngineConfig.cuda_graphs=True needs attention_backend='triton' (the torch reference "
-                         "backend sizes its work from host values every step, which a graph cannot replay)")
-    return flag
-
-
-def weights_key(cfg: EngineConfig) -> tuple:
-    """What loaded weights depend on, resolved (auto -> what it means here): model, device, dtype,
-    attention backend (registered on the model) and linear backend (packed or not). Engines with
-    the same key can share one copy."""
-    device = resolve_device(cfg.device)
-    dtype = resolve_dtype(cfg.dtype, device)
-    return (cfg.model, device, dtype, resolve_backend(cfg.attention_backend, device),
-            resolve_linear_backend(cfg.linear_backend, device, dtype))
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, name)
 
 
 # transformers' loading patches global state (meta-device init): one load at a time per process.
@@ -128,7 +84,7 @@ class ModelRunner:
         self.pool = KVPool(self.kv_shape, num_blocks, block_size, self.dtype, self.device)
         if self.cuda_graphs:
             from .decode_graphs import DecodeGraphs  # imports triton
-            self.graphs = DecodeGraphs(self, max_rows, -(-max_model_len // block_size),
+            self.graphs = DecodeGraphs(self, max_rows, blocks_for(max_model_len, block_size),
                                        capture=self.device.type == "cuda")
 
     @torch.inference_mode()

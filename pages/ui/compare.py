@@ -13,9 +13,8 @@ import zlib
 import streamlit as st
 
 from engine.config import STRATEGIES
-from engine.lanes import check_lane_name
-from engine.remote_config import RemoteConfig
-from engine.scenarios.catalog import by_title, running_scenario, shipped
+from engine.serving.lanes import check_lane_name
+from engine.workshop.scenarios.catalog import by_title, running_scenario, shipped
 
 
 CUSTOM, SINGLE = "Custom", "Single lane"
@@ -69,12 +68,12 @@ def compare_control(svc, presenter: bool) -> str:
 
 
 def _remote(svc) -> dict:
-    return {n: c for n, c in svc.lanes.items() if isinstance(c, RemoteConfig)}
+    return {n: c for n, c in svc.lanes.items() if c.is_remote}
 
 
 def _editable(svc, count: int) -> dict:
     """The running local lanes, cut or padded to `count` (a second lane starts as static)."""
-    lanes = dict([(n, c) for n, c in svc.lanes.items() if not isinstance(c, RemoteConfig)][:count])
+    lanes = dict([(n, c) for n, c in svc.lanes.items() if not c.is_remote][:count])
     if len(lanes) < count:
         first = next(iter(lanes.values()), svc.cfg)
         lanes["static" if "static" not in lanes else "lane 2"] = dataclasses.replace(first, strategy="static")

@@ -8,7 +8,7 @@ import random
 import streamlit as st
 
 from engine import SamplingParams
-from engine.bench import loadgen
+from engine.workshop import loadgen
 from engine.bench.workloads import load_prompts
 
 from .scenario_button import scenario_button

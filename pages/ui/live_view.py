@@ -12,7 +12,8 @@ from pathlib import Path
 import streamlit as st
 
 from engine.events import wire_contract
-from engine.lanes import describe_difference
+from engine.serving.lanes import describe_difference
+from engine.untrusted import is_int
 
 COMPONENT_NAME = "inflight_live_view"
 VIEWS = ("gantt", "slots", "kv", "util", "text")
@@ -93,7 +94,7 @@ def live_view(*, key: str, lanes: list[str], headers: dict[str, list[str]] | Non
         raise ValueError(f"unknown view {unknown[0]!r}; known: {', '.join(VIEWS)}")
     if height is not None and (not isinstance(height, int) or height < 200):
         raise ValueError(f"height must be None or an integer >= 200 (px), got {height!r}")
-    if selected is not None and (not isinstance(selected, int) or isinstance(selected, bool)):
+    if selected is not None and not is_int(selected):
         raise ValueError(f"selected must be None or a request id, got {selected!r}")
     data = {
         "lanes": list(lanes), "headers": {n: list((headers or {}).get(n, [])) for n in lanes},

@@ -5,10 +5,9 @@ from __future__ import annotations
 import streamlit as st
 
 from engine.bench.live_metrics import ratio
-from engine.cost import usd_per_million_tokens
-from engine.remote_config import RemoteConfig
-from engine.scenarios.catalog import running_scenario
-from engine.scenarios.headline import METRICS, run_headline, values
+from engine.telemetry.cost import usd_per_million_tokens
+from engine.workshop.scenarios.catalog import running_scenario
+from engine.workshop.scenarios.headline import METRICS, run_headline, values
 
 from .cards import Card, show_cards
 from .price import current as current_price
@@ -35,7 +34,7 @@ def metric_cards(svc, lanes: list[str]) -> None:
     keys = scenario.headline if scenario is not None and m.run_title == scenario.title else ()
     result = _result(keys, {s: summary[s] for s in shown}) if m.ended(now) else None
     columns = [(s, lane_cards(summary[s], other.get(s), summary.get(other.get(s)), keys,
-                              isinstance(svc.lanes.get(s), RemoteConfig))) for s in shown]
+                              s in svc.lanes and svc.lanes[s].is_remote)) for s in shown]
     show_cards(columns, result, large=st.session_state.get("large_text", False))
     if m.skipped:
         st.caption(f"This tab fell behind: {m.skipped:,} engine events went by unread, so these numbers "

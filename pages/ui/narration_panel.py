@@ -1,13 +1,13 @@
 """Under the live views: the running scenario's "what to watch" and the narration, computed from the
-hub's events (engine/narration), refreshed every second. Sentences are text: escaped, never HTML."""
+hub's events (engine/workshop/narration), refreshed every second. Sentences are text: escaped, never HTML."""
 from __future__ import annotations
 
 import html
 
 import streamlit as st
 
-from engine.scenarios.catalog import running_scenario
-from engine.scenarios.headline import METRICS
+from engine.workshop.scenarios.catalog import running_scenario
+from engine.workshop.scenarios.headline import METRICS
 from engine.untrusted import markdown_text
 
 from .run_metrics import headline_line, narrator, run_metrics

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.cost import DEFAULT_PRICE_PER_HOUR, PRICE_ENV, default_price_per_hour
+from engine.telemetry.cost import DEFAULT_PRICE_PER_HOUR, PRICE_ENV, default_price_per_hour
 
 KEY = "price_per_hour"
 _WIDGET = "price_per_hour_input"

@@ -9,11 +9,11 @@ from pathlib import Path
 import streamlit as st
 
 from engine.config import EngineConfig
-from engine.recording import SHIPPED, play_file, start_recording, stop_recording, stop_replay
+from engine.workshop.recording import SHIPPED, play_file, start_recording, stop_recording, stop_replay
 from engine.untrusted import markdown_text
 from ui.live_view import lane_headers
 
-SPEED_STEPS = (0.25, 0.5, 1.0, 2.0, 4.0)  # within the replayer's bounds (engine.recording.SPEEDS)
+SPEED_STEPS = (0.25, 0.5, 1.0, 2.0, 4.0)  # within the replayer's bounds (engine.workshop.recording.SPEEDS)
 _DIR = Path(tempfile.gettempdir()) / "inflight-recordings"
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.access import PRESENTER_COOKIE, Client, client_key
+from engine.room.access import PRESENTER_COOKIE, Client, client_key
 
 VIEWER_NOTE = ("You are watching as a viewer: this server is shared with a room, so pausing, settings and "
                "the benchmark are for the presenter (who opens the presenter link from the server's console). "

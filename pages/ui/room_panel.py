@@ -8,7 +8,7 @@ import segno
 import streamlit as st
 from streamlit import config
 
-from engine.access import is_loopback
+from engine.room.access import is_loopback
 from engine.api.join_link import join_url
 
 COUNT_REFRESH_S = 2.0

@@ -5,9 +5,9 @@ from __future__ import annotations
 import streamlit as st
 
 from engine.bench.live_metrics import LiveMetrics
-from engine.narration import Narrator
-from engine.scenarios.headline import METRICS, values
-from engine.service import lane_dict
+from engine.workshop.narration import Narrator
+from engine.workshop.scenarios.headline import METRICS, values
+from engine.serving.service import lane_dict
 
 from .hub_reader import session_reader
 
@@ -28,8 +28,7 @@ def clear_views(svc) -> None:
     now = svc.clock()
     st.session_state.clear_after_s = now
     st.session_state.metrics = None
-    fresh = st.session_state.narrator = Narrator(lanes=_lanes(svc))
-    fresh.cursor = svc.hub.head
+    st.session_state.narrator = Narrator(lanes=_lanes(svc), cursor=svc.hub.head)
 
 
 def _lanes(svc) -> dict[str, dict]:

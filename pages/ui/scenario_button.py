@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.access import NotPresenter
-from engine.scenarios import runner
-from engine.scenarios.catalog import by_title, shipped
+from engine.room.access import NotPresenter
+from engine.workshop.scenarios import runner
+from engine.workshop.scenarios.catalog import by_title, shipped
 
 from .shortcuts import KEYS
 

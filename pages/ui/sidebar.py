@@ -4,7 +4,7 @@ from __future__ import annotations
 import streamlit as st
 
 from engine.config import DEFAULT_MODEL
-from engine.service import AUTO_SLOW_INTERVAL_S, AUTO_SLOW_MAX_RUNNING
+from engine.serving.service import AUTO_SLOW_INTERVAL_S, AUTO_SLOW_MAX_RUNNING
 
 from .compare import compare_control
 from .live_view import lane_headers

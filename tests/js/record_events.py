@@ -29,7 +29,7 @@ import dataclasses  # noqa: E402
 from engine import EngineConfig, SamplingParams  # noqa: E402
 from engine.api.server import create_app  # noqa: E402
 from engine.events import wire_contract  # noqa: E402
-from engine.service import EngineService  # noqa: E402
+from engine.serving.service import EngineService  # noqa: E402
 from service_helpers import serve, wait_idle  # noqa: E402
 from tiny_models import make_tiny_model  # noqa: E402
 

@@ -1,0 +1,101 @@
+"""One request to an OpenAI-compatible server as a streaming completion: the body we send, and the
+server-sent events we read back as chunks.
+
+Text prompts and token-id prompts go to /completions (`prompt` is a string or a list of ints, as the
+API allows); chat messages to /chat/completions. Sampling fields beyond OpenAI's (top_k, ignore_eos,
+stop_token_ids; vLLM and SGLang take them) are sent only when set.
+"""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+
+from ...untrusted import parse_json, scrub
+
+FINISH_REASONS = ("stop", "length", "abort")
+MAX_ERROR_CHARS = 300
+
+
+class RemoteError(Exception):
+    """The server answered, but not with a completion (HTTP error, error event, broken stream)."""
+
+
+@dataclass
+class Chunk:
+    text: str = ""
+    finish_reason: str | None = None
+    usage: dict | None = None
+
+
+def request(cfg, sub) -> tuple[str, dict]:
+    """(path, JSON body) of one Submission for the server in cfg (a RemoteConfig)."""
+    p = sub.params
+    body = {"model": cfg.model, "stream": True, "stream_options": {"include_usage": True},
+            "max_tokens": p.max_tokens, "temperature": p.temperature, "top_p": p.top_p}
+    optional = {"top_k": p.top_k or None, "seed": p.seed, "stop": p.stop_strings() or None,
+                "stop_token_ids": p.stop_token_ids or None, "ignore_eos": p.ignore_eos or None,
+                "priority": sub.priority or None, "user": sub.tenant}
+    body.update({k: v for k, v in optional.items() if v is not None})
+    if sub.messages is not None:
+        return "/chat/completions", {**body, "messages": sub.messages}
+    return "/completions", {**body, "prompt": sub.prompt}
+
+
+async def stream(client: httpx.AsyncClient, cfg, sub) -> AsyncIterator[Chunk]:
+    """The server's chunks, in order; RemoteError if it refuses, reports an error, or ends the stream
+    before the request finished. httpx's own errors (connect, timeout, dropped connection) pass through."""
+    path, body = request(cfg, sub)
+    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
+    async with client.stream("POST", cfg.remote + path, json=body, headers=headers) as resp:
+        if resp.status_code != 200:
+            raise RemoteError(f"HTTP {resp.status_code}: {_error_text(await resp.aread())}")
+        finished = False
+        async for line in resp.aiter_lines():
+            data = line[5:].strip() if line.startswith("data:") else None
+            if data == "[DONE]":
+                break
+            if data:
+                chunk = _chunk(data)
+                finished = finished or chunk.finish_reason is not None
+                yield chunk
+        if not finished:
+            raise RemoteError("the server ended the stream before the request finished")
+
+
+def _chunk(data: str) -> Chunk:
+    try:
+        obj = parse_json(data, "the chunk")
+    except ValueError:
+        raise RemoteError(f"the server sent a chunk that is not JSON: {data[:MAX_ERROR_CHARS]!r}") from None
+    if not isinstance(obj, dict):
+        raise RemoteError(f"the server sent a chunk that is not an object: {data[:MAX_ERROR_CHARS]!r}")
+    if obj.get("error"):
+        raise RemoteError(f"the server reported an error: {_message(obj)}")
+    out = Chunk(usage=obj.get("usage") if isinstance(obj.get("usage"), dict) else None)
+    for choice in obj.get("choices") or []:
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        text = choice.get("text", delta.get("content"))
+        out.text += scrub(text) if isinstance(text, str) else ""  # relayed, so repaired rather than refused
+        if choice.get("finish_reason"):
+            reason = choice["finish_reason"]
+            out.finish_reason = reason if reason in FINISH_REASONS else "stop"  # tool_calls, content_filter, ...
+    return out
+
+
+def _error_text(raw: bytes) -> str:
+    text = raw.decode("utf-8", "replace")
+    try:
+        return _message(parse_json(text, "the error"))
+    except (ValueError, AttributeError, TypeError):
+        return text[:MAX_ERROR_CHARS] or "(empty body)"
+
+
+def _message(obj: dict) -> str:
+    """An OpenAI-style error body's message ({"error": {"message": ...}} or {"error": "..."})."""
+    err = obj.get("error", obj)
+    msg = err.get("message") if isinstance(err, dict) else err
+    return scrub(str(msg if msg is not None else obj)[:MAX_ERROR_CHARS])

@@ -1,0 +1,464 @@
+"""EngineService: lanes (a name plus an EngineConfig), one LLMEngine each, stepping in its own
+thread; one API for all callers. A lane may instead be a remote OpenAI-compatible server (a
+RemoteConfig, served by a RemoteWorker: engine/serving/remote/lane.py).
+
+The UI, the websocket and the OpenAI routes all go through this object. One submission can go to
+several lanes at once; it gets the same request id and the same arrival time on each, so the lanes
+see the same stream. Lanes on the same model, device and dtype share the loaded weights. Everything
+the engines do is published to one EventHub.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+
+from ..config import STRATEGIES, EngineConfig, resolve_device, weights_key
+from ..device_memory import GiB, check_kv_fits
+from ..event_hub import EventHub
+from ..events import PAUSED, RESUMED, RUN_STARTED, LanesEvent, StatusEvent
+from ..request import MAX_TENANT_CHARS, SamplingParams, check_priority_tenant
+from ..room.access import LOCAL, Access, Client
+from ..room.limits import ClientLimiter, ClientLimits
+from ..room.participants import Participants, clean_name
+from ..telemetry.gpu_monitor import start_gpu_monitor
+from ..telemetry.prometheus import ServiceMetrics
+from ..untrusted import shown
+from .handles import RequestHandle
+from .lane_host import LaneHost
+from .lanes import check_lane_name, lane_spec
+from .remote.config import RemoteConfig
+from .remote.lane import RemoteWorker
+from .request_input import check_tag, checked_prompt
+from .worker import EngineWorker, Submission
+
+log = logging.getLogger(__name__)
+LaneConfig = EngineConfig | RemoteConfig
+# automatic slow motion: while at most this many requests run on a lane, each of its iterations lasts
+# at least this long, so a presenter can talk over a handful of rows; a crowd runs at full speed
+AUTO_SLOW_MAX_RUNNING = 4
+AUTO_SLOW_INTERVAL_S = 0.4
+Lanes = dict[str, LaneConfig]
+
+
+class EngineService:
+    def __init__(self, cfg: EngineConfig | None = None, strategies=("continuous", "static"),
+                 hub_capacity: int = 2048, progress=None, access: Access | None = None,
+                 limits: ClientLimits | None = None, lanes: Lanes | None = None):
+        """cfg: the base settings (model, device, ...) that lanes vary; lanes: name -> config (default:
+        one lane per strategy in `strategies`, named after it). access: roles (default: from the
+        environment); limits: what one viewer may submit in room mode."""
+        self.cfg = cfg or EngineConfig()
+        lanes = _check_lanes(lanes if lanes is not None else strategy_lanes(self.cfg, strategies), self.cfg)
+        self._committed: tuple[EngineConfig, Lanes] = (self.cfg, lanes)  # what every engine runs
+        self._target: tuple[EngineConfig, Lanes] = self._committed       # what was last asked for
+        self._configuring: set[str] = set()
+        self.access = access or Access.from_env()
+        self.limiter = ClientLimiter(limits or ClientLimits.from_env())
+        self.participants = Participants()  # who joined through /join
+        self.step_fault = None  # chaos testing: called before each step with the lane; may raise
+        self.hub = EventHub(hub_capacity)
+        self.metrics = ServiceMetrics(self._lane_states, self._model_of)  # GET /metrics
+        self.hub.add_listener(self.metrics.observe)
+        self.progress = progress or self._publish_progress
+        self._t0 = time.perf_counter()
+        self._lock = threading.RLock()
+        self._next_id = 0
+        self.paused = threading.Event()
+        self.min_interval_s = 0.0  # slow motion: each iteration lasts at least this long
+        self.auto_slow_motion = False  # slow down while only a few requests run (pace_s)
+        self.last_progress = ""    # latest model download / conversion message
+        self.recorder = None  # engine/workshop/recording: the Recorder writing this service's events, if any
+        self.replay = None    # engine/workshop/recording: a Replayer the live views show instead of the engines
+        self.host = LaneHost(clock=self.clock, publish=self.hub.publish, progress=lambda m: self.progress(m),
+                             paused=self.paused.is_set, pace_s=self.pace_s, before_step=self._before_step,
+                             engine_on=self.engine_on, restarted=self._restarted)  # all a worker may use
+        self.workers: dict[str, EngineWorker] = {}  # replaced whole, never changed in place
+        for name, lane_cfg in lanes.items():
+            self.workers = {**self.workers, name: self._new_worker(name, lane_cfg)}
+        self.gpu_monitor = self._gpu_monitor()
+
+    # ---- clock and lifecycle -----------------------------------------------------------------
+    def clock(self) -> float:
+        """Seconds since the service started: the time axis every engine and view shares."""
+        return time.perf_counter() - self._t0
+
+    def _new_worker(self, lane: str, cfg: LaneConfig) -> EngineWorker | RemoteWorker:
+        if cfg.is_remote:
+            w = RemoteWorker(self.host, lane, cfg)
+            w.start()
+            return w
+        # A lane whose weights match another's (runner.weights_key) shares them (waiting for them
+        # if that lane is still loading): one copy in memory, and no two loads at once.
+        share = self.engine_on(cfg)
+        loading = None if share is not None else next(
+            (w for w in self.workers.values() if isinstance(w.cfg, EngineConfig) and _same_weights(w.cfg, cfg)), None)
+        w = EngineWorker(self.host, lane, cfg, share=share, weights_from=loading)
+        w.start()
+        return w
+
+    def _gpu_monitor(self):
+        """NVML sampling when the engines run on an NVIDIA GPU (off the engine threads)."""
+        import torch
+        if self.cfg.device == "cpu" or not torch.cuda.is_available():
+            return None
+        index = int(self.cfg.device.split(":")[1]) if ":" in self.cfg.device else torch.cuda.current_device()
+        return start_gpu_monitor(self.hub, self.clock, index)
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Block until every engine has loaded its model (raises the first load error)."""
+        for w in list(self.workers.values()):
+            w.wait_ready(timeout)
+
+    def stop(self) -> None:
+        for player in (self.replay, self.recorder):  # a recording in progress keeps what was written
+            if player is not None:
+                player.stop()
+        if self.gpu_monitor is not None:
+            self.gpu_monitor.stop()
+        for w in list(self.workers.values()):
+            w.stop()
+        for w in list(self.workers.values()):
+            w.join(timeout=10)
+
+    @property
+    def lanes(self) -> Lanes:
+        """Lane name -> the settings it runs, in display order."""
+        return {name: w.cfg for name, w in self.workers.items()}
+
+    @property
+    def lane_names(self) -> list[str]:
+        return list(self.workers)
+
+
+    # ---- commands ----------------------------------------------------------------------------
+    def submit(self, prompt=None, params: SamplingParams | None = None, *, messages=None,
+               lanes=None, tag: str = "api", timeout: float = 60.0,
+               client: Client = LOCAL, priority: int = 0, tenant: str | None = None,
+               name: str | None = None) -> list[RequestHandle]:
+        """Queue one request on each lane (default: all); returns one handle per lane.
+
+        Give `prompt` (text or token ids) or chat `messages`. Bad input raises ValueError
+        (checked by the engines themselves, so the limits are exact) and nothing is queued.
+        A viewer `client` is held to the room's limits (LimitExceeded, a ValueError); it may not
+        jump the queue (a priority below 0 is refused: NotPresenter), and its tenant is its client
+        key whatever it names, so it can neither pose as another tenant nor split itself into many.
+        `name`: the participant's display name (plain text, see engine/room/participants.py); a named
+        request counts toward the room's participants."""
+        prompt, messages = checked_prompt(prompt, messages)
+        check_tag(tag)
+        name = None if name is None else clean_name(name)
+        check_priority_tenant(priority, tenant)
+        if priority < 0:
+            self.access.require_presenter(client, "a priority better than 0")
+        if not client.presenter:
+            tenant = client.key[:MAX_TENANT_CHARS]
+        params = params or SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
+        params.validate()
+        with self._lock:
+            workers = [self.workers[name] for name in self._running(lanes)]
+            reservation = None if client.presenter else self.limiter.admit(client.key, params.max_tokens,
+                                                                           client.outer)
+            rid = self._next_id
+            self._next_id += 1
+        arrival = self.clock()
+        handles = [RequestHandle(rid, w.lane, tag) for w in workers]
+        for w, h in zip(workers, handles):
+            w.add(h, Submission(prompt, messages, params, arrival, priority, tenant, name))
+        if reservation is not None:
+            reservation.hold(handles)  # counts as in flight until every copy has finished
+        for w, h in zip(workers, handles):
+            if not h.accepted.wait(timeout):
+                self._abort_handles(workers, handles)
+                raise TimeoutError(f"lane {h.lane!r} did not accept the request within {timeout:.0f} s")
+        rejected = next((h for h in handles if h.rejection), None)
+        if rejected is not None:
+            self._abort_handles(workers, handles)
+            raise ValueError(rejected.rejection)
+        if name is not None:
+            self.participants.count(client.key, name, arrival)
+        return handles
+
+    @staticmethod
+    def _abort_handles(workers, handles: list[RequestHandle]) -> None:
+        for w, h in zip(workers, handles):
+            w.abort(h.request_id)
+
+    def abort(self, request_id: int, lanes=None) -> None:
+        with self._lock:  # the lanes named now (a lane removed later drains its requests itself)
+            workers = [self.workers[name] for name in self._running(lanes)]
+        for w in workers:
+            w.abort(request_id)
+
+    def pause(self) -> None:
+        self.paused.set()
+        self._status(PAUSED)
+
+    def resume(self) -> None:
+        self.paused.clear()
+        for w in list(self.workers.values()):
+            w.wake()
+        self._status(RESUMED)
+
+    def start_run(self, title: str) -> None:
+        """A run begins now (a scenario's request stream): the metric cards describe it alone."""
+        self.hub.publish(StatusEvent(event=RUN_STARTED, t=self.clock(), message=title))
+
+    def step_once(self) -> None:
+        """While paused: every engine runs exactly one iteration."""
+        for w in list(self.workers.values()):
+            w.step_once()
+
+    def launch_batch(self, lanes=None) -> list[str]:
+        """Static and dynamic lanes (of those named; default: all) launch what waits at their next step,
+        as a batch however full (the presenter's button); returns the lanes asked."""
+        with self._lock:
+            workers = [self.workers[n] for n in self._running(lanes)]
+        batching = [w for w in workers if isinstance(w.cfg, EngineConfig) and w.cfg.strategy != "continuous"]
+        for w in batching:
+            w.launch_batch()
+        return [w.lane for w in batching]
+
+    def set_slow_motion(self, min_interval_s: float) -> None:
+        if not isinstance(min_interval_s, (int, float)) or not 0 <= min_interval_s <= 10:
+            raise ValueError(f"slow motion interval must be between 0 and 10 seconds, got {min_interval_s!r}")
+        self.min_interval_s = float(min_interval_s)
+        self._status("slow_motion")
+
+    def set_auto_slow_motion(self, on: bool) -> None:
+        self.auto_slow_motion = bool(on)
+        self._status("slow_motion")
+
+    def pace_s(self, num_running: int) -> float:
+        """How long an iteration that ran `num_running` requests lasts at least (slow motion)."""
+        auto = self.auto_slow_motion and 0 < num_running <= AUTO_SLOW_MAX_RUNNING
+        return max(self.min_interval_s, AUTO_SLOW_INTERVAL_S if auto else 0.0)
+
+    # ---- settings and lanes --------------------------------------------------------------------
+    def configure(self, lanes=None, **changes) -> EngineConfig:
+        """Change settings (any EngineConfig field but strategy) on the given lanes (default: all
+        local lanes and the base config new lanes start from; a remote lane's settings are its
+        server's). Returns the new base config."""
+        if "strategy" in changes:
+            raise ValueError("a lane's strategy is part of the lane: change it with set_lanes")
+        with self._lock:
+            base, target = self._target
+            names = set(self._running(lanes))
+            remote = [n for n in names if target[n].is_remote]
+            if lanes is not None and remote:
+                raise ValueError(f"lane {remote[0]!r} is a remote server: its settings are the server's")
+            names -= set(remote)
+            new_base = dataclasses.replace(base, **changes) if lanes is None else base
+            new_lanes = {n: dataclasses.replace(c, **changes) if n in names else c for n, c in target.items()}
+            self._apply(new_base, new_lanes)
+        self._status("configured")
+        return new_base
+
+    def set_lanes(self, lanes: dict) -> None:
+        """Run exactly these lanes (name -> an EngineConfig, or a dict of the fields that differ from
+        the base config; or a RemoteConfig, or a dict with a "remote" URL), in display order: new ones
+        start, changed ones drain and restart, removed ones drain and stop. Requests in flight always
+        finish."""
+        with self._lock:
+            base = self._target[0]
+            self._apply(base, _check_lanes(lanes, base))
+        self._publish_lanes()
+
+    def _publish_lanes(self) -> None:
+        lanes = self._target[1]
+        self.hub.publish(LanesEvent(lanes={n: lane_dict(c) for n, c in lanes.items()}))
+
+    def _apply(self, base: EngineConfig, lanes: Lanes) -> None:
+        """Each engine stops admitting, finishes its in-flight requests, restarts with the new
+        settings and then takes the requests that queued meanwhile: nothing is lost. The committed
+        settings change once every engine runs the new ones; if one fails to start with them,
+        every engine keeps (or returns to) the committed ones, which never show the failed ones."""
+        for name, c in lanes.items():  # each pool that will be built must fit what is free now
+            w = self.workers.get(name)
+            if getattr(c, "kv_cache_memory_gb", None) is not None and (w is None or w.cfg != c):
+                check_kv_fits(int(c.kv_cache_memory_gb * GiB), resolve_device(c.device))
+        self._target = (base, lanes)
+        workers = dict(self.workers)
+        for name, c in lanes.items():  # new lanes first: they may share the weights of lanes going away
+            if name not in workers:
+                workers[name] = self._new_worker(name, c)
+        for name, w in list(workers.items()):
+            if name not in lanes:  # off the screen: its requests end now, said why, and it stops computing
+                w.stop(reason=f"lane '{name}' was removed")
+                self._configuring.discard(name)
+            else:
+                workers[name] = self._change(w, lanes[name])
+        self.workers = {name: workers[name] for name in lanes}  # display order; one assignment
+        if not self._configuring:
+            self._commit()
+
+    def _change(self, w, cfg: LaneConfig):
+        """The worker that runs cfg in w's lane: w itself (reconfigured if need be), or, when w or cfg
+        is remote, a new worker while w drains and stops."""
+        if w.cfg == cfg:
+            return w
+        if isinstance(w, EngineWorker) and isinstance(cfg, EngineConfig):
+            self._configuring.add(w.lane)
+            w.reconfigure(cfg)
+            return w
+        w.stop(drain=True)
+        self._configuring.discard(w.lane)
+        return self._new_worker(w.lane, cfg)
+
+    def _commit(self) -> None:
+        self._committed = self._target
+        self.cfg = self._target[0]
+
+    def _before_step(self, lane: str) -> None:
+        if self.step_fault is not None:
+            self.step_fault(lane)
+
+    def _restarted(self, worker: EngineWorker, error: Exception | None) -> None:
+        """A worker finished a reconfigure (error: it kept its old engine). Called from its thread."""
+        if self.workers.get(worker.lane) is not worker:
+            return  # a lane removed meanwhile: nothing to keep in step
+        with self._lock:
+            if error is not None:
+                self._roll_back()
+            want = self._target[1].get(worker.lane)
+            if want is not None and worker.cfg != want:
+                worker.reconfigure(want)   # ran settings that were since withdrawn
+                return
+            self._configuring.discard(worker.lane)
+            if not self._configuring:
+                self._commit()
+        if error is not None:
+            self._publish_lanes()
+
+    def _roll_back(self) -> None:
+        """A lane could not start with the new settings: the lanes that ran before go back to what
+        they ran (the set of lanes stays as asked: new lanes keep their settings, removed ones stay
+        removed), and the base config to the committed one."""
+        old = self._committed[1]
+        lanes = {name: old.get(name, c) for name, c in self._target[1].items()}
+        self._target = (self._committed[0], lanes)
+        self.workers = {name: self._change(w, lanes[name]) for name, w in self.workers.items()}
+
+    # ---- state ---------------------------------------------------------------------------------
+    def status(self) -> dict:
+        return {
+            "type": StatusEvent.TYPE,
+            "t": self.clock(),
+            "paused": self.paused.is_set(),
+            "slow_motion_s": self.min_interval_s,
+            "auto_slow_motion": self.auto_slow_motion,
+            "room": self.participants.summary(),
+            "config": dataclasses.asdict(self.cfg),
+            "engines": {name: {**w.status(), "config": lane_dict(w.cfg)}
+                        for name, w in list(self.workers.items())},
+        }
+
+    def _lane_states(self) -> dict[str, tuple[str, dict]]:
+        return {name: (w.cfg.model, w.status()) for name, w in list(self.workers.items())}
+
+    def _model_of(self, lane: str) -> str:
+        w = self.workers.get(lane)
+        return w.cfg.model if w is not None else ""
+
+    def idle(self) -> bool:
+        """No request in flight or queued on any engine."""
+        return all(w.idle() for w in list(self.workers.values()))
+
+    def _publish_progress(self, message: str) -> None:
+        """Model download / conversion progress, for pages waiting on a first start."""
+        log.info("%s", message)
+        self.last_progress = message
+        self.hub.publish(StatusEvent(event="progress", message=message, t=self.clock()))
+
+    def _status(self, what: str) -> None:
+        self.hub.publish(StatusEvent(event=what, t=self.clock()))
+
+    def _running(self, lanes) -> list[str]:
+        """The named lanes (default: all), each checked to be running."""
+        if lanes is None:
+            return self.lane_names
+        if isinstance(lanes, str):
+            lanes = [lanes]
+        if not isinstance(lanes, (list, tuple)) or not all(isinstance(n, str) for n in lanes):
+            raise ValueError(f"lanes must be a non-empty list of lane names; got {shown(lanes)}")
+        names = list(dict.fromkeys(lanes))
+        if not names:
+            raise ValueError(f"lanes must be a non-empty list of lane names; got {shown(lanes)}")
+        missing = [n for n in names if n not in self.workers]
+        if missing:
+            raise ValueError(f"lanes: lane {shown(missing[0])} is not running; running: {', '.join(self.workers)}")
+        return names
+
+    def engine_on(self, cfg: EngineConfig):
+        """A running engine whose loaded weights an engine with cfg can share, or None."""
+        for w in list(self.workers.values()):
+            eng = w.engine
+            if eng is not None and _same_weights(eng.cfg, cfg):
+                return eng
+        return None
+
+
+def lane_dict(cfg: LaneConfig) -> dict:
+    """A lane's settings as status and the `lanes` event show them (a remote lane's without its key)."""
+    return cfg.to_dict() if cfg.is_remote else dataclasses.asdict(cfg)
+
+
+def _same_weights(a: EngineConfig, b: EngineConfig) -> bool:
+    try:
+        return weights_key(a) == weights_key(b)
+    except ValueError:  # a setting this machine cannot run: that lane's own build says why
+        return False
+
+
+def strategy_lanes(base: EngineConfig, strategies) -> Lanes:
+    """One lane per strategy, named after it."""
+    if isinstance(strategies, str):
+        strategies = [strategies]
+    names = list(dict.fromkeys(strategies or []))
+    bad = [s for s in names if s not in STRATEGIES]
+    if bad or not names:
+        raise ValueError(f"strategies must be a non-empty list of {', '.join(STRATEGIES)}; got {strategies!r}")
+    return {s: dataclasses.replace(base, strategy=s) for s in names}
+
+
+def _check_lanes(lanes, base: EngineConfig) -> Lanes:
+    """name -> EngineConfig or RemoteConfig, each name checked; a dict value is the fields that differ
+    from base, or a remote lane's spec ({"remote": url, "model": ...})."""
+    if not isinstance(lanes, dict) or not lanes:
+        raise ValueError(f"lanes must be a non-empty mapping of lane name -> EngineConfig, got {lanes!r}")
+    out = {}
+    for name, cfg in lanes.items():
+        check_lane_name(name)
+        if isinstance(cfg, dict):
+            cfg = lane_spec(base, cfg)
+        if not isinstance(cfg, (EngineConfig, RemoteConfig)):
+            raise ValueError(f"lane {name!r}: expected an EngineConfig, a RemoteConfig or a dict of fields, "
+                             f"got {type(cfg).__name__}")
+        out[name] = cfg
+    return out
+
+
+# ---- one service per process ---------------------------------------------------------------------
+_REGISTRY_LOCK = threading.Lock()
+
+
+def get_service(factory=None) -> EngineService:
+    """The process-wide service, created on first use. Kept on the threading module so a
+    Streamlit rerun or a module reload never starts a second set of engines."""
+    with _REGISTRY_LOCK:
+        svc = getattr(threading, "_inflight_service", None)
+        if svc is None:
+            svc = (factory or EngineService)()
+            threading._inflight_service = svc
+        return svc
+
+
+def shutdown_service() -> None:
+    with _REGISTRY_LOCK:
+        svc = getattr(threading, "_inflight_service", None)
+        if svc is not None:
+            svc.stop()
+            threading._inflight_service = None

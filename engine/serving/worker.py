@@ -1,0 +1,373 @@
+"""EngineWorker: the thread that owns one lane's LLMEngine and steps it.
+
+Only this thread changes its engine: other threads talk to it through a command queue of closures, run
+between iterations (they may read its counters and the engine it shares weights from, never step it).
+It reaches the service only through its LaneHost.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from ..config import EngineConfig
+from ..cpu_share import CORES
+from ..device_memory import release_freed_memory
+from ..events import FinishedEvent, RequestEvent, StatusEvent, StepMessage, WaitsEvent
+from ..llm_engine import LLMEngine
+from ..request import SamplingParams
+from ..telemetry.roofline import EngineRoofline, engine_roofline
+from .handles import RequestHandle
+from .lane_host import LaneHost
+
+log = logging.getLogger(__name__)
+IDLE_WAIT_S = 0.5      # nothing to do: wake up at least this often
+POLL_WAIT_S = 0.01     # waiting requests but nothing schedulable (a static batch filling up)
+_BUILD_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One request as the service hands it to each lane."""
+    prompt: object            # text or token ids; None when given as chat messages
+    messages: list | None
+    params: SamplingParams
+    arrival_s: float
+    priority: int = 0
+    tenant: str | None = None
+    name: str | None = None   # the participant's display name (/join)
+
+
+def _hold_back(params) -> int:
+    """Characters to keep back from the stream: they could still begin a stop string."""
+    return max((len(s) for s in params.stop_strings()), default=1) - 1
+
+
+class EngineWorker(threading.Thread):
+    def __init__(self, host: LaneHost, lane: str, cfg: EngineConfig, share: LLMEngine | None = None,
+                 weights_from: EngineWorker | None = None):
+        """share: an engine whose loaded weights this one reuses; weights_from: a worker still loading
+        them, whose engine's weights this one reuses once it has loaded."""
+        super().__init__(daemon=True, name=f"inflight-{lane}")
+        self.host, self.lane, self.cfg = host, lane, cfg
+        self._weights_from = weights_from
+        self._share: LLMEngine | None = share
+        self.engine: LLMEngine | None = None
+        self.handles: dict[int, RequestHandle] = {}
+        self._cmds: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._halt = threading.Event()
+        self._ready = threading.Event()
+        self.load_error: Exception | None = None
+        self._drain_then_stop = False
+        self._stop_reason = "the service stopped"
+        self._pending_cfg: EngineConfig | None = None
+        self._deferred: list[tuple[RequestHandle, Submission]] = []  # arrived while reconfiguring
+        self._step_credits = 0             # single steps granted while paused
+        self.last_step_ms = 0.0
+        self.steps = 0
+        self.roofline: EngineRoofline | None = None  # the engine's model costs and device peaks
+
+    # ---- called from other threads -----------------------------------------------------------
+    def add(self, handle: RequestHandle, sub: Submission) -> None:
+        if self._drain_then_stop or self._halt.is_set():  # its thread may never read the queue again
+            handle.reject(f"lane '{self.lane}' was removed")
+            return
+        self._call(lambda: self._add(handle, sub))
+
+    def abort(self, request_id: int) -> None:
+        self._call(lambda: self._abort(request_id))
+
+    def step_once(self) -> None:
+        self._call(self._grant_step)
+
+    def launch_batch(self) -> None:
+        """Static/dynamic: launch what waits at the next step, full batch or not."""
+        self._call(self._launch_batch)
+
+    def reconfigure(self, cfg: EngineConfig) -> None:
+        self._call(lambda: self._start_reconfigure(cfg))
+
+    def stop(self, drain: bool = False, reason: str = "the service stopped") -> None:
+        """drain: finish the requests in flight first; else abort them now, saying `reason`."""
+        if drain:
+            self._drain_then_stop = True  # new submissions are refused from now on
+            self._call(self._start_drain_stop)
+        else:
+            self._stop_reason = reason
+            self._halt.set()
+            self.wake()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        if not self._ready.wait(timeout):
+            raise TimeoutError(f"lane '{self.lane}' still loading after {timeout} s")
+        if self.load_error is not None:
+            raise self.load_error
+
+    def idle(self) -> bool:
+        return not self.handles and not self._deferred and self._cmds.empty()
+
+    def status(self) -> dict:
+        eng = self.engine
+        return {
+            "ready": self._ready.is_set() and self.load_error is None,
+            "error": None if self.load_error is None else str(self.load_error),
+            "reconfiguring": self._pending_cfg is not None,
+            "in_flight": len(self.handles),
+            "steps": self.steps,
+            "last_step_ms": self.last_step_ms,
+            "kv_blocks": None if eng is None else eng.cache.num_blocks,
+            "kv_used_blocks": None if eng is None else eng.cache.num_blocks - eng.cache.num_free,
+            "num_running": 0 if eng is None else eng.scheduler.num_running,
+            "num_waiting": 0 if eng is None else eng.scheduler.num_waiting,
+            # why they wait, as the last step decided (engine/scheduler/waits.py): reason -> requests
+            "waiting_by_reason": {} if eng is None else dict(Counter(w["why"] for w in list(eng.waits.values()))),
+            "max_model_len": None if eng is None else eng.max_model_len,
+            "device": None if eng is None else str(eng.runner.device),
+        }
+
+    def _call(self, fn) -> None:
+        self._cmds.put(fn)
+        self.wake()
+
+    # ---- the thread --------------------------------------------------------------------------
+    def run(self) -> None:
+        CORES.lane_thread()
+        try:
+            self._serve()
+        finally:
+            CORES.resting(self)  # even if the thread dies: its share and its helper go with it
+
+    def _serve(self) -> None:
+        try:
+            if self._share is None and self._weights_from is not None:
+                self._weights_from._ready.wait()
+                self._share = self._weights_from.engine
+                self._weights_from = None
+            self.engine = self._build(self.cfg)
+        except Exception as e:  # noqa: BLE001 - reported to every caller instead
+            log.exception("engine %s failed to load", self.lane)
+            self.load_error = e
+        finally:
+            self._share = None  # the weights live on in our engine; do not pin the other engine
+            self._ready.set()
+        self._publish(StatusEvent(event="ready" if self.load_error is None else "load_error",
+                                  error=None if self.load_error is None else str(self.load_error)))
+        while not self._halt.is_set():
+            self._run_commands()
+            if self.engine is None:  # failed to load: only a reconfigure or a stop can help
+                self._wake.wait(IDLE_WAIT_S)
+                self._wake.clear()
+                continue
+            if self._maybe_finish_drain():
+                continue
+            if self._should_step():
+                self._step()
+            else:
+                CORES.resting(self)
+                self._wake.wait(POLL_WAIT_S if self.engine.has_unfinished() else IDLE_WAIT_S)
+                self._wake.clear()
+        self._run_commands()
+        self._abort_all(self._stop_reason)
+        self.engine = None  # a stopped lane's memory (KV pool, weights if unshared) goes now
+        release_freed_memory()
+
+    def _build(self, cfg: EngineConfig) -> LLMEngine:
+        with _BUILD_LOCK:  # model loading is not thread-safe (transformers initialises on the meta device)
+            engine = LLMEngine(cfg, progress=self.host.progress, clock=self.host.clock, share_weights_with=self._share)
+            self.roofline = engine_roofline(engine)  # under the lock: no other load disturbs a first measurement
+        CORES.resting(self)  # a new engine computes nothing yet (and one on a GPU never takes CPU cores)
+        return engine
+
+    def _run_commands(self) -> None:
+        while True:
+            try:
+                fn = self._cmds.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - a bad command must not kill the engine thread
+                log.exception("engine %s: command failed", self.lane)
+
+    def _should_step(self) -> bool:
+        if not self.engine.has_unfinished():
+            return False
+        return not self.host.paused() or self._step_credits > 0
+
+    def _grant_step(self) -> None:
+        self._step_credits += 1
+
+    def _launch_batch(self) -> None:
+        if self.engine is not None and self.engine.launch_batch():
+            self._publish(StatusEvent(event="batch_launched", t=self.host.clock()))
+
+    def _step(self) -> None:
+        t0 = time.perf_counter()
+        if self._step_credits:
+            self._step_credits -= 1
+        try:
+            self.host.before_step(self.lane)  # chaos testing only (tests, engine.bench.soak)
+            if self.engine.runner.device.type == "cpu":
+                ev = CORES.run(self, self.engine.step)
+            else:  # the CPU's cores stay with the other lanes (this one rested when its engine was built)
+                ev = self.engine.step()
+        except Exception as e:  # noqa: BLE001 - end the affected requests, restart, keep serving
+            log.exception("engine %s step failed; restarting it", self.lane)
+            ended = self.engine.reset(f"engine step failed: {type(e).__name__}: {e}")
+            self._publish(StatusEvent(event="engine_restarted", error=str(e)))
+            self._stream(ended, [])
+            return
+        if not ev.entries and not ev.finished:
+            if ev.waits:  # nothing ran, but why requests wait changed (a static batch filling up)
+                self._publish(WaitsEvent(t=ev.t_end, waits={str(k): v for k, v in ev.waits.items()}))
+            CORES.resting(self)
+            self._wake.wait(POLL_WAIT_S)  # nothing schedulable yet (static: the batch is filling)
+            self._wake.clear()
+            return
+        self.steps += 1
+        self.last_step_ms = 1000 * ev.duration_s
+        roofline = None if self.roofline is None else self.roofline.step(ev)
+        self._stream(list(ev.sampled), ev.finished, StepMessage(event=ev, roofline=roofline))
+        rest = self.host.pace_s(ev.num_running) - (time.perf_counter() - t0)
+        if rest > 0:
+            CORES.resting(self)  # slow motion: nothing computes while it waits
+            self._halt.wait(rest)
+
+    def _stream(self, sampled: list[int], finished: list[int], step_item: StepMessage | None = None) -> None:
+        """Push new text to the handles and hand over final outputs; publish the step (with
+        its text deltas) before the requests it finished, so a client sees the last delta first."""
+        deltas, done = {}, []
+        for rid in set(sampled) | set(finished):
+            h = self.handles.get(rid)
+            if h is None:
+                continue
+            text = self.engine.live_text(rid)
+            if text is None:
+                out = self.engine.pop_output(rid)
+                d = h.finish(out)
+                del self.handles[rid]
+                done.append(FinishedEvent.of(out))
+            else:
+                d = h.update(text)
+            if d:
+                deltas[rid] = d
+        if step_item is not None:
+            step_item.deltas = deltas
+            self._publish(step_item)
+        for item in done:
+            self._publish(item)
+
+    def _publish(self, event) -> None:
+        event.lane, event.strategy = self.lane, self.cfg.strategy
+        self.host.publish(event)
+
+    # ---- submissions -------------------------------------------------------------------------
+    def _add(self, handle: RequestHandle, sub: Submission) -> None:
+        if self.engine is None:
+            handle.reject(f"lane '{self.lane}' is not available: {self.load_error}")
+            return
+        if self._pending_cfg is not None:
+            # Queued until the lane restarts. Accepted now, so that no caller waits on a drain that
+            # may take long (or, paused, forever); if the new engine refuses it, the handle says why.
+            self._deferred.append((handle, sub))
+            handle.accept(hold_back=_hold_back(sub.params))
+            return
+        if self._drain_then_stop:
+            handle.reject(f"lane '{self.lane}' was removed")
+            return
+        try:
+            ids = self.engine.chat_prompt(sub.messages) if sub.messages is not None else sub.prompt
+            self.engine.add_request(ids, sub.params, arrival_s=sub.arrival_s, request_id=handle.request_id,
+                                    priority=sub.priority, tenant=sub.tenant)
+        except ValueError as e:
+            handle.reject(str(e))
+            return
+        except Exception as e:  # noqa: BLE001 - a prompt the tokenizer chokes on is the caller's error too
+            handle.reject(f"the prompt could not be read: {type(e).__name__}: {e}")
+            return
+        handle.accept(hold_back=_hold_back(sub.params))
+        self.handles[handle.request_id] = handle
+        out = self.engine.get_output(handle.request_id)
+        self._publish(RequestEvent(request_id=handle.request_id, tag=handle.tag,
+                                   prompt=sub.prompt if isinstance(sub.prompt, str) else None,
+                                   messages=sub.messages, num_prompt_tokens=len(out.prompt_token_ids),
+                                   max_tokens=sub.params.max_tokens, arrival_s=sub.arrival_s,
+                                   priority=sub.priority, tenant=sub.tenant, name=sub.name))
+
+    def _abort(self, request_id: int, reason: str | None = None) -> None:
+        parked = [d for d in self._deferred if d[0].request_id == request_id]
+        for d in parked:  # queued during a reconfigure: never reaches the engine
+            self._deferred.remove(d)
+            d[0].reject(reason or "aborted")
+        if self.engine is not None and self.engine.abort(request_id, reason):
+            self._stream([], [request_id])  # the caller hears now, even if no step follows
+
+    def _abort_all(self, reason: str) -> None:
+        for h, *_ in self._deferred:
+            h.reject(reason)
+        self._deferred = []
+        for rid in list(self.handles):
+            self._abort(rid, reason)
+        for h in list(self.handles.values()):
+            h.reject(reason)
+        self.handles.clear()
+
+    # ---- reconfiguration and stopping ----------------------------------------------------------
+    def _start_reconfigure(self, cfg: EngineConfig) -> None:
+        if self.engine is None:  # never loaded: nothing to drain, try the new settings now
+            self._pending_cfg = cfg
+            self._apply_pending()
+            return
+        self._pending_cfg = cfg
+        self.engine.draining = True  # static: launch the partial batch instead of waiting for more
+        self._publish(StatusEvent(event="reconfiguring"))
+
+    def _start_drain_stop(self) -> None:
+        if self.engine is None:
+            self._halt.set()
+        else:
+            self.engine.draining = True
+
+    def _maybe_finish_drain(self) -> bool:
+        """When in-flight work is done: apply a pending config or stop. True if the loop should restart."""
+        if self.engine.has_unfinished() or not (self._pending_cfg or self._drain_then_stop):
+            return False
+        if self._drain_then_stop:
+            self._halt.set()
+            return True
+        self._apply_pending()
+        return True
+
+    def _apply_pending(self) -> None:
+        """Build the engine for the pending settings (keeping the old one if that fails), then
+        admit the submissions that waited."""
+        cfg, self._pending_cfg = self._pending_cfg, None
+        error = None
+        try:
+            self._share = self.host.engine_on(cfg)  # may be this lane's old engine: its weights are the same
+            counted = self.engine.step_count if self.engine is not None else 0
+            self.engine = self._build(cfg)
+            self.engine.step_count = counted  # the lane's iterations go on counting across a restart
+            self.cfg, self.load_error = cfg, None
+        except Exception as e:  # noqa: BLE001 - keep the old engine, tell everyone
+            log.exception("engine %s: new config failed; keeping the old one", self.lane)
+            error = e
+            if self.engine is not None:
+                self.engine.draining = False
+            self._publish(StatusEvent(event="configure_failed", error=str(e)))
+        else:
+            self._publish(StatusEvent(event="restarted"))
+        finally:
+            self._share = None  # the old engine's last reference: its KV pool goes now
+        release_freed_memory()  # and back to the system (trimmed before this point it would stay)
+        self.host.restarted(self, error)
+        deferred, self._deferred = self._deferred, []
+        for args in deferred:
+            self._add(*args)

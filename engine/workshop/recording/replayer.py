@@ -1,0 +1,194 @@
+"""Play a recording into an EventHub at its recorded pacing, scaled by a speed, without any engine.
+
+The playhead is a position on the recording's own clock (the service clock when it was recorded), so
+the views show the real timings whatever the speed. Seeking builds a new hub holding every event up to
+that point (a socket on the old hub closes, and its client resubscribes from the oldest event); the hub
+is as large as the recording, so nothing is ever coalesced away.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+
+from ...event_hub import EventHub
+from ...events import StatusEvent
+from .format import Recording
+
+log = logging.getLogger(__name__)
+SPEEDS = (0.25, 4.0)   # slowest and fastest
+MAX_WAIT_S = 0.25      # the thread wakes at least this often (until, stop)
+LOOP_HOLD_S = 3.0      # a looping replay shows its last frame this long (recording seconds) before restarting
+
+
+def check_speed(speed) -> float:
+    if not isinstance(speed, (int, float)) or not SPEEDS[0] <= speed <= SPEEDS[1]:
+        raise ValueError(f"replay speed must be between {SPEEDS[0]}x and {SPEEDS[1]}x, got {speed!r}")
+    return float(speed)
+
+
+class RecordedEvent:
+    """A recorded event as a replay's hub holds it: routed by its head (type, lane, strategy), sent as
+    the JSON text it was recorded as, parsed only if a reader needs the dict (Event's wire interface)."""
+
+    def __init__(self, head: dict, text: str):
+        self.TYPE, self.lane, self.strategy = head["type"], head.get("lane"), head.get("strategy")
+        self._text, self._wire = text, None
+
+    def json(self) -> str:
+        return self._text
+
+    def wire(self) -> dict:
+        if self._wire is None:
+            self._wire = json.loads(self._text)
+        return self._wire
+
+
+class Replayer:
+    def __init__(self, recording: Recording, *, speed: float = 1.0, loop: bool = False,
+                 clock=time.monotonic, until=None):
+        """clock: wall seconds (a fake one in tests); until(): when true, playback stops for good (checked
+        by the thread); loop: start again after the end."""
+        self.recording, self.loop, self.until = recording, loop, until
+        self.speed = check_speed(speed)
+        self.paused = False
+        self.on_stop = None  # on_stop(self), once, when playback stops
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._halt = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._reset(recording.start)
+
+    # ---- the playhead ------------------------------------------------------------------------
+    def _reset(self, pos: float) -> None:
+        self.hub = EventHub(len(self.recording) + 64)
+        self._next = 0  # index of the next event to publish
+        self._base_pos, self._base_wall = pos, self._clock()
+
+    def _raw_position(self) -> float:
+        if self.paused:
+            return self._base_pos
+        return self._base_pos + (self._clock() - self._base_wall) * self.speed
+
+    def position(self) -> float:
+        """Where the playhead is, in recording seconds."""
+        with self._lock:
+            return min(self.recording.end, self._raw_position())
+
+    @property
+    def ended(self) -> bool:
+        return self._next >= len(self.recording)
+
+    def pump(self) -> int:
+        """Publish every event due by now; returns how many."""
+        times = self.recording.times
+        with self._lock:
+            pos, first = self._raw_position(), self._next
+            while self._next < len(times) and times[self._next] <= pos:
+                self.hub.publish(RecordedEvent(self.recording.heads[self._next], self.recording.texts[self._next]))
+                self._next += 1
+            return self._next - first
+
+    def _due_in(self) -> float:
+        """Wall seconds until the next event is due (or the loop restarts)."""
+        with self._lock:
+            if self.paused or (self.ended and not self.loop):
+                return MAX_WAIT_S
+            due = self.recording.end + LOOP_HOLD_S if self.ended else self.recording.times[self._next]
+            return max(0.0, (due - self._raw_position()) / self.speed)
+
+    # ---- controls ----------------------------------------------------------------------------
+    def _rebase(self) -> None:
+        self._base_pos, self._base_wall = self._raw_position(), self._clock()
+
+    def pause(self) -> None:
+        with self._lock:
+            self._rebase()
+            self.paused = True
+            self._status("paused")
+
+    def resume(self) -> None:
+        with self._lock:
+            self._base_wall = self._clock()
+            self.paused = False
+            self._status("resumed")
+
+    def set_speed(self, speed: float) -> None:
+        with self._lock:
+            speed = check_speed(speed)
+            self._rebase()
+            self.speed = speed
+            self._status("replay_speed")
+
+    def seek(self, t: float) -> None:
+        """Jump to recording time t: a fresh hub with every event up to t, published at once."""
+        if not isinstance(t, (int, float)):
+            raise ValueError(f"seek needs a time in seconds, got {t!r}")
+        with self._lock:
+            self._reset(min(max(float(t), self.recording.start), self.recording.end))
+            self.pump()
+        self._wake.set()
+
+    def _status(self, what: str) -> None:
+        self.hub.publish(StatusEvent(event=what, t=self.position()))
+        self._wake.set()
+
+    # ---- the thread --------------------------------------------------------------------------
+    def start(self) -> Replayer:
+        self.pump()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="inflight-replay")
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while not self._halt.is_set():
+                self.pump()
+                if self.until is not None and self.until():
+                    break
+                if self.loop and self.ended and not self.paused and self._raw_position() >= self.recording.end + LOOP_HOLD_S:
+                    self.seek(self.recording.start)
+                    continue
+                self._wake.wait(min(MAX_WAIT_S, self._due_in()))
+                self._wake.clear()
+        except Exception:  # noqa: BLE001 - never leave the views on a replay that no longer plays
+            log.exception("the replay stopped")
+        finally:
+            self._halt.set()
+            if self.on_stop is not None:
+                self.on_stop(self)
+
+    @property
+    def active(self) -> bool:
+        return not self._halt.is_set()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        elif self._thread is None and self.on_stop is not None:
+            self.on_stop(self)
+
+    # ---- what the socket and the page read -----------------------------------------------------
+    def info(self) -> dict:
+        rec = self.recording
+        return {"label": rec.label, "speed": self.speed, "paused": self.paused, "position": self.position(),
+                "start": rec.start, "end": rec.end, "ended": self.ended}
+
+    def status(self) -> dict:
+        """The recorded service's status, as /engine/ws reports it, plus `replay`: every lane ready (it
+        ran), the clock at the playhead."""
+        recorded = self.recording.header.get("status", {})
+        engines = {name: {**_static_facts(recorded.get("engines", {}).get(name, {})), "ready": True,
+                          "error": None, "reconfiguring": False, "config": cfg}
+                   for name, cfg in self.recording.header["lanes"].items()}
+        return {**recorded, "type": StatusEvent.TYPE, "t": self.position(), "paused": self.paused, "slow_motion_s": 0.0,
+                "engines": engines, "replay": self.info()}
+
+
+def _static_facts(engine_status: dict) -> dict:
+    """What stays true of a lane through the run (its live counters at the start would mislead)."""
+    return {k: engine_status.get(k) for k in ("kv_blocks", "max_model_len", "device")}

@@ -1,0 +1,67 @@
+"""The house's plan, read from the code: every import in engine/ runs down the layers (README, "How the
+engine works"), the engine never imports Streamlit, and pages/ holds Streamlit code only."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Lowest first: a module may import its own layer and the layers before it, never one after.
+LAYERS = ("core", "room", "telemetry", "serving", "workshop", "api", "bench")
+PACKAGE_LAYER = {"room": "room", "telemetry": "telemetry", "serving": "serving", "workshop": "workshop",
+                 "api": "api", "bench": "bench"}  # engine/<package>: its layer; everything else is core
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return PACKAGE_LAYER.get(parts[1], "core") if len(parts) > 1 else "core"
+
+
+def imported(path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) for every import in the file, relative ones resolved."""
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+            out += [(node.lineno, f"{base}.{a.name}") for a in node.names]  # a name or a submodule
+    return out
+
+
+ENGINE = sorted((ROOT / "engine").rglob("*.py"))
+PAGES = sorted((ROOT / "pages").rglob("*.py"))
+
+
+def test_the_plan_covers_every_package():
+    packages = {p.parent.relative_to(ROOT / "engine").parts[0] for p in ENGINE if p.parent != ROOT / "engine"}
+    assert packages - {"scheduler", "kv", "model"} == set(PACKAGE_LAYER), "a new package needs its layer here"
+
+
+@pytest.mark.parametrize("path", ENGINE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_run_down_the_layers(path):
+    own = LAYERS.index(layer(module_name(path)))
+    for line, name in imported(path):
+        assert not name.startswith("streamlit"), f"{path.name}:{line}: the engine knows nothing of Streamlit"
+        if name.startswith("engine."):
+            assert LAYERS.index(layer(name)) <= own, (
+                f"{path.relative_to(ROOT)}:{line} imports {name} from the {layer(name)} layer, above "
+                f"{layer(module_name(path))}")
+
+
+@pytest.mark.parametrize("path", [p for p in PAGES if p.name != "__init__.py"], ids=lambda p: p.name)
+def test_pages_hold_streamlit_code_only(path):
+    assert any(name.startswith("streamlit") for _, name in imported(path)), (
+        f"{path.relative_to(ROOT)} never imports Streamlit: it belongs in engine/")
