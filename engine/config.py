@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .cpu_bf16 import BF16_FASTER, native_bf16
 from .model.packed_linear import resolve_linear_backend
 from .untrusted import INT64, is_int, is_number, is_text, shown
 
@@ -27,13 +28,19 @@ def default_device() -> str:
     return os.environ.get("INFLIGHT_DEVICE") or "auto"
 
 
+def default_dtype() -> str:
+    return os.environ.get("INFLIGHT_DTYPE") or "auto"
+
+
 @dataclass
 class EngineConfig:
     model: str | None = None          # hub id, local dir; None: $INFLIGHT_MODEL or the default
     strategy: str = "continuous"
     scheduling_policy: str = "fcfs"   # in which order requests are served (any strategy)
     device: str | None = None         # "auto" | "cpu" | "cuda" | "cuda:N"; None: $INFLIGHT_DEVICE or auto
-    dtype: str = "auto"               # auto: bf16 on GPU, fp32 on CPU
+    # auto: bf16 on a GPU and on a CPU that multiplies bf16 natively, fp32 elsewhere (dtype_choice);
+    # None: $INFLIGHT_DTYPE or auto
+    dtype: str | None = None
     # torch: the PyTorch reference (any device); triton: our Triton kernels (CUDA, or CPU under
     # TRITON_INTERPRET=1). auto is torch until the Triton path is verified on a GPU.
     attention_backend: str = "auto"
@@ -63,6 +70,8 @@ class EngineConfig:
             self.model = default_model()
         if self.device is None:
             self.device = default_device()
+        if self.dtype is None:
+            self.dtype = default_dtype()
         _check(is_text(self.model, MAX_MODEL_NAME_CHARS), "model", self.model, "a hub id or a local directory")
         _check(self.strategy in STRATEGIES, "strategy", self.strategy, f"one of {', '.join(STRATEGIES)}")
         _check(self.scheduling_policy in SCHEDULING_POLICIES, "scheduling_policy", self.scheduling_policy,
@@ -137,10 +146,27 @@ def resolve_cuda_graphs(flag: bool | None, device: torch.device, backend: str) -
     return flag
 
 
+def dtype_choice(name: str, device: torch.device) -> tuple[torch.dtype, str]:
+    """The dtype an engine runs in, and why (what the status, the benchmark and the page say)."""
+    if name != "auto":
+        return getattr(torch, name), "as set"
+    if device.type == "cuda":
+        return torch.bfloat16, "auto: bf16 on a GPU"
+    native = native_bf16()
+    if native is None:
+        return torch.float32, "auto: fp32, the CPU has no native bf16"
+    if native not in BF16_FASTER:
+        return torch.float32, f"auto: fp32, the CPU has {native} but no AMX"
+    return torch.bfloat16, f"auto: bf16, the CPU has {native}"
+
+
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, name)
+    return dtype_choice(name, device)[0]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """torch.bfloat16 -> "bfloat16", as EngineConfig.dtype names it."""
+    return str(dtype).removeprefix("torch.")
 
 
 def weights_key(cfg: EngineConfig) -> tuple:

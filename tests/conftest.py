@@ -9,6 +9,10 @@ from pathlib import Path
 # Nothing in the test suite may touch the network / Hugging Face hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Exact greedy equality with the reference model is the fp32 oracle: engines (and the apps the tests
+# start) run fp32 unless a test asks for another dtype; dtype "auto" is tested on its own
+# (test_dtype_choice.py), and bf16 against its own tolerance (test_bf16_near_greedy.py).
+os.environ.setdefault("INFLIGHT_DTYPE", "float32")
 
 import pytest  # noqa: E402
 

@@ -147,6 +147,8 @@ def test_a_new_tab_adopts_the_running_lanes(svc):
     at = app("playground.py")
     assert at.sidebar.radio(key="compare").value == "Steady Poisson load: continuous vs dynamic"
     assert next(b for b in at.button if b.label == "Run scenario")  # that scenario's lanes and stream
+    # the caption says the precision and why (the tests pin float32: conftest.py)
+    assert any(" · float32 (as set) · lanes: " in c.value for c in at.caption), [c.value for c in at.caption]
 
 
 def test_single_lane_custom_lanes_and_playback_controls(svc):
@@ -233,6 +235,7 @@ def test_kv_page_shows_the_roofline_of_recent_iterations(svc):
     assert any("Roofline" in h.value for h in at.subheader)
     assert any("KiB per token" in m.value for m in at.markdown)
     assert len(at.dataframe) == 2  # where the KV memory goes; the roofline per lane
+    assert len(at.get("plotly_chart")) == 1  # recent iterations under the device's roof
 
 
 def test_pages_with_a_remote_lane(svc):

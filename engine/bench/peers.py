@@ -36,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..config import EngineConfig
+from ..config import EngineConfig, dtype_choice, dtype_name
 from ..kv.pool import kv_shape
 from ..kv.sizing import num_kv_blocks
 from ..model.tokens import eos_token_ids, pad_token_id
@@ -47,6 +47,12 @@ from .records import RequestRecord, StepSample, LaneRun
 from .workloads import RequestSpec, Workload, load_trace, save_trace
 
 # ---------------------------------------------------------------------------- shared loading
+
+def _precision(cfg: EngineConfig, device) -> dict:
+    """The dtype a peer ran in (the lanes': they compare at equal precision), and why."""
+    dtype, why = dtype_choice(cfg.dtype, device)
+    return {"dtype": dtype_name(dtype), "dtype_why": why}
+
 
 def _load_hf(cfg: EngineConfig, attn_implementation: str | None = None):
     import torch
@@ -116,7 +122,7 @@ def run_hf_generate(workloads: list[Workload], cfg: BenchConfig, progress=None, 
         for w in workloads:
             gc.collect()
             run = _hf_generate_workload(model, w, cfg, pad, device, clock, sleep, progress, cancel)
-            run.info.update({"device": str(device), "dtype": str(dtype).replace("torch.", ""), "linear": "torch",
+            run.info.update({"device": str(device), **_precision(cfg.engine, device), "linear": "torch",
                              "attn_implementation": attn, "batch_size": cfg.engine.static_batch_size})
             runs.append(run)
         return runs
@@ -312,7 +318,7 @@ def _child_main(job_path: str) -> int:
             _cb_run(manager, [dataclasses.replace(r, arrival_s=0.0, max_tokens=4) for r in warm], None, "warmup")
         for i, w in enumerate(workloads):
             runs.append(_cb_run(manager, w.requests, i, f"run{i}-"))
-    info = {"device": str(device), "dtype": str(dtype).replace("torch.", ""), "linear": "torch",
+    info = {"device": str(device), **_precision(cfg, device), "linear": "torch",
             "attn_implementation": attn,
             "kv_blocks": kv_blocks, "continuous_batching_config": cb_kw, "torch_threads": torch.get_num_threads()}
     Path(job["out"]).write_text(json.dumps({"runs": runs, "info": info}))

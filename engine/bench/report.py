@@ -12,6 +12,7 @@ PEER_BASELINE = "hf-generate"
 # (header, key, format, scale)
 COLUMNS = [
     ("lane", "lane", "{}", None),
+    ("dtype", "dtype", "{}", None),  # peers run in the lanes' dtype: comparisons at equal precision
     ("out tok/s", "output_tokens_per_s", "{:.1f}", 1),
     ("req/s", "requests_per_s", "{:.2f}", 1),
     ("TTFT p50", "ttft_p50_s", "{:.2f}s", 1),

@@ -15,7 +15,7 @@ import gc
 import time
 from collections import deque
 
-from ..config import EngineConfig
+from ..config import EngineConfig, dtype_choice, dtype_name
 from ..llm_engine import LLMEngine
 from ..request import SamplingParams
 from .control import Cancelled, CpuShare, check_cancel, is_cancelled, report
@@ -123,7 +123,8 @@ def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, c
     records.sort(key=lambda r: r.index)
     info = {"kv_blocks": eng.kv_capacity_tokens // eng.cfg.block_size, "block_size": eng.cfg.block_size,
             "kv_capacity_tokens": eng.kv_capacity_tokens, "device": str(eng.runner.device),
-            "dtype": str(eng.runner.dtype).replace("torch.", ""), "linear": eng.runner.linear, "rate": rate,
+            "dtype": dtype_name(eng.runner.dtype), "dtype_why": dtype_choice(eng.cfg.dtype, eng.runner.device)[1],
+            "linear": eng.runner.linear, "rate": rate,
             "policy": eng.cfg.scheduling_policy, "prefix_caching": eng.cfg.enable_prefix_caching,
             "other_cpu_pct": cpu.other_cpu_pct(),
             "telemetry_pct": share_pct(eng.telemetry_s - telemetry_s0, eng.step_s - step_s0),

@@ -11,8 +11,10 @@ import dataclasses
 import platform
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..config import EngineConfig
+from ..cpu_bf16 import native_bf16
 from ..serving.lanes import check_lane_name, lane_overrides
 from ..telemetry.cost import usd_per_million_tokens
 from .config import ALL_STRATEGIES, OUR_STRATEGIES, PEER_STRATEGIES, BenchConfig
@@ -135,6 +137,7 @@ def run_benchmark(workload: Workload, strategies: str | list[str] = (), cfg: Ben
                                                                               cfg.price_per_hour)
             summary["rate"] = w.params.get("rate")
             summary["workload"] = w.name
+            summary["dtype"] = run.info.get("dtype")
             summary["info"] = run.info
             results.append(summary)
             ordered.append(run)
@@ -167,12 +170,23 @@ def _one_round(workloads, ours: dict[str, EngineConfig], peers: list[str], cfg: 
     return runs
 
 
+def cpu_model() -> str:
+    """The CPU's model name, as the OS reports it (figures are named with it)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def host_info() -> dict:
     import os
 
     import torch
     import transformers
-    return {"platform": platform.platform(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
+    return {"platform": platform.platform(), "python": platform.python_version(), "cpu": cpu_model(),
+            "cpu_native_bf16": native_bf16(), "cpu_count": os.cpu_count(),
             "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
             "transformers": transformers.__version__,
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}

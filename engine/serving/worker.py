@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from ..config import EngineConfig
+from ..config import EngineConfig, dtype_choice, dtype_name
 from ..cpu_share import CORES
 from ..device_memory import release_freed_memory
 from ..events import FinishedEvent, RequestEvent, StatusEvent, StepMessage, WaitsEvent
@@ -130,6 +130,8 @@ class EngineWorker(threading.Thread):
             "waiting_by_reason": {} if eng is None else dict(Counter(w["why"] for w in list(eng.waits.values()))),
             "max_model_len": None if eng is None else eng.max_model_len,
             "device": None if eng is None else str(eng.runner.device),
+            "dtype": None if eng is None else dtype_name(eng.runner.dtype),
+            "dtype_why": None if eng is None else dtype_choice(eng.cfg.dtype, eng.runner.device)[1],
         }
 
     def _call(self, fn) -> None:

@@ -18,7 +18,7 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="hub id or local directory (default: $INFLIGHT_MODEL or SmolLM2)")
     ap.add_argument("--device", default=None, help="auto | cpu | cuda (default: $INFLIGHT_DEVICE or auto)")
-    ap.add_argument("--dtype", default="auto", help="auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16")
+    ap.add_argument("--dtype", default="auto", help="auto (bf16 on GPUs and AMX or Arm BF16 CPUs) | float32 | bfloat16 | float16")
     ap.add_argument("--linear", default="auto", help="the linear backend whose matmul peak to measure (auto: the engine's)")
     ap.add_argument("--remeasure", action="store_true", help="measure the device's peaks again")
     args = ap.parse_args(argv)

@@ -86,5 +86,8 @@ def engine_settings(svc) -> None:
 
 
 def config_summary(svc) -> str:
-    """The model and what the lanes compare, for the page's caption."""
-    return f"{svc.cfg.model} · lanes: {' vs '.join(svc.lanes)}"
+    """The model, the precision it runs in and why, and what the lanes compare, for the page's caption."""
+    engines = [e for e in svc.status()["engines"].values() if e.get("dtype")]  # loaded, local
+    precision = {(e["dtype"], e["dtype_why"]) for e in engines}
+    shown = " · ".join(f"{dtype} ({why})" for dtype, why in sorted(precision))
+    return " · ".join(part for part in (svc.cfg.model, shown, f"lanes: {' vs '.join(svc.lanes)}") if part)
