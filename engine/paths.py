@@ -3,3 +3,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 ASSETS = REPO / "assets"
+LIVE_VIEW = ASSETS / "live"  # the live views' browser code: live_view.html, .css and the .js modules
+
+
+def live_view_js() -> str:
+    """The live views' JS modules in one script, in name order (they find each other by name:
+    assets/live/modules.js), as the page ships it and the browser tests load it."""
+    return "\n".join(p.read_text(encoding="utf-8") for p in sorted(LIVE_VIEW.glob("*.js")))

@@ -15,7 +15,7 @@ import pytest
 
 from browser_helpers import CHROMIUM, require_browser
 from engine.bench.app_process import CHROMIUM_ARGS
-from ui.live_view import _read, JS_FILES
+from engine.paths import LIVE_VIEW, live_view_js
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("INFLIGHT_ARTIFACTS", REPO / "test-artifacts"))  # screenshots
@@ -67,13 +67,14 @@ def open_replay(browser, rec: dict, events: list[dict], status: dict | None = No
 
 def replay_html(data: dict) -> str:
     """The page, mounted with the component data `data` (lanes, views, mode, contract, ...)."""
-    js = "\n".join(_read(name) for name in JS_FILES)
+    js = live_view_js()
+    css, html = ((LIVE_VIEW / name).read_text(encoding="utf-8") for name in ("live_view.css", "live_view.html"))
     assert ENTRY in js, "live_view.js no longer exports its entry point this way"
     js = js.replace(ENTRY, "function liveView")
     mount = (f"const host = document.getElementById('host');\n"
              f"liveView({{ parentElement: host, data: {json.dumps(data)}, setStateValue: () => {{}} }});")
     return (f"<!doctype html><html><head><meta charset='utf-8'><style>body {{ margin: 0; background: #0b0f17; }}\n"
-            f"{_read('live_view.css')}</style></head><body><div id='host'>{_read('live_view.html')}</div>\n"
+            f"{css}</style></head><body><div id='host'>{html}</div>\n"
             f"<script>\n{OFFLINE_SOCKET}\n{js}\n{mount}\n</script></body></html>")
 
 

@@ -1,6 +1,6 @@
 // Scales, ticks and axes of the timeline's bands (canvas drawing helpers, no state).
 
-const Axes = (() => {
+defineLive("Axes", ["Common"], () => {
   const { C, FONT } = Common;
 
   function xScale(range, x0, w) {
@@ -111,4 +111,4 @@ const Axes = (() => {
   }
 
   return { xScale, niceTicks, xGrid, frameBand, xLabels, yAxis, yGrid, yScale, font };
-})();
+});

@@ -1,7 +1,7 @@
 // Shared look and small DOM / canvas helpers of the live views (no state, no socket; loads in node for the
 // tests: the DOM is touched only when a helper is called).
 
-const Common = (() => {
+defineLive("Common", [], () => {
   // Qualitative palette indexed by request id: neighbouring ids differ strongly in hue. Red and grey
   // are kept out of it: red means preempted, grey means padding / free.
   const PALETTE = ["#38BDF8", "#FB923C", "#A3E635", "#F472B6", "#FDE047",
@@ -120,6 +120,4 @@ const Common = (() => {
 
   return { PALETTE, C, FONT, reqColor, clamp, perfNow, sameList, fmt, pct, reqLabel, rgba, mix, el, setText, hatchPattern,
            canvasContext, tooltip };
-})();
-
-if (typeof module !== "undefined") module.exports = Common;
+});

@@ -1,14 +1,21 @@
 // The event contract as the engine states it (engine/events.py wire_contract(), handed over in the
 // component's data): turned into index constants once, so no view hard-codes a step entry's layout.
 
-const Contract = (() => {
+defineLive("Contract", [], () => {
   const ENTRY_NAMES = { rid: "request_id", phase: "phase", tokens: "num_tokens", ctx: "context_len", slot: "slot",
                         cached: "cached_tokens" };
   const PHASE_NAMES = { prefill: "prefill", decode: "decode", padding: "padding" };
+  // each event's type name, by its class in engine/events.py (recordings made before the contract sent
+  // them: these)
+  const TYPES = { step: "StepMessage", request: "RequestEvent", finished: "FinishedEvent", status: "StatusEvent",
+                  waits: "WaitsEvent", gpu: "GpuEvent", lanes: "LanesEvent", remoteMetrics: "RemoteMetricsEvent" };
+  const TYPE_NAMES = { step: "step", request: "request", finished: "finished", status: "status", waits: "waits",
+                       gpu: "gpu", lanes: "lanes", remoteMetrics: "remote_metrics" };
 
   // -> { entry: { rid, phase, tokens, ctx, slot, cached } (indexes into an entry list), phase: { prefill,
-  // decode, padding } (names), remote (a remote lane's strategy), waits (wait reasons' phrasing), status (status event names) }. Throws
-  // if the engine's contract lacks a field the views read.
+  // decode, padding } (names), type: { step, request, ... } (event type names), remote (a remote lane's
+  // strategy), waits (wait reasons' phrasing), status (status event names) }. Throws if the engine's
+  // contract lacks a field the views read.
   function fromWire(wire) {
     const fields = (wire && wire.entry_fields) || [];
     const phases = (wire && wire.phases) || [];
@@ -28,10 +35,11 @@ const Contract = (() => {
     // the service's status events the views act on (recordings made before the contract named them: these)
     const status = Object.freeze({ paused: "paused", resumed: "resumed", run_started: "run_started",
                                    ...((wire && wire.status) || {}) });
-    return Object.freeze({ entry: Object.freeze(entry), phase: Object.freeze(phase), remote, waits, status });
+    const sent = (wire && wire.types) || {};
+    const type = Object.fromEntries(Object.entries(TYPES).map(([key, cls]) => [key, sent[cls] || TYPE_NAMES[key]]));
+    return Object.freeze({ entry: Object.freeze(entry), phase: Object.freeze(phase), type: Object.freeze(type), remote,
+                           waits, status });
   }
 
   return { fromWire };
-})();
-
-if (typeof module !== "undefined") module.exports = Contract;
+});

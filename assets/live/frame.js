@@ -1,7 +1,7 @@
 // The frame loop: redraw at most MAX_FPS times a second, only when something changed, and only the
 // views whose inputs changed (each view passes a signature of its inputs to changed()).
 
-const FrameLoop = (() => {
+defineLive("FrameLoop", [], () => {
   const MAX_FPS = 30;       // redraws per second at most: smooth, and the engine keeps its CPU
   const FRAME_SHARE = 0.5;  // a slow machine: drawing takes at most this share of the main thread
 
@@ -65,4 +65,4 @@ const FrameLoop = (() => {
   }
 
   return { MAX_FPS, create };
-})();
+});

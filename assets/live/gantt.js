@@ -1,6 +1,6 @@
 // Timeline band: the Gantt chart, one row per request (newest on top), one bar per phase run.
 
-const Gantt = (() => {
+defineLive("Gantt", ["Common", "Waits"], () => {
   const { C, FONT, fmt, rgba, mix, reqColor, reqLabel, hatchPattern } = Common;
   const MAX_ROWS = 26;  // rows: the newest requests that touch the visible window
   const MIN_ROWS = 8;   // rows are never taller than 1/MIN_ROWS of the plot
@@ -165,4 +165,4 @@ const Gantt = (() => {
   }
 
   return { rows, draw, hit };
-})();
+});

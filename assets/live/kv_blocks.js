@@ -4,7 +4,7 @@
 // a prefix hit, else evicted least recently used first). The wire carries only the tables and the
 // cached list; this is their inverse, derived once per snapshot. Pure data: loads in node for the tests.
 
-const KvBlocks = (() => {
+defineLive("KvBlocks", [], () => {
   const clamp = (x, a, b) => Math.min(b, Math.max(a, x));
   const derived = new WeakMap();  // kv snapshot -> its per-block arrays
 
@@ -50,6 +50,4 @@ const KvBlocks = (() => {
   }
 
   return { of, sharedWith };
-})();
-
-if (typeof module !== "undefined") module.exports = KvBlocks;
+});

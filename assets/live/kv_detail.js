@@ -2,7 +2,7 @@
 // of its allocation is unused, paged vs a contiguous reservation. With prefix caching: which of its
 // blocks are shared and with whom, and which came from the cache at its admission.
 
-const KvDetail = (() => {
+defineLive("KvDetail", ["Common", "KvBlocks", "LiveState", "TextView", "Waits"], () => {
   const { C, FONT, clamp, fmt, pct, rgba, reqColor, el, hatchPattern, canvasContext } = Common;
 
   function build(inst, cell) {
@@ -245,4 +245,4 @@ const KvDetail = (() => {
   }
 
   return { build, draw };
-})();
+});

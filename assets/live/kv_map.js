@@ -2,7 +2,7 @@
 // their request's color, shared blocks (prefix cache) striped in their holders' colors with a white
 // border, cached-evictable blocks outlined, free blocks dark.
 
-const KvMap = (() => {
+defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
   const { C, FONT, fmt, pct, rgba, reqColor, el, setText, hatchPattern, canvasContext } = Common;
   const MAX_STRIPES = 4;      // a shared block shows its first holders' colors; the count says how many
   const MAX_TIP_HOLDERS = 8;  // a shared block's tooltip lists this many holders
@@ -210,4 +210,4 @@ const KvMap = (() => {
   }
 
   return { build, draw };
-})();
+});

@@ -2,7 +2,7 @@
 // utilization: one column per lane sharing the time axis; under it the roofline, one chart for all
 // lanes), then the per-lane sections (KV map, text, or the KV detail), each with a title and a legend.
 
-const Layout = (() => {
+defineLive("Layout", ["Common"], () => {
   const { PALETTE, el } = Common;
   const TIMELINE_VIEWS = ["gantt", "slots", "util"];
   const VIEW_HEIGHT = { gantt: 400, slots: 240, kv: 300, util: 220, text: 360, detail: 340, roofline: 300 };
@@ -113,4 +113,4 @@ const Layout = (() => {
   }
 
   return { VIEW_HEIGHT, build, sectionHead };
-})();
+});

@@ -11,7 +11,11 @@
 const STORE_KEY = "__inflightLiveViews";
 const STATUS_POLL_MS = 2000;  // status refresh (paused, queue, last step ms, clock sync)
 const VIEW_NAMES = ["gantt", "slots", "kv", "util", "text"];
-const VIEWS = { timeline: Timeline, status: StatusView, kv: KvMap, text: TextView, detail: KvDetail, roofline: RooflineView };
+// The modules this entry point uses (assets/live/modules.js), made when the view first mounts.
+const NEEDS = ["Common", "Contract", "FrameLoop", "KvDetail", "KvMap", "Layout", "LiveSocket", "LiveState", "RooflineView",
+               "StatusView", "TextView", "Timeline"];
+const views = () => ({ timeline: Timeline, status: StatusView, kv: KvMap, text: TextView, detail: KvDetail,
+                       roofline: RooflineView });
 
 function store() {
   if (!window[STORE_KEY]) window[STORE_KEY] = new WeakMap();
@@ -238,7 +242,7 @@ function applyConfig(inst, cfg) {
     || JSON.stringify(prev.headers) !== JSON.stringify(cfg.headers)
     || !same(prev.views, cfg.views) || prev.large !== cfg.large || prev.height !== cfg.height || prev.fit !== cfg.fit;
   const resetNeeded = !prev || !same(prev.lanes, cfg.lanes) || prev.clearAfter !== cfg.clearAfter;
-  if (layoutChanged) Object.assign(inst, Layout.build(inst, VIEWS));
+  if (layoutChanged) Object.assign(inst, Layout.build(inst, views()));
   if (resetNeeded) {
     if (inst.socket && inst.socket.isOpen()) subscribe(inst);
     else inst.state = LiveState.newState(cfg.lanes, inst.contract);
@@ -277,6 +281,7 @@ function drawFrame(inst) {
 /* ---- entry point ---- */
 
 export default function liveView(component) {
+  for (const name of NEEDS) if (!globalThis[name]) throw new Error(`live view: no module ${name}`);  // made now
   const { parentElement, data, setStateValue } = component;
   const root = parentElement.querySelector(".ifl-root");
   if (!root) return undefined;

@@ -3,7 +3,7 @@
 // min(peak bandwidth × intensity, peak FLOP/s), the peaks measured by engine/device_peaks.py and sent
 // with each step's roofline numbers (engine/roofline.py). One color per lane; older iterations fade.
 
-const RooflineView = (() => {
+defineLive("RooflineView", ["Common"], () => {
   const { C, FONT, fmt, el, setText, canvasContext, PALETTE } = Common;
   const LANE_COLORS = PALETTE.slice(0, 4);  // by lane order; not request colors here
   const RECENT = 60;  // iterations placed per lane
@@ -206,4 +206,4 @@ const RooflineView = (() => {
   }
 
   return { build, draw };
-})();
+});

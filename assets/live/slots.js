@@ -3,7 +3,7 @@
 // and phase are drawn as one rectangle. On the time axis an iteration spans [t_start, t_end]; idle time
 // stays empty.
 
-const Slots = (() => {
+defineLive("Slots", ["Common", "LiveState"], () => {
   const { C, FONT, fmt, mix, reqColor, hatchPattern } = Common;
   const { KIND, maxBatch, isRemote } = LiveState;
   const REMOTE_NOTE = "A remote server does not expose its batch slots (its rows are timed at this client)";
@@ -123,4 +123,4 @@ const Slots = (() => {
   }
 
   return { draw, hit };
-})();
+});

@@ -1,6 +1,6 @@
 // The /engine/ws connection: reconnects with backoff, parses messages, hands them on.
 
-const LiveSocket = (() => {
+defineLive("LiveSocket", [], () => {
   function socketUrl() {
     const proto = window.location.protocol === "https:" ? "wss:" : "ws:";
     return `${proto}//${window.location.host}/engine/ws`;
@@ -78,4 +78,4 @@ const LiveSocket = (() => {
   }
 
   return { connect };
-})();
+});

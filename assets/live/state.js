@@ -5,7 +5,7 @@
 // segments and text), the latest KV snapshot, the prefix cache's token counts, the device's peaks and,
 // for a remote lane, its server's polled gauges. Events are folded in as they arrive; nothing is kept raw.
 
-const LiveState = (() => {
+defineLive("LiveState", ["Waits"], () => {
   const W = typeof Waits !== "undefined" ? Waits : require("./waits.js");  // in the page, or in node
   const MAX_STEPS = 300;        // iterations kept per lane (slots grid, utilization)
   const MAX_REQS = 160;         // requests kept per lane; finished ones past the window go first
@@ -51,35 +51,36 @@ const LiveState = (() => {
     for (const ev of msg.events || []) {
       if (!ingest(st, ev, clearAfter)) continue;
       changed = true;
-      if (ev.type === "status") status = ev.event;
+      if (ev.type === st.contract.type.status) status = ev.event;
     }
     if (changed) for (const S of st.by.values()) prune(S);
     return { changed, status };
   }
 
-  function eventTime(ev) {
-    if (ev.type === "step") return ev.t_start;
-    if (ev.type === "request") return ev.arrival_s;
-    if (ev.type === "finished") return ev.finish_s ?? ev.arrival_s;
+  function eventTime(T, ev) {
+    if (ev.type === T.step) return ev.t_start;
+    if (ev.type === T.request) return ev.arrival_s;
+    if (ev.type === T.finished) return ev.finish_s ?? ev.arrival_s;
     return typeof ev.t === "number" ? ev.t : null;
   }
 
   // Fold one event into the state; returns true if something visible changed.
   function ingest(st, ev, clearAfter = -Infinity) {
-    const t = eventTime(ev);
+    const T = st.contract.type;
+    const t = eventTime(T, ev);
     if (t != null && t < clearAfter) return false;
-    if (ev.type === "status") return ingestStatus(st, ev);
-    if (ev.type === "gpu") return ingestGpu(st, ev);
+    if (ev.type === T.status) return ingestStatus(st, ev);
+    if (ev.type === T.gpu) return ingestGpu(st, ev);
     const S = st.by.get(ev.lane);
     if (!S) return false;
     if (ev.strategy === st.contract.remote) S.remote = true;
-    if (ev.type === "step") onStep(st.contract, S, ev);
-    else if (ev.type === "request") onRequest(st, S, ev);
-    else if (ev.type === "finished") onFinished(S, ev);
-    else if (ev.type === "remote_metrics") onServerGauges(S, ev);
-    else if (ev.type === "waits") applyWaits(S, ev.waits, ev.t);
+    if (ev.type === T.step) onStep(st.contract, S, ev);
+    else if (ev.type === T.request) onRequest(st, S, ev);
+    else if (ev.type === T.finished) onFinished(S, ev);
+    else if (ev.type === T.remoteMetrics) onServerGauges(S, ev);
+    else if (ev.type === T.waits) applyWaits(S, ev.waits, ev.t);
     else return false;
-    const tEnd = ev.type === "step" ? ev.t_end : t;
+    const tEnd = ev.type === T.step ? ev.t_end : t;
     if (tEnd != null) st.latestT = st.latestT == null ? tEnd : Math.max(st.latestT, tEnd);
     S.rev++;
     return true;
@@ -449,6 +450,4 @@ const LiveState = (() => {
   }
 
   return { KIND, HIT_WINDOW_S, newState, applyBatch, computing, maxBatch, prefixOn, isRemote };
-})();
-
-if (typeof module !== "undefined") module.exports = LiveState;
+});

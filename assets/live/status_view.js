@@ -1,6 +1,6 @@
 // The status line above each lane's column (its name, how it differs from the other lane, its state), and the badges and banner at the top.
 
-const StatusView = (() => {
+defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
   const { el, setText, fmt } = Common;
   const { KIND, maxBatch, prefixOn, isRemote } = LiveState;
 
@@ -141,4 +141,4 @@ const StatusView = (() => {
   }
 
   return { build, draw, drawBadges };
-})();
+});

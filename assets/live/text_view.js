@@ -1,6 +1,6 @@
 // View: the generated text, one card per request (newest first), streamed from the step deltas.
 
-const TextView = (() => {
+defineLive("TextView", ["Common", "LiveState", "Waits"], () => {
   const { el, setText, reqColor } = Common;
   const { KIND } = LiveState;
   const MAX_CARDS = 24;  // cards per lane
@@ -100,4 +100,4 @@ const TextView = (() => {
   }
 
   return { build, draw, statusLabel };
-})();
+});

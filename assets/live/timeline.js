@@ -4,7 +4,7 @@
 // (python -m engine.bench.ui_cost; README). Hover, click-to-pick, drag-to-zoom and double-click-to-follow
 // are handled here too; each band's drawing and hit test live in its own module.
 
-const Timeline = (() => {
+defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots", "UtilView"], () => {
   const { C, el } = Common;
   const { computing } = LiveState;
   const { VIEW_HEIGHT } = Layout;
@@ -322,4 +322,4 @@ const Timeline = (() => {
   }
 
   return { build, draw, following };
-})();
+});

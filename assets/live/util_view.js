@@ -3,7 +3,7 @@
 // caches prefixes) and tokens/s below it, one point per iteration. A remote lane's band shows its
 // server's own gauges instead (polled from its /metrics: time axis only, they have no iterations).
 
-const UtilView = (() => {
+defineLive("UtilView", ["Axes", "Common", "LiveState"], () => {
   const { C, FONT, fmt, pct, rgba } = Common;
   const { HIT_WINDOW_S, maxBatch, prefixOn, isRemote } = LiveState;
   const UTIL_LINES = [
@@ -307,4 +307,4 @@ const UtilView = (() => {
   }
 
   return { draw, drawTps, hit };
-})();
+});

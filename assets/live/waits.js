@@ -2,7 +2,7 @@
 // templates the engine sends in the wire contract, so the hover, the cards and the narration say the same.
 // Pure (no DOM): it loads in node for the tests.
 
-const Waits = (() => {
+defineLive("Waits", [], () => {
   const MAX_HISTORY = 8;  // reasons kept per waiting stretch (the latest are the ones shown)
 
   // One reason -> text. contract.waits: { templates: {why: "text with {fields}"}, launchAt }.
@@ -40,6 +40,4 @@ const Waits = (() => {
   }
 
   return { say, lines, note };
-})();
-
-if (typeof module !== "undefined") module.exports = Waits;
+});

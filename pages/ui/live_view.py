@@ -7,11 +7,11 @@ across reruns; Python only passes configuration and reads back the request the u
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import streamlit as st
 
 from engine.events import wire_contract
+from engine.paths import LIVE_VIEW, live_view_js
 from engine.serving.lanes import describe_difference
 from engine.untrusted import is_int
 
@@ -20,20 +20,12 @@ VIEWS = ("gantt", "slots", "kv", "util", "text")
 AXES = ("time", "iterations")
 MODES = ("live", "kv_detail")
 
-_ASSETS = Path(__file__).resolve().parents[2] / "assets" / "live"
 
 
 def _read(name: str) -> str:
     # Inline strings (they contain line breaks, so Streamlit does not take them for asset paths).
-    return (_ASSETS / name).read_text(encoding="utf-8")
+    return (LIVE_VIEW / name).read_text(encoding="utf-8")
 
-
-# The module's files, concatenated in this order (each declares one namespace object that the later ones
-# use; live_view.js has the entry point). common.js, state.js, contract.js and kv_blocks.js also load in node
-# (tests/js/).
-JS_FILES = ("common.js", "contract.js", "waits.js", "state.js", "kv_blocks.js", "socket.js", "frame.js", "layout.js", "axes.js",
-            "gantt.js", "slots.js", "util_view.js", "roofline_view.js", "timeline.js", "status_view.js", "kv_map.js",
-            "text_view.js", "kv_detail.js", "live_view.js")
 
 # Registered once, at import. Not style-isolated: the tooltip and overlays are positioned against
 # the page; our CSS is scoped under .ifl-root instead.
@@ -41,7 +33,7 @@ _COMPONENT = st.components.v2.component(
     COMPONENT_NAME,
     html=_read("live_view.html"),
     css=_read("live_view.css"),
-    js="\n".join(_read(name) for name in JS_FILES),
+    js=live_view_js(),  # every module, each declaring what it needs (assets/live/modules.js)
     isolate_styles=False,
 )
 

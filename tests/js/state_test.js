@@ -6,10 +6,13 @@ const fs = require("node:fs");
 const path = require("node:path");
 
 const ASSETS = path.join(__dirname, "..", "..", "assets", "live");
-const Contract = require(path.join(ASSETS, "contract.js"));
-const LiveState = require(path.join(ASSETS, "state.js"));
-const KvBlocks = require(path.join(ASSETS, "kv_blocks.js"));
-const Common = require(path.join(ASSETS, "common.js"));
+// Every module registers itself by name (assets/live/modules.js); live_view.js, the browser's entry
+// point (an ES module), stays out.
+require(path.join(ASSETS, "modules.js"));
+for (const f of fs.readdirSync(ASSETS).sort()) {
+  if (f.endsWith(".js") && f !== "modules.js" && f !== "live_view.js") require(path.join(ASSETS, f));
+}
+const { Contract, LiveState, KvBlocks, Common } = globalThis;
 
 const rec = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
 const contract = Contract.fromWire(rec.contract);
@@ -301,7 +304,7 @@ const tests = {
       }
     }
     assert.ok(explained > 0, "some wait carries its reasons");
-    const W = require(path.join(ASSETS, "waits.js"));
+    const W = globalThis.Waits;
     assert.equal(W.say(contract, { why: "batch_filling", have: 1, size: 8 }), "waiting for a full batch: 1 of 8");
     assert.equal(W.say(contract, { why: "batch_filling", have: 1, size: 4, launch_at_s: 10.5 }, 10.2),
                  "waiting for a full batch: 1 of 4 (launches in 0.3 s at the latest)");
@@ -334,6 +337,23 @@ const tests = {
         else assert.equal(R.tag, ev.tag);
       }
     }
+  },
+
+  "event type names come from the contract the engine sends (older recordings: today's names)"() {
+    assert.equal(Contract.fromWire({ ...rec.contract, types: undefined }).type.step, "step");  // named no types
+    const renamed = { ...rec.contract, types: { StepMessage: "iteration", RequestEvent: "arrival" } };
+    const c = Contract.fromWire(renamed);
+    assert.equal(c.type.step, "iteration");
+    assert.equal(c.type.request, "arrival");
+    assert.equal(c.type.finished, "finished");
+    const st = LiveState.newState(rec.lanes, c);
+    const batches = acceptedBatches(rec.messages);
+    const rename = { step: "iteration", request: "arrival" };
+    for (const b of batches) {
+      LiveState.applyBatch(st, { ...b, events: b.events.map((e) => ({ ...e, type: rename[e.type] || e.type })) });
+    }
+    const same = replay(batches);
+    for (const [lane, S] of same.by) assert.equal(st.by.get(lane).steps.length, S.steps.length, lane);
   },
 };
 
