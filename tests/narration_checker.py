@@ -31,7 +31,7 @@ STEP_TEMPLATES = {
               r"(?P<n>\d+) (?P<req>decoding requests?) waited that long for the next token"),
     "padding": (rf"(?P<ids>{IDS}) finished but (?P<rows>its row is|their rows are) still computed; (?P<n>\d+) of "
                 r"(?P<m>\d+) (?P<are>rows (?:is|are)) padding"),
-    "jump": (rf"#(?P<id>\d+) started ahead of (?:#(?P<x>\d+), which arrived earlier|(?P<k>\d+) requests that "
+    "jump": (r"#(?P<id>\d+) started ahead of (?:#(?P<x>\d+), which arrived earlier|(?P<k>\d+) requests that "
              r"arrived earlier): (?P<why>.+)"),
 }
 WHY = {

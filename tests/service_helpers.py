@@ -7,9 +7,11 @@ import json
 import threading
 import time
 
+import pytest
 import uvicorn
 
 from engine import EngineConfig
+from engine.api.server import create_app
 from engine.bench.app_process import free_port  # noqa: F401 - the tests take it from here
 from engine.serving.service import EngineService
 
@@ -23,6 +25,27 @@ def make_service(model_dir, strategies=("continuous", "dynamic"), access=None, l
     svc = EngineService(EngineConfig(**kw), strategies=list(strategies), access=access, limits=limits)
     svc.wait_ready(120)
     return svc
+
+
+def service_fixture(**settings):
+    """A module's `svc` fixture: a service on the tiny llama (make_service, with these settings), stopped
+    once the module's tests have run."""
+    @pytest.fixture(scope="module")
+    def svc(tiny_model_dirs):
+        s = make_service(tiny_model_dirs["llama"], **settings)
+        yield s
+        s.stop()
+    return svc
+
+
+def app_fixture(name: str, url: str = "http://{}"):
+    """A module's fixture `name`: its `svc` served (HTTP API and socket) on a free port, as `url` with the
+    address in it ("ws://{}/engine/ws", "{}": the bare address)."""
+    @pytest.fixture(scope="module", name=name)
+    def served(svc):
+        with serve(create_app(svc)) as addr:
+            yield url.format(addr)
+    return served
 
 
 def wait_idle(svc: EngineService, timeout: float = 30.0) -> None:

@@ -23,14 +23,13 @@ from websockets.sync.client import connect
 from engine import SamplingParams, wire_json
 from engine.room.access import PRESENTER_COOKIE, Access
 from engine.api.protocol import MAX_MESSAGE_BYTES
-from engine.api.server import create_app
 from engine.bench import fuzz
 from engine.workshop.recording import Replayer, load
 from engine.workshop.recording.format import RecordingError
 from engine.workshop.recording.stage import SHIPPED
 from engine.workshop.scenarios import ScenarioError, load_scenario
 from engine.workshop.scenarios.loader import SCENARIO_DIR
-from service_helpers import assert_all_free, make_service, serve
+from service_helpers import app_fixture, assert_all_free, service_fixture
 
 TOKEN = "fuzz-presenter-token"
 FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 120)), derandomize="FUZZ_EXAMPLES" not in os.environ,
@@ -38,17 +37,8 @@ FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 120)), derandom
 RANDOMS = st.randoms(use_true_random=False)
 
 
-@pytest.fixture(scope="module")
-def svc(tiny_model_dirs):
-    s = make_service(tiny_model_dirs["llama"], access=Access(room=True, token=TOKEN), max_model_len=512)
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def base(svc):
-    with serve(create_app(svc)) as b:
-        yield b
+svc = service_fixture(access=Access(room=True, token=TOKEN), max_model_len=512)
+base = app_fixture("base", "{}")
 
 
 @pytest.fixture(scope="module")

@@ -10,27 +10,17 @@ import pytest
 
 from engine.room.access import PRESENTER_COOKIE, Access
 from engine.api.join_route import MAX_PROMPT_CHARS
-from engine.api.server import create_app
 from engine.room.limits import ClientLimiter, ClientLimits
 from engine.room.participants import MAX_NAME_CHARS, Participants, clean_name
 from engine.events import FinishedEvent, RequestEvent
-from service_helpers import assert_all_free, make_service, serve
+from service_helpers import app_fixture, assert_all_free, service_fixture
 
 TOKEN = "presenter-token-join-1"
 LIMITS = ClientLimits(burst=4, per_minute=600, max_in_flight=1, max_tokens=12)
 
 
-@pytest.fixture(scope="module")
-def svc(tiny_model_dirs):
-    s = make_service(tiny_model_dirs["llama"], access=Access(room=True, token=TOKEN), limits=LIMITS)
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def base(svc):
-    with serve(create_app(svc)) as addr:
-        yield f"http://{addr}"
+svc = service_fixture(access=Access(room=True, token=TOKEN), limits=LIMITS)
+base = app_fixture("base")
 
 
 @pytest.fixture(autouse=True)

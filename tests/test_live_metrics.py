@@ -7,15 +7,11 @@ import pytest
 
 from engine_helpers import greedy
 from engine.events import StepMessage
-from service_helpers import assert_all_free, make_service
+from service_helpers import assert_all_free, service_fixture
 from engine.bench.live_metrics import LiveMetrics, ratio
 
 
-@pytest.fixture(scope="module")
-def svc(tiny_model_dirs):
-    s = make_service(tiny_model_dirs["llama"], strategies=("continuous", "static"), static_batch_size=4)
-    yield s
-    s.stop()
+svc = service_fixture(strategies=("continuous", "static"), static_batch_size=4)
 
 
 def test_metrics_match_request_outputs(svc):

@@ -10,27 +10,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from engine import SamplingParams
 from engine.room.access import Access
-from engine.api.server import create_app
 from engine.events import DECODE, PADDING, PREFILL, StatusEvent, StepEntry, StepMessage
 from engine.telemetry.prometheus import ServiceMetrics
 from event_factories import finished_event, request_event
-from service_helpers import assert_all_free, make_service, serve
+from service_helpers import app_fixture, assert_all_free, service_fixture
 
 LANES = ("continuous", "dynamic")
 TOKEN = "presenter-token-metrics-1"
 
 
-@pytest.fixture(scope="module")
-def svc(tiny_model_dirs):
-    s = make_service(tiny_model_dirs["llama"], strategies=LANES)
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def base(svc):
-    with serve(create_app(svc)) as addr:
-        yield f"http://{addr}"
+svc = service_fixture(strategies=LANES)
+base = app_fixture("base")
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ from engine.workshop.narration import Narrator, Sentence
 from engine.scheduler import waits
 from event_factories import finished_event, request_event
 from narration_checker import check
-from service_helpers import assert_all_free, make_service, wait_idle
+from service_helpers import assert_all_free, service_fixture, wait_idle
 
 
 def step(n, entries, strategy="continuous", admitted=(), finished=(), preempted=(), used=4, blocks=16,
@@ -253,14 +253,9 @@ def test_the_checker_compares_only_runs_of_the_same_requests():
 
 
 # ---- a real run --------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def svc(tiny_model_dirs):
-    # a pool of 32 blocks of 4 tokens: the 6 requests (56 blocks in all) cannot all hold their KV at
-    # once on continuous; static reserves each batch of 3 up front (28 blocks)
-    s = make_service(tiny_model_dirs["llama"], strategies=("continuous", "static"), num_kv_blocks=32,
-                     max_model_len=96, static_batch_size=3)
-    yield s
-    s.stop()
+# a pool of 32 blocks of 4 tokens: the 6 requests (56 blocks in all) cannot all hold their KV at once on
+# continuous; static reserves each batch of 3 up front (28 blocks)
+svc = service_fixture(strategies=("continuous", "static"), num_kv_blocks=32, max_model_len=96, static_batch_size=3)
 
 
 def test_a_real_run_is_narrated(svc):

@@ -10,27 +10,17 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
-from engine.api.server import create_app
 from engine.detokenizer import apply_chat_template
 from engine.events import FinishedEvent, RequestEvent
-from service_helpers import assert_all_free, make_service, serve
+from service_helpers import app_fixture, assert_all_free, service_fixture
 
 MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
             {"role": "user", "content": "What is the answer?"}]
 GREEDY = dict(temperature=0, extra_body={"ignore_eos": True})
 
 
-@pytest.fixture(scope="module")
-def svc(tiny_model_dirs):
-    s = make_service(tiny_model_dirs["llama"], max_num_seqs=16, max_num_batched_tokens=256, static_batch_size=8)
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def base(svc):
-    with serve(create_app(svc)) as addr:
-        yield f"http://{addr}"
+svc = service_fixture(max_num_seqs=16, max_num_batched_tokens=256, static_batch_size=8)
+base = app_fixture("base")
 
 
 @pytest.fixture(scope="module")

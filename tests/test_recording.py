@@ -13,14 +13,10 @@ from engine.api.server import create_app
 from engine.workshop.recording import Recording, Replayer, load, play, start_recording, stop_recording, stop_replay
 from engine.workshop.recording.stage import SHIPPED
 from scheduler_helpers import FakeClock
-from service_helpers import make_service, recv_until, run, serve, wait_idle
+from service_helpers import recv_until, run, serve, service_fixture, wait_idle
 
 
-@pytest.fixture(scope="module")
-def svc(tiny_model_dirs):
-    s = make_service(tiny_model_dirs["llama"])
-    yield s
-    s.stop()
+svc = service_fixture()
 
 
 @pytest.fixture(scope="module")

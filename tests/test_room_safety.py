@@ -24,7 +24,7 @@ from engine.room.access import Access, Client, is_loopback
 from engine.api import ws as ws_module
 from engine.api.server import create_app
 from engine.room.limits import ClientLimiter, ClientLimits
-from service_helpers import assert_all_free, make_service, run, serve, wait_idle, wait_settled
+from service_helpers import app_fixture, assert_all_free, make_service, run, serve, service_fixture, wait_idle, wait_settled
 
 TOKEN, API_KEY = "presenter-token-123", "audience-key-456"
 LIMITS = ClientLimits(burst=3, per_minute=60, max_in_flight=2, max_tokens=40)
@@ -34,19 +34,9 @@ CONTROL = [{"cmd": "pause"}, {"cmd": "resume"}, {"cmd": "step"}, {"cmd": "slow_m
            {"cmd": "scenario", "number": 2}]
 
 
-@pytest.fixture(scope="module")
-def svc(tiny_model_dirs):
-    s = make_service(tiny_model_dirs["llama"], access=Access(room=True, token=TOKEN, api_key=API_KEY,
-                                                             origins=frozenset({"https://slides.example"})),
-                     limits=LIMITS)
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def base(svc):
-    with serve(create_app(svc)) as b:
-        yield b
+svc = service_fixture(access=Access(room=True, token=TOKEN, api_key=API_KEY, origins=frozenset({"https://slides.example"})),
+                      limits=LIMITS)
+base = app_fixture("base", "{}")
 
 
 @pytest.fixture(autouse=True)

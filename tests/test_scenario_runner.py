@@ -9,14 +9,10 @@ from engine.events import FinishedEvent
 from engine.workshop.scenarios import load_scenarios
 from engine.workshop.scenarios import runner as scenario_runner
 from engine.workshop.scenarios.catalog import shipped
-from service_helpers import assert_all_free, make_service, wait_settled
+from service_helpers import assert_all_free, service_fixture, wait_settled
 
 
-@pytest.fixture(scope="module")
-def svc(tiny_model_dirs):
-    s = make_service(tiny_model_dirs["llama"], strategies=("continuous", "dynamic"), max_model_len=256)
-    yield s
-    s.stop()
+svc = service_fixture(strategies=("continuous", "dynamic"), max_model_len=256)
 
 
 def finished_by_lane(svc, cursor) -> dict[str, list[FinishedEvent]]:

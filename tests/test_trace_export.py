@@ -7,14 +7,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import httpx
-import pytest
 
 from engine import SamplingParams
 from engine.room.access import PRESENTER_COOKIE, Access
 from engine.api.server import create_app
 from engine.api.trace_route import hub_trace
 from engine.telemetry.trace_export import chrome_trace
-from service_helpers import make_service, serve, wait_idle
+from service_helpers import serve, service_fixture, wait_idle
 
 RECORDED = Path(__file__).parent / "data" / "events_tiny_llama.json"
 TOKEN = "presenter-token-trace-1"
@@ -134,12 +133,7 @@ def test_recorded_run_with_preemption_static_batches_and_coalesced_events():
     assert {"queued", "prefill", "decode", "preempted", "recompute", "held"} <= names
 
 
-@pytest.fixture(scope="module")
-def svc(tiny_model_dirs):
-    s = make_service(tiny_model_dirs["llama"], num_kv_blocks=20, max_model_len=64,
-                     access=Access(room=True, token=TOKEN))
-    yield s
-    s.stop()
+svc = service_fixture(num_kv_blocks=20, max_model_len=64, access=Access(room=True, token=TOKEN))
 
 
 def test_real_run_exports_every_request_on_every_lane(svc):

@@ -8,22 +8,12 @@ import time
 import pytest
 import websockets
 
-from engine.api.server import create_app
 from engine.events import ENTRY_FIELDS, PHASES, FinishedEvent, GpuEvent, RequestEvent
-from service_helpers import assert_all_free, make_service, recv_until, run, serve
+from service_helpers import app_fixture, assert_all_free, recv_until, run, service_fixture
 
 
-@pytest.fixture(scope="module")
-def svc(tiny_model_dirs):
-    s = make_service(tiny_model_dirs["llama"])
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="module")
-def url(svc):
-    with serve(create_app(svc)) as base:
-        yield f"ws://{base}/engine/ws"
+svc = service_fixture()
+url = app_fixture("url", "ws://{}/engine/ws")
 
 
 @pytest.fixture(autouse=True)
