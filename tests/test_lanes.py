@@ -8,7 +8,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.serving.lanes import describe_difference, lane_overrides, load_lanes, parse_lane
 
-BASE = EngineConfig(model="some/model", device="cpu")
+BASE = EngineConfig(model="some/model", device="cpu", dtype="auto")
 
 
 def test_parse_lane_types_and_overrides():
@@ -21,7 +21,7 @@ def test_parse_lane_types_and_overrides():
 
 
 def test_bare_strategy_name_and_empty_settings():
-    assert parse_lane("static", BASE) == ("static", EngineConfig(model="some/model", device="cpu",
+    assert parse_lane("static", BASE) == ("static", EngineConfig(model="some/model", device="cpu", dtype="auto",
                                                                   strategy="static"))
     assert parse_lane("same:", BASE) == ("same", BASE)
 
