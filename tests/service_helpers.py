@@ -13,7 +13,7 @@ import uvicorn
 from engine import EngineConfig
 from engine.api.server import create_app
 from engine.bench.app_process import free_port  # noqa: F401 - the tests take it from here
-from engine.serving.service import EngineService
+from engine.serving.service import EngineService, get_service, shutdown_service
 
 
 def make_service(model_dir, strategies=("continuous", "dynamic"), access=None, limits=None,
@@ -27,14 +27,23 @@ def make_service(model_dir, strategies=("continuous", "dynamic"), access=None, l
     return svc
 
 
-def service_fixture(**settings):
+def service_fixture(registered: bool = False, **settings):
     """A module's `svc` fixture: a service on the tiny llama (make_service, with these settings), stopped
-    once the module's tests have run."""
+    once the module's tests have run. registered: it is the process's service (get_service), as the pages
+    find it; any earlier one is shut down first, and it is resumed (a page may have paused it) and shut
+    down after."""
     @pytest.fixture(scope="module")
     def svc(tiny_model_dirs):
-        s = make_service(tiny_model_dirs["llama"], **settings)
+        if not registered:
+            s = make_service(tiny_model_dirs["llama"], **settings)
+            yield s
+            s.stop()
+            return
+        shutdown_service()
+        s = get_service(lambda: make_service(tiny_model_dirs["llama"], **settings))
         yield s
-        s.stop()
+        s.resume()
+        shutdown_service()
     return svc
 
 

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from engine.serving.service import get_service, shutdown_service
 from engine.events import RequestEvent
-from service_helpers import assert_all_free, free_port, make_service, wait_idle, wait_settled
+from service_helpers import assert_all_free, free_port, service_fixture, wait_idle, wait_settled
 from test_kv_stats import FIRST, SECOND, hub_with
 from engine.workshop.scenarios import runner as scenario_runner
 from engine.workshop.scenarios.catalog import by_title
@@ -20,14 +19,8 @@ from engine.telemetry.kv_stats import KVStats
 PAGES = Path(__file__).resolve().parents[1] / "pages"
 
 
-@pytest.fixture(scope="module")
-def svc(tiny_model_dirs):
-    shutdown_service()
-    s = get_service(lambda: make_service(tiny_model_dirs["llama"], strategies=("continuous", "dynamic"),
-                                         static_batch_size=8, max_model_len=512, num_kv_blocks=1024))
-    yield s
-    s.resume()
-    shutdown_service()
+svc = service_fixture(registered=True, strategies=("continuous", "dynamic"), static_batch_size=8, max_model_len=512,
+                      num_kv_blocks=1024)
 
 
 def app(page: str) -> AppTest:

@@ -16,7 +16,7 @@ from engine.room.access import PHONE_COOKIE, Access, proxy_networks
 from engine.api.server import create_app
 from engine.room.limits import ClientLimiter, ClientLimits
 from engine.events import RequestEvent
-from service_helpers import assert_all_free, make_service, serve
+from service_helpers import assert_all_free, serve, service_fixture
 
 LIMITS = ClientLimits(burst=2, per_minute=1, max_in_flight=2, max_tokens=4)
 PROXY_ADDRESS = "127.0.0.2"  # the proxy calls the server from here: the address named as trusted
@@ -40,12 +40,8 @@ def reverse_proxy(upstream: str) -> Starlette:
     return Starlette(routes=[Route("/{path:path}", forward, methods=["GET", "POST"])])
 
 
-@pytest.fixture(scope="module")
-def svc(tiny_model_dirs):
-    s = make_service(tiny_model_dirs["llama"], strategies=("continuous",), limits=LIMITS, max_model_len=512,
-                     access=Access(room=True, token="proxy-test-token-1", trusted_proxies=proxy_networks(PROXY_ADDRESS)))
-    yield s
-    s.stop()
+svc = service_fixture(strategies=("continuous",), limits=LIMITS, max_model_len=512,
+                      access=Access(room=True, token="proxy-test-token-1", trusted_proxies=proxy_networks(PROXY_ADDRESS)))
 
 
 @pytest.fixture(scope="module")

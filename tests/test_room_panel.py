@@ -3,23 +3,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from streamlit.testing.v1 import AppTest
 
 from engine.room.access import Access
 from engine.api.join_link import join_url
-from engine.serving.service import get_service, shutdown_service
-from service_helpers import make_service
+from service_helpers import service_fixture
 
 PAGE = Path(__file__).resolve().parents[1] / "pages" / "playground.py"
 
 
-@pytest.fixture(scope="module")
-def svc(tiny_model_dirs):
-    shutdown_service()
-    s = get_service(lambda: make_service(tiny_model_dirs["llama"]))
-    yield s
-    shutdown_service()
+svc = service_fixture(registered=True)
 
 
 def playground(svc, monkeypatch, room: bool, presenter: bool) -> AppTest:

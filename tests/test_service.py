@@ -10,15 +10,11 @@ from engine import SamplingParams
 from engine.events import RequestEvent
 from engine.serving.service import strategy_lanes
 from engine_helpers import greedy, mixed_prompts
-from service_helpers import assert_all_free, make_service
+from service_helpers import assert_all_free, service_fixture
 from tiny_models import reference_greedy
 
 
-@pytest.fixture(scope="module")
-def svc(tiny_model_dirs):
-    s = make_service(tiny_model_dirs["llama"])
-    yield s
-    s.stop()
+svc = service_fixture()
 
 
 @pytest.fixture(autouse=True)
