@@ -58,7 +58,7 @@ def open_replay(browser, rec: dict, events: list[dict], status: dict | None = No
     page.set_content(replay_html({"lanes": rec["lanes"], "contract": rec["contract"], "axis": "iterations", **data}))
     page.wait_for_function(f"() => !!{INST}")
     if status is not None:
-        page.evaluate(f"status => {{ const i = {INST}; i.service = status; i.statusRev++; }}", status)
+        page.evaluate(f"status => {{ const i = {INST}; i.server.status = status; i.server.rev++; }}", status)
     page.evaluate(f"events => {INST}.applyEvents(events)", events)
     page.wait_for_timeout(300)  # a frame or two
     assert errors == [], errors

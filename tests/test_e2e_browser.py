@@ -183,7 +183,7 @@ def test_presenter_keyboard_shortcuts(page, server):
     """Space pauses and resumes, s toggles slow motion, a digit starts that scenario; keys typed into
     the prompt box are text, not commands."""
     page.wait_for_function("() => window.__inflightShortcuts === true", timeout=30_000)  # the listener is in
-    page.wait_for_function("() => { const s = document.querySelector('.ifl-root')?.inflight?.service;"
+    page.wait_for_function("() => { const s = document.querySelector('.ifl-root')?.inflight?.server.status;"
                            " return !!s && !s.replay; }", timeout=90_000)  # the engines, not the loading replay
     page.locator("h1").first.click()
     page.keyboard.press(" ")

@@ -45,7 +45,7 @@ def test_straggler_reads_as_language_and_a_wait_says_why(server):
         page = browser.new_context(viewport={"width": 1600, "height": 2500}).new_page()  # views and text at once
         page.goto(server, wait_until="domcontentloaded")
         expect(page.locator(".ifl-pill[data-kind='ok']")).to_have_count(2, timeout=300_000)
-        page.wait_for_function(f"() => {INST}.service && !{INST}.service.replay", timeout=300_000)
+        page.wait_for_function(f"() => {INST}.server.status && !{INST}.server.status.replay", timeout=300_000)
         page.get_by_role("button", name="Run scenario").click()
         page.locator(".ifl-timeline-canvas").scroll_into_view_if_needed()
         page.wait_for_function(f"() => ({SECOND_BATCH_WAIT})() !== null", timeout=120_000)

@@ -77,7 +77,7 @@ def test_a_lone_prompt_on_static_says_what_it_waits_for_and_the_presenter_launch
     page = open_page(browser, server)
     expect(page.get_by_text("Start here: run the Straggler scenario")).to_be_visible(timeout=30_000)  # the primer
     expect(page.locator(".ifl-pill[data-kind='ok']")).to_have_count(2, timeout=60_000)
-    page.wait_for_function(f"() => {INST}.service && !{INST}.service.replay", timeout=60_000)  # the engines, live
+    page.wait_for_function(f"() => {INST}.server.status && !{INST}.server.status.replay", timeout=60_000)  # the engines, live
     box = page.get_by_placeholder("Type a prompt; it goes to every lane shown")
     box.fill("Tell me about lighthouses")
     box.press("Enter")

@@ -6,7 +6,9 @@
 // The socket, the event state and the plots live in a per-element instance (keyed by parentElement),
 // so a re-run only applies the new configuration. The returned cleanup closes everything on unmount.
 // The instance is the one object the views get: its config, state and the few services they call
-// (changed, offscreen, observe, pick, tip, markDirty).
+// (changed, offscreen, observe, pick, tip, markDirty); what one part owns sits in its own object: the
+// socket's link, what the server said, each view's own state (the columns' cells, the timeline, the
+// roofline, built by layout.js).
 
 const STORE_KEY = "__inflightLiveViews";
 const STATUS_POLL_MS = 2000;  // status refresh (paused, queue, last step ms, clock sync)
@@ -25,9 +27,12 @@ function store() {
 function createInstance(root, owner) {
   const q = (s) => root.querySelector(s);
   const inst = {
-    root, owner, cfg: null, contract: null, state: null, service: null, statusRev: 0, limits: "", role: null,
-    reportedLanes: null, reportedControls: null,
-    clockOffset: null, scale: 1, conn: "connecting", socket: null, accepting: false, subRef: null, refSeq: 0,
+    root, owner, cfg: null, contract: null, state: null, scale: 1,
+    // the socket to /engine/ws and where it stands (owned by the connection code below)
+    link: { socket: null, conn: "connecting", accepting: false, subRef: null, refSeq: 0 },
+    // what the service last said of itself (its status; `rev` counts the changes the views redraw on)
+    server: { status: null, rev: 0, clockOffset: null, limits: "", role: null },
+    reported: { lanes: null, controls: null },  // what this view last told the page it follows
     el: { banner: q(".ifl-banner"), conn: q(".ifl-conn"), follow: q(".ifl-follow"), note: q(".ifl-note"),
           gpu: q(".ifl-gpu"), fps: q(".ifl-fps"), body: q(".ifl-body") },
     tip: Common.tooltip(root, q(".ifl-tip")), cols: new Map(), timeline: null, roofline: null, sizes: new WeakMap(),
@@ -42,9 +47,9 @@ function createInstance(root, owner) {
     observeSize: (node) => inst.resizeObs.observe(node),
     pick: (rid) => pick(inst, rid),
     // the presenter's button on a lane waiting for a full batch: launch what waits now
-    launch: (lane) => inst.socket && inst.socket.send({ cmd: "launch", ref: "launch", lanes: [lane] }),
+    launch: (lane) => inst.link.socket && inst.link.socket.send({ cmd: "launch", ref: "launch", lanes: [lane] }),
     laneConfig: (name) => laneConfig(inst, name),
-    serviceClock: () => (inst.clockOffset != null ? Common.perfNow() + inst.clockOffset : null),
+    serviceClock: () => (inst.server.clockOffset != null ? Common.perfNow() + inst.server.clockOffset : null),
     // for the console and the browser tests
     applyEvents: (events) => applyEvents(inst, { skipped: 0, events }),
     following: () => Timeline.following(inst),  // the time axis follows "now" (some lane computes)
@@ -78,7 +83,7 @@ function destroyInstance(inst) {
   inst.closed = true;
   for (const t of Object.values(inst.timers)) clearInterval(t);
   inst.loop.close();
-  if (inst.socket) inst.socket.close();
+  if (inst.link.socket) inst.link.socket.close();
   inst.resizeObs.disconnect();
   inst.viewObs.disconnect();
   window.removeEventListener("resize", inst.onWindowResize);
@@ -96,12 +101,12 @@ function showFps(inst, { fps, frames, frameMs }) {
 /* ---- the socket's messages ---- */
 
 function connect(inst) {
-  inst.socket = LiveSocket.connect({
+  inst.link.socket = LiveSocket.connect({
     onOpen: () => subscribe(inst),
     onMessage: (msg) => onMessage(inst, msg),
     onConn: (conn) => {
-      inst.conn = conn;
-      if (conn !== "live") inst.accepting = false;
+      inst.link.conn = conn;
+      if (conn !== "live") inst.link.accepting = false;
       inst.markDirty();
     },
   });
@@ -111,24 +116,24 @@ function connect(inst) {
 // subscribe reply come from the old cursor and are dropped, so nothing is counted twice.
 function subscribe(inst) {
   inst.state = LiveState.newState(inst.cfg.lanes, inst.contract);
-  inst.accepting = false;
-  inst.subRef = `sub-${++inst.refSeq}`;
-  inst.socket.send({ cmd: "subscribe", ref: inst.subRef, lanes: inst.cfg.lanes, requests: null, kv: true,
+  inst.link.accepting = false;
+  inst.link.subRef = `sub-${++inst.link.refSeq}`;
+  inst.link.socket.send({ cmd: "subscribe", ref: inst.link.subRef, lanes: inst.cfg.lanes, requests: null, kv: true,
                      from_seq: "oldest" });
   inst.markDirty();
 }
 
 function requestStatus(inst) {
-  if (inst.socket) inst.socket.send({ cmd: "status", ref: "status" });
+  if (inst.link.socket) inst.link.socket.send({ cmd: "status", ref: "status" });
 }
 
 function onMessage(inst, msg) {
   if (msg.type === "events") {
-    if (inst.accepting) applyEvents(inst, msg);
+    if (inst.link.accepting) applyEvents(inst, msg);
     return;
   }
-  if (msg.type === "reply" && msg.ref === inst.subRef) inst.accepting = true;
-  if (typeof msg.role === "string") inst.role = msg.role;  // hello, and every control command's reply
+  if (msg.type === "reply" && msg.ref === inst.link.subRef) inst.link.accepting = true;
+  if (typeof msg.role === "string") inst.server.role = msg.role;  // hello, and every control command's reply
   if (msg.type === "hello" || msg.type === "reply") applyServiceStatus(inst, msg.status);
   inst.markDirty();
 }
@@ -136,7 +141,7 @@ function onMessage(inst, msg) {
 function applyEvents(inst, msg) {
   const { changed, status } = LiveState.applyBatch(inst.state, msg, clearAfter(inst));
   if (status === "paused" || status === "resumed") {
-    if (inst.service) inst.service.paused = status === "paused";
+    if (inst.server.status) inst.server.status.paused = status === "paused";
   }
   if (status) requestStatus(inst);  // the reply carries the fresh engine states and config
   if (changed) inst.markDirty();
@@ -153,15 +158,15 @@ function clearAfter(inst) {
 
 function applyServiceStatus(inst, status) {
   if (!status || typeof status !== "object") return;
-  inst.service = status;
-  if (typeof status.t === "number") inst.clockOffset = status.t - Common.perfNow();
+  inst.server.status = status;
+  if (typeof status.t === "number") inst.server.clockOffset = status.t - Common.perfNow();
   const limits = inst.cfg.lanes.map((n) => {  // what the charts depend on
     const c = laneConfig(inst, n) || {};
     return `${c.strategy}|${c.max_num_seqs}|${c.static_batch_size}|${c.enable_prefix_caching}`;
   }).join(",");
-  if (limits !== inst.limits) {
-    inst.limits = limits;
-    inst.statusRev++;
+  if (limits !== inst.server.limits) {
+    inst.server.limits = limits;
+    inst.server.rev++;
   }
   followLanes(inst, Object.keys(status.engines || {}));
   followControls(inst, status);
@@ -175,8 +180,8 @@ function followControls(inst, status) {
   const now = { paused: !!status.paused, slow_motion_s: Number(status.slow_motion_s) || 0,
                 auto_slow_motion: !!status.auto_slow_motion };
   const key = JSON.stringify(now);
-  if (Object.keys(now).every((k) => now[k] === drawn[k]) || key === inst.reportedControls) return;
-  inst.reportedControls = key;
+  if (Object.keys(now).every((k) => now[k] === drawn[k]) || key === inst.reported.controls) return;
+  inst.reported.controls = key;
   try {
     inst.setStateValue("controls", now);
   } catch (e) {
@@ -188,8 +193,8 @@ function followControls(inst, status) {
 // which reruns the page with the lanes that run now. Reported once per change.
 function followLanes(inst, names) {
   const key = names.join("\n");
-  if (Common.sameList(names, inst.cfg.running) || key === inst.reportedLanes) return;
-  inst.reportedLanes = key;
+  if (Common.sameList(names, inst.cfg.running) || key === inst.reported.lanes) return;
+  inst.reported.lanes = key;
   try {
     inst.setStateValue("running", names);
   } catch (e) {
@@ -199,7 +204,7 @@ function followLanes(inst, names) {
 
 // The settings a lane runs, from the latest service status (null before the first one).
 function laneConfig(inst, name) {
-  const eng = inst.service && inst.service.engines ? inst.service.engines[name] : null;
+  const eng = inst.server.status && inst.server.status.engines ? inst.server.status.engines[name] : null;
   return eng && eng.config ? eng.config : null;
 }
 
@@ -244,10 +249,10 @@ function applyConfig(inst, cfg) {
   const resetNeeded = !prev || !same(prev.lanes, cfg.lanes) || prev.clearAfter !== cfg.clearAfter;
   if (layoutChanged) Object.assign(inst, Layout.build(inst, views()));
   if (resetNeeded) {
-    if (inst.socket && inst.socket.isOpen()) subscribe(inst);
+    if (inst.link.socket && inst.link.socket.isOpen()) subscribe(inst);
     else inst.state = LiveState.newState(cfg.lanes, inst.contract);
   }
-  if (!inst.socket) connect(inst);
+  if (!inst.link.socket) connect(inst);
   inst.markDirty();
 }
 

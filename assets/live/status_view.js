@@ -41,7 +41,7 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
   }
 
   function draw(inst, S, view) {
-    const svc = inst.service;
+    const svc = inst.server.status;
     const eng = svc && svc.engines ? svc.engines[S.name] : undefined;
     const queue = [...S.reqs.values()].filter((R) => R.state === KIND.queued || R.state === KIND.preempted).length;
     const [pill, cls] = pillOf(svc, eng);
@@ -53,7 +53,7 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
     if (eng && eng.error) facts.push(eng.error);
     const ev = S.lastEvent;
     if (ev && ev.error && ev.event !== "ready" && ev.event !== "restarted") facts.push(`${ev.event.replace(/_/g, " ")}: ${ev.error}`);
-    const canLaunch = inst.role === "presenter" && !!wait && wait.why === "batch_filling" && !(svc && svc.replay);
+    const canLaunch = inst.server.role === "presenter" && !!wait && wait.why === "batch_filling" && !(svc && svc.replay);
     const sig = `${pill}|${facts.join("|")}|${canLaunch}`;
     if (view.sig === sig) return;
     view.sig = sig;
@@ -92,9 +92,9 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
 
   function drawBadges(inst) {
     const st = inst.state, e = inst.el;
-    const live = inst.service && inst.service.replay ? "● recording" : "● live";  // a replay (engine/recording)
-    setText(e.conn, inst.conn === "live" ? live : inst.conn === "reconnecting" ? "reconnecting…" : "connecting…");
-    e.conn.dataset.kind = inst.conn;
+    const live = inst.server.status && inst.server.status.replay ? "● recording" : "● live";  // a replay (engine/recording)
+    setText(e.conn, inst.link.conn === "live" ? live : inst.link.conn === "reconnecting" ? "reconnecting…" : "connecting…");
+    e.conn.dataset.kind = inst.link.conn;
     e.follow.hidden = Object.keys(inst.zoom).length === 0;
     setText(e.follow, "zoomed · double-click a chart to follow now");
     const g = st && st.gpu.length ? st.gpu[st.gpu.length - 1] : null;
@@ -121,7 +121,7 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
 
   // Model download / first start: progress messages shown prominently until every engine is ready.
   function drawBanner(inst) {
-    const svc = inst.service, st = inst.state;
+    const svc = inst.server.status, st = inst.state;
     const engines = svc && svc.engines ? Object.entries(svc.engines).filter(([n]) => inst.cfg.lanes.includes(n)) : [];
     const failed = engines.find(([, e]) => e.error);
     const loading = engines.some(([, e]) => !e.ready && !e.error);

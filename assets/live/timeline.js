@@ -131,7 +131,7 @@ defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots
     const fc = frameContext(inst);
     const revs = [...inst.state.by.values()].map((S) => S.rev).join(",") + `,${inst.state.gpuRev}`;
     const ranges = inst.cfg.lanes.map((n) => xRange(fc, inst.state.by.get(n)).join(":")).join(",");
-    const sig = `${revs}|${inst.sel}|${ranges}|${g.W}x${g.H}|${fc.axis}|${inst.statusRev}|${fc.open ? fc.now : ""}`;
+    const sig = `${revs}|${inst.sel}|${ranges}|${g.W}x${g.H}|${fc.axis}|${inst.server.rev}|${fc.open ? fc.now : ""}`;
     if (!inst.changed(tl.canvas, sig)) return;
     const ctx = sizeCanvas(tl.canvas, g.W, g.H);
     ctx.fillStyle = C.bg;
@@ -311,7 +311,7 @@ defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots
   // The service clock "now" while requests wait (their bars grow to it): the synced clock while
   // connected, never behind the latest event.
   function serviceNow(inst) {
-    const latest = inst.state.latestT, now = inst.conn === "live" ? inst.serviceClock() : null;
+    const latest = inst.state.latestT, now = inst.link.conn === "live" ? inst.serviceClock() : null;
     if (now == null) return latest;
     return latest == null ? now : Math.max(latest, now);
   }

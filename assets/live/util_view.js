@@ -87,7 +87,7 @@ defineLive("UtilView", ["Axes", "Common", "LiveState"], () => {
   // The utilization and tokens/s bands share one series per frame.
   function utilCache(inst, S, fc, X, band) {
     const range = [X.invert(band.x), X.invert(band.x + band.w)];
-    const key = `${S.rev}|${range}|${inst.statusRev}|${fc.axis}`;
+    const key = `${S.rev}|${range}|${inst.server.rev}|${fc.axis}`;
     let c = seriesCache.get(S);
     if (!c || c.key !== key) seriesCache.set(S, (c = { key, series: utilSeries(inst, S, fc, range) }));
     return c.series;
