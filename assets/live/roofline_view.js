@@ -1,7 +1,7 @@
 // View: the roofline of recent iterations, every lane on one log-log chart: arithmetic intensity
 // (FLOPs per byte moved) across, achieved FLOP/s up, under the device's roof
-// min(peak bandwidth × intensity, peak FLOP/s), the peaks measured by engine/device_peaks.py and sent
-// with each step's roofline numbers (engine/roofline.py). One color per lane; older iterations fade.
+// min(peak bandwidth × intensity, peak FLOP/s), the peaks measured by engine/telemetry/device_peaks.py and sent
+// with each step's roofline numbers (engine/telemetry/roofline.py). One color per lane; older iterations fade.
 
 defineLive("RooflineView", ["Common"], () => {
   const { C, FONT, fmt, el, setText, canvasContext, PALETTE } = Common;

@@ -324,7 +324,7 @@ defineLive("LiveState", ["Waits"], () => {
     S.textRev++;
   }
 
-  // A step's roofline numbers (engine/roofline.py): utilizations are null where the device's peaks are
+  // A step's roofline numbers (engine/telemetry/roofline.py): utilizations are null where the device's peaks are
   // unknown; the peaks the step came with are kept on the lane (they draw the roof).
   function roofPoint(S, r) {
     if (!r) return null;

@@ -92,7 +92,7 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
 
   function drawBadges(inst) {
     const st = inst.state, e = inst.el;
-    const live = inst.server.status && inst.server.status.replay ? "● recording" : "● live";  // a replay (engine/recording)
+    const live = inst.server.status && inst.server.status.replay ? "● recording" : "● live";  // a replay (engine/workshop/recording)
     setText(e.conn, inst.link.conn === "live" ? live : inst.link.conn === "reconnecting" ? "reconnecting…" : "connecting…");
     e.conn.dataset.kind = inst.link.conn;
     e.follow.hidden = Object.keys(inst.zoom).length === 0;

@@ -12,7 +12,7 @@ defineLive("UtilView", ["Axes", "Common", "LiveState"], () => {
     { key: "kv", name: "KV blocks", color: "#22D3EE", dash: [7, 4], width: 2.3 },
   ];
   const HIT_LINE = { key: "hit", name: "prefix cache hit rate", color: "#F0ABFC", dash: [4, 2, 1, 2], width: 2.3 };
-  const ROOF_LINES = [  // shares of the device's measured peaks (engine/roofline.py)
+  const ROOF_LINES = [  // shares of the device's measured peaks (engine/telemetry/roofline.py)
     { key: "mem", name: "memory bandwidth", color: "#60A5FA", dash: [], width: 2.3 },
     { key: "compute", name: "compute", color: "#FB7185", dash: [3, 2], width: 2.3 },
   ];
