@@ -89,7 +89,7 @@ def test_a_remote_lane_shows_its_servers_gauges_and_says_it_is_remote(browser, r
     tip = page.evaluate(UTIL_TIP, REMOTE)
     assert tip and tip[0].startswith("server gauges at") and tip[2] == "polled from its /metrics", tip
     end = max(e["t_end"] for e in events if e["type"] == "step")
-    page.evaluate(f"r => {{ {INST}.zoom.time = r; {INST}.markDirty(); }}", [-0.05, end + 0.1])  # the run, not 20 s
+    page.evaluate(f"r => {{ {INST}.timeline.zoom.time = r; {INST}.markDirty(); }}", [-0.05, end + 0.1])  # the run, not 20 s
     page.wait_for_timeout(300)
     page.screenshot(path=str(ARTIFACTS / "live-remote.png"), full_page=True)
     page.close()
@@ -112,7 +112,7 @@ def test_a_pause_is_hatched_on_the_time_axis_and_named_in_the_legend(browser, re
     later = [{**e, **_shifted(e, 2.0)} for e in events[at + 1:]]  # what the pause delayed
     page = open_replay(browser, rec, events[:at + 1] + paused + later, views=["gantt"], large_text=True, axis="time")
     assert page.evaluate(f"() => {INST}.state.pauses") == [{"t0": t, "t1": t + 2.0}]
-    page.evaluate(f"r => {{ {INST}.zoom.time = r; {INST}.markDirty(); }}", [t - 2.0, t + 4.0])  # around it
+    page.evaluate(f"r => {{ {INST}.timeline.zoom.time = r; {INST}.markDirty(); }}", [t - 2.0, t + 4.0])  # around it
     expect(page.locator(".ifl-timeline .ifl-legend-paused").first).to_be_visible()
     last = re.escape(rec["lanes"][-1])  # every column drawn after the pause's band
     expect(page.locator(".ifl-timeline-canvas")).to_have_attribute("aria-label", re.compile(f"{last}: rows #"))

@@ -42,10 +42,11 @@ defineLive("Layout", ["Common"], () => {
              ["kvshared", "shared block (×holders)", "prefix"], ["kvcached", "cached, evictable", "prefix"]],
   };
 
-  // views: { timeline, status, <view name>: module with build(inst, cell, lane) }.
-  // Returns { cols: Map(lane -> { name, status, <view>: view state }), timeline }.
-  function build(inst, views) {
-    const body = inst.el.body, cfg = inst.cfg;
+  // views: { timeline, status, <view name>: module with build(inst, cell, lane) }; prevTimeline: the
+  // timeline this layout replaces (its zoom carries over), or null. Returns each view's own state:
+  // { cols: Map(lane -> { name, status, <view>: view state }), timeline, roofline }.
+  function build(inst, views, prevTimeline) {
+    const body = inst.body, cfg = inst.cfg;
     body.textContent = "";
     body.style.setProperty("--ifl-cols", String(cfg.lanes.length));
     const cols = new Map(cfg.lanes.map((n) => [n, { name: n, status: null, kv: null, text: null, detail: null }]));
@@ -62,7 +63,7 @@ defineLive("Layout", ["Common"], () => {
       return out;
     }
     const tviews = cfg.views.filter((v) => TIMELINE_VIEWS.includes(v));
-    if (tviews.length) out.timeline = views.timeline.build(inst, tviews);
+    if (tviews.length) out.timeline = views.timeline.build(inst, tviews, prevTimeline);
     if (tviews.includes("util")) out.roofline = section(inst, new Map([["", {}]]), views, "roofline")[0];  // one cell: every lane
     for (const v of cfg.views) if (!TIMELINE_VIEWS.includes(v)) section(inst, cols, views, v);
     return out;
@@ -82,7 +83,7 @@ defineLive("Layout", ["Common"], () => {
       col[v] = views[v].build(inst, cell, col.name);
     }
     sec.appendChild(grid);
-    inst.el.body.appendChild(sec);
+    inst.body.appendChild(sec);
     return [...cols.values()].map((col) => col[v]);
   }
 

@@ -5,10 +5,11 @@
 // Lifecycle: Streamlit runs this module's default export on mount and again on every data change.
 // The socket, the event state and the plots live in a per-element instance (keyed by parentElement),
 // so a re-run only applies the new configuration. The returned cleanup closes everything on unmount.
-// The instance is the one object the views get: its config, state and the few services they call
-// (changed, offscreen, observe, pick, tip, markDirty); what one part owns sits in its own object: the
-// socket's link, what the server said, each view's own state (the columns' cells, the timeline, the
-// roofline, built by layout.js).
+// The instance is what the views share, handed to each of them: the config, the contract, the event
+// state (state.js), the pick (sel), the layout and the few services they call (changed, offscreen,
+// observe, pick, tip, markDirty). What one part owns sits in its own object: the socket's link, what the
+// server said, the badges (status_view.js) and each view's state, made by its module's build() and
+// passed to its draw(): the columns' cells, the timeline (with its zoom), the roofline (layout.js).
 
 const STORE_KEY = "__inflightLiveViews";
 const STATUS_POLL_MS = 2000;  // status refresh (paused, queue, last step ms, clock sync)
@@ -33,10 +34,11 @@ function createInstance(root, owner) {
     // what the service last said of itself (its status; `rev` counts the changes the views redraw on)
     server: { status: null, rev: 0, clockOffset: null, limits: "", role: null },
     reported: { lanes: null, controls: null },  // what this view last told the page it follows
-    el: { banner: q(".ifl-banner"), conn: q(".ifl-conn"), follow: q(".ifl-follow"), note: q(".ifl-note"),
-          gpu: q(".ifl-gpu"), fps: q(".ifl-fps"), body: q(".ifl-body") },
-    tip: Common.tooltip(root, q(".ifl-tip")), cols: new Map(), timeline: null, roofline: null, sizes: new WeakMap(),
-    onscreen: new WeakMap(), sel: null, lastDataSel: undefined, zoom: {}, closed: false, timers: {},
+    badges: StatusView.badges(root), body: q(".ifl-body"),
+    // the layout: each view's own state (Layout.build)
+    cols: new Map(), timeline: null, roofline: null,
+    tip: Common.tooltip(root, q(".ifl-tip")), sizes: new WeakMap(), onscreen: new WeakMap(),
+    sel: null, lastDataSel: undefined, closed: false, timers: {},
     setStateValue: () => {}, loop: FrameLoop.create(() => drawFrame(inst), (s) => showFps(inst, s)),
     resizeObs: null, viewObs: null,
     // what the views call back into
@@ -52,7 +54,7 @@ function createInstance(root, owner) {
     serviceClock: () => (inst.server.clockOffset != null ? Common.perfNow() + inst.server.clockOffset : null),
     // for the console and the browser tests
     applyEvents: (events) => applyEvents(inst, { skipped: 0, events }),
-    following: () => Timeline.following(inst),  // the time axis follows "now" (some lane computes)
+    following: () => Timeline.following(inst, inst.timeline),  // the time axis follows "now" (some lane computes)
     cleanup: () => destroyInstance(inst),
   };
   // Views scrolled out of sight are not drawn (the same engine may be sharing this CPU).
@@ -72,7 +74,7 @@ function createInstance(root, owner) {
   inst.onKey = (e) => { if (e.key === "Escape" && inst.sel != null) pick(inst, null); };  // Escape: no pick
   document.addEventListener("keydown", inst.onKey);
   inst.timers.status = setInterval(() => requestStatus(inst), STATUS_POLL_MS);
-  inst.timers.follow = setInterval(() => { if (inst.state && Timeline.following(inst)) inst.markDirty(); },
+  inst.timers.follow = setInterval(() => { if (inst.state && inst.following()) inst.markDirty(); },
                                    1000 / FrameLoop.MAX_FPS);
   root.inflight = inst;  // reachable from the console and the browser tests
   return inst;
@@ -95,7 +97,7 @@ function showFps(inst, { fps, frames, frameMs }) {
   inst.root.dataset.fps = String(fps);
   inst.root.dataset.frames = String(frames);
   inst.root.dataset.frameMs = frameMs.toFixed(1);
-  Common.setText(inst.el.fps, `${fps} fps`);
+  Common.setText(inst.badges.fps, `${fps} fps`);
 }
 
 /* ---- the socket's messages ---- */
@@ -242,12 +244,12 @@ function applyConfig(inst, cfg) {
     inst.lastDataSel = cfg.selected;
     inst.sel = cfg.selected;
   }
-  if (prev && prev.axis !== cfg.axis) inst.zoom = {};
+  if (prev && prev.axis !== cfg.axis) Timeline.unzoom(inst.timeline);
   const layoutChanged = !prev || prev.mode !== cfg.mode || !same(prev.lanes, cfg.lanes)
     || JSON.stringify(prev.headers) !== JSON.stringify(cfg.headers)
     || !same(prev.views, cfg.views) || prev.large !== cfg.large || prev.height !== cfg.height || prev.fit !== cfg.fit;
   const resetNeeded = !prev || !same(prev.lanes, cfg.lanes) || prev.clearAfter !== cfg.clearAfter;
-  if (layoutChanged) Object.assign(inst, Layout.build(inst, views()));
+  if (layoutChanged) Object.assign(inst, Layout.build(inst, views(), inst.timeline));
   if (resetNeeded) {
     if (inst.link.socket && inst.link.socket.isOpen()) subscribe(inst);
     else inst.state = LiveState.newState(cfg.lanes, inst.contract);
@@ -270,7 +272,7 @@ function pick(inst, rid) {
 
 function drawFrame(inst) {
   if (!inst.state || inst.closed) return;
-  StatusView.drawBadges(inst);
+  StatusView.drawBadges(inst, inst.badges, Timeline.zoomed(inst.timeline));
   for (const col of inst.cols.values()) {
     const S = inst.state.by.get(col.name);
     if (!S) continue;
@@ -279,7 +281,7 @@ function drawFrame(inst) {
     if (col.text) TextView.draw(inst, S, col.text);
     if (col.detail) KvDetail.draw(inst, S, col.detail);
   }
-  if (inst.timeline) Timeline.draw(inst);
+  if (inst.timeline) Timeline.draw(inst, inst.timeline);
   if (inst.roofline) RooflineView.draw(inst, inst.roofline);
 }
 

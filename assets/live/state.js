@@ -1,12 +1,11 @@
 // The event reducer: folds /engine/ws events into per-lane state (keyed by `ev.lane`) the views draw from.
-// Pure data (no DOM, no socket): it loads in node on its own for the tests (tests/js/).
+// Pure data (no DOM, no socket): it loads in node for the tests (tests/js/).
 //
 // Per lane: a bounded list of step summaries (with their roofline numbers), the requests (with Gantt
 // segments and text), the latest KV snapshot, the prefix cache's token counts, the device's peaks and,
 // for a remote lane, its server's polled gauges. Events are folded in as they arrive; nothing is kept raw.
 
 defineLive("LiveState", ["Waits"], () => {
-  const W = typeof Waits !== "undefined" ? Waits : require("./waits.js");  // in the page, or in node
   const MAX_STEPS = 300;        // iterations kept per lane (slots grid, utilization)
   const MAX_REQS = 160;         // requests kept per lane; finished ones past the window go first
   const MAX_SEGS = 64;          // segments kept per request before old ones are trimmed
@@ -193,7 +192,7 @@ defineLive("LiveState", ["Waits"], () => {
       const R = S.reqs.get(+key);
       if (!R) continue;
       R.wait = w || null;
-      if (w) W.note(R.open, w, t);
+      if (w) Waits.note(R.open, w, t);
     }
   }
 

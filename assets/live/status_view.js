@@ -90,13 +90,21 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
     }
   }
 
-  function drawBadges(inst) {
-    const st = inst.state, e = inst.el;
+  // The badges and banner at the top, from the component's skeleton (live_view.html).
+  function badges(root) {
+    const q = (s) => root.querySelector(s);
+    return { banner: q(".ifl-banner"), conn: q(".ifl-conn"), follow: q(".ifl-follow"), note: q(".ifl-note"),
+             gpu: q(".ifl-gpu"), fps: q(".ifl-fps") };
+  }
+
+  // b: badges(); zoomed: the timeline shows a dragged range, not "now".
+  function drawBadges(inst, b, zoomed) {
+    const st = inst.state;
     const live = inst.server.status && inst.server.status.replay ? "● recording" : "● live";  // a replay (engine/workshop/recording)
-    setText(e.conn, inst.link.conn === "live" ? live : inst.link.conn === "reconnecting" ? "reconnecting…" : "connecting…");
-    e.conn.dataset.kind = inst.link.conn;
-    e.follow.hidden = Object.keys(inst.zoom).length === 0;
-    setText(e.follow, "zoomed · double-click a chart to follow now");
+    setText(b.conn, inst.link.conn === "live" ? live : inst.link.conn === "reconnecting" ? "reconnecting…" : "connecting…");
+    b.conn.dataset.kind = inst.link.conn;
+    b.follow.hidden = !zoomed;
+    setText(b.follow, "zoomed · double-click a chart to follow now");
     const g = st && st.gpu.length ? st.gpu[st.gpu.length - 1] : null;
     inst.root.classList.toggle("ifl-has-gpu", !!g);
     const lanes = st ? inst.cfg.lanes.map((n) => st.by.get(n)).filter(Boolean) : [];
@@ -104,11 +112,11 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
     inst.root.classList.toggle("ifl-has-roofline", lanes.some((S) => S.peaks != null));
     inst.root.classList.toggle("ifl-has-paused", !!st && st.pauses.length > 0 && inst.cfg.axis === "time");
     inst.root.classList.toggle("ifl-has-remote", lanes.some((S) => isRemote(S, inst.laneConfig(S.name))));
-    e.gpu.hidden = !g;
-    if (g) setText(e.gpu, `GPU ${fmt(g.util, 0)}% · ${fmt(g.usedMb / 1024, 1)} / ${fmt(g.totalMb / 1024, 1)} GiB`);
-    e.note.hidden = !(st && st.coalesced > 0);
-    if (st && st.coalesced > 0) setText(e.note, `${st.coalesced.toLocaleString()} events coalesced`);
-    drawBanner(inst);
+    b.gpu.hidden = !g;
+    if (g) setText(b.gpu, `GPU ${fmt(g.util, 0)}% · ${fmt(g.usedMb / 1024, 1)} / ${fmt(g.totalMb / 1024, 1)} GiB`);
+    b.note.hidden = !(st && st.coalesced > 0);
+    if (st && st.coalesced > 0) setText(b.note, `${st.coalesced.toLocaleString()} events coalesced`);
+    drawBanner(inst, b.banner);
   }
 
   // A lane that caches prefixes, or whose KV snapshot has shared or cached blocks (its legends show).
@@ -120,7 +128,7 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
   }
 
   // Model download / first start: progress messages shown prominently until every engine is ready.
-  function drawBanner(inst) {
+  function drawBanner(inst, banner) {
     const svc = inst.server.status, st = inst.state;
     const engines = svc && svc.engines ? Object.entries(svc.engines).filter(([n]) => inst.cfg.lanes.includes(n)) : [];
     const failed = engines.find(([, e]) => e.error);
@@ -135,10 +143,10 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
       text = `Loading the model… ${st && st.progress ? st.progress.message : ""}`;
       kind = "wait";
     }
-    inst.el.banner.hidden = !text;
-    setText(inst.el.banner, text);
-    inst.el.banner.dataset.kind = kind;
+    banner.hidden = !text;
+    setText(banner, text);
+    banner.dataset.kind = kind;
   }
 
-  return { build, draw, drawBadges };
+  return { build, draw, badges, drawBadges };
 });

@@ -13,7 +13,8 @@ defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots
   const WINDOW_IT = 90;   // sliding window on the iteration axis
   const DRAG_MIN_PX = 5;  // a shorter drag is a click
 
-  function build(inst, views) {
+  // The timeline's own state. prev: the timeline this one replaces (a new layout): its zoom carries over.
+  function build(inst, views, prev) {
     const sec = el("section", "ifl-section ifl-timeline");
     const wrap = el("div", "ifl-timeline-wrap");
     const canvas = el("canvas", "ifl-canvas ifl-timeline-canvas");
@@ -34,21 +35,22 @@ defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots
     if (inst.cfg.height) {
       sec.style.flex = `${views.reduce((a, v) => a + VIEW_HEIGHT[v], 0)} 1 ${Math.round(100 * inst.scale)}px`;
     }
-    inst.el.body.appendChild(sec);
+    inst.body.appendChild(sec);
     inst.observe(wrap);
-    const tl = { sec, wrap, canvas, zoombox, heads, views, geom: null, geomKey: "", cols: [], drag: null };
-    canvas.addEventListener("mousemove", (e) => tlMove(inst, e));
-    canvas.addEventListener("mouseleave", () => { inst.tip.hide(); tlEndDrag(inst, null); });
-    canvas.addEventListener("mousedown", (e) => tlDown(inst, e));
-    canvas.addEventListener("mouseup", (e) => tlUp(inst, e));
-    canvas.addEventListener("dblclick", (e) => tlFollow(inst, e));
+    // zoom: the x ranges the user dragged ("time", or "it:<lane>" on the iteration axis); none: follow now
+    const tl = { sec, wrap, canvas, zoombox, heads, views, geom: null, geomKey: "", cols: [], drag: null,
+                 zoom: prev ? prev.zoom : {} };
+    canvas.addEventListener("mousemove", (e) => tlMove(inst, tl, e));
+    canvas.addEventListener("mouseleave", () => { inst.tip.hide(); tlEndDrag(inst, tl, null); });
+    canvas.addEventListener("mousedown", (e) => tlDown(tl, e));
+    canvas.addEventListener("mouseup", (e) => tlUp(inst, tl, e));
+    canvas.addEventListener("dblclick", (e) => tlFollow(inst, tl, e));
     return tl;
   }
 
   // Pixel geometry: header overlays (measured), one band per view with an axis band under it;
   // columns side by side, each with room for its own y labels.
-  function timelineGeometry(inst) {
-    const tl = inst.timeline;
+  function timelineGeometry(inst, tl) {
     const size = inst.sizes.get(tl.wrap);
     if (!size || size.w < 50) return null;
     const k = inst.scale;
@@ -124,11 +126,10 @@ defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots
     return ctx;
   }
 
-  function draw(inst) {
-    const tl = inst.timeline;
-    const g = timelineGeometry(inst);
+  function draw(inst, tl) {
+    const g = timelineGeometry(inst, tl);
     if (!g || inst.offscreen(tl.wrap)) return;
-    const fc = frameContext(inst);
+    const fc = frameContext(inst, tl);
     const revs = [...inst.state.by.values()].map((S) => S.rev).join(",") + `,${inst.state.gpuRev}`;
     const ranges = inst.cfg.lanes.map((n) => xRange(fc, inst.state.by.get(n)).join(":")).join(",");
     const sig = `${revs}|${inst.sel}|${ranges}|${g.W}x${g.H}|${fc.axis}|${inst.server.rev}|${fc.open ? fc.now : ""}`;
@@ -202,7 +203,7 @@ defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots
     return fc.axis === "time" ? "service time (s)" : "iteration (the lane's forward passes, counted by its engine)";
   }
 
-  function frameContext(inst) {
+  function frameContext(inst, tl) {
     const axis = inst.cfg.axis;
     const open = computing(inst.state);
     const now = open ? serviceNow(inst) : inst.state.latestT;
@@ -211,7 +212,7 @@ defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots
       const right = now ?? inst.serviceClock() ?? WINDOW_S;
       const left = Math.max(-0.3, right - WINDOW_S * 0.96);  // the service clock starts at 0
       const follow = [left, left + WINDOW_S];
-      fc.time = inst.zoom.time || follow;
+      fc.time = tl.zoom.time || follow;
       const rows = Gantt.rows([...inst.state.by.values()], fc.time, "time", fc);
       for (const name of inst.state.by.keys()) fc.rows.set(name, rows);
     } else {
@@ -219,7 +220,7 @@ defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots
         const right = S.lastIt + 1;
         const left = Math.max(-0.5, right - WINDOW_IT * 0.96);
         const follow = [left, left + WINDOW_IT];
-        const range = inst.zoom[`it:${S.name}`] || follow;
+        const range = tl.zoom[`it:${S.name}`] || follow;
         fc.it.set(S.name, range);
         fc.rows.set(S.name, Gantt.rows([S], range, "iterations", fc));
       }
@@ -231,8 +232,7 @@ defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots
     return fc.axis === "time" ? fc.time : fc.it.get(S.name);
   }
 
-  function tlLocate(inst, e) {
-    const tl = inst.timeline;
+  function tlLocate(tl, e) {
     const r = tl.canvas.getBoundingClientRect();
     const x = e.clientX - r.left, y = e.clientY - r.top;
     for (const col of tl.cols) {
@@ -248,9 +248,8 @@ defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots
     return at.band ? BANDS[at.band.view].hit(inst, at.band, at.x, at.y, at.col) : null;
   }
 
-  function tlMove(inst, e) {
-    const tl = inst.timeline;
-    const at = tlLocate(inst, e);
+  function tlMove(inst, tl, e) {
+    const at = tlLocate(tl, e);
     if (tl.drag) {
       const d = tl.drag, x = Math.max(d.col.x0, Math.min(d.col.x0 + d.col.w, e.clientX - tl.canvas.getBoundingClientRect().left));
       d.x1 = x;
@@ -267,40 +266,39 @@ defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots
     else inst.tip.hide();
   }
 
-  function tlDown(inst, e) {
-    const at = tlLocate(inst, e);
+  function tlDown(tl, e) {
+    const at = tlLocate(tl, e);
     if (!at || !at.band || e.button !== 0) return;
-    inst.timeline.drag = { col: at.col, x0: at.x, x1: at.x, at };
+    tl.drag = { col: at.col, x0: at.x, x1: at.x, at };
     e.preventDefault();
   }
 
-  function tlUp(inst, e) {
-    const d = inst.timeline.drag;
+  function tlUp(inst, tl, e) {
+    const d = tl.drag;
     if (!d) return;
     if (Math.abs(d.x1 - d.x0) < DRAG_MIN_PX) {  // a click: pick the request under the pointer
-      tlEndDrag(inst, null);
+      tlEndDrag(inst, tl, null);
       const hit = tlHit(inst, d.at);
       if (hit && hit.rid != null) inst.pick(hit.rid);
       return;
     }
     const a = d.col.X.invert(Math.min(d.x0, d.x1)), b = d.col.X.invert(Math.max(d.x0, d.x1));
-    tlEndDrag(inst, [a, b], d.col.name);
+    tlEndDrag(inst, tl, [a, b], d.col.name);
   }
 
-  function tlEndDrag(inst, range, name) {
-    const tl = inst.timeline;
+  function tlEndDrag(inst, tl, range, name) {
     tl.drag = null;
     tl.zoombox.hidden = true;
     if (!range) return;
-    inst.zoom[zoomKey(inst, name)] = range;
+    tl.zoom[zoomKey(inst, name)] = range;
     inst.markDirty();
   }
 
   // Double-click: back to following "now" (time axis: both columns; iterations: this column).
-  function tlFollow(inst, e) {
-    const at = tlLocate(inst, e);
+  function tlFollow(inst, tl, e) {
+    const at = tlLocate(tl, e);
     if (!at) return;
-    delete inst.zoom[zoomKey(inst, at.col.name)];
+    delete tl.zoom[zoomKey(inst, at.col.name)];
     inst.markDirty();
   }
 
@@ -317,9 +315,18 @@ defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots
   }
 
   // The time axis follows "now" while requests are in flight (the window scrolls at the frame rate).
-  function following(inst) {
-    return inst.cfg.axis === "time" && !inst.zoom.time && computing(inst.state);
+  // tl: null when the layout has no timeline.
+  function following(inst, tl) {
+    return inst.cfg.axis === "time" && !(tl && tl.zoom.time) && computing(inst.state);
   }
 
-  return { build, draw, following };
+  // Some range is zoomed (the badge says how to follow again); tl: null when there is no timeline.
+  const zoomed = (tl) => !!tl && Object.keys(tl.zoom).length > 0;
+
+  // Back to following "now" everywhere (the axis changed: the ranges no longer apply).
+  function unzoom(tl) {
+    if (tl) tl.zoom = {};
+  }
+
+  return { build, draw, following, zoomed, unzoom };
 });
