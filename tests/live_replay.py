@@ -15,12 +15,11 @@ import pytest
 
 from browser_helpers import CHROMIUM, require_browser
 from engine.bench.app_process import CHROMIUM_ARGS
-from engine.paths import LIVE_VIEW, live_view_js
+from engine.paths import LIVE_VIEW, live_view_script
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("INFLIGHT_ARTIFACTS", REPO / "test-artifacts"))  # screenshots
 RECORDING = REPO / "tests" / "data" / "events_tiny_llama.json"
-ENTRY = "export default function liveView"
 INST = "document.querySelector('.ifl-root').inflight"  # the mounted instance, in the page
 
 sync_playwright, expect = require_browser()
@@ -67,10 +66,8 @@ def open_replay(browser, rec: dict, events: list[dict], status: dict | None = No
 
 def replay_html(data: dict) -> str:
     """The page, mounted with the component data `data` (lanes, views, mode, contract, ...)."""
-    js = live_view_js()
+    js = live_view_script()
     css, html = ((LIVE_VIEW / name).read_text(encoding="utf-8") for name in ("live_view.css", "live_view.html"))
-    assert ENTRY in js, "live_view.js no longer exports its entry point this way"
-    js = js.replace(ENTRY, "function liveView")
     mount = (f"const host = document.getElementById('host');\n"
              f"liveView({{ parentElement: host, data: {json.dumps(data)}, setStateValue: () => {{}} }});")
     return (f"<!doctype html><html><head><meta charset='utf-8'><style>body {{ margin: 0; background: #0b0f17; }}\n"

@@ -66,11 +66,13 @@ def test_the_presenter_records_and_replays_with_speed_pause_and_seek(gated):
     svc.submit([5, 6, 7, 8], lanes=["continuous"])  # static waits for a full batch
     wait_idle(svc)
     next(b for b in at.sidebar.button if b.label.startswith("Stop recording")).click().run()
-    assert svc.recorder is None and at.sidebar.get("download_button")
+    assert svc.recorder is None
+    assert downloads(at) == ["Download the recording", "Download as a web page"]
     next(b for b in at.sidebar.button if b.label == "Play the shipped recording").click().run()
     r = svc.replay
     assert r is not None and r.recording.header["started_at"] == _shipped_start() and marked(at)
     assert "replay, not the engines" in next(w.value for w in at.warning if LABEL in w.value)
+    assert downloads(at)[-1] == "Download this replay as a web page"  # the replay that plays, as one page
     at.sidebar.button(key="replay_pause").click().run()
     assert r.paused and not svc.paused.is_set()
     assert at.sidebar.button(key="replay_pause").label == "Play replay"
@@ -81,6 +83,11 @@ def test_the_presenter_records_and_replays_with_speed_pause_and_seek(gated):
     next(b for b in at.sidebar.button if b.label == "Go live").click().run()
     assert not at.exception and svc.replay is None and not marked(at)
     stop_replay(svc)
+
+
+def downloads(at) -> list[str]:
+    """The sidebar's downloads of recordings (the trace's button is another matter)."""
+    return [d.proto.label for d in at.sidebar.get("download_button") if "trace" not in d.proto.label]
 
 
 def _shipped_start() -> str:

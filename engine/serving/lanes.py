@@ -149,3 +149,12 @@ def describe_difference(a, b) -> list[str]:
         return [where, _LABELS["model"](a.model)]
     unused = UNUSED_BY.get(a.strategy, set())
     return [_LABELS.get(k, lambda v, k=k: f"{k} {v}")(v) for k, v in lane_overrides(a, b).items() if k not in unused]
+
+
+def lane_headers(lanes: dict) -> dict[str, list[str]]:
+    """Each lane's header labels: how its config differs from the other lane's (["block 128"] beside
+    ["block 16"]); with more than two, from the first lane's; a lone lane has none."""
+    configs = list(lanes.values())
+    if len(configs) == 2:
+        return {name: describe_difference(cfg, configs[1 - i]) for i, (name, cfg) in enumerate(lanes.items())}
+    return {name: describe_difference(cfg, configs[0]) for name, cfg in lanes.items()}

@@ -12,7 +12,6 @@ import streamlit as st
 
 from engine.events import wire_contract
 from engine.paths import LIVE_VIEW, live_view_js
-from engine.serving.lanes import describe_difference
 from engine.untrusted import is_int
 
 COMPONENT_NAME = "inflight_live_view"
@@ -36,15 +35,6 @@ _COMPONENT = st.components.v2.component(
     js=live_view_js(),  # every module, each declaring what it needs (assets/live/modules.js)
     isolate_styles=False,
 )
-
-
-def lane_headers(lanes: dict) -> dict[str, list[str]]:
-    """Each lane's header labels: how its config differs from the other lane's (["block 128"] beside
-    ["block 16"]); with more than two, from the first lane's; a lone lane has none."""
-    configs = list(lanes.values())
-    if len(configs) == 2:
-        return {name: describe_difference(cfg, configs[1 - i]) for i, (name, cfg) in enumerate(lanes.items())}
-    return {name: describe_difference(cfg, configs[0]) for name, cfg in lanes.items()}
 
 
 def live_view(*, key: str, lanes: list[str], headers: dict[str, list[str]] | None = None,

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import streamlit as st
 
-from engine.config import EngineConfig
-from engine.workshop.recording import SHIPPED, play_file, start_recording, stop_recording, stop_replay
+from engine.workshop.recording import (SHIPPED, load, play_file, recorded_lanes, start_recording, stop_recording,
+                                       stop_replay)
+from engine.workshop.recording.web_page import web_page
 from engine.untrusted import markdown_text
-from ui.live_view import lane_headers
 
 SPEED_STEPS = (0.25, 0.5, 1.0, 2.0, 4.0)  # within the replayer's bounds (engine.workshop.recording.SPEEDS)
 _DIR = Path(tempfile.gettempdir()) / "inflight-recordings"
@@ -27,13 +27,8 @@ def banner(replay) -> None:
 
 
 def view_lanes(replay) -> tuple[list[str], dict[str, list[str]]]:
-    """The recording's lanes and their header labels (none for a lane whose settings this version
-    cannot read back)."""
-    lanes = replay.recording.header["lanes"]
-    try:
-        return list(lanes), lane_headers({n: EngineConfig(**c) for n, c in lanes.items()})
-    except (TypeError, ValueError):
-        return list(lanes), {}
+    """The recording's lanes and their header labels."""
+    return recorded_lanes(replay.recording)
 
 
 def recorder(svc) -> None:
@@ -54,6 +49,7 @@ def recorder(svc) -> None:
     if rec is None and done is not None and done.exists():
         st.sidebar.download_button("Download the recording", done.read_bytes(), done.name,
                                    mime="application/gzip", icon=":material/download:", width="stretch")
+        web_page_button(load(done), done.name.removesuffix(".jsonl.gz") + ".html")
 
 
 def replay_controls(svc) -> None:
@@ -94,3 +90,10 @@ def _playing(svc, r) -> None:
     st.session_state.replay_at = round(r.position() - r.recording.start, 1)
     st.sidebar.slider("Position (s)", 0.0, round(r.recording.end - r.recording.start, 1), step=0.1, key="replay_at",
                       on_change=lambda: r.seek(r.recording.start + st.session_state.replay_at))
+    web_page_button(r.recording, "inflight-replay.html", "Download this replay as a web page")
+
+
+def web_page_button(recording, name: str, label: str = "Download as a web page") -> None:
+    """The recording as one web page that plays it anywhere, offline (built when clicked)."""
+    st.sidebar.download_button(label, lambda: web_page(recording), name, mime="text/html",
+                               icon=":material/public:", width="stretch", key=f"web_page_{name}")

@@ -4,10 +4,10 @@ from __future__ import annotations
 import streamlit as st
 
 from engine.config import DEFAULT_MODEL
+from engine.serving.lanes import lane_headers
 from engine.serving.service import AUTO_SLOW_INTERVAL_S, AUTO_SLOW_MAX_RUNNING
 
 from .compare import compare_control
-from .live_view import lane_headers
 
 MODEL_PRESETS = {
     f"{DEFAULT_MODEL} (default)": DEFAULT_MODEL,

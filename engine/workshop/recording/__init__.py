@@ -4,8 +4,8 @@
 """
 from .format import Recording, load
 from .recorder import Recorder, start_recording, stop_recording
-from .replayer import SPEEDS, Replayer
+from .replayer import SPEEDS, Replayer, recorded_lanes
 from .stage import SHIPPED, play, play_file, play_while_loading, source, stop_replay
 
-__all__ = ["Recording", "load", "Recorder", "start_recording", "stop_recording", "Replayer", "SPEEDS",
+__all__ = ["Recording", "load", "Recorder", "start_recording", "stop_recording", "Replayer", "SPEEDS", "recorded_lanes",
            "SHIPPED", "play", "play_file", "play_while_loading", "source", "stop_replay"]

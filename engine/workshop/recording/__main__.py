@@ -2,6 +2,7 @@
 
   python -m engine.workshop.recording record --scenario "Straggler: continuous vs static" --out run.jsonl.gz [--model M]
   python -m engine.workshop.recording info run.jsonl.gz
+  python -m engine.workshop.recording html run.jsonl.gz -o demo.html   # one web page that plays it, offline
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from ...config import EngineConfig
 from .format import load
 from .script import record_scenario
+from .web_page import web_page
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -28,17 +30,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     rec.add_argument("--max-seconds", type=float, default=60.0, help="stop recording after this long")
     info = sub.add_parser("info", help="what a recording holds")
     info.add_argument("path", type=Path)
+    page = sub.add_parser("html", help="write one self-contained web page that plays the recording")
+    page.add_argument("path", type=Path)
+    page.add_argument("-o", "--out", required=True, type=Path, help="the page (.html)")
     return ap.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.command == "info":
+    if args.command in ("info", "html"):
         try:
             rec = load(args.path)
-        except ValueError as e:
+        except (OSError, ValueError) as e:
             print(f"cannot read {args.path}: {e}", file=sys.stderr)
             return 1
+        if args.command == "html":
+            args.out.write_text(web_page(rec), encoding="utf-8")
+            print(f"{args.out}: {rec.label}, {len(rec)} events over {rec.end - rec.start:.1f} s, "
+                  f"{args.out.stat().st_size // 1024} KiB")
+            return 0
         print(f"{rec.label}\nlanes: {', '.join(rec.lanes)}\n{len(rec)} events over {rec.end - rec.start:.1f} s")
         return 0
     fields = {k: v for k, v in (("model", args.model), ("device", args.device), ("dtype", args.dtype)) if v}

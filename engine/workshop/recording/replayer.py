@@ -12,8 +12,10 @@ import logging
 import threading
 import time
 
+from ...config import EngineConfig
 from ...event_hub import EventHub
 from ...events import StatusEvent
+from ...serving.lanes import lane_headers
 from .format import Recording
 
 log = logging.getLogger(__name__)
@@ -187,6 +189,16 @@ class Replayer:
                    for name, cfg in self.recording.header["lanes"].items()}
         return {**recorded, "type": StatusEvent.TYPE, "t": self.position(), "paused": self.paused, "slow_motion_s": 0.0,
                 "engines": engines, "replay": self.info()}
+
+
+def recorded_lanes(recording: Recording) -> tuple[list[str], dict[str, list[str]]]:
+    """The recording's lanes and their header labels (none for a lane whose settings this version
+    cannot read back)."""
+    lanes = recording.header["lanes"]
+    try:
+        return list(lanes), lane_headers({n: EngineConfig(**c) for n, c in lanes.items()})
+    except (TypeError, ValueError):
+        return list(lanes), {}
 
 
 def _static_facts(engine_status: dict) -> dict:

@@ -1,0 +1,53 @@
+"""A recording as one web page anyone can open: the live views (their HTML, CSS and JS inline), the
+recorded events embedded as they were sent, and a player with play, pause, speed and seek
+(assets/replay/player.js). No server and no network: the views' socket is a stand-in that never connects,
+and the player hands them the events at the recorded pacing.
+
+    python -m engine.workshop.recording html run.jsonl.gz -o demo.html
+"""
+from __future__ import annotations
+
+import html
+import json
+
+from ...events import wire_contract
+from ...paths import ASSETS, LIVE_VIEW, live_view_script
+from .format import Recording
+from .replayer import Replayer, recorded_lanes
+
+SPEEDS = (0.25, 0.5, 1, 2, 4)  # within the replayer's bounds
+SILENT_SOCKET = """window.WebSocket = class {  // no server behind this page: the views' socket never connects
+  static OPEN = 1;
+  constructor() { this.readyState = 0; }
+  send() {}
+  close() {}
+};"""
+PLAYER_CSS = """body { margin: 0; background: #0b0f17; color: #dfe6f2; font: 14px system-ui, sans-serif; }
+.ifl-player { display: flex; gap: 12px; align-items: center; padding: 8px 12px; border-bottom: 1px solid #263042; }
+.ifl-player .ifl-seek { flex: 1; }"""
+
+
+def web_page(recording: Recording) -> str:
+    """The page's HTML, whole."""
+    lanes, headers = recorded_lanes(recording)
+    data = {"start": recording.start, "end": recording.end, "times": recording.times,
+            "status": Replayer(recording, clock=lambda: 0.0).status(),  # at the start (the player moves it)
+            "view": {"lanes": lanes, "headers": headers, "contract": wire_contract(), "axis": "time"}}
+    events = ",".join(recording.texts)  # as they were sent: checked when the recording was read
+    embedded = (json.dumps(data)[:-1] + f',"events":[{events}]}}').replace("<", "\\u003c")  # never ends the script
+    speeds = "".join(f'<option value="{s}"{" selected" if s == 1 else ""}>{s:g}x</option>' for s in SPEEDS)
+    label = html.escape(recording.label)
+    return (f'<!doctype html><html><head><meta charset="utf-8"><title>{label}</title>\n'
+            f"<style>{PLAYER_CSS}\n{_read(LIVE_VIEW / 'live_view.css')}</style></head><body>\n"
+            f'<div class="ifl-player"><button class="ifl-play">Pause</button>'
+            f'<select class="ifl-speed" aria-label="speed">{speeds}</select>'
+            f'<input class="ifl-seek" type="range" min="0" step="0.1" aria-label="position">'
+            f'<span class="ifl-at"></span></div>\n'
+            f'<div id="host">{_read(LIVE_VIEW / "live_view.html")}</div>\n'
+            f'<script type="application/json" id="ifl-recording">{embedded}</script>\n'
+            f"<script>\n{SILENT_SOCKET}\n{live_view_script()}\n{_read(ASSETS / 'replay' / 'player.js')}\n</script>\n"
+            f"</body></html>\n")
+
+
+def _read(path) -> str:
+    return path.read_text(encoding="utf-8")
