@@ -146,3 +146,29 @@ def test_cli_lanes_side_by_side_with_a_peer(tiny_llama_dir, tmp_path, capsys):
 def test_cli_rejects_bad_lanes(tiny_llama_dir, capsys, lane, message):
     assert main(_tiny_args(tiny_llama_dir) + ["--strategies", "static", "--lanes", lane]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_remote_server_runs_the_same_workload_timed_at_the_client(tiny_llama_dir, tmp_path, capsys):
+    """Our own server on the same tiny model as the remote (--remote NAME=URL): every request served,
+    the same greedy tokens counted, labelled remote and timed at the client, no step metrics."""
+    from engine.api.server import create_app
+    from service_helpers import make_service, serve
+
+    server = make_service(tiny_llama_dir, strategies=("continuous",), max_model_len=128)
+    out = tmp_path / "remote.json"
+    try:
+        with serve(create_app(server)) as addr:
+            assert main(_tiny_args(tiny_llama_dir) + ["--strategies", "continuous", "--remote",
+                                                      f"ours served=http://{addr}/v1", "--json", str(out)]) == 0
+    finally:
+        server.stop()
+    printed = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    local, far = data["results"]
+    assert (far["lane"], far["strategy"]) == ("ours served", "remote") and far["info"]["timed_at"] == "client"
+    assert far["completed"] == local["completed"] == 8 and far["failed"] == 0
+    assert far["output_tokens"] == local["output_tokens"] == data["config"]["workload"]["output_tokens_total"]
+    assert far["ttft_p50_s"] > 0 and far["padding_waste_pct"] is None and far["telemetry_pct"] is None
+    assert data["config"]["lanes"]["ours served"]["remote"] == f"http://{addr}/v1"
+    assert "ours served" in printed
+    assert main(_tiny_args(tiny_llama_dir) + ["--remote", "no url"]) == 2  # NAME=URL, said before anything runs

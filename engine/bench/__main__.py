@@ -4,8 +4,11 @@
       --json out.json [--csv out.csv] [--rates 1,2,4] [--model M] [--device cpu]
   python -m engine.bench --lanes 'small:block_size=16' --lanes 'big:block_size=128' --strategies hf-generate
   python -m engine.bench --lanes lanes.json     # {"lane name": {"strategy": "static", "block_size": 128}}
+  python -m engine.bench --strategies continuous --remote llama.cpp=http://127.0.0.1:8080/v1 [--remote-model M]
 
-A lane is a name and an engine configuration: the engine flags below with the lane's overrides.
+A lane is a name and an engine configuration: the engine flags below with the lane's overrides; or a
+remote OpenAI-compatible server (--remote, or a lane {"remote": url, "model": name}), sent the same
+workload as token ids and timed at the client.
 """
 from __future__ import annotations
 
@@ -13,7 +16,8 @@ import argparse
 import sys
 
 from ..config import EngineConfig
-from ..serving.lanes import describe_difference, load_lanes, parse_lane
+from ..serving.lanes import check_lane_name, describe_difference, load_lanes, parse_lane
+from ..serving.remote.config import RemoteConfig, remote_config
 from .config import ALL_STRATEGIES, BenchConfig
 from .control import Cancelled, Progress
 from .report import add_ratios, format_table, write_csv, write_json
@@ -37,6 +41,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "it (default: continuous,static,hf-generate, or none when --lanes is given)")
     ap.add_argument("--lanes", action="append", default=[],
                     help="a lane 'name:key=value,...' (EngineConfig fields) or a JSON file of lanes; repeatable")
+    ap.add_argument("--remote", action="append", default=[], metavar="NAME=URL",
+                    help="a lane served by an OpenAI-compatible server at URL (its /v1), timed at the client; repeatable")
+    ap.add_argument("--remote-model", default=None,
+                    help="the model name the --remote servers serve (default: --model's)")
     ap.add_argument("--rates", default=None,
                     help="comma-separated arrival rates (requests/s) to sweep; 0 = offline")
     ap.add_argument("--burst", type=int, default=None, help="requests per arrival burst (online)")
@@ -110,6 +118,20 @@ def base_engine_config(args) -> EngineConfig:
     if args.no_chunked_prefill:
         kw["enable_chunked_prefill"] = False
     return EngineConfig(**kw)
+
+
+def parse_remotes(specs: list[str], model: str, taken) -> dict[str, RemoteConfig]:
+    """--remote values: NAME=URL, each a lane served by that server."""
+    out: dict[str, RemoteConfig] = {}
+    for spec in specs:
+        name, sep, url = spec.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--remote must be NAME=URL, got {spec!r}")
+        name = check_lane_name(name.strip())
+        if name in out or name in taken:
+            raise ValueError(f"lane {name!r} is given twice")
+        out[name] = remote_config({"remote": url.strip(), "model": model})
+    return out
 
 
 def parse_lanes(specs: list[str], base: EngineConfig) -> dict[str, EngineConfig]:
@@ -198,6 +220,7 @@ def main(argv=None) -> int:
     try:
         engine = base_engine_config(args)
         lanes = parse_lanes(args.lanes, engine)
+        lanes = {**lanes, **parse_remotes(args.remote, args.remote_model or engine.model, lanes)}
         strategies = args.strategies if args.strategies is not None else "" if lanes else DEFAULT_STRATEGIES
         ours, _ = plan_lanes(strategies, lanes, engine)  # reject bad names before anything loads
         rates = parse_rates(args.rates)

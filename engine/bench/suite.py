@@ -16,6 +16,7 @@ from pathlib import Path
 from ..config import EngineConfig
 from ..cpu_bf16 import native_bf16
 from ..serving.lanes import check_lane_name, lane_overrides
+from ..serving.remote.config import RemoteConfig
 from ..telemetry.cost import usd_per_million_tokens
 from .config import ALL_STRATEGIES, OUR_STRATEGIES, PEER_STRATEGIES, BenchConfig
 from .control import check_cancel
@@ -48,18 +49,15 @@ def parse_strategies(text: str | list[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def plan_lanes(strategies: str | list[str], lanes: dict[str, EngineConfig] | None,
-               base: EngineConfig) -> tuple[dict[str, EngineConfig], list[str]]:
-    """Our lanes (each of our strategies named in `strategies` becomes a lane named after it, then
-    `lanes`) and the peers named in `strategies`."""
+def plan_lanes(strategies: str | list[str], lanes: dict[str, EngineConfig | RemoteConfig] | None,
+               base: EngineConfig) -> tuple[dict[str, EngineConfig | RemoteConfig], list[str]]:
+    """The lanes (each of our strategies named in `strategies` becomes a lane named after it, then
+    `lanes`: our engine's, or remote servers timed at the client) and the peers named in `strategies`."""
     names = parse_strategies(strategies)
     ours = {n: dataclasses.replace(base, strategy=n) for n in names if n in OUR_STRATEGIES}
     peers = [n for n in names if n not in OUR_STRATEGIES]
     for name, cfg in (lanes or {}).items():
         check_lane_name(name)
-        if not isinstance(cfg, EngineConfig):
-            raise ValueError(f"lane {name!r} is a remote server: the benchmark runs our engine in this process; "
-                             "compare a remote server live, as a lane of the playground's service")
         if name in ours or name in PEER_STRATEGIES:
             raise ValueError(f"lane name {name!r} is used twice (by --strategies or a peer)")
         ours[name] = cfg
@@ -83,7 +81,7 @@ def load_tokenizer(cfg: EngineConfig):
 def run_benchmark(workload: Workload, strategies: str | list[str] = (), cfg: BenchConfig | None = None,
                   rates: list[float | None] | None = None, burst: int | None = None, repeat: int = 1,
                   progress=None, cancel=None, extra_config: dict | None = None,
-                  lanes: dict[str, EngineConfig] | None = None) -> BenchmarkResult:
+                  lanes: dict[str, EngineConfig | RemoteConfig] | None = None) -> BenchmarkResult:
     """Run each lane and peer on the workload (or on one copy per arrival rate in `rates`;
     None/0 in it means offline). `strategies` names peers and our strategies (each a lane on
     cfg.engine); `lanes` adds named engine configurations. Every lane must use cfg.engine's model
@@ -98,13 +96,14 @@ def run_benchmark(workload: Workload, strategies: str | list[str] = (), cfg: Ben
 
     cfg = cfg or BenchConfig()
     ours, peers = plan_lanes(strategies, lanes, cfg.engine)
-    other_models = sorted({c.model for c in ours.values()} - {cfg.engine.model})
+    other_models = sorted({c.model for c in ours.values() if not c.is_remote} - {cfg.engine.model})
     if other_models:
         raise ValueError(f"every lane must use the benchmark's model {cfg.engine.model}, not {other_models[0]}")
     if not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat must be an integer >= 1, got {repeat!r}")
     tokenizer, ctx = load_tokenizer(cfg.engine)
-    limits = [c.max_model_len for c in (cfg.engine, *ours.values()) if c.max_model_len] + ([ctx] if ctx else [])
+    limits = [c.max_model_len for c in (cfg.engine, *ours.values()) if not c.is_remote and c.max_model_len]
+    limits += [ctx] if ctx else []
     mat = materialize(workload, tokenizer, min(limits, default=None))  # every lane must fit each request
     burst = burst or workload.params.get("burst", 1) or 1
     workloads = [mat] if not rates else [mat.with_rate(r or None, burst) for r in rates]
@@ -141,7 +140,8 @@ def run_benchmark(workload: Workload, strategies: str | list[str] = (), cfg: Ben
             summary["info"] = run.info
             results.append(summary)
             ordered.append(run)
-    config = {"model": cfg.engine.model, "lanes": {n: lane_overrides(c, cfg.engine) for n, c in ours.items()},
+    config = {"model": cfg.engine.model,
+              "lanes": {n: c.to_dict() if c.is_remote else lane_overrides(c, cfg.engine) for n, c in ours.items()},
               "peers": peers, "rates": rates, "repeat": repeat,
               "bench": cfg.to_dict(), "workload": mat.summary(), "started_unix": started,
               "wall_s": time.time() - started, "host": host, **(extra_config or {})}
@@ -153,12 +153,16 @@ def _one_round(workloads, ours: dict[str, EngineConfig], peers: list[str], cfg: 
     """Every lane, then every peer, once on every workload. Lanes run first so that hf-cb gets as many
     KV slots as the first lane's pool."""
     from .peers import run_hf_cb, run_hf_generate
+    from .remote_peer import run_remote
     from .runner import run_engine
 
     runs: dict = {}
-    for name, engine_cfg in ours.items():
+    for name, lane_cfg in ours.items():
         check_cancel(cancel)
-        runs[name] = run_engine(workloads, name, engine_cfg, cfg.warmup_requests, progress, cancel)
+        if lane_cfg.is_remote:
+            runs[name] = run_remote(workloads, name, lane_cfg, progress, cancel)
+            continue
+        runs[name] = run_engine(workloads, name, lane_cfg, cfg.warmup_requests, progress, cancel)
         kv_blocks = kv_blocks or runs[name][0].info["kv_capacity_tokens"] // cfg.engine.block_size
     for name in peers:
         check_cancel(cancel)
