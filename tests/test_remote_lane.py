@@ -210,7 +210,10 @@ vllm:kv_cache_usage_perc{model_name="a",engine="1"} 0.4
     assert read_metrics('# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name="x"} 4\n',
                         "x")["num_waiting"] == 4
     assert read_metrics("# TYPE other gauge\nother 1\n", "a") is None
-
+    llama = ("# HELP llamacpp:requests_processing Number of requests processing.\n"
+             "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 3\n"
+             "# TYPE llamacpp:requests_deferred gauge\nllamacpp:requests_deferred 2\n")
+    assert read_metrics(llama, "any") == {"num_running": 3, "num_waiting": 2, "kv_usage": None}  # llama-server
 
 def test_a_lane_switches_between_local_and_remote_and_configure_leaves_remote_lanes_alone(svc, remote):
     remote_svc, url = remote

@@ -1,5 +1,6 @@
 """A remote lane's server's own gauges: requests running and waiting, KV cache usage, read from its
-Prometheus /metrics under vLLM's names (SGLang's as a fallback) and published as RemoteMetricsEvent.
+Prometheus /metrics under vLLM's names (SGLang's and llama.cpp's as fallbacks) and published as
+RemoteMetricsEvent.
 
 These are the server's numbers, not measured by us; a server without /metrics (404, or none of the
 names) is asked once and then left alone.
@@ -17,10 +18,11 @@ from ...events import RemoteMetricsEvent
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0
-# our field -> the names that carry it, preferred first (vLLM, its pre-V1 KV name, SGLang)
+# our field -> the names that carry it, preferred first (vLLM, its pre-V1 KV name, SGLang, llama.cpp's
+# llama-server with --metrics: its requests in a slot and those deferred for want of one)
 NAMES = {
-    "num_running": ("vllm:num_requests_running", "sglang:num_running_reqs"),
-    "num_waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
+    "num_running": ("vllm:num_requests_running", "sglang:num_running_reqs", "llamacpp:requests_processing"),
+    "num_waiting": ("vllm:num_requests_waiting", "sglang:num_queue_reqs", "llamacpp:requests_deferred"),
     "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
 }
 MEAN = {"kv_usage"}  # one value per engine (data parallel): their mean; counts are summed
