@@ -4,6 +4,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 ASSETS = REPO / "assets"
 LIVE_VIEW = ASSETS / "live"  # the live views' browser code: live_view.html, .css and the .js modules
+LIVE_VIEW_ENTRY = "export default function liveView"
 
 
 def live_view_js() -> str:
@@ -20,5 +21,3 @@ def live_view_script() -> str:
         raise RuntimeError("assets/live/live_view.js no longer exports its entry point as expected")
     return js.replace(LIVE_VIEW_ENTRY, "function liveView")
 
-
-LIVE_VIEW_ENTRY = "export default function liveView"

@@ -9,7 +9,7 @@ import pytest
 
 from engine import SamplingParams
 from engine.event_hub import EventHub
-from engine.events import (DECODE, PADDING, PREFILL, FinishedEvent, LanesEvent, StatusEvent, StepEntry, StepEvent,
+from engine.events import (DECODE, PADDING, PREFILL, LanesEvent, StatusEvent, StepEntry, StepEvent,
                            StepMessage, WaitsEvent)
 from engine.workshop.narration import Narrator, Sentence
 from engine.scheduler import waits
@@ -26,11 +26,7 @@ def step(n, entries, strategy="continuous", admitted=(), finished=(), preempted=
                      used_blocks=used, block_tables={}, kv_tokens={}, reserved_unused_slots=0, waits=why or {})
 
 
-request = request_event
-
-
-def finished(rid, lane, t) -> FinishedEvent:
-    return finished_event(rid, lane, t)
+request, finished = request_event, finished_event
 
 
 def lanes(policy="fcfs", max_num_seqs=2, lane="a", strategy="continuous") -> LanesEvent:

@@ -11,13 +11,13 @@ import dataclasses
 import platform
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ..config import EngineConfig
 from ..cpu_bf16 import native_bf16
 from ..serving.lanes import check_lane_name, lane_overrides
 from ..serving.remote.config import RemoteConfig
 from ..telemetry.cost import usd_per_million_tokens
+from ..telemetry.device_peaks import cpu_model
 from .config import ALL_STRATEGIES, OUR_STRATEGIES, PEER_STRATEGIES, BenchConfig
 from .control import check_cancel
 from .metrics import summarize
@@ -172,16 +172,6 @@ def _one_round(workloads, ours: dict[str, EngineConfig], peers: list[str], cfg: 
             runs[name] = run_hf_cb(workloads, cfg, kv_blocks, progress, cancel)
     runs["_kv_blocks"] = kv_blocks
     return runs
-
-
-def cpu_model() -> str:
-    """The CPU's model name, as the OS reports it (figures are named with it)."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def host_info() -> dict:

@@ -51,10 +51,11 @@ def peaks_file() -> Path:
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"{_cpu_model()} ({CORES.cores} threads)"  # a lane's thread may run on fewer: see cpu_share
+    return f"{cpu_model()} ({CORES.cores} threads)"  # a lane's thread may run on fewer: see cpu_share
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name, as the OS reports it (figures are named with it)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

@@ -8,12 +8,11 @@ from pathlib import Path
 
 import streamlit as st
 
-from engine.workshop.recording import (SHIPPED, load, play_file, recorded_lanes, start_recording, stop_recording,
-                                       stop_replay)
+from engine.workshop.recording import (SHIPPED, SPEED_STEPS, load, play_file, recorded_lanes, start_recording,
+                                       stop_recording, stop_replay)
 from engine.workshop.recording.web_page import web_page
 from engine.untrusted import markdown_text
 
-SPEED_STEPS = (0.25, 0.5, 1.0, 2.0, 4.0)  # within the replayer's bounds (engine.workshop.recording.SPEEDS)
 _DIR = Path(tempfile.gettempdir()) / "inflight-recordings"
 
 

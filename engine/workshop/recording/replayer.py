@@ -20,6 +20,7 @@ from .format import Recording
 
 log = logging.getLogger(__name__)
 SPEEDS = (0.25, 4.0)   # slowest and fastest
+SPEED_STEPS = (0.25, 0.5, 1.0, 2.0, 4.0)  # the choices a page offers, within SPEEDS
 MAX_WAIT_S = 0.25      # the thread wakes at least this often (until, stop)
 LOOP_HOLD_S = 3.0      # a looping replay shows its last frame this long (recording seconds) before restarting
 

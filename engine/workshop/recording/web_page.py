@@ -13,9 +13,8 @@ import json
 from ...events import wire_contract
 from ...paths import ASSETS, LIVE_VIEW, live_view_script
 from .format import Recording
-from .replayer import Replayer, recorded_lanes
+from .replayer import SPEED_STEPS, Replayer, recorded_lanes
 
-SPEEDS = (0.25, 0.5, 1, 2, 4)  # within the replayer's bounds
 SILENT_SOCKET = """window.WebSocket = class {  // no server behind this page: the views' socket never connects
   static OPEN = 1;
   constructor() { this.readyState = 0; }
@@ -35,7 +34,7 @@ def web_page(recording: Recording) -> str:
             "view": {"lanes": lanes, "headers": headers, "contract": wire_contract(), "axis": "time"}}
     events = ",".join(recording.texts)  # as they were sent: checked when the recording was read
     embedded = (json.dumps(data)[:-1] + f',"events":[{events}]}}').replace("<", "\\u003c")  # never ends the script
-    speeds = "".join(f'<option value="{s}"{" selected" if s == 1 else ""}>{s:g}x</option>' for s in SPEEDS)
+    speeds = "".join(f'<option value="{s:g}"{" selected" if s == 1 else ""}>{s:g}x</option>' for s in SPEED_STEPS)
     label = html.escape(recording.label)
     return (f'<!doctype html><html><head><meta charset="utf-8"><title>{label}</title>\n'
             f"<style>{PLAYER_CSS}\n{_read(LIVE_VIEW / 'live_view.css')}</style></head><body>\n"
