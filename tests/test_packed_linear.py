@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.config import EngineConfig
-from engine.model.packed_linear import PackedLinear, pack_linears, resolve_linear_backend
+from engine.model.packed_linear import FusedLinears, FusedPart, PackedLinear, pack_linears, resolve_linear_backend
 from engine_helpers import greedy, make_engine, mixed_prompts
 from tiny_models import FAMILIES, reference_greedy
 
@@ -42,6 +42,21 @@ def test_packed_linear_bfloat16():
     torch.testing.assert_close(out, F.linear(x, lin.weight, lin.bias), rtol=2e-2, atol=2e-2)
 
 
+@needs_onednn
+@pytest.mark.parametrize("biases", [(False, False, False), (True, True, True), (True, False, True)])
+def test_fused_siblings_equal_their_own_linears_and_keep_no_activation(biases):
+    torch.manual_seed(1)
+    linears = [nn.Linear(64, out, bias=b) for out, b in zip((48, 16, 16), biases)]
+    group = FusedLinears(linears)
+    parts = [FusedPart(group, i) for i in range(3)]
+    for x in (torch.randn(1, 5, 64), torch.randn(1, 1, 64)):
+        for part, lin in zip(parts, linears):
+            torch.testing.assert_close(part(x), F.linear(x, lin.weight, lin.bias), rtol=1e-5, atol=1e-5)
+        assert group._local.x is None and group._local.out is None  # dropped once all parts read it
+    y = torch.randn(2, 64)  # a part called alone, with a new input, still computes its own slice
+    torch.testing.assert_close(parts[2](y), F.linear(y, linears[2].weight, linears[2].bias), rtol=1e-5, atol=1e-5)
+
+
 def test_backend_choice_and_errors():
     onednn = "onednn" if torch.backends.mkldnn.is_available() else "torch"
     assert resolve_linear_backend("auto", CPU, torch.float32) == onednn
@@ -62,6 +77,11 @@ def test_every_linear_is_packed_and_the_tied_embedding_kept(tiny_model_dirs):
     model = eng.runner.model
     assert not [n for n, m in model.named_modules() if type(m) is nn.Linear]
     assert isinstance(model.lm_head, PackedLinear)
+    layer = model.model.layers[0]
+    parts = [layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj]
+    assert all(isinstance(p, FusedPart) and p.group is parts[0].group for p in parts)
+    assert layer.mlp.gate_proj.group is layer.mlp.up_proj.group
+    assert isinstance(layer.mlp.down_proj, PackedLinear)
     assert model.get_input_embeddings().weight.shape[0] == eng.runner.vocab_size
     assert pack_linears(model) == 0  # nothing left to pack
 
