@@ -16,6 +16,8 @@ SCHEDULING_POLICIES = ("fcfs", "priority", "sjf", "fair")  # engine/scheduler/po
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 LINEAR_BACKENDS = ("auto", "torch", "onednn")
+SPECULATIVE = ("off", "ngram")  # engine/scheduler/ngram.py
+MAX_SPECULATIVE_TOKENS = 8
 MAX_MODEL_NAME_CHARS = 1024
 BIG = 1 << 40  # far past any machine, and within what every consumer's integers hold
 
@@ -59,6 +61,10 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     # Share the KV blocks of prompt prefixes between requests and keep them cached (any strategy).
     enable_prefix_caching: bool = False
+    # Speculative decoding: "ngram" drafts up to num_speculative_tokens tokens per greedy decode row
+    # from the request's own prompt and output, verified in the same forward (continuous strategy).
+    speculative: str = "off"
+    num_speculative_tokens: int = 4
     static_batch_size: int = 16  # the same maximum batch as max_num_seqs: comparisons are at equal capacity
     static_max_wait_s: float = 0.5
     seed: int = 0
@@ -101,6 +107,11 @@ class EngineConfig:
                self.enable_chunked_prefill, "True or False")
         _check(isinstance(self.enable_prefix_caching, bool), "enable_prefix_caching",
                self.enable_prefix_caching, "True or False")
+        _check(self.speculative in SPECULATIVE, "speculative", self.speculative, f"one of {', '.join(SPECULATIVE)}")
+        _check(self.speculative == "off" or self.strategy == "continuous", "speculative", self.speculative,
+               "'off' with strategy static or dynamic (only continuous batching drafts yet)")
+        _check(_count(self.num_speculative_tokens, 1) and self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS,
+               "num_speculative_tokens", self.num_speculative_tokens, f"an integer from 1 to {MAX_SPECULATIVE_TOKENS}")
         _check(_count(self.static_batch_size, 1), "static_batch_size", self.static_batch_size,
                f"an integer from 1 to {BIG}")
         _check(is_number(self.static_max_wait_s) and 0 <= self.static_max_wait_s <= 3600, "static_max_wait_s",

@@ -51,6 +51,10 @@ class StepEntry:
     # Tokens served from the prefix cache when this step admitted the request (its prefill skipped
     # them: num_tokens leaves them out, context_len counts them); 0 on every other entry.
     cached_tokens: int = 0
+    # Speculative decoding: draft tokens this row brought (num_tokens counts them), and how many of them
+    # became output (its tokens gained this step: accepted + 1); 0 on every other entry.
+    drafted: int = 0
+    accepted: int = 0
 
     def to_list(self) -> list:
         return list(_entry_values(self))

@@ -40,6 +40,7 @@ class LLMEngine:
         self.requests: dict[int, Request] = {}  # unfinished
         self._finished: OrderedDict[int, RequestOutput] = OrderedDict()
         self._just_finished: list[int] = []  # reported by the next StepEvent
+        self._gained: dict[int, int] = {}  # request id -> tokens it gained this step (read by the event)
         self._next_id = 0
         # Iterations that computed or finished something: what every view, log and sentence calls
         # "iteration N" (a step that only polls a filling static batch keeps the last number).
@@ -227,28 +228,39 @@ class LLMEngine:
         return ev
 
     def _update(self, sched: SchedulerOutput, tokens: list[int], sampled: dict[int, int]) -> None:
+        """Each new token in order (a draft row may bring several): detokenized, checked for a stop.
+        A request that stops drops the tokens it made after the one it stopped at."""
         now = self.clock()
-        for req, tok in self.scheduler.update(sched, tokens, now):
+        new = self.scheduler.update(sched, tokens, now)
+        gained = self._gained
+        for i, (req, tok) in enumerate(new):
+            if req.is_finished:
+                continue  # made after its stop: unsampled when it stopped
             sampled[req.request_id] = tok
-            self._process_token(req, tok, now)
+            gained[req.request_id] = gained.get(req.request_id, 0) + 1
+            stop = self._process_token(req, tok)
+            if stop:
+                self.scheduler.unsample(req, sum(1 for r, _ in new[i + 1:] if r is req))
+                self._finish(req, stop[0], now, flush=stop[1])
 
-    def _process_token(self, req: Request, tok: int, now: float) -> None:
-        """Detokenize a request's new token and end the request if it stops here."""
+    def _process_token(self, req: Request, tok: int) -> tuple[str, bool] | None:
+        """Detokenize a request's new token; (finish reason, flush) if the request stops here."""
         p = req.params
         before = len(req.text)
         req.text += req.detok.push(tok)
         if not p.ignore_eos and tok in req.eos_token_ids:
-            return self._finish(req, "stop", now)
+            return "stop", True
         if p.stop_token_ids and tok in p.stop_token_ids:
-            return self._finish(req, "stop", now)
+            return "stop", True
         stops = p.stop_strings()
         if stops:
             cut = find_stop(req.text, stops, before)
             if cut is not None:
                 req.text = req.text[:cut]
-                return self._finish(req, "stop", now, flush=False)
-        if len(req.output_token_ids) >= p.max_tokens:
-            self._finish(req, "length", now)
+                return "stop", False
+        if req.detok.num_tokens >= p.max_tokens:  # tokens so far: this step's later ones are not yet read
+            return "length", True
+        return None
 
     def _finish(self, req: Request, reason: str, now: float, error: str | None = None,
                 flush: bool = True) -> None:
@@ -276,8 +288,9 @@ class LLMEngine:
         for row in sched.rows:
             req = row.request
             if row.num_new:
+                gained = self._gained.get(req.request_id, 0)
                 entries.append(StepEntry(req.request_id, row.phase, row.num_new, req.num_computed_tokens, row.slot,
-                                         row.num_cached))
+                                         row.num_cached, len(row.draft), max(0, gained - 1) if row.draft else 0))
             if row.num_pad:
                 entries.append(StepEntry(req.request_id, PADDING, row.num_pad, req.num_computed_tokens, row.slot))
         tables = {rid: list(t) for rid, t in self.cache.block_tables.items()}
@@ -285,6 +298,7 @@ class LLMEngine:
         kv_tokens = {r.request_id: r.num_computed_tokens for r in self.scheduler.running}
         held = sum(len(t) for t in tables.values()) * self.cfg.block_size
         finished, self._just_finished = self._just_finished, []
+        self._gained = {}
         waits, self.waits = changes(self.waits, sched.waits), sched.waits
         return StepEvent(
             step=self.step_count, strategy=self.cfg.strategy, t_start=t_start, t_end=t_end,

@@ -50,3 +50,17 @@ def check_drained(eng: LLMEngine) -> None:
     assert not eng.has_unfinished(), "requests left in the engine"
     assert eng.cache.num_free == eng.cache.num_blocks, "KV blocks leaked"
     assert not eng.cache.block_tables
+
+
+def run_checked(eng: LLMEngine, prompts, params: list[SamplingParams], **per_request) -> tuple[list, list]:
+    """Queue the prompts (per_request: lists of add_request keywords, one per prompt), step until all
+    are done with the KV invariants checked every step, check nothing is left; (outputs, events)."""
+    ids = [eng.add_request(p, sp, **{k: v[i] for k, v in per_request.items()})
+           for i, (p, sp) in enumerate(zip(prompts, params))]
+    eng.draining = True
+    events = []
+    while eng.has_unfinished():
+        events.append(eng.step())
+        check_kv_invariants(eng)
+    check_drained(eng)
+    return [eng.get_output(i) for i in ids], events

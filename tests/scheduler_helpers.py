@@ -31,14 +31,19 @@ def scheduler(strategy: str = "continuous", num_blocks: int = 64, block_size: in
 
 
 def step(sched: Scheduler, now: float = 0.0) -> SchedulerOutput:
-    """One iteration as the engine runs it, with a fake runner: every sampling row gets TOKEN, and a
+    """One iteration as the engine runs it, with a fake runner: every sampled position gets TOKEN, and a
     request ends (length) once it has max_tokens."""
     out = sched.schedule()
-    for req, _ in sched.update(out, [TOKEN for row in out.rows if row.samples], now):
-        if len(req.output_token_ids) >= req.params.max_tokens:
+    run_fake(sched, out, now)
+    return out
+
+
+def run_fake(sched: Scheduler, out: SchedulerOutput, now: float = 0.0) -> None:
+    """The fake runner's half of a step: TOKEN at every sampled position, ends at max_tokens."""
+    for req, _ in sched.update(out, [TOKEN] * sum(row.num_samples for row in out.rows), now):
+        if len(req.output_token_ids) >= req.params.max_tokens and not req.is_finished:
             sched.finish(req, "length", now)
     sched.on_step_done()
-    return out
 
 
 def rows(out: SchedulerOutput) -> list[tuple]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from engine.config import SCHEDULING_POLICIES, STRATEGIES
-from engine_helpers import check_drained, check_kv_invariants, greedy, make_engine, mixed_prompts
+from engine_helpers import check_drained, greedy, make_engine, mixed_prompts, run_checked
 from tiny_models import FAMILIES, reference_greedy
 
 N = 10
@@ -17,16 +17,8 @@ def references(tiny_model_dirs):
 
 
 def _run(eng, prompts, max_tokens, priorities=None, tenants=None):
-    priorities, tenants = priorities or [0] * len(prompts), tenants or [None] * len(prompts)
-    ids = [eng.add_request(p, greedy(m), priority=pr, tenant=t)
-           for p, m, pr, t in zip(prompts, max_tokens, priorities, tenants)]
-    eng.draining = True
-    events = []
-    while eng.has_unfinished():
-        events.append(eng.step())
-        check_kv_invariants(eng)
-    check_drained(eng)
-    return [eng.get_output(i) for i in ids], events
+    return run_checked(eng, prompts, [greedy(m) for m in max_tokens], priority=priorities or [0] * len(prompts),
+                       tenant=tenants or [None] * len(prompts))
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -61,10 +61,10 @@ def test_step_message_is_the_step_event_plus_text_deltas():
     msg = StepMessage(event=step_event(), deltas={7: "x"}, strategy="continuous")
     wire = json.loads(json.dumps(msg.to_dict()))
     assert wire["type"] == "step" and wire["strategy"] == "continuous" and wire["deltas"] == {"7": "x"}
-    assert wire["entries"] == [[7, "decode", 1, 12, 0, 0], [8, "prefill", 3, 11, 1, 8]]
+    assert wire["entries"] == [[7, "decode", 1, 12, 0, 0, 0, 0], [8, "prefill", 3, 11, 1, 8, 0, 0]]
     entry = dict(zip(ENTRY_FIELDS, wire["entries"][1]))
     assert entry == {"request_id": 8, "phase": "prefill", "num_tokens": 3, "context_len": 11, "slot": 1,
-                     "cached_tokens": 8}
+                     "cached_tokens": 8, "drafted": 0, "accepted": 0}
     assert wire["kv"]["block_tables"] == {"7": [0, 1, 2], "8": [0, 1, 3]} and wire["kv"]["reserved_unused_slots"] == 1
     # prefix caching: evictable blocks on the wire; shared ones are derived from the tables
     assert wire["kv"]["cached"] == [5, 6] and (wire["prefix_queries"], wire["prefix_hits"]) == (11, 8)

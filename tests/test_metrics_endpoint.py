@@ -150,6 +150,22 @@ def test_latencies_prefix_counters_and_padding_from_events():
     assert not m._arrival and not m._last_token  # nothing kept for a finished request
 
 
+def test_speculative_decoding_counters_from_events():
+    """vLLM's spec_decode counters: rows that drafted, draft tokens, accepted ones in all and by place;
+    generation tokens count the accepted drafts beside each row's own token."""
+    m = ServiceMetrics(lambda: {}, lambda lane: "m")
+    m.observe(_step(1.0, [StepEntry(1, DECODE, 5, 20, drafted=4, accepted=2), StepEntry(2, DECODE, 1, 9),
+                          StepEntry(3, DECODE, 4, 30, drafted=3, accepted=3)], {1: 5, 2: 6, 3: 7}))
+    m.observe(_step(1.1, [StepEntry(1, DECODE, 3, 23, drafted=2, accepted=0)], {1: 8}))
+    s = {(x.name, x.labels.get("position")): x.value
+         for f in text_string_to_metric_families(m.exposition().decode()) for x in f.samples}
+    assert s["vllm:spec_decode_num_drafts_total", None] == 3
+    assert s["vllm:spec_decode_num_draft_tokens_total", None] == 9
+    assert s["vllm:spec_decode_num_accepted_tokens_total", None] == 5
+    assert [s.get(("vllm:spec_decode_num_accepted_tokens_per_pos_total", str(p))) for p in range(4)] == [2, 2, 1, None]
+    assert s["vllm:generation_tokens_total", None] == 4 + 5
+
+
 def test_waiting_requests_are_counted_by_why_they_wait(base, svc):
     """vLLM's num_requests_waiting_by_reason (capacity / deferred) with our reason in `detail`, read
     from the scheduler's last decision: a dynamic batch filling up, then nobody waiting."""

@@ -108,7 +108,18 @@ class KVCacheManager:
         return True
 
     def free(self, request_id: int) -> None:
-        table = self.block_tables.pop(request_id, None)
+        self._release(self.block_tables.pop(request_id, None))
+
+    def trim(self, request_id: int, num_tokens: int) -> None:
+        """Shrink the request's table to the blocks num_tokens need (speculative decoding: the blocks
+        that held only rejected draft tokens go back)."""
+        table = self.block_tables[request_id]
+        keep = self.blocks_for(num_tokens)
+        if len(table) > keep:
+            self._release(table[keep:])
+            del table[keep:]
+
+    def _release(self, table: list[int] | None) -> None:
         if not table:
             return
         released = self.allocator.release(table)

@@ -89,7 +89,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, rows: list[ScheduledRow], cache: KVCacheManager) -> list[int]:
-        """Run one iteration; returns the sampled token of every row that samples, in row order."""
+        """Run one iteration; returns the sampled tokens of every row that samples (ScheduledRow.num_samples
+        each), in row order."""
         if self.device.type != "cuda":
             return self._execute(rows, cache)
         with torch.cuda.device(self.device):  # streams, graphs and Triton launches on cuda:N too
@@ -150,7 +151,7 @@ class _PackedBatch:
     def _real_tokens(self, row: ScheduledRow, req: Request) -> None:
         t, start, n = len(self.ids), req.num_computed_tokens, row.num_new
         end = start + n
-        self.ids.extend(_token_slice(req, start, end))
+        self.ids.extend(_token_slice(req, start, end - len(row.draft)) + row.draft)
         self.positions.extend(range(start, end))
         self.write_tok.extend(range(t, t + n))
         self.write_slots.extend(self.cache.slots(req.request_id, start, end))
@@ -159,9 +160,10 @@ class _PackedBatch:
         else:
             blocks = self.cache.block_tables[req.request_id][:self.cache.blocks_for(end)]
             self.prefills.append((t, t + n, end, blocks))
-        if row.samples:
-            self.sample_idx.append(t + n - 1)
-            self.sample_rows.append(row)
+        if row.samples:  # a draft row samples at its last token and after each draft token
+            first = t + n - row.num_samples
+            self.sample_idx.extend(range(first, t + n))
+            self.sample_rows.extend([row] * row.num_samples)
 
     def _decode_row(self, t: int, req: Request, ctx: int) -> None:
         self.dec_idx.append(t)

@@ -28,11 +28,20 @@ class ScheduledRow:
     num_pad: int = 0
     slot: int = -1
     num_cached: int = 0   # tokens served from the prefix cache when this row's request was admitted
+    # speculative decoding: draft tokens computed after the row's last token (num_new counts them),
+    # and how many of them the model's own choices confirmed (set by Scheduler.update)
+    draft: list[int] = field(default_factory=list)
+    accepted: int = 0
 
     @property
     def samples(self) -> bool:
         r = self.request
-        return self.num_new > 0 and r.num_computed_tokens + self.num_new == r.num_tokens
+        return self.num_new > 0 and r.num_computed_tokens + self.num_new - len(self.draft) == r.num_tokens
+
+    @property
+    def num_samples(self) -> int:
+        """Tokens sampled for this row: one per position from its last token on (0 if it samples none)."""
+        return 1 + len(self.draft) if self.samples else 0
 
 
 @dataclass
@@ -49,6 +58,17 @@ class SchedulerOutput:
     @property
     def num_tokens(self) -> int:
         return sum(r.num_new + r.num_pad for r in self.rows)
+
+
+def _accept(row: ScheduledRow, picks: list[int]) -> list[int]:
+    """The row's new tokens: its drafts while the model's picks agree, then the model's next pick."""
+    if not picks:
+        return []
+    n = 0
+    while n < len(row.draft) and row.draft[n] == picks[n]:
+        n += 1
+    row.accepted = n
+    return picks[:n + 1]
 
 
 class Scheduler(ABC):
@@ -78,24 +98,33 @@ class Scheduler(ABC):
 
     def update(self, out: SchedulerOutput, tokens: Sequence[int], now: float) -> list[tuple[Request, int]]:
         """Apply one forward pass: every row's tokens are now in the KV cache, and each sampling row
-        (in row order) gets its token from `tokens`. Returns (request, token) per sampled token."""
+        (in row order) takes its num_samples tokens from `tokens`. A row with a draft keeps the drafts
+        its sampled tokens confirm, then the first sampled token that differs (or follows them all);
+        the KV of rejected drafts is dropped. Returns (request, token) per new token, in order."""
         it = iter(tokens)
         sampled = []
         for row in out.rows:
             req = row.request
             if req.is_finished:  # a static padding row, or a row failed this step
                 continue
-            samples = row.samples  # read before the count moves
-            self.policy.on_served(req, row.num_new if row.phase == PREFILL else 0, int(samples))
-            req.num_computed_tokens += row.num_new
+            picks = [next(it) for _ in range(row.num_samples)]  # read before the count moves
+            new = _accept(row, picks)
+            self.policy.on_served(req, row.num_new if row.phase == PREFILL else 0, len(new))
+            req.num_computed_tokens += row.num_new - len(row.draft) + row.accepted
+            req.output_token_ids.extend(new)  # before commit: accepted drafts are in full blocks' hashes
+            if row.draft:
+                self.cache.trim(req.request_id, req.num_computed_tokens)
             self.cache.commit(req)
-            if samples:
-                tok = next(it)
-                req.output_token_ids.append(tok)
-                if req.first_token_s is None:
-                    req.first_token_s = now
-                sampled.append((req, tok))
+            if new and req.first_token_s is None:
+                req.first_token_s = now
+            sampled += [(req, tok) for tok in new]
         return sampled
+
+    def unsample(self, request: Request, num_tokens: int) -> None:
+        """Drop the last num_tokens output tokens: made in the step that stopped the request, after
+        the token it stopped at (a draft accepted past a stop). The request is finishing."""
+        if num_tokens:
+            del request.output_token_ids[-num_tokens:]
 
     def finish(self, request: Request, reason: str, now: float, error: str | None = None) -> None:
         """End a request (stop, length, abort or error) and release what it holds."""

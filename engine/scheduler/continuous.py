@@ -1,9 +1,11 @@
 """Iteration-level (continuous) scheduling with chunked prefill and preemption by recompute."""
 from __future__ import annotations
 
+from ..events import DECODE
 from ..request import Request
 from . import waits
 from .base import ScheduledRow, Scheduler, SchedulerOutput
+from .ngram import propose
 
 
 class ContinuousScheduler(Scheduler):
@@ -12,7 +14,9 @@ class ContinuousScheduler(Scheduler):
     free KV blocks allow. When blocks run out, the last running request in policy order (fcfs: the
     newest) is preempted: its blocks are freed and it recomputes later. Under the priority policy
     a waiting request that cannot start also preempts running requests of strictly worse priority.
-    Every request left waiting gets the reason from this step's decisions (out.waits)."""
+    With speculative decoding, greedy decode rows then bring draft tokens (ngram.py) in what budget
+    and free blocks are left. Every request left waiting gets the reason from this step's decisions
+    (out.waits)."""
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -32,6 +36,7 @@ class ContinuousScheduler(Scheduler):
         # admission, unless blocks ran short for the running ones
         head = self._admit(out, budget) if len(out.preempted) == short else self._head_kv_short()
         self._explain(out, head)
+        self._speculate(out)
         return out
 
     def _grow(self, req: Request, n: int, out: SchedulerOutput) -> bool:
@@ -42,6 +47,29 @@ class ContinuousScheduler(Scheduler):
             if victim is req:
                 return False
         return True
+
+    def _speculate(self, out: SchedulerOutput) -> None:
+        """Greedy decode rows draft with what the step leaves once everyone is scheduled: the token
+        budget after admission and the free blocks. A draft never preempts or delays anyone."""
+        if self.cfg.speculative == "off":
+            return
+        spare = self.cfg.max_num_batched_tokens - out.num_tokens
+        for row in out.rows:
+            if spare <= 0:
+                return
+            if row.phase == DECODE and row.request.params.greedy:
+                self._draft(row, spare)
+                spare -= len(row.draft)
+
+    def _draft(self, row: ScheduledRow, spare: int) -> None:
+        """Up to num_speculative_tokens, the spare budget and the tokens the row may still make; fewer
+        when the free blocks do not hold them all."""
+        req = row.request
+        k = min(self.cfg.num_speculative_tokens, spare, req.params.max_tokens - len(req.output_token_ids) - 1)
+        draft = propose(req.all_token_ids, k)
+        while draft and not self.cache.allocate(req.request_id, req.num_computed_tokens + 1 + len(draft)):
+            draft.pop()
+        row.draft, row.num_new = draft, 1 + len(draft)
 
     def _preempt_last(self, out: SchedulerOutput, why: dict) -> Request:
         victim = self.running.pop()

@@ -8,7 +8,8 @@ vLLM) and `lane`.
 
 As in vLLM, a request's prompt tokens count once, at its first token (tokens served from the prefix
 cache included; prefix_cache_hits says how many were); an iteration's tokens leave out static
-batching's padding. Latencies use the engine's clock: time to
+batching's padding. Speculative decoding: generation tokens count accepted drafts; the spec_decode
+counters count drafts, draft tokens and accepted ones (in all, and by place in the draft). Latencies use the engine's clock: time to
 first token and inter-token latency end at the end of the step that sampled the token.
 
 Remote lanes are left out: their server exports its own /metrics, and what we time of them is
@@ -65,6 +66,13 @@ class ServiceMetrics:
         self.prefix_queries = counter("vllm:prefix_cache_queries", "Prefix cache queries, in prompt tokens.")
         self.prefix_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in tokens served from the cache.")
         self.success = counter("vllm:request_success", "Requests ended, by finish reason.", ("finished_reason",))
+        self.drafts = counter("vllm:spec_decode_num_drafts", "Speculative decoding: rows that brought a draft.")
+        self.draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Speculative decoding: draft tokens.")
+        self.accepted_tokens = counter("vllm:spec_decode_num_accepted_tokens",
+                                       "Speculative decoding: draft tokens accepted (they became output).")
+        self.accepted_per_pos = counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                        "Speculative decoding: accepted draft tokens by their place in the draft.",
+                                        ("position",))
 
     def _histograms(self) -> None:
         def histogram(name, doc, buckets):
@@ -101,10 +109,13 @@ class ServiceMetrics:
             m.labels(*labels)
         for reason in FINISH_REASONS:
             self.success.labels(*labels, reason)
+        for m in (self.drafts, self.draft_tokens, self.accepted_tokens):
+            m.labels(*labels)
 
     def _on_step(self, labels: tuple[str, str], ev) -> None:
         lane = labels[1]
-        self.generation_tokens.labels(*labels).inc(len(ev.sampled))
+        self.generation_tokens.labels(*labels).inc(len(ev.sampled) + sum(e.accepted for e in ev.entries))
+        self._on_drafts(labels, [e for e in ev.entries if e.drafted])
         self.iteration_tokens.labels(*labels).observe(ev.tokens_used - ev.num_padding_tokens)
         self.preemptions.labels(*labels).inc(len(ev.preempted))
         self.prefix_queries.labels(*labels).inc(ev.prefix_queries)
@@ -119,6 +130,16 @@ class ServiceMetrics:
                 self.ttft.labels(*labels).observe(ev.t_end - arrival)
                 self.prompt_tokens.labels(*labels).inc(prompt_tokens)
             self._last_token[key] = ev.t_end
+
+    def _on_drafts(self, labels: tuple[str, str], entries) -> None:
+        if not entries:
+            return
+        self.drafts.labels(*labels).inc(len(entries))
+        self.draft_tokens.labels(*labels).inc(sum(e.drafted for e in entries))
+        self.accepted_tokens.labels(*labels).inc(sum(e.accepted for e in entries))
+        for e in entries:
+            for pos in range(e.accepted):
+                self.accepted_per_pos.labels(*labels, str(pos)).inc()
 
     def _on_finished(self, labels: tuple[str, str], ev: FinishedEvent) -> None:
         key = (labels[1], ev.request_id)

@@ -69,7 +69,7 @@ def step_work(cost: ModelCost, entries, num_sampled: int) -> tuple[int, int]:
 def step_roofline(cost: ModelCost, ev, peaks=None) -> dict:
     """One StepEvent's roofline numbers (JSON-ready); utilizations, and the peaks they divide by (the live
     view draws the device's roof from them), only with the device's peaks."""
-    flops, moved = step_work(cost, ev.entries, len(ev.sampled))
+    flops, moved = step_work(cost, ev.entries, len(ev.sampled) + sum(e.drafted for e in ev.entries))
     seconds = max(ev.t_end - ev.t_start, 1e-9)
     out = {"flops": flops, "bytes": moved, "intensity": flops / moved, "flops_per_s": flops / seconds,
            "bytes_per_s": moved / seconds}

@@ -3,7 +3,7 @@
     python tests/js/record_events.py   (from the repository root; writes tests/data/events_tiny_llama.json)
 
 A tiny random llama (tests/tiny_models.py) serves two lanes named apart from their strategies
-("iteration-level", continuous with prefix caching; "batch of 3", static without) on a small KV pool (so
+("iteration-level", continuous with prefix caching and n-gram drafts; "batch of 3", static without) on a small KV pool (so
 continuous preempts), so the reducer must key by lane; a small event ring. A first burst finishes before
 the recorder connects: its "oldest" replay starts with skipped (coalesced) events, as a late browser tab
 sees. Then the recorder submits text, token-id and chat prompts through the socket and aborts one mid-run;
@@ -44,7 +44,8 @@ def service(model_dir) -> EngineService:
     cfg = EngineConfig(model=str(model_dir), device="cpu", dtype="float32", block_size=4, num_kv_blocks=32,
                        max_model_len=96, max_num_seqs=6, max_num_batched_tokens=32, static_batch_size=3,
                        static_max_wait_s=0.05)
-    lanes = {name: dataclasses.replace(cfg, strategy=s, enable_prefix_caching=name == PREFIX_LANE)
+    lanes = {name: dataclasses.replace(cfg, strategy=s, enable_prefix_caching=name == PREFIX_LANE,
+                                       speculative="ngram" if s == "continuous" else "off")
              for name, s in LANES.items()}
     svc = EngineService(cfg, lanes=lanes, hub_capacity=48)
     svc.wait_ready(120)

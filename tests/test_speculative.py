@@ -1,0 +1,187 @@
+"""Speculative decoding (n-gram drafts, verified in the same forward): greedy outputs equal
+generate()'s token for token, no KV block is lost, drafts live within the step's budget and the free
+blocks, and stops inside an accepted draft end the request exactly where speculation off ends it."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import random
+
+import pytest
+
+from engine.request import SamplingParams
+from engine.scheduler.ngram import propose
+from engine_helpers import greedy, make_engine, run_checked
+from scheduler_helpers import TOKEN, request, run_fake, scheduler, step
+from tiny_models import FAMILIES, reference_greedy
+
+
+def test_ngram_drafts_continue_an_earlier_occurrence_of_the_suffix():
+    assert propose([1, 2, 3, 4, 5, 1, 2, 3], 4) == [4, 5, 1, 2]
+    assert propose([1, 2, 3, 9, 1, 2, 3, 8, 1, 2, 3], 1) == [8]  # the latest occurrence with k after it
+    assert propose([5, 6, 5, 6], 3) == [5, 6]
+    assert propose([5, 6, 5], 3) == []  # a single token's match is too weak a guess
+    assert propose([1, 2, 3], 2) == [] and propose([7], 3) == [] and propose([1, 1, 1], 0) == []
+    rng = random.Random(0)
+    for _ in range(300):
+        seq = [rng.randrange(4) for _ in range(rng.randrange(1, 40))]
+        k = rng.randrange(1, 9)
+        draft = propose(seq, k)
+        assert len(draft) <= k
+        if draft:  # some suffix of 2-3 tokens occurs earlier, followed by the draft
+            assert any(seq[i:i + n] == seq[-n:] and seq[i + n:i + n + len(draft)] == draft
+                       for n in (2, 3) for i in range(len(seq) - n))
+
+
+def repeating_prompts(n: int, vocab: int = 200, seed: int = 1) -> tuple[list[list[int]], list[int]]:
+    """Prompts that repeat a short passage (lookup pays), of different lengths and max_tokens."""
+    rng = random.Random(seed)
+    prompts = []
+    for i in range(n):
+        passage = [rng.randrange(3, vocab) for _ in range(3 + i % 5)]
+        prompts.append((passage * 8)[:6 + 4 * i])
+    return prompts, [(i * 5) % 17 + 4 for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def references(tiny_model_dirs):
+    prompts, max_tokens = repeating_prompts(8)
+    return prompts, max_tokens, {f: reference_greedy(tiny_model_dirs[f], prompts, max_tokens) for f in FAMILIES}
+
+
+def oracle_drafts(prompts, refs, seed=0):
+    """A drafter that knows generate()'s answer: it drafts the true next tokens, then, at a random
+    place, a wrong one, so that verification accepts a prefix and rejects the rest."""
+    rng = random.Random(seed)
+
+    def propose_(tokens, k):
+        for p, ref in zip(prompts, refs):
+            made = len(tokens) - len(p)
+            if made >= 0 and tokens[:len(p)] == p and tokens[len(p):] == ref[:made]:
+                draft = ref[made:made + k]
+                cut = rng.randrange(len(draft) + 1) if draft else 0
+                return draft[:cut] + [(t + 1) % 300 for t in draft[cut:cut + 1]]
+        return []
+    return propose_
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("setting", ["roomy", "tight", "prefix cache"])
+@pytest.mark.parametrize("drafter", ["ngram", "oracle"])
+def test_greedy_with_drafts_matches_generate(tiny_model_dirs, references, monkeypatch, family, setting, drafter):
+    prompts, max_tokens, refs = references
+    if drafter == "oracle":
+        monkeypatch.setattr("engine.scheduler.continuous.propose", oracle_drafts(prompts, refs[family]))
+    kw = {"roomy": {}, "prefix cache": {"enable_prefix_caching": True},
+          # 20 blocks x 4 for 8 requests of up to 54 tokens: preemption, and drafts cut short by blocks
+          "tight": {"num_kv_blocks": 20, "max_model_len": 64, "max_num_batched_tokens": 12}}[setting]
+    eng = make_engine(tiny_model_dirs[family], speculative="ngram", num_speculative_tokens=5, **kw)
+    outs, events = run_checked(eng, prompts, [greedy(m) for m in max_tokens])
+    assert [o.output_token_ids for o in outs] == refs[family]
+    entries = [e for ev in events for e in ev.entries]
+    if drafter == "oracle":  # drafted, accepted in part, and rejected in part (the tiny random models
+        # rarely repeat themselves: the real drafter's guesses here are few, and mostly wrong)
+        assert any(0 < e.accepted < e.drafted for e in entries) and any(e.accepted == 0 < e.drafted for e in entries)
+    for ev in events:
+        assert ev.tokens_used <= eng.cfg.max_num_batched_tokens
+        for e in ev.entries:
+            assert 0 <= e.accepted <= e.drafted <= 5 and (e.drafted == 0 or e.phase == "decode")
+            assert e.num_tokens == 1 + e.drafted or e.drafted == 0
+    if setting == "tight":
+        assert any(ev.preempted for ev in events)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_stops_inside_an_accepted_draft_end_where_they_would_without_one(tiny_model_dirs, monkeypatch, family):
+    """EOS, stop token ids, stop strings and max_tokens met in the middle of a step's accepted drafts
+    (the oracle drafter drafts the true tokens): the same tokens, text and finish reason as with
+    speculation off."""
+    prompts, _ = repeating_prompts(8, seed=3)
+    plain, _ = run_checked(make_engine(tiny_model_dirs[family]), prompts, [greedy(24) for _ in prompts])
+    eos = plain[3].output_token_ids[9]
+    params = []
+    for i, out in enumerate(plain):  # each stops at something its plain run makes mid-way
+        kind = i % 4
+        params.append(greedy(24, stop_token_ids=[out.output_token_ids[5 + i]]) if kind == 0 else
+                      greedy(7 + i) if kind == 1 else
+                      greedy(24, stop=[out.text[len(out.text) // 2:][:2]]) if kind == 2 and out.text.strip() else
+                      SamplingParams(max_tokens=24))  # kind 3: stops at the EOS below
+    outs = {}
+    for spec in ("off", "ngram"):
+        monkeypatch.setattr("engine.scheduler.continuous.propose",
+                            oracle_drafts(prompts, [o.output_token_ids for o in plain], seed=5))
+        eng = make_engine(tiny_model_dirs[family], speculative=spec, num_speculative_tokens=8)
+        eng.runner.eos_token_ids = frozenset({eos})
+        outs[spec], events = run_checked(eng, prompts, params)
+    assert any(e.accepted >= 2 for ev in events for e in ev.entries)
+    assert {o.finish_reason for o in outs["off"]} == {"stop", "length"}
+    for a, b in zip(outs["off"], outs["ngram"]):
+        assert (a.output_token_ids, a.text, a.finish_reason) == (b.output_token_ids, b.text, b.finish_reason)
+
+
+def test_drafts_count_against_the_token_budget():
+    # the fake runner samples TOKEN everywhere: once a request repeats it, every draft is accepted
+    s = scheduler(num_blocks=64, max_num_batched_tokens=10, speculative="ngram", num_speculative_tokens=4)
+    for rid in range(3):
+        s.add(request(rid, prompt_len=2, max_tokens=30))
+    outs = [step(s) for _ in range(8)]
+    assert all(out.num_tokens <= 10 for out in outs)
+    drafting = [r for out in outs for r in out.rows if r.draft]
+    assert drafting and all(r.draft == [TOKEN] * len(r.draft) and r.accepted == len(r.draft) for r in drafting)
+    assert max(len(r.draft) for r in drafting) == 4
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_drafts_change_no_scheduling_decision(seed):
+    """From any state, the same rows, admissions, preemptions and waits as with speculation off: drafts
+    only take what budget and blocks are left, so they never preempt or delay anyone (a small pool and
+    budget, requests arriving at random)."""
+    rng = random.Random(seed)
+    s = scheduler(num_blocks=rng.choice([8, 12, 20]), max_num_batched_tokens=rng.choice([6, 12, 32]),
+                  max_num_seqs=rng.choice([2, 4]), speculative="ngram", num_speculative_tokens=rng.randrange(1, 9))
+    rid = 0
+    for _ in range(60):
+        if rng.random() < 0.3:
+            s.add(request(rid, prompt_len=rng.randrange(1, 12), max_tokens=rng.randrange(1, 16)))
+            rid += 1
+        twin = copy.deepcopy(s)
+        twin.cfg = dataclasses.replace(s.cfg, speculative="off")
+        plain, spec = twin.schedule(), s.schedule()
+        assert [(r.request.request_id, r.phase, r.num_new - len(r.draft)) for r in spec.rows] == \
+            [(r.request.request_id, r.phase, r.num_new) for r in plain.rows]
+        assert (spec.admitted, spec.preempted, spec.waits) == (plain.admitted, plain.preempted, plain.waits)
+        run_fake(s, spec)
+    assert rid and s.cache.num_free + sum(len(t) for t in s.cache.block_tables.values()) == s.cache.num_blocks
+
+
+def test_drafts_stop_at_max_tokens():
+    """A row never drafts past the tokens it may still make: it ends with exactly max_tokens."""
+    s = scheduler(speculative="ngram", num_speculative_tokens=8)
+    req = request(0, prompt_len=2, max_tokens=6)
+    s.add(req)
+    steps = 0
+    while s.has_work():
+        made = len(req.output_token_ids)
+        for r in step(s).rows:
+            assert made + 1 + len(r.draft) <= 6
+        steps += 1
+    assert req.output_token_ids == [TOKEN] * 6 and steps < 6  # a prefill, then drafts took several at once
+
+
+@pytest.mark.parametrize("bad, field", [({"speculative": "draft"}, "speculative"),
+                                        ({"speculative": "ngram", "strategy": "static"}, "speculative"),
+                                        ({"num_speculative_tokens": 0}, "num_speculative_tokens"),
+                                        ({"num_speculative_tokens": 9}, "num_speculative_tokens"),
+                                        ({"num_speculative_tokens": True}, "num_speculative_tokens")])
+def test_bad_settings_name_the_field(bad, field):
+    from engine.config import EngineConfig
+    with pytest.raises(ValueError, match=f"EngineConfig.{field} must be"):
+        EngineConfig(model="m", **bad)
+
+
+def test_sampled_rows_do_not_draft():
+    s = scheduler(speculative="ngram", num_speculative_tokens=4)
+    req = request(0, prompt_len=2, max_tokens=12)
+    req.params.temperature = 0.7
+    s.add(req)
+    assert not [r for _ in range(8) for r in step(s).rows if r.draft]
