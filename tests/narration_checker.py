@@ -31,6 +31,7 @@ STEP_TEMPLATES = {
               r"(?P<n>\d+) (?P<req>decoding requests?) waited that long for the next token"),
     "padding": (rf"(?P<ids>{IDS}) finished but (?P<rows>its row is|their rows are) still computed; (?P<n>\d+) of "
                 r"(?P<m>\d+) (?P<are>rows (?:is|are)) padding"),
+    "speculated": r"#(?P<id>\d+) accepted (?P<a>\d+) of (?P<d>\d+) drafted tokens: (?P<n>\d+) tokens in one step",
     "jump": (r"#(?P<id>\d+) started ahead of (?:#(?P<x>\d+), which arrived earlier|(?P<k>\d+) requests that "
              r"arrived earlier): (?P<why>.+)"),
 }
@@ -311,6 +312,14 @@ class Checker:
             return None, "no prefill of a request's prompt in this iteration"
         prompt = self.facts.request(lane, rid)["num_prompt_tokens"]
         return (e, prompt), (None if prompt == num(m["p"]) else f"its prompt has {prompt} tokens")
+
+    def _speculated(self, lane, i, ev, m) -> str | None:
+        e = next((e for e in ev.entries if e.request_id == int(m["id"]) and e.drafted), None)
+        if e is None:
+            return "no draft of that request in this iteration"
+        if (e.accepted, e.drafted, e.accepted + 1) != (int(m["a"]), int(m["d"]), int(m["n"])):
+            return f"it accepted {e.accepted} of {e.drafted} drafted tokens"
+        return None
 
     def _prefix_hit(self, lane, i, ev, m) -> str | None:
         found, why = self._prompt(lane, i, ev, m)

@@ -215,6 +215,16 @@ def test_a_narrator_that_fell_behind_the_hub_forgets_what_it_knew():
     assert n.recent() == [] and n.lanes["a"].max_num_seqs == 2  # #3 is unknown now; the lane's settings stay
 
 
+def test_a_row_that_gains_several_tokens_from_its_drafts():
+    """Speculative decoding: the row that gained the most from its drafts, once it gained 3 or more."""
+    items = [request(1, "a"), request(3, "a"), stepped(step(1, [StepEntry(1, DECODE, 3, 30, drafted=2, accepted=1),
+                                                             StepEntry(3, DECODE, 5, 40, drafted=4, accepted=3)])),
+             stepped(step(2, [StepEntry(1, DECODE, 2, 32, drafted=1, accepted=1), D(3, 44)]))]
+    assert told(items) == ["iteration 1: #3 accepted 3 of 4 drafted tokens: 4 tokens in one step"]
+    assert check(items, [said(1, "#3 accepted 4 of 4 drafted tokens: 5 tokens in one step")])
+    assert check(items, [said(2, "#3 accepted 3 of 4 drafted tokens: 4 tokens in one step")])
+
+
 def said(n: int, text: str, lane: str = "a") -> Sentence:
     return Sentence(n + 0.25, lane, n, f"iteration {n}: {text}")
 

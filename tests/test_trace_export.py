@@ -91,6 +91,19 @@ def test_chunked_prefill_decode_preemption_and_recompute():
     assert len(counters) == 3 * 7
 
 
+def test_speculative_decoding_counts_on_decode_slices_and_a_counter():
+    spec = step(1, 0.2, 0.3, [(1, "decode", 5, 20)])
+    spec["entries"][0] += [4, 3]  # drafted, accepted
+    again = step(2, 0.3, 0.4, [(1, "decode", 3, 22)])
+    again["entries"][0] += [2, 0]
+    trace = chrome_trace([request(1, 0.1), spec, again, step(3, 0.4, 0.5, [(1, "decode", 1, 23)]), finished(1, 0.5)])
+    decode = [s for s in check_structure(trace)[(1, 1)] if s["name"] == "decode"]
+    assert [d["args"] for d in decode] == [{"tokens": 9, "iterations": 3, "first_step": 1, "last_step": 3,
+                                            "drafted": 6, "accepted": 3}]
+    drafts = [c["args"] for c in trace["traceEvents"] if c["ph"] == "C" and c["name"] == "draft tokens per step"]
+    assert drafts == [{"drafted": 4, "accepted": 3}, {"drafted": 2, "accepted": 0}]
+
+
 def test_static_rows_held_after_finishing_and_a_request_aborted_while_queued():
     s = dict(lane="B", strategy="static")
     events = [request(1, 0.0, lane="B"), request(2, 0.0, lane="B"), request(3, 0.05, lane="B", tag="late"),

@@ -4,6 +4,8 @@
 defineLive("Contract", [], () => {
   const ENTRY_NAMES = { rid: "request_id", phase: "phase", tokens: "num_tokens", ctx: "context_len", slot: "slot",
                         cached: "cached_tokens" };
+  // fields recordings made before them lack: their index is -1 there, and reading one gives undefined
+  const LATER_ENTRY_NAMES = { drafted: "drafted", accepted: "accepted" };
   const PHASE_NAMES = { prefill: "prefill", decode: "decode", padding: "padding" };
   // each event's type name, by its class in engine/events.py (recordings made before the contract sent
   // them: these)
@@ -12,7 +14,7 @@ defineLive("Contract", [], () => {
   const TYPE_NAMES = { step: "step", request: "request", finished: "finished", status: "status", waits: "waits",
                        gpu: "gpu", lanes: "lanes", remoteMetrics: "remote_metrics" };
 
-  // -> { entry: { rid, phase, tokens, ctx, slot, cached } (indexes into an entry list), phase: { prefill,
+  // -> { entry: { rid, phase, tokens, ctx, slot, cached, drafted, accepted } (indexes into an entry list), phase: { prefill,
   // decode, padding } (names), type: { step, request, ... } (event type names), remote (a remote lane's
   // strategy), waits (wait reasons' phrasing), status (status event names) }. Throws if the engine's
   // contract lacks a field the views read.
@@ -24,6 +26,7 @@ defineLive("Contract", [], () => {
       entry[key] = fields.indexOf(name);
       if (entry[key] < 0) throw new Error(`event contract: step entries have no "${name}"`);
     }
+    for (const [key, name] of Object.entries(LATER_ENTRY_NAMES)) entry[key] = fields.indexOf(name);
     for (const [key, name] of Object.entries(PHASE_NAMES)) {
       if (!phases.includes(name)) throw new Error(`event contract: no phase "${name}"`);
       phase[key] = name;

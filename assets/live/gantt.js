@@ -60,7 +60,15 @@ defineLive("Gantt", ["Common", "Waits"], () => {
     const why = s.whys ? Waits.lines(contract, s.whys, end, now) : [];
     const span = s.open ? `${fmt(s.t0)} s – now (${fmt(end - s.t0, 1)} s)`
       : `${fmt(s.t0)}–${fmt(s.t1)} s (${fmt(s.t1 - s.t0, 3)} s)`;
-    return [`${reqLabel(R, 40)} · ${SEG_LABEL[s.kind]}`, span, ...why, s.open ? "still waiting" : its].filter(Boolean);
+    return [`${reqLabel(R, 40)} · ${SEG_LABEL[s.kind]}`, span, ...why, s.open ? "still waiting" : its,
+            draftLine(s)].filter(Boolean);
+  }
+
+  // Speculative decoding on a decode bar: tokens gained per step, and the drafts accepted.
+  function draftLine(s) {
+    if (!s.drafted) return "";
+    return `${s.tokens} tokens in ${s.n} steps (${fmt(s.tokens / s.n, 2)} per step) · ${s.accepted} of ${s.drafted} `
+      + "drafted tokens accepted";
   }
 
   function cachedTip(R, s) {

@@ -12,7 +12,7 @@ defineLive("Layout", ["Common"], () => {
     roofline: "Roofline — recent iterations (log-log; one color per lane)",
   };
   // Legends explain every color and shading used by a view. A third element names a group shown only
-  // when the page has it (the root's class ifl-has-<group>): GPU samples, prefix caching.
+  // when the page has it (the root's class ifl-has-<group>): GPU samples, prefix caching, speculative decoding.
   const LEGENDS = {
     gantt: [["queued", "queued (arrival → first scheduled)"], ["prefill", "prefill chunk (one bar per iteration)"],
             ["decode", "decode"], ["preempted", "preempted"], ["recompute", "recomputed prefill"],
@@ -20,7 +20,8 @@ defineLive("Layout", ["Common"], () => {
             ["fromcache", "from cache: the prefill a prefix hit skipped (token share of the admission bar)", "prefix"],
             ["paused", "paused (the cards leave this time out of latencies)", "paused"]],
     slots: [["prefill-cell", "prefill"], ["decode", "decode"], ["held-cell", "padding: finished row still computed"],
-            ["idle", "empty slot"]],
+            ["idle", "empty slot"], ["draft-ok", "draft token accepted (speculative decoding)", "spec"],
+            ["draft-no", "draft token rejected", "spec"]],
     kv: [["kvfull", "tokens held (fill = tokens / block size)"], ["kvpart", "allocated, not yet written"],
          ["reserved", "reserved, unused (static reserves prompt + max_tokens)"], ["free", "free block"],
          ["kvshared", "shared by several requests (stripes: their colors; ×count)", "prefix"],

@@ -1,6 +1,7 @@
 // Timeline band: batch slots. Slot x iteration: each cell is the request in that batch slot in that
 // iteration, shaded by phase (prefill light, decode full, padding hatched grey); runs of the same request
-// and phase are drawn as one rectangle. On the time axis an iteration spans [t_start, t_end]; idle time
+// and phase are drawn as one rectangle. A speculating row's drafts are ticks along its cell's foot:
+// white where accepted, red where rejected. On the time axis an iteration spans [t_start, t_end]; idle time
 // stays empty.
 
 defineLive("Slots", ["Common", "LiveState"], () => {
@@ -75,6 +76,9 @@ defineLive("Slots", ["Common", "LiveState"], () => {
       });
       flush();
     }
+    cols.forEach((st, j) => {  // speculative decoding: each step's drafts over its cells
+      if (st && st.drafted) drawDrafts(ctx, inst, st, px[j], Math.max(px[j + 1], px[j] + 1), Y, slotH, gapY);
+    });
     band.slotH = slotH;
     const fit = Math.max(1, Math.floor(band.h / (16 * inst.scale)));  // labels a line apart at the least
     const dtick = [1, 2, 4, 5, 8, 10, 16, 20, 32, 50, 64, 100].find((d) => nSlots / d <= fit)
@@ -82,6 +86,22 @@ defineLive("Slots", ["Common", "LiveState"], () => {
     band.yticks = [];
     for (let s = 0; s < nSlots; s += dtick) band.yticks.push({ y: Y(s) + slotH / 2, label: String(s) });
     band.ytitle = "slot";
+  }
+
+  // A strip along the cell's foot, one tick per draft token: accepted ones white, rejected ones red.
+  function drawDrafts(ctx, inst, st, xa, xb, Y, slotH, gapY) {
+    for (const cell of st.cells) {
+      if (!cell.drafted || cell.slot < 0) continue;
+      const w = (xb - xa) / cell.drafted, h = Math.max(2, (slotH - gapY) * 0.35);
+      if (w < 1) continue;
+      const y = Y(cell.slot) + slotH - gapY / 2 - h;
+      ctx.globalAlpha = inst.sel != null && cell.rid !== inst.sel ? 0.25 : 1;
+      for (let i = 0; i < cell.drafted; i++) {
+        ctx.fillStyle = i < cell.accepted ? C.white : C.preempt;
+        ctx.fillRect(xa + i * w + (w > 3 ? 0.5 : 0), y, Math.max(w - (w > 3 ? 1 : 0), 1), h);
+      }
+      ctx.globalAlpha = 1;
+    }
   }
 
   function drawNote(ctx, inst, band, text) {
@@ -108,8 +128,10 @@ defineLive("Slots", ["Common", "LiveState"], () => {
     const what = cell.kind === KIND.held ? "padding (finished, still in the batch)" : cell.kind;
     const toks = cell.real ? `${cell.real} tok` : "";
     const pad = cell.pad ? `${toks ? " + " : ""}${cell.pad} pad` : "";
-    return [`#${cell.rid} · slot ${cell.slot} · ${what}`, `${toks}${pad} · context ${cell.ctx}`,
-            `iteration ${st.it} · ${fmt(1000 * (st.t1 - st.t0), 1)} ms`];
+    const drafts = cell.drafted ? `${cell.accepted} of ${cell.drafted} drafted tokens accepted: ${1 + cell.accepted} `
+      + `token${cell.accepted ? "s" : ""} this step` : "";
+    return [`#${cell.rid} · slot ${cell.slot} · ${what}`, `${toks}${pad} · context ${cell.ctx}`, drafts,
+            `iteration ${st.it} · ${fmt(1000 * (st.t1 - st.t0), 1)} ms`].filter(Boolean);
   }
 
   // The cell under (x, y): { rid, tip: [lines], color } or null.

@@ -124,8 +124,11 @@ defineLive("LiveState", ["Waits"], () => {
     for (const e of entries || []) {
       const rid = e[E.rid], phase = e[E.phase], tokens = e[E.tokens], ctx = e[E.ctx];
       let g = by.get(rid);
-      if (!g) by.set(rid, (g = { rid, real: 0, pad: 0, cached: 0, prefill: false, decode: false, slot: e[E.slot], ctx }));
+      if (!g) by.set(rid, (g = { rid, real: 0, pad: 0, cached: 0, drafted: 0, accepted: 0, prefill: false, decode: false,
+                                 slot: e[E.slot], ctx }));
       g.cached += e[E.cached];  // tokens a prefix hit served at (re)admission
+      g.drafted += e[E.drafted] || 0;  // speculative decoding: draft tokens, and those that became output
+      g.accepted += e[E.accepted] || 0;
       if (phase === P.padding) g.pad += tokens;
       else {
         g.real += tokens;
@@ -151,26 +154,30 @@ defineLive("LiveState", ["Waits"], () => {
     for (const rid of ev.preempted || []) preempt(S, rid, t0, it);
     const groups = groupEntries(contract, ev.entries);
     const cells = [], bySlot = [];
-    let real = 0, pad = 0, busy = 0;
+    let real = 0, pad = 0, busy = 0, drafted = 0, accepted = 0;
     for (const g of groups.values()) {
       const kind = scheduled(S, g, it, ev);
       real += g.real;
       pad += g.pad;
       if (g.real > 0) busy++;
-      const cell = { rid: g.rid, slot: g.slot, kind, real: g.real, pad: g.pad, ctx: g.ctx };
+      const cell = { rid: g.rid, slot: g.slot, kind, real: g.real, pad: g.pad, ctx: g.ctx, drafted: g.drafted,
+                     accepted: g.accepted };
+      drafted += g.drafted;
+      accepted += g.accepted;
       cells.push(cell);
       if (g.slot >= 0) bySlot[g.slot] = cell;
     }
     for (const rid of ev.finished || []) markFinished(S, rid, t1, it + 0.5);
-    for (const rid of Object.keys(ev.sampled || {})) requestRecord(S, +rid).nOut++;
+    for (const rid of Object.keys(ev.sampled || {})) requestRecord(S, +rid).nOut += 1 + ((groups.get(+rid) || {}).accepted || 0);
     for (const [rid, text] of Object.entries(ev.deltas || {})) appendText(S, +rid, text);
     const kv = ev.kv || {};
-    const summary = { it, t0, t1, cells, bySlot, real, pad, busy, rows: groups.size,
+    const summary = { it, t0, t1, cells, bySlot, real, pad, busy, rows: groups.size, drafted, accepted,
                       used: ev.tokens_used, budget: ev.token_budget, kvUsed: kv.used, kvBlocks: kv.num_blocks,
                       waiting: ev.num_waiting, running: ev.num_running, tps: 0,
                       queries: ev.prefix_queries || 0, hits: ev.prefix_hits || 0, hitAll: null, hitRecent: null,
                       roof: roofPoint(S, ev.roofline) };
     summary.tps = rollingRate(S.steps, summary);
+    S.drafted = (S.drafted || 0) + drafted;  // speculative decoding: draft tokens over the lane's stream
     prefixRates(S, summary);
     S.steps.push(summary);
     if (S.steps.length > MAX_STEPS) S.steps.splice(0, S.steps.length - MAX_STEPS);
@@ -202,6 +209,7 @@ defineLive("LiveState", ["Waits"], () => {
     const kind = segmentKind(R, g);
     closeOpen(R, ev.t_start, it - 0.5);
     addSegment(R, kind, ev.t_start, ev.t_end, it);
+    if (kind === KIND.decode) gained(R.segs[R.segs.length - 1], g);
     if (g.cached > 0) {  // admitted with a prefix hit: its bar shows the prefill that was skipped
       R.cached = g.cached;
       Object.assign(R.segs[R.segs.length - 1], { cached: g.cached, computed: g.real });
@@ -243,6 +251,13 @@ defineLive("LiveState", ["Waits"], () => {
     R.done = true;
     R.lost = true;
     R.reason = R.reason ?? "unknown (events coalesced)";  // no finish marker: its time is unknown
+  }
+
+  // A decode bar's tokens: one per step, and with speculative decoding the drafts each step accepted.
+  function gained(seg, g) {
+    seg.tokens = (seg.tokens || 0) + 1 + g.accepted;
+    seg.drafted = (seg.drafted || 0) + g.drafted;
+    seg.accepted = (seg.accepted || 0) + g.accepted;
   }
 
   // Decode and held runs over consecutive iterations merge into one bar; each prefill chunk is its own,

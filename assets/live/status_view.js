@@ -109,6 +109,7 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
     inst.root.classList.toggle("ifl-has-gpu", !!g);
     const lanes = st ? inst.cfg.lanes.map((n) => st.by.get(n)).filter(Boolean) : [];
     inst.root.classList.toggle("ifl-has-prefix", lanes.some((S) => hasPrefix(inst, S)));
+    inst.root.classList.toggle("ifl-has-spec", lanes.some((S) => speculates(inst, S)));
     inst.root.classList.toggle("ifl-has-roofline", lanes.some((S) => S.peaks != null));
     inst.root.classList.toggle("ifl-has-paused", !!st && st.pauses.length > 0 && inst.cfg.axis === "time");
     inst.root.classList.toggle("ifl-has-remote", lanes.some((S) => isRemote(S, inst.laneConfig(S.name))));
@@ -125,6 +126,12 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
     if (prefixOn(S, inst.laneConfig(S.name))) return true;
     const kb = S.kv ? KvBlocks.of(S.kv) : null;
     return !!kb && (kb.cached > 0 || kb.sharers.size > 0);
+  }
+
+  // A lane that drafts tokens (its configuration says so, or its steps carried drafts).
+  function speculates(inst, S) {
+    const config = inst.laneConfig(S.name);
+    return (config && config.speculative && config.speculative !== "off") || S.drafted > 0;
   }
 
   // Model download / first start: progress messages shown prominently until every engine is ready.

@@ -126,6 +126,8 @@ _LABELS = {
     "max_num_batched_tokens": lambda v: f"budget {v} tok",
     "enable_chunked_prefill": lambda v: f"chunked prefill {_on_off(v)}",
     "enable_prefix_caching": lambda v: f"prefix cache {_on_off(v)}",
+    "speculative": lambda v: "no drafts" if v == "off" else f"{v} drafts",
+    "num_speculative_tokens": lambda v: f"up to {v} drafts",
     "static_batch_size": lambda v: f"static batch {v}",
     "static_max_wait_s": lambda v: f"wait {v:g} s",
     "seed": lambda v: f"seed {v}",
@@ -135,8 +137,9 @@ _LABELS = {
 # settings a strategy never reads: a lane's header does not show them
 UNUSED_BY = {
     "continuous": {"static_batch_size", "static_max_wait_s"},
-    "static": {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "static_max_wait_s"},
-    "dynamic": {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill"},
+    "static": {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "static_max_wait_s",
+               "num_speculative_tokens"},
+    "dynamic": {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "num_speculative_tokens"},
 }
 
 

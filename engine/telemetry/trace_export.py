@@ -17,7 +17,9 @@ from ..events import DECODE, ENTRY_FIELDS, PADDING, PREFILL, FinishedEvent, Requ
 
 QUEUED, RECOMPUTE, PREEMPTED, HELD = "queued", "recompute", "preempted", "held"
 MERGED = (DECODE, HELD)  # consecutive iterations of these make one slice; prefill chunks stay apart
-_RID, _PHASE, _TOKENS, _CTX = (ENTRY_FIELDS.index(f) for f in ("request_id", "phase", "num_tokens", "context_len"))
+SPEC_ARGS = {"drafted", "accepted"}  # speculative decoding: a decode slice's draft tokens and those accepted
+_RID, _PHASE, _TOKENS, _CTX, _DRAFTED, _ACCEPTED = (ENTRY_FIELDS.index(f) for f in (
+    "request_id", "phase", "num_tokens", "context_len", "drafted", "accepted"))
 
 
 def us(t: float) -> int:
@@ -67,9 +69,12 @@ class _Track:
             merged = last["args"]
             merged.update(tokens=merged["tokens"] + args["tokens"], iterations=merged["iterations"] + 1,
                           last_step=args["step"])
+            for k in SPEC_ARGS & args.keys():
+                merged[k] = merged.get(k, 0) + args[k]
         else:
             if kind in MERGED:
-                args = {"tokens": args["tokens"], "iterations": 1, "first_step": args["step"], "last_step": args["step"]}
+                args = {"tokens": args["tokens"], "iterations": 1, "first_step": args["step"], "last_step": args["step"],
+                        **{k: args[k] for k in SPEC_ARGS & args.keys()}}
             self.slices.append(_slice(kind, t0, t1, args))
         self.last_it = it
 
@@ -123,6 +128,8 @@ class _Lane:
             args = {"tokens": row[DECODE] + row[PREFILL] if kind != HELD else row[PADDING], "step": ev["step"]}
             if kind in (PREFILL, RECOMPUTE):
                 args.update(context_len=row["ctx"], padding=row[PADDING])
+            if row["drafted"]:
+                args.update(drafted=row["drafted"], accepted=row["accepted"])
             tr.run(kind, t0, t1, self.it, args)
         self._count(ev, rows)
         self.last_t = max(self.last_t, t1)
@@ -143,6 +150,8 @@ class _Lane:
         series = [("batch size", {"running": len(rows) - held, "held": held}), ("tokens per step", tokens)]
         if ev.get("kv"):
             series.append(("KV blocks used", {"used": ev["kv"]["used"]}))
+        if any(r["drafted"] for r in rows.values()):
+            series.append(("draft tokens per step", {k: sum(r[k] for r in rows.values()) for k in ("drafted", "accepted")}))
         self.counters += [{"name": n, "ph": "C", "ts": ts, "pid": self.pid, "args": a} for n, a in series]
 
     def trace_events(self) -> list[dict]:
@@ -158,12 +167,16 @@ class _Lane:
 
 
 def _rows(entries) -> dict[int, dict]:
-    """A step's entries per request: tokens by phase and the context length (a static row can hold a
-    prefill entry and a padding entry)."""
+    """A step's entries per request: tokens by phase, the context length (a static row can hold a
+    prefill entry and a padding entry) and speculative decoding's draft tokens and accepted ones."""
     rows: dict[int, dict] = {}
     for e in entries:
-        row = rows.setdefault(e[_RID], {PREFILL: 0, DECODE: 0, PADDING: 0, "ctx": 0, "phases": set()})
+        row = rows.setdefault(e[_RID], {PREFILL: 0, DECODE: 0, PADDING: 0, "ctx": 0, "phases": set(), "drafted": 0,
+                                        "accepted": 0})
         row[e[_PHASE]] += e[_TOKENS]
+        if len(e) > _ACCEPTED:  # recordings made before speculative decoding lack these
+            row["drafted"] += e[_DRAFTED]
+            row["accepted"] += e[_ACCEPTED]
         row["phases"].add(e[_PHASE])
         row["ctx"] = max(row["ctx"], e[_CTX])
     return rows

@@ -12,7 +12,7 @@ import zlib
 
 import streamlit as st
 
-from engine.config import STRATEGIES
+from engine.config import MAX_SPECULATIVE_TOKENS, SPECULATIVE, STRATEGIES
 from engine.serving.lanes import check_lane_name
 from engine.workshop.scenarios.catalog import by_title, running_scenario, shipped
 
@@ -104,6 +104,11 @@ def _lane_fields(i: int, name: str, cfg) -> tuple[str, dict]:
         enable_chunked_prefill=st.toggle("Chunked prefill", cfg.enable_chunked_prefill, key=f"{tag}-chunked"),
         enable_prefix_caching=st.toggle("Prefix caching", cfg.enable_prefix_caching, key=f"{tag}-prefix",
                                         help="Share the KV blocks of prompt prefixes and keep them cached"),
+        speculative=st.selectbox("Speculative decoding", SPECULATIVE, SPECULATIVE.index(cfg.speculative),
+                                 key=f"{tag}-spec", help="ngram: greedy rows draft tokens from their own prompt and "
+                                 "output, verified in the same forward (continuous strategy only)"),
+        num_speculative_tokens=st.slider("Draft tokens per step", 1, MAX_SPECULATIVE_TOKENS,
+                                         cfg.num_speculative_tokens, key=f"{tag}-k"),
         max_num_batched_tokens=st.select_slider("Token budget per iteration", BUDGETS,
                                                 _nearest(BUDGETS, cfg.max_num_batched_tokens), key=f"{tag}-budget"),
         max_num_seqs=st.slider("Max batch (sequences)", 1, 256, cfg.max_num_seqs, key=f"{tag}-seqs"),

@@ -86,7 +86,7 @@ def _all_cards(r: dict, other_name: str | None, other: dict | None) -> list[Card
         return versus(r, other_name, other, key, higher_is_better)
 
     paused = " Paused time is left out."
-    return [
+    return _spec_cards(r) + [
         Card("Throughput", fmt(r["output_tokens_per_s"], " tok/s"), **vs("output_tokens_per_s", True),
              help="Output tokens per second of finished requests, since the run's first arrival." + paused),
         Card("Requests done", f"{r['completed']}", f"{r['in_flight']} in flight"),
@@ -110,3 +110,13 @@ def _all_cards(r: dict, other_name: str | None, other: dict | None) -> list[Card
                   "Live lanes share the device, so each lane's figure is higher than it would be alone; "
                   "the ratio between lanes is what compares them"),
     ]
+
+
+def _spec_cards(r: dict) -> list[Card]:
+    """Speculative decoding's own numbers, on a lane that drafted."""
+    if not r.get("draft_tokens"):
+        return []
+    return [Card("Drafts accepted", fmt(r["acceptance_rate"], " %", 100, 0), f"{r['accepted_tokens']:,} of "
+                 f"{r['draft_tokens']:,}", help="Draft tokens the model's own choices confirmed / draft tokens"),
+            Card("Tokens per row-step", fmt(r["tokens_per_decode_row"], digits=2),
+                 help="Tokens a decoding row gains per step: 1 without speculation, 1 + accepted drafts with it")]

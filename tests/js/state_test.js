@@ -263,6 +263,32 @@ const tests = {
     assert.equal(bare.by.get(rec.lanes[0]).peaks, null);
   },
 
+  "speculative decoding: a row's drafts and the tokens they gained; rows of older recordings read as none"() {
+    const st = LiveState.newState(["spec"], contract);
+    const entry = (rid, phase, tokens, ctx, slot, drafted, accepted) => {
+      const e = [];
+      Object.entries({ rid, phase, tokens, ctx, slot, cached: 0, drafted, accepted }).forEach(([k, v]) => {
+        if (E[k] >= 0) e[E[k]] = v;
+      });
+      return e;
+    };
+    const step = (n, entries, sampled) => ({ type: "step", lane: "spec", strategy: "continuous", step: n,
+                                             t_start: n, t_end: n + 0.5, entries, sampled, admitted: [], finished: [],
+                                             preempted: [], tokens_used: 0, token_budget: 64 });
+    LiveState.applyBatch(st, { skipped: 0, events: [
+      { type: "request", lane: "spec", strategy: "continuous", request_id: 1, arrival_s: 0, num_prompt_tokens: 4 },
+      step(1, [entry(1, P.prefill, 4, 4, 0, 0, 0)], { 1: 9 }),
+      step(2, [entry(1, P.decode, 5, 8, 0, 4, 3)], { 1: 9 }),
+      step(3, [entry(1, P.decode, 3, 9, 0, 2, 0).slice(0, 6)], { 1: 9 })] });  // an older recording's row
+    const S = st.by.get("spec"), R = S.reqs.get(1);
+    assert.equal(R.nOut, 1 + 4 + 1, "each step's own token, and the accepted drafts");
+    assert.deepEqual([S.steps[1].cells[0].drafted, S.steps[1].cells[0].accepted], [4, 3]);
+    assert.deepEqual([S.steps[2].cells[0].drafted, S.steps[2].cells[0].accepted], [0, 0]);
+    assert.equal(S.drafted, 4);
+    const bar = R.segs.find((g) => g.kind === "decode");
+    assert.deepEqual([bar.tokens, bar.n, bar.drafted, bar.accepted], [5, 2, 4, 3], "the decode bar's tokens per step");
+  },
+
   "a remote lane: its server's polled gauges, and it says it is remote"() {
     const lanes = ["local", "far"];
     const st = LiveState.newState(lanes, contract);

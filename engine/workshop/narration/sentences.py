@@ -15,8 +15,9 @@ from .lane_state import LaneState, Req
 
 LONG_PREFILL = 256  # tokens: a prompt long enough that how it is prefilled is worth a sentence
 LONG_WAIT_S = 5.0   # a lane that only waits (a static batch filling up) this long is worth a sentence
+SPEC_NOTABLE = 2    # accepted drafts: a row that gains this many tokens more than one in a step is worth a sentence
 (PREEMPTED, RECOMPUTE, JUMP, PREFIX_HIT, CHUNKED, WHOLE_PREFILL, SLOT_REUSE, PADDING_ROWS, LONG_WAIT,
- JOINED) = range(10)
+ JOINED, SPECULATED) = range(11)
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ def ids(rids) -> str:
 
 
 def step_candidates(ev, st: LaneState) -> list[Candidate]:
-    out = [*_preempted(ev, st), *_jumps(ev, st), *_slots(ev, st), *_padding(ev, st)]
+    out = [*_preempted(ev, st), *_jumps(ev, st), *_slots(ev, st), *_padding(ev, st), *_speculated(ev, st)]
     decoding = len(_decoding(ev))
     for e in ev.entries:
         if e.phase == PREFILL and st.known(e.request_id) is not None:
@@ -202,6 +203,17 @@ def _padding(ev, st: LaneState) -> list[Candidate]:
     verb = "finished but its row is" if len(done) == 1 else "finished but their rows are"
     return [Candidate(PADDING_ROWS, "padding", None, f"{ids(done)} {verb} still computed; {len(pad)} of "
                       f"{len(phases)} rows {'is' if len(pad) == 1 else 'are'} padding")]
+
+
+# ---- speculative decoding --------------------------------------------------------------------
+def _speculated(ev, st: LaneState) -> list[Candidate]:
+    """The row whose drafts gained it the most tokens in this step, when that is notable."""
+    rows = [e for e in ev.entries if e.accepted >= SPEC_NOTABLE and st.known(e.request_id) is not None]
+    if not rows:
+        return []
+    e = max(rows, key=lambda e: (e.accepted, -e.request_id))
+    return [Candidate(SPECULATED, "speculated", e.request_id, f"#{e.request_id} accepted {e.accepted} of "
+                      f"{e.drafted} drafted tokens: {e.accepted + 1} tokens in one step")]
 
 
 # ---- waiting ---------------------------------------------------------------------------------

@@ -43,6 +43,11 @@ METRICS = {m.key: m for m in (
     Metric("prefix_hit_rate", "Prefix cache hits", " %", 100.0, 0, True,
            help="Prompt tokens served from the prefix cache / prompt tokens looked up"),
     Metric("kv_waste_pct", "KV waste", " %", digits=1, help="Allocated KV slots holding no token"),
+    Metric("tpot_p50_s", "TPOT p50", " ms", 1000.0, 0, help="Time per output token after the first: the median request"),
+    Metric("acceptance_rate", "Drafts accepted", " %", 100.0, 0, True,
+           help="Speculative decoding: draft tokens the model's own choices confirmed / draft tokens"),
+    Metric("tokens_per_decode_row", "Tokens per row-step", "", digits=2, higher_is_better=True,
+           help="Tokens a decoding row gains per step: 1 without speculation, 1 + accepted drafts with it"),
 )}
 
 
