@@ -103,10 +103,32 @@ def test_step_sample_reads_prefix_counters_and_service():
     assert step_sample(ev).served is None
 
 
+def test_speculative_decoding_metrics_from_step_events():
+    """Acceptance and tokens gained per decode row and step, from the entries' drafted / accepted; the
+    report shows them only when a lane drafts."""
+    def ev(entries, t):
+        return StepEvent(step=1, strategy="continuous", t_start=t, t_end=t + 0.1, num_waiting=0, num_running=2,
+                         entries=entries, admitted=[], finished=[], preempted=[], tokens_used=1, token_budget=512,
+                         num_blocks=8, block_size=16, used_blocks=2, block_tables={}, kv_tokens={},
+                         reserved_unused_slots=0)
+    steps = [step_sample(ev([StepEntry(1, "decode", 5, 20, drafted=4, accepted=3), StepEntry(2, "decode", 1, 9)], 1.0)),
+             step_sample(ev([StepEntry(1, "decode", 3, 24, drafted=2, accepted=0)], 2.0))]
+    m = summarize(LaneRun("continuous", [_rec(0, 0, 0, 1, 3)], steps, 0.0))
+    assert (m["draft_tokens"], m["accepted_tokens"]) == (6, 3)
+    assert m["acceptance_rate"] == pytest.approx(0.5)
+    assert m["tokens_per_decode_row"] == pytest.approx((3 + 3) / 3)  # 3 decode row-steps gained 6 tokens
+    peer = summarize(LaneRun("hf-generate", [_rec(0, 0, 0, 1, 3)], [_step(1.0, prefill=9)], 0.0))
+    assert peer["acceptance_rate"] is None and peer["tokens_per_decode_row"] is None
+    drafting = format_table([_row("off", False), _row("ngram", False, acceptance_rate=0.5, tokens_per_decode_row=2.0,
+                                                      info={"speculative": "ngram"})])
+    assert "accept %" in drafting and "50.0" in drafting and "2.00" in drafting
+    assert "accept %" not in format_table([_row("a", False)])
+
+
 def _row(lane, caching, **extra):
     return {"lane": lane, "strategy": "continuous", "rate": None, "workload": "w", "output_tokens_per_s": 1.0,
             "prefill_tokens": 1234, "prefix_hit_rate": 0.5 if caching else None,
-            "info": {"prefix_caching": caching}, **extra}
+            "info": {"prefix_caching": caching}, **extra}  # extra may replace info
 
 
 def test_report_shows_sections_only_when_they_apply():

@@ -124,6 +124,17 @@ def prefix_metrics(steps: list[StepSample]) -> dict:
             "prefix_hit_rate": hits / queries if queries else None}
 
 
+def spec_metrics(steps: list[StepSample]) -> dict:
+    """Speculative decoding: draft tokens, the share accepted, and tokens gained per decode row and step
+    (1 without drafts); None for peers."""
+    known = [s for s in steps if s.drafted is not None]
+    drafted, accepted = sum(s.drafted for s in known), sum(s.accepted for s in known)
+    rows = sum(s.decode_rows for s in known)
+    return {"draft_tokens": drafted if known else None, "accepted_tokens": accepted if known else None,
+            "acceptance_rate": accepted / drafted if drafted else None,
+            "tokens_per_decode_row": (rows + accepted) / rows if rows else None}
+
+
 def breakdowns(run: LaneRun, done: list[RequestRecord], specs: list[RequestSpec] | None) -> dict:
     """Per-class and per-tenant metrics, for workloads whose requests carry those labels."""
     by_index = {s.index: s for s in specs or []}
@@ -174,6 +185,7 @@ def summarize(run: LaneRun, slo_ttft_s: float | None = None, slo_tpot_s: float |
         "goodput_output_tokens_per_s": rate(sum(r.output_tokens for r in good)),
         "slo_attainment_pct": 100.0 * len(good) / len(run.requests) if run.requests else None,
         **prefix_metrics(steps),
+        **spec_metrics(steps),
         **breakdowns(run, done, specs),
     })
     return res

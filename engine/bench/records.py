@@ -47,7 +47,8 @@ class StepSample:
     the padded cache of a generate() batch); kv_unused_slots: those holding no useful token.
     prefix_queries / prefix_hits: prompt tokens looked up in / served from the prefix cache
     (our engine only). served: workload request index -> prompt and decode tokens computed for
-    it this step (kept only when a run needs them: per-tenant service).
+    it this step (kept only when a run needs them: per-tenant service). decode_rows, drafted,
+    accepted: speculative decoding's rows, draft tokens and accepted drafts (our engine only).
     """
     t_start: float
     t_end: float
@@ -61,6 +62,10 @@ class StepSample:
     prefix_queries: int | None = None
     prefix_hits: int | None = None
     served: dict[int, int] | None = None
+    # speculative decoding (our engine only): decode rows, their draft tokens, the drafts accepted
+    decode_rows: int | None = None
+    drafted: int | None = None
+    accepted: int | None = None
 
     @property
     def computed_tokens(self) -> int:
@@ -86,8 +91,11 @@ def step_sample(ev: StepEvent, index_of: dict[int, int] | None = None) -> StepSa
     tokens = dict.fromkeys(PHASES, 0)
     rows, active = set(), set()
     served = None if index_of is None else {}
+    decode_rows = drafted = accepted = 0
     for e in ev.entries:
         tokens[e.phase] += e.num_tokens
+        decode_rows += e.phase == DECODE
+        drafted, accepted = drafted + e.drafted, accepted + e.accepted
         rows.add(e.request_id)
         if e.phase != PADDING and e.num_tokens:
             active.add(e.request_id)
@@ -97,7 +105,8 @@ def step_sample(ev: StepEvent, index_of: dict[int, int] | None = None) -> StepSa
     return StepSample(ev.t_start, ev.t_end, len(rows), len(active), tokens[PREFILL], tokens[DECODE],
                       tokens[PADDING], kv_allocated_slots=ev.used_blocks * ev.block_size,
                       kv_unused_slots=ev.reserved_unused_slots, prefix_queries=ev.prefix_queries,
-                      prefix_hits=ev.prefix_hits, served=served)
+                      prefix_hits=ev.prefix_hits, served=served, decode_rows=decode_rows, drafted=drafted,
+                      accepted=accepted)
 
 
 def request_record(index: int, out: RequestOutput, scheduled_s: float | None) -> RequestRecord:

@@ -35,6 +35,12 @@ PREFIX_COLUMNS = [
     ("hit %", "prefix_hit_rate", "{:.1f}", 100),
 ]
 
+# Shown when a lane of the group speculates.
+SPEC_COLUMNS = [
+    ("accept %", "acceptance_rate", "{:.1f}", 100),
+    ("tok/row-step", "tokens_per_decode_row", "{:.2f}", 1),
+]
+
 # Per class (workloads labelling requests short/long): (header, key, format, scale)
 CLASS_COLUMNS = [
     ("n", "requests", "{}", None),
@@ -119,14 +125,16 @@ def tenant_table(rows: list[dict]) -> str:
 
 
 def format_table(results: list[dict]) -> str:
-    """One block per arrival rate: the metrics table (prefix columns when a lane caches prefixes),
+    """One block per arrival rate: the metrics table (prefix columns when a lane caches prefixes,
+    speculative decoding's when one drafts),
     per-class and per-tenant tables when the workload has them, then speedups against each baseline."""
     out = []
     for rate, rows in _groups(results):
         title = "offline (all requests at t=0)" if not rate else f"online: {rate:g} requests/s"
         out.append(f"== {rows[0].get('workload', 'workload')}, {title} ==")
         caching = any(r.get("info", {}).get("prefix_caching") for r in rows)
-        out.append(_table(rows, COLUMNS + (PREFIX_COLUMNS if caching else [])))
+        drafting = any(r.get("info", {}).get("speculative", "off") != "off" for r in rows)
+        out.append(_table(rows, COLUMNS + (PREFIX_COLUMNS if caching else []) + (SPEC_COLUMNS if drafting else [])))
         if any(r.get("classes") for r in rows):
             out.append("\nper class (queue max: longest wait from arrival to admission)\n" + class_table(rows))
         if any(r.get("tenants") for r in rows):

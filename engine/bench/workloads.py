@@ -5,8 +5,9 @@ from a `WorkloadSpec` by `make_workload()` (seeded: the same spec gives the same
 workload, on any machine), taken from a named preset (`preset()`), or replayed
 from a JSONL trace (`load_trace()` / `save_trace()`).
 
-Prompts are either real (user messages from the bundled `assets/prompts.jsonl`,
-sent through the model's chat template) or synthetic (a token length; random
+Prompts are either real (user messages from the bundled `assets/prompts.jsonl`, or
+`assets/edit_prompts.jsonl` for "edit": copy or edit a given passage, where speculative decoding's
+lookup pays; sent through the model's chat template) or synthetic (a token length; random
 non-special token ids are drawn when the workload is materialized for a
 tokenizer), optionally behind a prefix of `shared_prefix_len` ids common to every
 request (a system prompt). `materialize()` turns every prompt into token ids, once,
@@ -30,7 +31,9 @@ import random
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ..workshop.prompts import load_prompts  # noqa: F401 - the bundled prompts, also taken from here
+from ..workshop.prompts import EDIT_PROMPTS_PATH, PROMPTS_PATH, load_prompts
+
+PROMPT_SETS = {"real": PROMPTS_PATH, "edit": EDIT_PROMPTS_PATH}  # WorkloadSpec.prompts -> bundled file
 
 TRACE_KIND = "inflight-workload"
 TRACE_VERSION = 1
@@ -152,7 +155,7 @@ class RequestSpec:
 class WorkloadSpec:
     """How to generate a workload.
 
-    prompts: "real" (the bundled prompt set, shuffled, cycled when n exceeds it) or
+    prompts: "real" (the bundled prompt set, shuffled, cycled when n exceeds it), "edit" (the editing set) or
     "synthetic" (lengths from `prompt_lengths`). rate: mean arrivals per second
     (Poisson); None or 0 means offline (everyone at t=0). burst: requests arriving
     together; bursts then come as a Poisson process at rate/burst, so the mean
@@ -182,8 +185,8 @@ class WorkloadSpec:
             raise ValueError(f"shared_prefix_len must be an integer >= 0, got {self.shared_prefix_len!r}")
         if not isinstance(self.num_requests, int) or self.num_requests < 1:
             raise ValueError(f"num_requests must be an integer >= 1, got {self.num_requests!r}")
-        if self.prompts not in ("real", "synthetic"):
-            raise ValueError(f"prompts must be 'real' or 'synthetic', got {self.prompts!r}")
+        if self.prompts not in (*PROMPT_SETS, "synthetic"):
+            raise ValueError(f"prompts must be one of {', '.join(PROMPT_SETS)} or synthetic, got {self.prompts!r}")
         if self.rate is not None and not (self.rate >= 0 and math.isfinite(self.rate)):
             raise ValueError(f"rate must be None or a finite number >= 0, got {self.rate!r}")
         if not isinstance(self.burst, int) or self.burst < 1:
@@ -277,8 +280,8 @@ def make_workload(spec: WorkloadSpec) -> Workload:
     max_tokens = [c.output_lengths.sample(out_rng) for c in kinds]
     times = arrival_times(n, spec.rate, spec.burst, _rng(spec.seed, "arrivals"))
     reqs = []
-    if spec.prompts == "real":
-        pool = load_prompts()
+    if spec.prompts in PROMPT_SETS:
+        pool = load_prompts(PROMPT_SETS[spec.prompts])
         order: list[dict] = []
         p_rng = _rng(spec.seed, "prompts")
         while len(order) < n:
@@ -303,6 +306,13 @@ def _quick(scale: float) -> WorkloadSpec:
     # the Anyscale shape shrunk to fit a minute per strategy on 2 CPU cores.
     return WorkloadSpec("quick", num_requests=max(1, round(32 * scale)), prompts="real",
                         output_lengths=Lengths("exponential", mean=64, cap=128))
+
+
+def _edit(scale: float) -> WorkloadSpec:
+    # 8 requests to copy or edit a passage given in the prompt (assets/edit_prompts.jsonl), where
+    # drafting from the prompt pays; each stops at its own end (the same greedy tokens in every lane).
+    return WorkloadSpec("edit", num_requests=max(1, round(8 * scale)), prompts="edit",
+                        output_lengths=Lengths("fixed", value=160), ignore_eos=False)
 
 
 def _anyscale(scale: float) -> WorkloadSpec:
@@ -368,7 +378,7 @@ def _flood(scale: float) -> WorkloadSpec:
         RequestClass(_count(16, scale), tenant="few", **same)))
 
 
-PRESETS = {"quick": _quick, "anyscale": _anyscale, "nano-vllm": _nano_vllm, "online": _online, "bursty": _bursty,
+PRESETS = {"quick": _quick, "edit": _edit, "anyscale": _anyscale, "nano-vllm": _nano_vllm, "online": _online, "bursty": _bursty,
            "tiny": _tiny, "shared-prefix": _shared_prefix, "hol": _hol, "flood": _flood}
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from ..paths import ASSETS
 
 PROMPTS_PATH = ASSETS / "prompts.jsonl"
+EDIT_PROMPTS_PATH = ASSETS / "edit_prompts.jsonl"  # copy or edit a passage given in the prompt
 MARGIN = 1.25         # a prompt serves an answer of N tokens when its own answer is at least this x N
 JOIN_HEAD = "Answer each of these questions in a few sentences:"
 
