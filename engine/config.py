@@ -61,8 +61,9 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     # Share the KV blocks of prompt prefixes between requests and keep them cached (any strategy).
     enable_prefix_caching: bool = False
-    # Speculative decoding: "ngram" drafts up to num_speculative_tokens tokens per greedy decode row
-    # from the request's own prompt and output, verified in the same forward (continuous strategy).
+    # Speculative decoding: "ngram" drafts up to num_speculative_tokens tokens per decode row
+    # from the request's own prompt and output, verified in the same forward (continuous strategy; rows
+    # that sample are verified by rejection sampling, engine/model/spec_sampling.py).
     speculative: str = "off"
     num_speculative_tokens: int = 4
     static_batch_size: int = 16  # the same maximum batch as max_num_seqs: comparisons are at equal capacity

@@ -6,8 +6,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import random
+from collections import Counter
 
 import pytest
+import torch
 
 from engine.request import SamplingParams
 from engine.scheduler.ngram import propose
@@ -179,9 +181,70 @@ def test_bad_settings_name_the_field(bad, field):
         EngineConfig(model="m", **bad)
 
 
-def test_sampled_rows_do_not_draft():
+def test_sampled_rows_draft_too():
     s = scheduler(speculative="ngram", num_speculative_tokens=4)
     req = request(0, prompt_len=2, max_tokens=12)
     req.params.temperature = 0.7
     s.add(req)
-    assert not [r for _ in range(8) for r in step(s).rows if r.draft]
+    assert [r for _ in range(8) for r in step(s).rows if r.draft]
+
+
+# ---- temperature > 0: rejection sampling keeps the model's distribution ---------------------------
+PROMPT = [11, 12, 13, 14, 15, 16]
+SAMPLED = dict(temperature=0.7, top_k=12)
+ALPHA = 0.001  # significance of each chi-square test below (the seeds are fixed: the outcome is too)
+
+
+def chi2_p(observed: dict, expected: dict, n: int) -> float:
+    """Pearson's chi-square p-value of counts against probabilities; bins expecting < 5 pooled."""
+    keys = set(observed) | set(expected)
+    small = [k for k in keys if n * expected.get(k, 0.0) < 5]
+    bins = [([k], n * expected.get(k, 0.0)) for k in keys if k not in small] + [(small, n * sum(
+        expected.get(k, 0.0) for k in small))]
+    bins = [(ks, e) for ks, e in bins if ks]
+    stat = sum((sum(observed.get(k, 0) for k in ks) - e) ** 2 / e for ks, e in bins if e > 0)
+    assert all(e > 0 or sum(observed.get(k, 0) for k in ks) == 0 for ks, e in bins), "a token that cannot occur"
+    dof = len(bins) - 1
+    return float(torch.special.gammaincc(torch.tensor(dof / 2), torch.tensor(stat / 2)))
+
+
+def exact_second_token(model_dir) -> tuple[dict, int]:
+    """The model's own distribution of the second output token after PROMPT (the first one summed out),
+    under SAMPLED's temperature and top-k; and the likeliest second token."""
+    from engine.model.sampler import _probabilities
+    from tiny_models import _load_reference
+    model, params = _load_reference(model_dir), SamplingParams(**SAMPLED)
+    with torch.no_grad():
+        p1 = _probabilities(model(torch.tensor([PROMPT])).logits[:, -1], [params])[0]
+        firsts = [t for t in range(p1.shape[0]) if p1[t] > 0]
+        logits = model(torch.tensor([PROMPT + [t] for t in firsts])).logits[:, -1]
+        p2 = (p1[firsts, None] * _probabilities(logits, [params] * len(firsts))).sum(0)
+    dist = {t: float(p2[t]) for t in range(p2.shape[0]) if p2[t] > 0}
+    return dist, max(dist, key=dist.get)
+
+
+def sample_outputs(model_dir, n: int, draft: list[int] | None) -> list[list[int]]:
+    """n seeded requests of 3 tokens after PROMPT; with `draft`, every decode row drafts it."""
+    eng = make_engine(model_dir, speculative="ngram" if draft else "off", num_speculative_tokens=2,
+                      max_num_seqs=128, num_kv_blocks=1024, max_num_batched_tokens=1024)
+    outs, _ = run_checked(eng, [PROMPT] * n, [SamplingParams(max_tokens=3, seed=i, **SAMPLED) for i in range(n)])
+    return [o.output_token_ids for o in outs]
+
+
+def test_rejection_sampling_keeps_the_distribution(tiny_model_dirs, monkeypatch):
+    """Next-token frequencies with drafts agree with the model's exact distribution (the second token)
+    and with sampling without drafts (the third), by chi-square at ALPHA over 3,000 samples each; the
+    drafts are accepted at some positions and rejected at others."""
+    model_dir, n = tiny_model_dirs["llama"], 3000
+    exact, likely = exact_second_token(model_dir)
+    draft = [likely, likely]
+    monkeypatch.setattr("engine.scheduler.continuous.propose", lambda tokens, k: draft[:k])
+    spec = sample_outputs(model_dir, n, draft)
+    plain = sample_outputs(model_dir, n, None)
+    second = Counter(o[1] for o in spec)
+    assert chi2_p(second, exact, n) > ALPHA
+    assert chi2_p(Counter(o[1] for o in plain), exact, n) > ALPHA  # the test itself holds without drafts
+    third_plain = Counter(o[2] for o in plain)
+    assert chi2_p(Counter(o[2] for o in spec), {t: c / n for t, c in third_plain.items()}, n) > ALPHA
+    kept = sum(o[1] == likely for o in spec)
+    assert 0.05 * n < kept < 0.95 * n  # both paths taken: drafts accepted and rejected

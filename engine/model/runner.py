@@ -18,6 +18,7 @@ from .attention import META_KWARG, BatchMeta, PrefillSeq
 from .files.loader import resolve_model_dir
 from .packed_linear import pack_linears
 from .sampler import sample
+from .spec_sampling import NO_TOKEN, verify_draft
 from .tokens import eos_token_ids, pad_token_id
 
 if TYPE_CHECKING:
@@ -112,9 +113,23 @@ class ModelRunner:
 
 
 def sampled_tokens(logits: torch.Tensor, rows: list[ScheduledRow]) -> list[int]:
-    """Each row's next token, read back to the host: on a GPU, where the step waits for it."""
-    reqs = [r.request for r in rows]
-    return sample(logits, [r.params for r in reqs], [r.generator for r in reqs]).tolist()
+    """Each logit row's token, read back to the host (on a GPU, where the step waits for it). `rows` names
+    the ScheduledRow of each logit row (a draft row's repeated); a draft row that samples with a
+    temperature is verified by rejection sampling instead."""
+    drawn = [i for i, r in enumerate(rows) if not (r.draft and not r.request.params.greedy)]
+    out = [NO_TOKEN] * len(rows)
+    if drawn:
+        sub = logits if len(drawn) == len(rows) else logits[drawn]
+        reqs = [rows[i].request for i in drawn]
+        for i, tok in zip(drawn, sample(sub, [r.params for r in reqs], [r.generator for r in reqs]).tolist()):
+            out[i] = tok
+    i = 0
+    while i < len(rows):  # a row's positions are consecutive
+        row, n = rows[i], rows[i].num_samples
+        if out[i] == NO_TOKEN:
+            out[i:i + n] = verify_draft(logits[i:i + n], row.draft, row.request.params, row.request.generator)
+        i += n
+    return out
 
 
 class _PackedBatch:

@@ -14,7 +14,7 @@ class ContinuousScheduler(Scheduler):
     free KV blocks allow. When blocks run out, the last running request in policy order (fcfs: the
     newest) is preempted: its blocks are freed and it recomputes later. Under the priority policy
     a waiting request that cannot start also preempts running requests of strictly worse priority.
-    With speculative decoding, greedy decode rows then bring draft tokens (ngram.py) in what budget
+    With speculative decoding, decode rows then bring draft tokens (ngram.py) in what budget
     and free blocks are left. Every request left waiting gets the reason from this step's decisions
     (out.waits)."""
 
@@ -49,7 +49,7 @@ class ContinuousScheduler(Scheduler):
         return True
 
     def _speculate(self, out: SchedulerOutput) -> None:
-        """Greedy decode rows draft with what the step leaves once everyone is scheduled: the token
+        """Decode rows draft with what the step leaves once everyone is scheduled: the token
         budget after admission and the free blocks. A draft never preempts or delays anyone."""
         if self.cfg.speculative == "off":
             return
@@ -57,7 +57,7 @@ class ContinuousScheduler(Scheduler):
         for row in out.rows:
             if spare <= 0:
                 return
-            if row.phase == DECODE and row.request.params.greedy:
+            if row.phase == DECODE:
                 self._draft(row, spare)
                 spare -= len(row.draft)
 

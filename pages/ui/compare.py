@@ -105,7 +105,7 @@ def _lane_fields(i: int, name: str, cfg) -> tuple[str, dict]:
         enable_prefix_caching=st.toggle("Prefix caching", cfg.enable_prefix_caching, key=f"{tag}-prefix",
                                         help="Share the KV blocks of prompt prefixes and keep them cached"),
         speculative=st.selectbox("Speculative decoding", SPECULATIVE, SPECULATIVE.index(cfg.speculative),
-                                 key=f"{tag}-spec", help="ngram: greedy rows draft tokens from their own prompt and "
+                                 key=f"{tag}-spec", help="ngram: decoding rows draft tokens from their own prompt and "
                                  "output, verified in the same forward (continuous strategy only)"),
         num_speculative_tokens=st.slider("Draft tokens per step", 1, MAX_SPECULATIVE_TOKENS,
                                          cfg.num_speculative_tokens, key=f"{tag}-k"),
