@@ -62,8 +62,8 @@ class EngineConfig:
     # Share the KV blocks of prompt prefixes between requests and keep them cached (any strategy).
     enable_prefix_caching: bool = False
     # Speculative decoding: "ngram" drafts up to num_speculative_tokens tokens per decode row
-    # from the request's own prompt and output, verified in the same forward (continuous strategy; rows
-    # that sample are verified by rejection sampling, engine/model/spec_sampling.py).
+    # from the request's own prompt and output, verified in the same forward (any strategy; rows that
+    # sample are verified by rejection sampling, engine/model/spec_sampling.py).
     speculative: str = "off"
     num_speculative_tokens: int = 4
     static_batch_size: int = 16  # the same maximum batch as max_num_seqs: comparisons are at equal capacity
@@ -109,8 +109,6 @@ class EngineConfig:
         _check(isinstance(self.enable_prefix_caching, bool), "enable_prefix_caching",
                self.enable_prefix_caching, "True or False")
         _check(self.speculative in SPECULATIVE, "speculative", self.speculative, f"one of {', '.join(SPECULATIVE)}")
-        _check(self.speculative == "off" or self.strategy == "continuous", "speculative", self.speculative,
-               "'off' with strategy static or dynamic (only continuous batching drafts yet)")
         _check(_count(self.num_speculative_tokens, 1) and self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS,
                "num_speculative_tokens", self.num_speculative_tokens, f"an integer from 1 to {MAX_SPECULATIVE_TOKENS}")
         _check(_count(self.static_batch_size, 1), "static_batch_size", self.static_batch_size,

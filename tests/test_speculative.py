@@ -67,17 +67,21 @@ def oracle_drafts(prompts, refs, seed=0):
     return propose_
 
 
+CASES = [(s, setting, d) for s in ("continuous", "static", "dynamic") for setting in ("roomy", "tight", "prefix cache")
+         for d in ("ngram", "oracle") if s == "continuous" or d == "oracle"]
+
+
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("setting", ["roomy", "tight", "prefix cache"])
-@pytest.mark.parametrize("drafter", ["ngram", "oracle"])
-def test_greedy_with_drafts_matches_generate(tiny_model_dirs, references, monkeypatch, family, setting, drafter):
+@pytest.mark.parametrize("strategy, setting, drafter", CASES)
+def test_greedy_with_drafts_matches_generate(tiny_model_dirs, references, monkeypatch, family, strategy, setting,
+                                             drafter):
     prompts, max_tokens, refs = references
     if drafter == "oracle":
-        monkeypatch.setattr("engine.scheduler.continuous.propose", oracle_drafts(prompts, refs[family]))
+        monkeypatch.setattr("engine.scheduler.ngram.propose", oracle_drafts(prompts, refs[family]))
     kw = {"roomy": {}, "prefix cache": {"enable_prefix_caching": True},
           # 20 blocks x 4 for 8 requests of up to 54 tokens: preemption, and drafts cut short by blocks
           "tight": {"num_kv_blocks": 20, "max_model_len": 64, "max_num_batched_tokens": 12}}[setting]
-    eng = make_engine(tiny_model_dirs[family], speculative="ngram", num_speculative_tokens=5, **kw)
+    eng = make_engine(tiny_model_dirs[family], strategy=strategy, speculative="ngram", num_speculative_tokens=5, **kw)
     outs, events = run_checked(eng, prompts, [greedy(m) for m in max_tokens])
     assert [o.output_token_ids for o in outs] == refs[family]
     entries = [e for ev in events for e in ev.entries]
@@ -85,11 +89,11 @@ def test_greedy_with_drafts_matches_generate(tiny_model_dirs, references, monkey
         # rarely repeat themselves: the real drafter's guesses here are few, and mostly wrong)
         assert any(0 < e.accepted < e.drafted for e in entries) and any(e.accepted == 0 < e.drafted for e in entries)
     for ev in events:
-        assert ev.tokens_used <= eng.cfg.max_num_batched_tokens
+        assert strategy != "continuous" or ev.tokens_used <= eng.cfg.max_num_batched_tokens
         for e in ev.entries:
             assert 0 <= e.accepted <= e.drafted <= 5 and (e.drafted == 0 or e.phase == "decode")
             assert e.num_tokens == 1 + e.drafted or e.drafted == 0
-    if setting == "tight":
+    if setting == "tight" and strategy == "continuous":
         assert any(ev.preempted for ev in events)
 
 
@@ -110,7 +114,7 @@ def test_stops_inside_an_accepted_draft_end_where_they_would_without_one(tiny_mo
                       SamplingParams(max_tokens=24))  # kind 3: stops at the EOS below
     outs = {}
     for spec in ("off", "ngram"):
-        monkeypatch.setattr("engine.scheduler.continuous.propose",
+        monkeypatch.setattr("engine.scheduler.ngram.propose",
                             oracle_drafts(prompts, [o.output_token_ids for o in plain], seed=5))
         eng = make_engine(tiny_model_dirs[family], speculative=spec, num_speculative_tokens=8)
         eng.runner.eos_token_ids = frozenset({eos})
@@ -133,13 +137,14 @@ def test_drafts_count_against_the_token_budget():
     assert max(len(r.draft) for r in drafting) == 4
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_drafts_change_no_scheduling_decision(seed):
+@pytest.mark.parametrize("strategy", ["continuous", "static", "dynamic"])
+@pytest.mark.parametrize("seed", range(4))
+def test_drafts_change_no_scheduling_decision(seed, strategy):
     """From any state, the same rows, admissions, preemptions and waits as with speculation off: drafts
     only take what budget and blocks are left, so they never preempt or delay anyone (a small pool and
     budget, requests arriving at random)."""
     rng = random.Random(seed)
-    s = scheduler(num_blocks=rng.choice([8, 12, 20]), max_num_batched_tokens=rng.choice([6, 12, 32]),
+    s = scheduler(strategy, num_blocks=rng.choice([8, 12, 20]), max_num_batched_tokens=rng.choice([6, 12, 32]),
                   max_num_seqs=rng.choice([2, 4]), speculative="ngram", num_speculative_tokens=rng.randrange(1, 9))
     rid = 0
     for _ in range(60):
@@ -171,7 +176,6 @@ def test_drafts_stop_at_max_tokens():
 
 
 @pytest.mark.parametrize("bad, field", [({"speculative": "draft"}, "speculative"),
-                                        ({"speculative": "ngram", "strategy": "static"}, "speculative"),
                                         ({"num_speculative_tokens": 0}, "num_speculative_tokens"),
                                         ({"num_speculative_tokens": 9}, "num_speculative_tokens"),
                                         ({"num_speculative_tokens": True}, "num_speculative_tokens")])
@@ -238,7 +242,7 @@ def test_rejection_sampling_keeps_the_distribution(tiny_model_dirs, monkeypatch)
     model_dir, n = tiny_model_dirs["llama"], 3000
     exact, likely = exact_second_token(model_dir)
     draft = [likely, likely]
-    monkeypatch.setattr("engine.scheduler.continuous.propose", lambda tokens, k: draft[:k])
+    monkeypatch.setattr("engine.scheduler.ngram.propose", lambda tokens, k: draft[:k])
     spec = sample_outputs(model_dir, n, draft)
     plain = sample_outputs(model_dir, n, None)
     second = Counter(o[1] for o in spec)

@@ -10,7 +10,7 @@ from ..config import EngineConfig
 from ..events import DECODE, PREFILL
 from ..kv import KVCacheManager
 from ..request import Request, RequestStatus
-from . import waits
+from . import ngram, waits
 from .policy import make_policy
 
 
@@ -113,12 +113,26 @@ class Scheduler(ABC):
             req.num_computed_tokens += row.num_new - len(row.draft) + row.accepted
             req.output_token_ids.extend(new)  # before commit: accepted drafts are in full blocks' hashes
             if row.draft:
-                self.cache.trim(req.request_id, req.num_computed_tokens)
+                self._drop_rejected(req)
             self.cache.commit(req)
             if new and req.first_token_s is None:
                 req.first_token_s = now
             sampled += [(req, tok) for tok in new]
         return sampled
+
+    def _draft(self, row: ScheduledRow, spare: int) -> None:
+        """Speculative decoding: draft up to num_speculative_tokens, `spare` and the tokens the row may
+        still make; fewer when the free blocks do not hold them all."""
+        req = row.request
+        k = min(self.cfg.num_speculative_tokens, spare, req.params.max_tokens - len(req.output_token_ids) - 1)
+        draft = ngram.propose(req.all_token_ids, k)
+        while draft and not self.cache.allocate(req.request_id, req.num_computed_tokens + 1 + len(draft)):
+            draft.pop()
+        row.draft, row.num_new = draft, 1 + len(draft)
+
+    def _drop_rejected(self, request: Request) -> None:
+        """The blocks past the request's accepted tokens go back (held only rejected drafts)."""
+        self.cache.trim(request.request_id, request.num_computed_tokens)
 
     def unsample(self, request: Request, num_tokens: int) -> None:
         """Drop the last num_tokens output tokens: made in the step that stopped the request, after

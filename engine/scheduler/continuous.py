@@ -5,7 +5,6 @@ from ..events import DECODE
 from ..request import Request
 from . import waits
 from .base import ScheduledRow, Scheduler, SchedulerOutput
-from .ngram import propose
 
 
 class ContinuousScheduler(Scheduler):
@@ -61,15 +60,6 @@ class ContinuousScheduler(Scheduler):
                 self._draft(row, spare)
                 spare -= len(row.draft)
 
-    def _draft(self, row: ScheduledRow, spare: int) -> None:
-        """Up to num_speculative_tokens, the spare budget and the tokens the row may still make; fewer
-        when the free blocks do not hold them all."""
-        req = row.request
-        k = min(self.cfg.num_speculative_tokens, spare, req.params.max_tokens - len(req.output_token_ids) - 1)
-        draft = propose(req.all_token_ids, k)
-        while draft and not self.cache.allocate(req.request_id, req.num_computed_tokens + 1 + len(draft)):
-            draft.pop()
-        row.draft, row.num_new = draft, 1 + len(draft)
 
     def _preempt_last(self, out: SchedulerOutput, why: dict) -> Request:
         victim = self.running.pop()

@@ -9,11 +9,12 @@ then decodes every row each step until its longest request finishes. Rows that
 finish early keep their slot and their KV and are still computed (as pad
 tokens) until then; nobody joins mid-batch. This is what generate() does on a
 padded batch. A presenter may launch a partial batch by hand (launch_now), and
-every waiting request is told why it waits (out.waits).
+every waiting request is told why it waits (out.waits). With speculative decoding
+a decoding row drafts within its reservation.
 """
 from __future__ import annotations
 
-from ..events import PADDING, PREFILL
+from ..events import DECODE, PADDING, PREFILL
 from ..request import Request
 from . import waits
 from .base import ScheduledRow, Scheduler, SchedulerOutput
@@ -44,6 +45,8 @@ class StaticScheduler(Scheduler):
                 out.rows.append(ScheduledRow(req, PADDING, 0, num_pad=1, slot=slot))
             else:
                 out.rows.append(ScheduledRow(req, self.phase_of(req, 1), 1, slot=slot))
+                if self.cfg.speculative != "off" and out.rows[-1].phase == DECODE:
+                    self._draft(out.rows[-1], self.cfg.num_speculative_tokens)  # in its reserved blocks
 
     def _should_launch(self) -> bool:
         n = len(self.waiting)
@@ -93,6 +96,9 @@ class StaticScheduler(Scheduler):
             n = req.num_tokens - req.num_computed_tokens
             out.rows.append(ScheduledRow(req, PREFILL, n, num_pad=longest - n, slot=slot,
                                          num_cached=req.num_computed_tokens))
+
+    def _drop_rejected(self, request: Request) -> None:
+        """Nothing: the row's reservation (prompt + max_tokens) holds until its batch ends."""
 
     def _release(self, request: Request) -> None:
         # A finished row keeps its slot and KV until the whole batch is done.

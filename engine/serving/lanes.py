@@ -137,9 +137,8 @@ _LABELS = {
 # settings a strategy never reads: a lane's header does not show them
 UNUSED_BY = {
     "continuous": {"static_batch_size", "static_max_wait_s"},
-    "static": {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "static_max_wait_s",
-               "num_speculative_tokens"},
-    "dynamic": {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "num_speculative_tokens"},
+    "static": {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "static_max_wait_s"},
+    "dynamic": {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill"},
 }
 
 

@@ -106,7 +106,7 @@ def _lane_fields(i: int, name: str, cfg) -> tuple[str, dict]:
                                         help="Share the KV blocks of prompt prefixes and keep them cached"),
         speculative=st.selectbox("Speculative decoding", SPECULATIVE, SPECULATIVE.index(cfg.speculative),
                                  key=f"{tag}-spec", help="ngram: decoding rows draft tokens from their own prompt and "
-                                 "output, verified in the same forward (continuous strategy only)"),
+                                 "output, verified in the same forward"),
         num_speculative_tokens=st.slider("Draft tokens per step", 1, MAX_SPECULATIVE_TOKENS,
                                          cfg.num_speculative_tokens, key=f"{tag}-k"),
         max_num_batched_tokens=st.select_slider("Token budget per iteration", BUDGETS,
