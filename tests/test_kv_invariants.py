@@ -47,6 +47,26 @@ def test_random_add_abort_step_with_prefix_caching(engines, strategy, policy, se
     _random_run(engines[strategy, policy, True], seq)
 
 
+@pytest.fixture(scope="module")
+def drafting(tiny_model_dirs):
+    return {(s, c): make_engine(tiny_model_dirs["llama"], strategy=s, num_kv_blocks=12, max_model_len=48,
+                                max_num_batched_tokens=12, max_num_seqs=4, static_batch_size=3,
+                                enable_prefix_caching=c, speculative="ngram", num_speculative_tokens=3)
+            for s in STRATEGIES for c in (False, True)}
+
+
+@pytest.mark.parametrize("caching", [False, True])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seq=ops)
+def test_random_add_abort_step_with_drafts(drafting, strategy, caching, seq):
+    """Speculative decoding, every row drafting (its last token again, so some drafts are kept and some
+    rejected): blocks trimmed, reserved, shared and cached as ever."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("engine.scheduler.ngram.propose", lambda tokens, k: tokens[-1:] * k)
+        _random_run(drafting[strategy, caching], seq)
+
+
 def _random_run(eng, seq):
     added, want = [], {}
     for op in seq:
