@@ -52,7 +52,7 @@ def urls(svc):
 
 @pytest.fixture(autouse=True)
 def _fresh(svc):
-    svc.limiter = ClientLimiter(LIMITS)
+    svc.limiter = ClientLimiter(LIMITS, clock=lambda: 0.0)  # no refill mid-test: the counts, not the timing
     yield
     assert_all_free(svc)
 
