@@ -102,6 +102,17 @@ defineLive("Gantt", ["Common", "Waits"], () => {
     ctx.fillText("from cache", xa + 3, y + h / 2);
   }
 
+  // Speculative decoding: a decode bar's tokens per step, written on it where it fits.
+  function perStep(ctx, k, sg, xa, xb, y, rowH) {
+    const text = `${fmt(sg.tokens / sg.n, 1)} tok/step`;
+    ctx.font = `600 ${Math.round(Math.min(12 * k, rowH * 0.55))}px ${FONT}`;
+    if (rowH * SEG_H.decode < 10 || ctx.measureText(text).width + 6 > xb - xa) return;
+    ctx.fillStyle = C.plot;
+    ctx.textBaseline = "middle";
+    ctx.textAlign = "left";
+    ctx.fillText(text, xa + 3, y);
+  }
+
   function finishTip(R) {
     return [`${reqLabel(R, 40)} · finished${R.reason ? ` (${R.reason})` : ""}`, `at ${fmt(R.finishT)} s`
       + (R.nOut ? ` · ${R.nOut} tokens` : ""), R.error ? String(R.error) : ""].filter(Boolean);
@@ -149,6 +160,7 @@ defineLive("Gantt", ["Common", "Waits"], () => {
         if (a == null || b == null || b < range[0] || a > range[1]) continue;
         const tip = () => segTip(R, sg, inst.contract, inst.serviceClock());
         for (const [pa, pb, kind, t] of pieces(R, sg, a, b, tip)) bar(R, pa, pb, kind, t);
+        if (sg.drafted) perStep(ctx, k, sg, X(Math.max(a, range[0])), X(Math.min(b, range[1])), Y(R.rid), rowH);
       }
       const fx = timeMode ? R.finishT : R.finishX;
       if (fx != null && fx >= range[0] && fx <= range[1]) {
