@@ -40,7 +40,6 @@ class LLMEngine:
         self.requests: dict[int, Request] = {}  # unfinished
         self._finished: OrderedDict[int, RequestOutput] = OrderedDict()
         self._just_finished: list[int] = []  # reported by the next StepEvent
-        self._gained: dict[int, int] = {}  # request id -> tokens it gained this step (read by the event)
         self._next_id = 0
         # Iterations that computed or finished something: what every view, log and sentence calls
         # "iteration N" (a step that only polls a filling static batch keeps the last number).
@@ -232,15 +231,13 @@ class LLMEngine:
         A request that stops drops the tokens it made after the one it stopped at."""
         now = self.clock()
         new = self.scheduler.update(sched, tokens, now)
-        gained = self._gained
         for i, (req, tok) in enumerate(new):
             if req.is_finished:
                 continue  # made after its stop: unsampled when it stopped
             sampled[req.request_id] = tok
-            gained[req.request_id] = gained.get(req.request_id, 0) + 1
             stop = self._process_token(req, tok)
             if stop:
-                self.scheduler.unsample(req, sum(1 for r, _ in new[i + 1:] if r is req))
+                self.scheduler.unsample(sched, req, sum(1 for r, _ in new[i + 1:] if r is req))
                 self._finish(req, stop[0], now, flush=stop[1])
 
     def _process_token(self, req: Request, tok: int) -> tuple[str, bool] | None:
@@ -288,9 +285,8 @@ class LLMEngine:
         for row in sched.rows:
             req = row.request
             if row.num_new:
-                gained = self._gained.get(req.request_id, 0)
                 entries.append(StepEntry(req.request_id, row.phase, row.num_new, req.num_computed_tokens, row.slot,
-                                         row.num_cached, len(row.draft), max(0, gained - 1) if row.draft else 0))
+                                         row.num_cached, len(row.draft), row.accepted))
             if row.num_pad:
                 entries.append(StepEntry(req.request_id, PADDING, row.num_pad, req.num_computed_tokens, row.slot))
         tables = {rid: list(t) for rid, t in self.cache.block_tables.items()}
@@ -298,7 +294,6 @@ class LLMEngine:
         kv_tokens = {r.request_id: r.num_computed_tokens for r in self.scheduler.running}
         held = sum(len(t) for t in tables.values()) * self.cfg.block_size
         finished, self._just_finished = self._just_finished, []
-        self._gained = {}
         waits, self.waits = changes(self.waits, sched.waits), sched.waits
         return StepEvent(
             step=self.step_count, strategy=self.cfg.strategy, t_start=t_start, t_end=t_end,

@@ -120,6 +120,9 @@ def test_stops_inside_an_accepted_draft_end_where_they_would_without_one(tiny_mo
         eng.runner.eos_token_ids = frozenset({eos})
         outs[spec], events = run_checked(eng, prompts, params)
     assert any(e.accepted >= 2 for ev in events for e in ev.entries)
+    # accepted counts only drafts that became output: each step's own token plus them is every token made
+    made = sum(len(ev.sampled) + sum(e.accepted for e in ev.entries) for ev in events)
+    assert made == sum(len(o.output_token_ids) for o in outs["ngram"])
     assert {o.finish_reason for o in outs["off"]} == {"stop", "length"}
     for a, b in zip(outs["off"], outs["ngram"]):
         assert (a.output_token_ids, a.text, a.finish_reason) == (b.output_token_ids, b.text, b.finish_reason)

@@ -8,8 +8,7 @@ that holds only the packed copy; a weight tied to the embedding is copied (the e
 
 Sibling projections that read the same input (an attention block's q/k/v, an MLP's gate/up) are
 packed as one matrix: one matmul instead of three reads the weights as one stream and pays oneDNN's
-per-call cost once (at 1-8 rows on a 2-core Intel Xeon, q/k/v 85 -> 35 us in bf16, 91 -> 37 us in
-fp32; gate/up 89 -> 70 us in bf16).
+per-call cost once (decode steps 2-5% faster: README, "Where a CPU step's time goes").
 
 `python -m engine.bench.step_profile --linear torch,onednn` measures both side by side.
 """

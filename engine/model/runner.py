@@ -116,19 +116,21 @@ def sampled_tokens(logits: torch.Tensor, rows: list[ScheduledRow]) -> list[int]:
     """Each logit row's token, read back to the host (on a GPU, where the step waits for it). `rows` names
     the ScheduledRow of each logit row (a draft row's repeated); a draft row that samples with a
     temperature is verified by rejection sampling instead."""
-    drawn = [i for i, r in enumerate(rows) if not (r.draft and not r.request.params.greedy)]
+    verified = {i for i, r in enumerate(rows) if r.draft and not r.request.params.greedy}
+    drawn = [i for i in range(len(rows)) if i not in verified]
+    reqs = [rows[i].request for i in drawn]
+    tokens = sample(logits[drawn] if verified else logits, [r.params for r in reqs],
+                    [r.generator for r in reqs]).tolist()
+    if not verified:
+        return tokens
     out = [NO_TOKEN] * len(rows)
-    if drawn:
-        sub = logits if len(drawn) == len(rows) else logits[drawn]
-        reqs = [rows[i].request for i in drawn]
-        for i, tok in zip(drawn, sample(sub, [r.params for r in reqs], [r.generator for r in reqs]).tolist()):
-            out[i] = tok
-    i = 0
-    while i < len(rows):  # a row's positions are consecutive
-        row, n = rows[i], rows[i].num_samples
-        if out[i] == NO_TOKEN:
-            out[i:i + n] = verify_draft(logits[i:i + n], row.draft, row.request.params, row.request.generator)
-        i += n
+    for i, tok in zip(drawn, tokens):
+        out[i] = tok
+    for i in sorted(verified):  # a row's positions are consecutive: verified once, from its first
+        row = rows[i]
+        if i == 0 or rows[i - 1] is not row:
+            out[i:i + row.num_samples] = verify_draft(logits[i:i + row.num_samples], row.draft, row.request.params,
+                                                      row.request.generator)
     return out
 
 
@@ -166,7 +168,8 @@ class _PackedBatch:
     def _real_tokens(self, row: ScheduledRow, req: Request) -> None:
         t, start, n = len(self.ids), req.num_computed_tokens, row.num_new
         end = start + n
-        self.ids.extend(_token_slice(req, start, end - len(row.draft)) + row.draft)
+        self.ids.extend(_token_slice(req, start, end - len(row.draft)))
+        self.ids.extend(row.draft)
         self.positions.extend(range(start, end))
         self.write_tok.extend(range(t, t + n))
         self.write_slots.extend(self.cache.slots(req.request_id, start, end))

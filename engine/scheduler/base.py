@@ -29,7 +29,7 @@ class ScheduledRow:
     slot: int = -1
     num_cached: int = 0   # tokens served from the prefix cache when this row's request was admitted
     # speculative decoding: draft tokens computed after the row's last token (num_new counts them),
-    # and how many of them the model's own choices confirmed (set by Scheduler.update)
+    # and how many of them became output (set by Scheduler.update, lowered by unsample)
     draft: list[int] = field(default_factory=list)
     accepted: int = 0
 
@@ -121,9 +121,11 @@ class Scheduler(ABC):
         return sampled
 
     def _draft(self, row: ScheduledRow, spare: int) -> None:
-        """Speculative decoding: draft up to num_speculative_tokens, `spare` and the tokens the row may
-        still make; fewer when the free blocks do not hold them all."""
+        """Speculative decoding: a decode row drafts up to num_speculative_tokens, `spare` and the tokens
+        it may still make; fewer when the free blocks do not hold them all."""
         req = row.request
+        if row.phase != DECODE:
+            return
         k = min(self.cfg.num_speculative_tokens, spare, req.params.max_tokens - len(req.output_token_ids) - 1)
         draft = ngram.propose(req.all_token_ids, k)
         while draft and not self.cache.allocate(req.request_id, req.num_computed_tokens + 1 + len(draft)):
@@ -134,11 +136,13 @@ class Scheduler(ABC):
         """The blocks past the request's accepted tokens go back (held only rejected drafts)."""
         self.cache.trim(request.request_id, request.num_computed_tokens)
 
-    def unsample(self, request: Request, num_tokens: int) -> None:
-        """Drop the last num_tokens output tokens: made in the step that stopped the request, after
-        the token it stopped at (a draft accepted past a stop). The request is finishing."""
+    def unsample(self, out: SchedulerOutput, request: Request, num_tokens: int) -> None:
+        """Drop the last num_tokens output tokens: made in step `out`, which stopped the request, after
+        the token it stopped at (drafts accepted past a stop); they no longer count as accepted. The
+        request is finishing."""
         if num_tokens:
             del request.output_token_ids[-num_tokens:]
+            next(r for r in out.rows if r.request is request and r.draft).accepted -= num_tokens
 
     def finish(self, request: Request, reason: str, now: float, error: str | None = None) -> None:
         """End a request (stop, length, abort or error) and release what it holds."""

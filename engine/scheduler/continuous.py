@@ -1,7 +1,6 @@
 """Iteration-level (continuous) scheduling with chunked prefill and preemption by recompute."""
 from __future__ import annotations
 
-from ..events import DECODE
 from ..request import Request
 from . import waits
 from .base import ScheduledRow, Scheduler, SchedulerOutput
@@ -56,10 +55,8 @@ class ContinuousScheduler(Scheduler):
         for row in out.rows:
             if spare <= 0:
                 return
-            if row.phase == DECODE:
-                self._draft(row, spare)
-                spare -= len(row.draft)
-
+            self._draft(row, spare)
+            spare -= len(row.draft)
 
     def _preempt_last(self, out: SchedulerOutput, why: dict) -> Request:
         victim = self.running.pop()

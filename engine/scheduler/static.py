@@ -14,7 +14,7 @@ a decoding row drafts within its reservation.
 """
 from __future__ import annotations
 
-from ..events import DECODE, PADDING, PREFILL
+from ..events import PADDING, PREFILL
 from ..request import Request
 from . import waits
 from .base import ScheduledRow, Scheduler, SchedulerOutput
@@ -45,7 +45,7 @@ class StaticScheduler(Scheduler):
                 out.rows.append(ScheduledRow(req, PADDING, 0, num_pad=1, slot=slot))
             else:
                 out.rows.append(ScheduledRow(req, self.phase_of(req, 1), 1, slot=slot))
-                if self.cfg.speculative != "off" and out.rows[-1].phase == DECODE:
+                if self.cfg.speculative != "off":
                     self._draft(out.rows[-1], self.cfg.num_speculative_tokens)  # in its reserved blocks
 
     def _should_launch(self) -> bool:

@@ -9,8 +9,9 @@ vLLM) and `lane`.
 As in vLLM, a request's prompt tokens count once, at its first token (tokens served from the prefix
 cache included; prefix_cache_hits says how many were); an iteration's tokens leave out static
 batching's padding. Speculative decoding: generation tokens count accepted drafts; the spec_decode
-counters count drafts, draft tokens and accepted ones (in all, and by place in the draft). Latencies use the engine's clock: time to
-first token and inter-token latency end at the end of the step that sampled the token.
+counters count drafts, draft tokens and accepted ones (in all, and by place in the draft). Latencies
+use the engine's clock: time to first token and inter-token latency end at the end of the step that
+sampled the token.
 
 Remote lanes are left out: their server exports its own /metrics, and what we time of them is
 measured at the client, not in an engine.
