@@ -16,7 +16,7 @@ SCHEDULING_POLICIES = ("fcfs", "priority", "sjf", "fair")  # engine/scheduler/po
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 LINEAR_BACKENDS = ("auto", "torch", "onednn")
-SPECULATIVE = ("off", "ngram")  # engine/scheduler/ngram.py
+SPECULATIVE = ("off", "ngram", "draft")  # engine/scheduler/ngram.py, engine/model/draft_model.py
 MAX_SPECULATIVE_TOKENS = 8
 MAX_MODEL_NAME_CHARS = 1024
 BIG = 1 << 40  # far past any machine, and within what every consumer's integers hold
@@ -61,11 +61,13 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     # Share the KV blocks of prompt prefixes between requests and keep them cached (any strategy).
     enable_prefix_caching: bool = False
-    # Speculative decoding: "ngram" drafts up to num_speculative_tokens tokens per decode row
-    # from the request's own prompt and output, verified in the same forward (any strategy; rows that
-    # sample are verified by rejection sampling, engine/model/spec_sampling.py).
+    # Speculative decoding: up to num_speculative_tokens draft tokens per decode row, verified in the
+    # same forward (any strategy; rows that sample are verified by rejection sampling,
+    # engine/model/spec_sampling.py). "ngram" drafts from the request's own prompt and output; "draft"
+    # runs speculative_model (a smaller causal LM with the same tokenizer) with its own paged KV.
     speculative: str = "off"
     num_speculative_tokens: int = 4
+    speculative_model: str | None = None
     static_batch_size: int = 16  # the same maximum batch as max_num_seqs: comparisons are at equal capacity
     static_max_wait_s: float = 0.5
     seed: int = 0
@@ -111,6 +113,11 @@ class EngineConfig:
         _check(self.speculative in SPECULATIVE, "speculative", self.speculative, f"one of {', '.join(SPECULATIVE)}")
         _check(_count(self.num_speculative_tokens, 1) and self.num_speculative_tokens <= MAX_SPECULATIVE_TOKENS,
                "num_speculative_tokens", self.num_speculative_tokens, f"an integer from 1 to {MAX_SPECULATIVE_TOKENS}")
+        drafting = self.speculative == "draft"
+        _check(is_text(self.speculative_model, MAX_MODEL_NAME_CHARS) if drafting else self.speculative_model is None,
+               "speculative_model", self.speculative_model,
+               "a hub id or a local directory (speculative = 'draft')" if drafting
+               else "None unless speculative = 'draft'")
         _check(_count(self.static_batch_size, 1), "static_batch_size", self.static_batch_size,
                f"an integer from 1 to {BIG}")
         _check(is_number(self.static_max_wait_s) and 0 <= self.static_max_wait_s <= 3600, "static_max_wait_s",

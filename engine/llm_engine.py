@@ -12,6 +12,7 @@ from .device_memory import GiB
 from .events import PADDING, StepEntry, StepEvent
 from .kv import KVCacheManager
 from .kv.sizing import kv_block_bytes, num_kv_blocks
+from .model.draft_model import DraftModel
 from .model.runner import ModelRunner
 from .model.sampler import make_generator
 from .request import Request, RequestOutput, SamplingParams, check_priority_tenant
@@ -33,9 +34,13 @@ class LLMEngine:
         self.runner = ModelRunner(self.cfg, progress, share=share_weights_with and share_weights_with.runner)
         self.tokenizer = self.runner.tokenizer
         self.max_model_len = self._max_model_len()
+        self.drafter = (DraftModel(self.cfg, self.runner, self.max_model_len, progress)
+                        if self.cfg.speculative == "draft" else None)
         num_blocks = self._num_kv_blocks()
         self.runner.allocate_kv(num_blocks, self.cfg.block_size,
                                 max(self.cfg.max_num_seqs, self.cfg.static_batch_size), self.max_model_len)
+        if self.drafter:
+            self.drafter.allocate_kv(num_blocks, self.cfg.block_size)
         self._fresh_state()
         self.requests: dict[int, Request] = {}  # unfinished
         self._finished: OrderedDict[int, RequestOutput] = OrderedDict()
@@ -75,9 +80,10 @@ class LLMEngine:
 
     def _num_kv_blocks(self) -> int:
         bs = self.cfg.block_size
-        n = num_kv_blocks(self.cfg, self.runner.kv_shape, self.runner.dtype, self.runner.device)
+        shapes = [self.runner.kv_shape] + ([self.drafter.kv_shape] if self.drafter else [])
+        n = num_kv_blocks(self.cfg, shapes, self.runner.dtype, self.runner.device)
         if n * bs < self.max_model_len:
-            per_block = kv_block_bytes(self.cfg, self.runner.kv_shape, self.runner.dtype)
+            per_block = kv_block_bytes(self.cfg, shapes, self.runner.dtype)
             raise ValueError(
                 f"the KV pool ({n} blocks x {bs} tokens = {n * bs} tokens, {n * per_block / GiB:.2f} GiB) "
                 f"cannot hold one request of max_model_len={self.max_model_len} tokens; raise num_kv_blocks "
@@ -211,6 +217,8 @@ class LLMEngine:
         sampled: dict[int, int] = {}
         if sched.rows:
             try:
+                if self.drafter:
+                    self.drafter.propose(sched.rows, self.cache)
                 tokens = self.runner.execute(sched.rows, self.cache)
             except Exception as e:  # a failed forward ends the batch's requests, not the engine
                 log.exception("engine step failed")

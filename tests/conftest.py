@@ -21,7 +21,7 @@ _TESTS_DIR = str(Path(__file__).resolve().parent)
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
 
-from tiny_models import FAMILIES, make_tiny_model  # noqa: E402
+from tiny_models import FAMILIES, make_draft_model, make_tiny_model  # noqa: E402
 
 
 def pytest_configure(config):
@@ -33,6 +33,13 @@ def tiny_model_dirs(tmp_path_factory) -> dict[str, Path]:
     """family -> directory of a saved tiny random model (llama, qwen2, qwen3, mistral, gpt2)."""
     root = tmp_path_factory.mktemp("tiny_models")
     return {family: make_tiny_model(family, root / family) for family in FAMILIES}
+
+
+@pytest.fixture(scope="session")
+def tiny_draft_dirs(tiny_model_dirs, tmp_path_factory) -> dict[str, Path]:
+    """family -> a draft model for that family's tiny model (speculative = "draft"): its noisy copy."""
+    root = tmp_path_factory.mktemp("tiny_drafts")
+    return {family: make_draft_model(tiny_model_dirs[family], root / family) for family in FAMILIES}
 
 
 @pytest.fixture(scope="session")

@@ -48,11 +48,12 @@ def test_random_add_abort_step_with_prefix_caching(engines, strategy, policy, se
 
 
 @pytest.fixture(scope="module")
-def drafting(tiny_model_dirs):
-    return {(s, c): make_engine(tiny_model_dirs["llama"], strategy=s, num_kv_blocks=12, max_model_len=48,
-                                max_num_batched_tokens=12, max_num_seqs=4, static_batch_size=3,
-                                enable_prefix_caching=c, speculative="ngram", num_speculative_tokens=3)
-            for s in STRATEGIES for c in (False, True)}
+def drafting(tiny_model_dirs, tiny_draft_dirs):
+    draft = {"ngram": {}, "draft": {"speculative_model": str(tiny_draft_dirs["llama"])}}
+    return {(s, c, d): make_engine(tiny_model_dirs["llama"], strategy=s, num_kv_blocks=12, max_model_len=48,
+                                   max_num_batched_tokens=12, max_num_seqs=4, static_batch_size=3,
+                                   enable_prefix_caching=c, speculative=d, num_speculative_tokens=3, **draft[d])
+            for s in STRATEGIES for c in (False, True) for d in draft}
 
 
 @pytest.mark.parametrize("caching", [False, True])
@@ -64,7 +65,16 @@ def test_random_add_abort_step_with_drafts(drafting, strategy, caching, seq):
     rejected): blocks trimmed, reserved, shared and cached as ever."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("engine.scheduler.ngram.propose", lambda tokens, k: tokens[-1:] * k)
-        _random_run(drafting[strategy, caching], seq)
+        _random_run(drafting[strategy, caching, "ngram"], seq)
+
+
+@pytest.mark.parametrize("caching", [False, True])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seq=ops)
+def test_random_add_abort_step_with_a_draft_model(drafting, strategy, caching, seq):
+    """A draft model's drafts (accepted in part) in the same pool layout: no block or request lost."""
+    _random_run(drafting[strategy, caching, "draft"], seq)
 
 
 def _random_run(eng, seq):

@@ -15,7 +15,7 @@ from engine.request import SamplingParams
 from engine.scheduler.ngram import propose
 from engine_helpers import greedy, make_engine, run_checked
 from scheduler_helpers import TOKEN, request, run_fake, scheduler, step
-from tiny_models import FAMILIES, reference_greedy
+from tiny_models import FAMILIES, make_tiny_model, reference_greedy
 
 
 def test_ngram_drafts_continue_an_earlier_occurrence_of_the_suffix():
@@ -95,6 +95,68 @@ def test_greedy_with_drafts_matches_generate(tiny_model_dirs, references, monkey
             assert e.num_tokens == 1 + e.drafted or e.drafted == 0
     if setting == "tight" and strategy == "continuous":
         assert any(ev.preempted for ev in events)
+
+
+DRAFT_CASES = [(s, setting, f) for s in ("continuous", "static", "dynamic")
+               for setting in ("roomy", "tight", "prefix cache")
+               for f in FAMILIES if s == "continuous" or f in ("llama", "mistral")]
+
+
+@pytest.mark.parametrize("strategy, setting, family", DRAFT_CASES)
+def test_draft_model_greedy_matches_generate(tiny_model_dirs, tiny_draft_dirs, references, family, strategy,
+                                             setting):
+    """speculative = "draft": outputs equal generate()'s with a draft model that agrees in part (its own
+    paged KV kept beside the target's through chunked prefill, preemption and the prefix cache); with the
+    target as its own draft, every draft is accepted, which holds only if the draft model's K/V of every
+    position it reads is right."""
+    prompts, max_tokens, refs = references
+    kw = {"roomy": {}, "prefix cache": {"enable_prefix_caching": True},
+          "tight": {"num_kv_blocks": 20, "max_model_len": 64, "max_num_batched_tokens": 12}}[setting]
+    for draft in (tiny_draft_dirs[family], tiny_model_dirs[family]):
+        eng = make_engine(tiny_model_dirs[family], strategy=strategy, speculative="draft",
+                          speculative_model=str(draft), num_speculative_tokens=5, **kw)
+        outs, events = run_checked(eng, prompts, [greedy(m) for m in max_tokens])
+        assert [o.output_token_ids for o in outs] == refs[family]
+        entries = [e for ev in events for e in ev.entries if e.drafted]
+        assert entries and all(e.phase == "decode" and e.num_tokens == 1 + e.drafted for e in entries)
+        accepted, drafted = sum(e.accepted for e in entries), sum(e.drafted for e in entries)
+        if draft == tiny_model_dirs[family]:
+            assert accepted == drafted
+        else:
+            assert 0 < accepted < drafted
+        if setting == "tight" and strategy == "continuous":
+            assert any(ev.preempted for ev in events)
+
+
+def test_a_draft_model_of_another_shape_drafts_from_its_own_pool(tiny_model_dirs):
+    """A draft of another family (gpt2: 2 layers of 4 KV heads) for a qwen2 target (3 layers, 2 KV
+    heads): its pool has the target's blocks in its own shape; outputs equal generate()'s."""
+    prompts, max_tokens = repeating_prompts(6, seed=2)
+    eng = make_engine(tiny_model_dirs["qwen2"], speculative="draft", speculative_model=str(tiny_model_dirs["gpt2"]))
+    target, draft = eng.runner.pool, eng.drafter.runner.pool
+    assert draft.num_blocks == target.num_blocks and draft.block_size == target.block_size
+    assert eng.drafter.kv_shape != eng.runner.kv_shape
+    outs, events = run_checked(eng, prompts, [greedy(m) for m in max_tokens])
+    assert [o.output_token_ids for o in outs] == reference_greedy(tiny_model_dirs["qwen2"], prompts, max_tokens)
+    assert sum(e.drafted for ev in events for e in ev.entries) > 0
+
+
+def test_a_draft_model_that_cannot_serve_the_target_is_refused(tiny_model_dirs, tmp_path):
+    """Another tokenizer, or fewer positions than max_model_len: a clear error naming the setting."""
+    import json
+    import shutil
+    other = shutil.copytree(tiny_model_dirs["llama"], tmp_path / "other")
+    spec = json.loads((other / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[10:12]
+    vocab[a], vocab[b] = vocab[b], vocab[a]  # two ids swapped: the same words, other numbers
+    (other / "tokenizer.json").write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match="EngineConfig.speculative_model: .* does not share the tokenizer"):
+        make_engine(tiny_model_dirs["llama"], speculative="draft", speculative_model=str(other))
+    short = make_tiny_model("llama", tmp_path / "short", max_position_embeddings=64)
+    with pytest.raises(ValueError, match="EngineConfig.speculative_model: .* reads at most 64 positions, fewer "
+                                         "than max_model_len=128"):
+        make_engine(tiny_model_dirs["llama"], speculative="draft", speculative_model=str(short), max_model_len=128)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
@@ -178,7 +240,10 @@ def test_drafts_stop_at_max_tokens():
     assert req.output_token_ids == [TOKEN] * 6 and steps < 6  # a prefill, then drafts took several at once
 
 
-@pytest.mark.parametrize("bad, field", [({"speculative": "draft"}, "speculative"),
+@pytest.mark.parametrize("bad, field", [({"speculative": "lookahead"}, "speculative"),
+                                        ({"speculative": "draft"}, "speculative_model"),
+                                        ({"speculative": "draft", "speculative_model": " "}, "speculative_model"),
+                                        ({"speculative": "ngram", "speculative_model": "m"}, "speculative_model"),
                                         ({"num_speculative_tokens": 0}, "num_speculative_tokens"),
                                         ({"num_speculative_tokens": 9}, "num_speculative_tokens"),
                                         ({"num_speculative_tokens": True}, "num_speculative_tokens")])
@@ -230,28 +295,40 @@ def exact_second_token(model_dir) -> tuple[dict, int]:
     return dist, max(dist, key=dist.get)
 
 
-def sample_outputs(model_dir, n: int, draft: list[int] | None) -> list[list[int]]:
-    """n seeded requests of 3 tokens after PROMPT; with `draft`, every decode row drafts it."""
-    eng = make_engine(model_dir, speculative="ngram" if draft else "off", num_speculative_tokens=2,
-                      max_num_seqs=128, num_kv_blocks=1024, max_num_batched_tokens=1024)
-    outs, _ = run_checked(eng, [PROMPT] * n, [SamplingParams(max_tokens=3, seed=i, **SAMPLED) for i in range(n)])
-    return [o.output_token_ids for o in outs]
+def sample_outputs(model_dir, n: int, **spec) -> tuple[list[list[int]], list]:
+    """n seeded requests of 3 tokens after PROMPT, with `spec`'s speculative decoding settings; (outputs,
+    step events)."""
+    eng = make_engine(model_dir, num_speculative_tokens=2, max_num_seqs=128, num_kv_blocks=1024,
+                      max_num_batched_tokens=1024, **spec)
+    outs, events = run_checked(eng, [PROMPT] * n, [SamplingParams(max_tokens=3, seed=i, **SAMPLED) for i in range(n)])
+    return [o.output_token_ids for o in outs], events
 
 
-def test_rejection_sampling_keeps_the_distribution(tiny_model_dirs, monkeypatch):
+@pytest.fixture(scope="module")
+def plain_samples(tiny_model_dirs):
+    return sample_outputs(tiny_model_dirs["llama"], 3000)[0]
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "draft model"])
+def test_rejection_sampling_keeps_the_distribution(tiny_model_dirs, tiny_draft_dirs, plain_samples, monkeypatch,
+                                                   drafter):
     """Next-token frequencies with drafts agree with the model's exact distribution (the second token)
     and with sampling without drafts (the third), by chi-square at ALPHA over 3,000 samples each; the
-    drafts are accepted at some positions and rejected at others."""
-    model_dir, n = tiny_model_dirs["llama"], 3000
+    drafts are accepted at some positions and rejected at others. The n-gram drafter is made to draft
+    the likeliest second token twice; the draft model drafts its own greedy picks."""
+    model_dir, plain = tiny_model_dirs["llama"], plain_samples
+    n = len(plain)
     exact, likely = exact_second_token(model_dir)
-    draft = [likely, likely]
-    monkeypatch.setattr("engine.scheduler.ngram.propose", lambda tokens, k: draft[:k])
-    spec = sample_outputs(model_dir, n, draft)
-    plain = sample_outputs(model_dir, n, None)
-    second = Counter(o[1] for o in spec)
-    assert chi2_p(second, exact, n) > ALPHA
+    if drafter == "ngram":
+        monkeypatch.setattr("engine.scheduler.ngram.propose", lambda tokens, k: [likely, likely][:k])
+        spec, events = sample_outputs(model_dir, n, speculative="ngram")
+    else:
+        spec, events = sample_outputs(model_dir, n, speculative="draft",
+                                      speculative_model=str(tiny_draft_dirs["llama"]))
+    assert chi2_p(Counter(o[1] for o in spec), exact, n) > ALPHA
     assert chi2_p(Counter(o[1] for o in plain), exact, n) > ALPHA  # the test itself holds without drafts
     third_plain = Counter(o[2] for o in plain)
     assert chi2_p(Counter(o[2] for o in spec), {t: c / n for t, c in third_plain.items()}, n) > ALPHA
-    kept = sum(o[1] == likely for o in spec)
-    assert 0.05 * n < kept < 0.95 * n  # both paths taken: drafts accepted and rejected
+    entries = [e for ev in events for e in ev.entries if e.drafted]
+    kept, drafted = sum(e.accepted for e in entries), sum(e.drafted for e in entries)
+    assert 0.05 * drafted < kept < 0.95 * drafted  # both paths taken: drafts accepted and rejected

@@ -7,6 +7,7 @@ and per-family configs with tiny dimensions and seeded random weights.
 Public helpers:
     make_byte_tokenizer(save_dir) -> PreTrainedTokenizerFast
     make_tiny_model(family, save_dir, **overrides) -> Path
+    make_draft_model(target_dir, save_dir, noise) -> Path
     reference_greedy(model_dir, prompts, max_tokens) -> list[list[int]]
 """
 
@@ -206,6 +207,21 @@ def make_tiny_model(family: str, save_dir: str | os.PathLike, **overrides) -> Pa
         do_sample=False,
     )
     model.save_pretrained(str(save_dir), safe_serialization=True)
+    return save_dir
+
+
+def make_draft_model(target_dir: str | os.PathLike, save_dir: str | os.PathLike, noise: float = 0.05) -> Path:
+    """A draft model for speculative decoding: the target's weights plus seeded noise (``noise`` times
+    each tensor's spread), saved with the target's tokenizer. At 0.05 the tiny models' greedy picks agree
+    on about a third of the draft tokens: drafts are accepted in part and rejected in part."""
+    save_dir = Path(save_dir)
+    model = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * noise * p.std().clamp(min=1e-3))
+    model.save_pretrained(str(save_dir), safe_serialization=True)
+    make_byte_tokenizer(save_dir)
     return save_dir
 
 

@@ -305,7 +305,7 @@ def _child_main(job_path: str) -> int:
     # 5.23 accepts "sdpa" (it switches to a paged path itself); 5.17 needs "paged|sdpa" pinned.
     attn = "sdpa" if "page_size" in names else "paged|sdpa"
     model, tok, device, dtype = _load_hf(cfg, attn_implementation=attn)
-    kv_blocks = job["kv_blocks"] or num_kv_blocks(cfg, kv_shape(model.config), dtype, device)
+    kv_blocks = job["kv_blocks"] or num_kv_blocks(cfg, [kv_shape(model.config)], dtype, device)
     cb_cfg, cb_kw = _cb_config(cfg, kv_blocks, device)
     gen = GenerationConfig(do_sample=False, eos_token_id=None, pad_token_id=_pad_id(model, tok), max_new_tokens=16)
     workloads = [load_trace(p) for p in job["traces"]]

@@ -127,6 +127,7 @@ def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, c
             "linear": eng.runner.linear, "rate": rate,
             "policy": eng.cfg.scheduling_policy, "prefix_caching": eng.cfg.enable_prefix_caching,
             "speculative": eng.cfg.speculative, "num_speculative_tokens": eng.cfg.num_speculative_tokens,
+            "speculative_model": eng.cfg.speculative_model,
             "other_cpu_pct": cpu.other_cpu_pct(),
             "telemetry_pct": share_pct(eng.telemetry_s - telemetry_s0, eng.step_s - step_s0),
             "attention": eng.runner.backend, "cuda_graphs": eng.runner.graphs_state(),

@@ -1,6 +1,7 @@
 """ModelRunner: one forward pass per iteration over a packed ragged batch, then sampling."""
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import TYPE_CHECKING
 
@@ -92,24 +93,27 @@ class ModelRunner:
     def execute(self, rows: list[ScheduledRow], cache: KVCacheManager) -> list[int]:
         """Run one iteration; returns the sampled tokens of every row that samples (ScheduledRow.num_samples
         each), in row order."""
-        if self.device.type != "cuda":
-            return self._execute(rows, cache)
-        with torch.cuda.device(self.device):  # streams, graphs and Triton launches on cuda:N too
-            return self._execute(rows, cache)
+        with on_device(self.device):
+            batch = PackedBatch(self, cache)
+            for row in rows:
+                batch.add(row)
+            logits = self.forward(batch)
+            if not batch.sample_rows:
+                return []
+            return sampled_tokens(logits, batch.sample_rows)
 
-    def _execute(self, rows: list[ScheduledRow], cache: KVCacheManager) -> list[int]:
-        batch = _PackedBatch(self, cache)
-        for row in rows:
-            batch.add(row)
+    def forward(self, batch: PackedBatch) -> torch.Tensor:
+        """The logits [len(batch.sample_idx), vocab] of one packed batch; its tokens' K/V written to the pool."""
         if self.graphs is not None and self.graphs.fits(batch):
-            logits = self.graphs.logits(batch)
-        else:
-            ids, positions, keep, meta = batch.upload()
-            logits = self.model(input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=keep,
-                                **{META_KWARG: meta}).logits[0]
-        if not batch.sample_rows:
-            return []
-        return sampled_tokens(logits, batch.sample_rows)
+            return self.graphs.logits(batch)
+        ids, positions, keep, meta = batch.upload()
+        return self.model(input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=keep,
+                          **{META_KWARG: meta}).logits[0]
+
+
+def on_device(device: torch.device):
+    """The context a step runs in: on CUDA, its device (streams, graphs and Triton launches on cuda:N too)."""
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def sampled_tokens(logits: torch.Tensor, rows: list[ScheduledRow]) -> list[int]:
@@ -134,7 +138,7 @@ def sampled_tokens(logits: torch.Tensor, rows: list[ScheduledRow]) -> list[int]:
     return out
 
 
-class _PackedBatch:
+class PackedBatch:
     """Accumulates one iteration's tokens and attention layout, row by row."""
 
     def __init__(self, runner: ModelRunner, cache: KVCacheManager):
@@ -166,10 +170,19 @@ class _PackedBatch:
             self._real_tokens(row, req)
 
     def _real_tokens(self, row: ScheduledRow, req: Request) -> None:
-        t, start, n = len(self.ids), req.num_computed_tokens, row.num_new
+        start = req.num_computed_tokens
+        ids = token_slice(req, start, start + row.num_new - len(row.draft))
+        if row.draft:  # a draft row samples at its last token and after each draft token
+            ids = ids + row.draft
+        self.add_tokens(req, ids, start, row.num_samples, row)
+
+    def add_tokens(self, req: Request, ids: list[int], start: int, num_samples: int = 0,
+                   sample_row: ScheduledRow | None = None) -> None:
+        """Tokens `ids` of req at positions start.., their K/V written to its blocks; the logits of the
+        last num_samples of them kept (sample_rows names `sample_row` for each)."""
+        t, n = len(self.ids), len(ids)
         end = start + n
-        self.ids.extend(_token_slice(req, start, end - len(row.draft)))
-        self.ids.extend(row.draft)
+        self.ids.extend(ids)
         self.positions.extend(range(start, end))
         self.write_tok.extend(range(t, t + n))
         self.write_slots.extend(self.cache.slots(req.request_id, start, end))
@@ -178,10 +191,9 @@ class _PackedBatch:
         else:
             blocks = self.cache.block_tables[req.request_id][:self.cache.blocks_for(end)]
             self.prefills.append((t, t + n, end, blocks))
-        if row.samples:  # a draft row samples at its last token and after each draft token
-            first = t + n - row.num_samples
-            self.sample_idx.extend(range(first, t + n))
-            self.sample_rows.extend([row] * row.num_samples)
+        if num_samples:
+            self.sample_idx.extend(range(t + n - num_samples, t + n))
+            self.sample_rows.extend([sample_row] * num_samples)
 
     def _decode_row(self, t: int, req: Request, ctx: int) -> None:
         self.dec_idx.append(t)
@@ -249,7 +261,7 @@ def decode_groups(widths: list[int]) -> list[tuple[int, int, int]]:
     return groups
 
 
-def _token_slice(req: Request, start: int, end: int) -> list[int]:
+def token_slice(req: Request, start: int, end: int) -> list[int]:
     """Tokens [start, end) of prompt + output without concatenating the whole sequence."""
     p = req.prompt_token_ids
     if end <= len(p):

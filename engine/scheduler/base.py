@@ -13,6 +13,10 @@ from ..request import Request, RequestStatus
 from . import ngram, waits
 from .policy import make_policy
 
+# A draft token the engine's draft model has still to choose (speculative = "draft": the scheduler sizes
+# a row's draft, engine/model/draft_model.py fills it in before the forward).
+DRAFT_PENDING = -1
+
 
 @dataclass
 class ScheduledRow:
@@ -122,12 +126,13 @@ class Scheduler(ABC):
 
     def _draft(self, row: ScheduledRow, spare: int) -> None:
         """Speculative decoding: a decode row drafts up to num_speculative_tokens, `spare` and the tokens
-        it may still make; fewer when the free blocks do not hold them all."""
+        it may still make; fewer when the free blocks do not hold them all. An n-gram draft is known
+        here; a draft model's is sized here (DRAFT_PENDING) and chosen by the engine."""
         req = row.request
         if row.phase != DECODE:
             return
-        k = min(self.cfg.num_speculative_tokens, spare, req.params.max_tokens - len(req.output_token_ids) - 1)
-        draft = ngram.propose(req.all_token_ids, k)
+        k = max(0, min(self.cfg.num_speculative_tokens, spare, req.params.max_tokens - len(req.output_token_ids) - 1))
+        draft = [DRAFT_PENDING] * k if self.cfg.speculative == "draft" else ngram.propose(req.all_token_ids, k)
         while draft and not self.cache.allocate(req.request_id, req.num_computed_tokens + 1 + len(draft)):
             draft.pop()
         row.draft, row.num_new = draft, 1 + len(draft)

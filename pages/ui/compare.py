@@ -12,7 +12,7 @@ import zlib
 
 import streamlit as st
 
-from engine.config import MAX_SPECULATIVE_TOKENS, SPECULATIVE, STRATEGIES
+from engine.config import MAX_MODEL_NAME_CHARS, MAX_SPECULATIVE_TOKENS, SPECULATIVE, STRATEGIES
 from engine.serving.lanes import check_lane_name
 from engine.workshop.scenarios.catalog import by_title, running_scenario, shipped
 
@@ -106,7 +106,11 @@ def _lane_fields(i: int, name: str, cfg) -> tuple[str, dict]:
                                         help="Share the KV blocks of prompt prefixes and keep them cached"),
         speculative=st.selectbox("Speculative decoding", SPECULATIVE, SPECULATIVE.index(cfg.speculative),
                                  key=f"{tag}-spec", help="ngram: decoding rows draft tokens from their own prompt and "
-                                 "output, verified in the same forward"),
+                                 "output; draft: a smaller model with the same tokenizer drafts them. Either way "
+                                 "the drafts are verified in the same forward"),
+        speculative_model=st.text_input("Draft model (speculative = draft)", cfg.speculative_model or "",
+                                         key=f"{tag}-draft", max_chars=MAX_MODEL_NAME_CHARS,
+                                         help="A hub id or a local directory"),
         num_speculative_tokens=st.slider("Draft tokens per step", 1, MAX_SPECULATIVE_TOKENS,
                                          cfg.num_speculative_tokens, key=f"{tag}-k"),
         max_num_batched_tokens=st.select_slider("Token budget per iteration", BUDGETS,
@@ -116,6 +120,9 @@ def _lane_fields(i: int, name: str, cfg) -> tuple[str, dict]:
         static_max_wait_s=st.slider("Dynamic: max wait (s)", 0.0, 5.0, float(cfg.static_max_wait_s), 0.1,
                                     key=f"{tag}-wait"),
     )
+    # the draft model is read only when the lane drafts with one (else the setting must be None)
+    fields["speculative_model"] = (fields["speculative_model"].strip() or None) if fields["speculative"] == "draft" \
+        else None
     return new_name.strip(), fields
 
 
