@@ -18,6 +18,8 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton")
 LINEAR_BACKENDS = ("auto", "torch", "onednn")
 SPECULATIVE = ("off", "ngram", "draft")  # engine/scheduler/ngram.py, engine/model/draft_model.py
 MAX_SPECULATIVE_TOKENS = 8
+PREEMPTION_MODES = ("recompute", "swap")  # engine/kv/transfer.py
+MAX_SWAP_SPACE_GB = 1024
 MAX_MODEL_NAME_CHARS = 1024
 BIG = 1 << 40  # far past any machine, and within what every consumer's integers hold
 
@@ -68,6 +70,11 @@ class EngineConfig:
     speculative: str = "off"
     num_speculative_tokens: int = 4
     speculative_model: str | None = None
+    # A preempted request's KV: dropped and recomputed when it resumes, or copied to a host pool of
+    # swap_space_gb (on a CPU device, a second pool in the same RAM) and copied back (continuous only:
+    # static and dynamic batching never preempt). A full host pool falls back to recompute.
+    preemption_mode: str = "recompute"
+    swap_space_gb: float = 1.0
     static_batch_size: int = 16  # the same maximum batch as max_num_seqs: comparisons are at equal capacity
     static_max_wait_s: float = 0.5
     seed: int = 0
@@ -118,6 +125,10 @@ class EngineConfig:
                "speculative_model", self.speculative_model,
                "a hub id or a local directory (speculative = 'draft')" if drafting
                else "None unless speculative = 'draft'")
+        _check(self.preemption_mode in PREEMPTION_MODES, "preemption_mode", self.preemption_mode,
+               f"one of {', '.join(PREEMPTION_MODES)}")
+        _check(is_number(self.swap_space_gb) and 0 < self.swap_space_gb <= MAX_SWAP_SPACE_GB, "swap_space_gb",
+               self.swap_space_gb, f"a number of GiB > 0 and at most {MAX_SWAP_SPACE_GB}")
         _check(_count(self.static_batch_size, 1), "static_batch_size", self.static_batch_size,
                f"an integer from 1 to {BIG}")
         _check(is_number(self.static_max_wait_s) and 0 <= self.static_max_wait_s <= 3600, "static_max_wait_s",

@@ -34,6 +34,9 @@ PREFILL = "prefill"  # a prompt chunk, or a recompute after preemption
 DECODE = "decode"    # one new token
 PADDING = "padding"  # computed but discarded: static batching's pad tokens and finished rows still in the batch
 PHASES = (PREFILL, DECODE, PADDING)
+# swap preemption's copies (StepEvent.swaps, engine/kv/transfer.py)
+SWAP_OUT = "out"  # device pool -> host pool
+SWAP_IN = "in"    # host pool -> device pool
 REMOTE = "remote"    # the strategy of a remote lane's events, and the `source` of its config
 # Status events the views and metrics act on: the service paused / resumed (latencies leave paused
 # time out), and a run began (a scenario's stream: metric cards start afresh, its title in `message`).
@@ -95,6 +98,13 @@ class StepEvent:
     # why requests wait (engine/scheduler/waits.py), as changes since the previous step: request id ->
     # its reason, or None once it no longer waits
     waits: dict[int, dict | None] = field(default_factory=dict)
+    # swap preemption (num_host_blocks > 0): this step's copies as [request id, "out" | "in", blocks], in
+    # order, their bytes and seconds, and the host pool's tables (request id -> host block ids)
+    swaps: list[list] = field(default_factory=list)
+    swap_bytes: int = 0
+    swap_s: float = 0.0
+    num_host_blocks: int = 0
+    host_tables: dict[int, list[int]] = field(default_factory=dict)
 
     def block_holders(self) -> dict[int, list[int]]:
         """Block -> the requests holding it (more than one when prefix caching shares it): the block
@@ -147,7 +157,16 @@ class StepEvent:
             "prefix_hits": self.prefix_hits,
             "sampled": {str(k): v for k, v in self.sampled.items()},
             "waits": {str(k): v for k, v in self.waits.items()},
+            **self._swap_dict(),
         }
+
+    def _swap_dict(self) -> dict:
+        """Swap preemption's fields, sent only by an engine that has a host pool."""
+        if not self.num_host_blocks:
+            return {}
+        return {"swaps": self.swaps, "swap_bytes": self.swap_bytes, "swap_s": self.swap_s,
+                "host": {"num_blocks": self.num_host_blocks,
+                         "block_tables": {str(k): v for k, v in self.host_tables.items()}}}
 
 
 @dataclass(kw_only=True)

@@ -13,7 +13,7 @@ import types
 import typing
 from typing import Any
 
-from .events import EVENTS, PHASES, StepEntry, StepMessage
+from .events import EVENTS, PHASES, SWAP_IN, SWAP_OUT, StepEntry, StepMessage
 from .untrusted import encodable, is_int, is_number
 
 MAX_TEXT_CHARS = 1_000_000
@@ -150,6 +150,14 @@ def _entry(v, path: str) -> None:
         check(x, f"{path}.{name}")
 
 
+def _swap(v, path: str) -> None:
+    """A swap preemption copy: [request id, "out" | "in", blocks]."""
+    if not (isinstance(v, list) and len(v) == 3 and v[1] in (SWAP_OUT, SWAP_IN)):
+        raise ValueError(f'{path} must be [request id, "{SWAP_OUT}" or "{SWAP_IN}", blocks]')
+    _int(v[0], f"{path}.request_id")
+    _int(v[2], f"{path}.blocks")
+
+
 _KV = _object({"num_blocks": _int, "block_size": _int, "used": _int, "block_tables": _map(_id_key, _list(_int)),
                "kv_tokens": _map(_id_key, _int), "reserved_unused_slots": _int, "cached": _list(_int)},
               frozenset({"num_blocks", "block_size", "used", "block_tables"}))
@@ -161,6 +169,8 @@ _STEP_FIELDS = {
     "prefix_hits": _int, "sampled": _map(_id_key, _int), "lane": _optional(_str),
     "deltas": _map(_id_key, _str), "roofline": _optional(_map(_str, _optional(_num))),
     "waits": _map(_id_key, _optional(_map(_str, check_json))),
+    "swaps": _list(_swap), "swap_bytes": _int, "swap_s": _num,
+    "host": _object({"num_blocks": _int, "block_tables": _map(_id_key, _list(_int))}, frozenset({"num_blocks"})),
 }
 _STEP_REQUIRED = frozenset({"type", "step", "t_start", "t_end", "entries", "num_waiting", "num_running", "kv"})
 

@@ -6,12 +6,15 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
+import torch
+
 from .config import EngineConfig
 from .detokenizer import IncrementalDetokenizer, find_stop
 from .device_memory import GiB
 from .events import PADDING, StepEntry, StepEvent
-from .kv import KVCacheManager
+from .kv import KVCacheManager, KVPool
 from .kv.sizing import kv_block_bytes, num_kv_blocks
+from .kv.transfer import SWAP_IN, SWAP_OUT, Transfer, run_moves
 from .model.draft_model import DraftModel
 from .model.runner import ModelRunner
 from .model.sampler import make_generator
@@ -41,6 +44,9 @@ class LLMEngine:
                                 max(self.cfg.max_num_seqs, self.cfg.static_batch_size), self.max_model_len)
         if self.drafter:
             self.drafter.allocate_kv(num_blocks, self.cfg.block_size)
+        self.host_pools = self._host_pools()
+        # swap preemption's copies so far, per direction (engine/kv/transfer.py)
+        self.moved = {SWAP_OUT: Transfer(), SWAP_IN: Transfer()}
         self._fresh_state()
         self.requests: dict[int, Request] = {}  # unfinished
         self._finished: OrderedDict[int, RequestOutput] = OrderedDict()
@@ -57,7 +63,8 @@ class LLMEngine:
     # ---- setup -------------------------------------------------------------------------------
     def _fresh_state(self) -> None:
         self.cache = KVCacheManager(self.runner.pool.num_blocks, self.cfg.block_size,
-                                    prefix_caching=self.cfg.enable_prefix_caching)
+                                    prefix_caching=self.cfg.enable_prefix_caching,
+                                    num_host_blocks=self.host_pools[0].num_blocks if self.host_pools else 0)
         self.scheduler = make_scheduler(self.cfg, self.cache, self.clock)
         self.waits: dict[int, dict] = {}  # every waiting request -> why, as the last StepEvent reported
     def reset(self, reason: str) -> list[int]:
@@ -77,6 +84,22 @@ class LLMEngine:
         if want > limit:
             raise ValueError(f"EngineConfig.max_model_len={want} exceeds the model's context length {limit}")
         return want
+
+    def _device_pools(self) -> list[KVPool]:
+        """The KV pools of one block layout: the model's, and its draft model's."""
+        return [self.runner.pool] + ([self.drafter.runner.pool] if self.drafter else [])
+
+    def _host_pools(self) -> list[KVPool]:
+        """Swap preemption: a host pool beside each device pool, swap_space_gb for them all (none else)."""
+        if self.cfg.preemption_mode != "swap":
+            return []
+        pools = self._device_pools()
+        per_block = kv_block_bytes(self.cfg, [p.shape for p in pools], self.runner.dtype)
+        n = int(self.cfg.swap_space_gb * GiB // per_block)
+        if n < 1:
+            raise ValueError(f"EngineConfig.swap_space_gb={self.cfg.swap_space_gb} holds no KV block "
+                             f"({per_block} bytes)")
+        return [KVPool(p.shape, n, self.cfg.block_size, self.runner.dtype, torch.device("cpu")) for p in pools]
 
     def _num_kv_blocks(self) -> int:
         bs = self.cfg.block_size
@@ -215,8 +238,10 @@ class LLMEngine:
         t_start = self.clock()
         sched = self.scheduler.schedule()
         sampled: dict[int, int] = {}
+        moved = Transfer()
         if sched.rows:
             try:
+                moved = self._move_blocks(sched)
                 if self.drafter:
                     self.drafter.propose(sched.rows, self.cache)
                 tokens = self.runner.execute(sched.rows, self.cache)
@@ -228,11 +253,20 @@ class LLMEngine:
         self.scheduler.on_step_done()
         t_end = self.clock()
         self.step_count += bool(sched.rows or self._just_finished)
-        ev = self._event(sched, sampled, t_start, t_end)
+        ev = self._event(sched, sampled, moved, t_start, t_end)
         t_done = self.clock()
         self.telemetry_s += t_done - t_end
         self.step_s += t_done - t_start
         return ev
+
+    def _move_blocks(self, sched: SchedulerOutput) -> Transfer:
+        """Swap preemption's copies, before the forward writes any block they read; what they copied."""
+        step = Transfer()
+        for m in sched.moves:
+            done = run_moves([m], self._device_pools(), self.host_pools)
+            self.moved[m.direction].add(done)
+            step.add(done)
+        return step
 
     def _update(self, sched: SchedulerOutput, tokens: list[int], sampled: dict[int, int]) -> None:
         """Each new token in order (a draft row may bring several): detokenized, checked for a stop.
@@ -288,7 +322,8 @@ class LLMEngine:
                 self._finish(row.request, "error", now, error=msg)
 
     # ---- telemetry ---------------------------------------------------------------------------
-    def _event(self, sched: SchedulerOutput, sampled: dict[int, int], t_start: float, t_end: float) -> StepEvent:
+    def _event(self, sched: SchedulerOutput, sampled: dict[int, int], moved: Transfer, t_start: float,
+               t_end: float) -> StepEvent:
         entries = []
         for row in sched.rows:
             req = row.request
@@ -313,6 +348,9 @@ class LLMEngine:
             reserved_unused_slots=held - sum(kv_tokens.values()), sampled=sampled,
             cached_blocks=self.cache.cached_blocks, prefix_queries=sched.prefix_queries,
             prefix_hits=sched.prefix_hits, waits=waits,
+            swaps=[[m.request_id, m.direction, len(m.src)] for m in sched.moves], swap_bytes=moved.bytes,
+            swap_s=moved.seconds, num_host_blocks=self.cache.host.num_blocks if self.cache.host else 0,
+            host_tables={rid: list(t) for rid, t in self.cache.host_tables.items()},
         )
 
     # ---- convenience -------------------------------------------------------------------------

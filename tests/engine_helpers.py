@@ -44,12 +44,28 @@ def check_kv_invariants(eng: LLMEngine) -> None:
     assert all(alloc.ref_count(b) == 0 for b in free | cached)
     if cache.prefix is None:
         assert all(n == 1 for n in holders.values()), "a block is shared without prefix caching"
+    check_host_pool(cache)
+
+
+def check_host_pool(cache) -> None:
+    """Swap preemption: every host block is free or in exactly one swapped-out request's table, and a
+    request's KV is on the device or on the host, never both."""
+    if cache.host is None:
+        assert not cache.host_tables
+        return
+    held = [b for t in cache.host_tables.values() for b in t]
+    free = set(cache.host._free)
+    assert len(held) == len(set(held)) and all(t for t in cache.host_tables.values()), "a host block held twice"
+    assert len(free) == cache.host.num_free and not (free & set(held)), "a held host block is free"
+    assert len(free) + len(held) == cache.host.num_blocks, "host free + held != total"
+    assert not (cache.host_tables.keys() & cache.block_tables.keys()), "a request's KV on device and host"
 
 
 def check_drained(eng: LLMEngine) -> None:
     assert not eng.has_unfinished(), "requests left in the engine"
     assert eng.cache.num_free == eng.cache.num_blocks, "KV blocks leaked"
-    assert not eng.cache.block_tables
+    assert not eng.cache.block_tables and not eng.cache.host_tables
+    assert eng.cache.host is None or eng.cache.host.num_free == eng.cache.host.num_blocks, "host blocks leaked"
 
 
 def run_checked(eng: LLMEngine, prompts, params: list[SamplingParams], **per_request) -> tuple[list, list]:

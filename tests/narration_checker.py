@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.events import DECODE, ENTRY_FIELDS, EVENTS, PADDING, PREFILL, StepEntry, StepEvent, StepMessage
+from engine.events import (DECODE, ENTRY_FIELDS, EVENTS, PADDING, PREFILL, SWAP_IN, SWAP_OUT, StepEntry, StepEvent,
+                           StepMessage)
+from engine.scheduler import waits
 
 IDS = r"#\d+(?:(?:, #\d+)*(?: and (?:#\d+|\d+ more)))?"
 NUM = r"\d[\d,]*"
@@ -20,7 +22,11 @@ STEP_TEMPLATES = {
     "preempted": (rf"(?P<pool>the KV pool ran out of blocks: )?(?P<ids>{IDS}) (?P<was>was|were) preempted"
                   r"(?: to free (?:its|their) blocks(?: for #(?P<for>\d+))?"
                   r"| by #(?P<by>\d+) \(priority (?P<bp>-?\d+) over (?P<p>-?\d+)\))?"
-                  r"; (?:it|they) will recompute (?:its|their) tokens later"),
+                  r"; (?P<kv>(?:its|their) KV (?:was|were) copied to the host pool, to come back when (?:it resumes|"
+                  r"they resume)|(?:the host pool is full: |some to the host pool, the others dropped: )?"
+                  r"(?:it|they) will recompute (?:its|their) tokens later)"),
+    "swapped_in": (rf"#(?P<id>\d+) is back after its preemption: its (?P<n>{NUM}) KV blocks? came back from the "
+                   "host pool, nothing recomputed"),
     "recompute": (rf"#(?P<id>\d+) is back after its preemption: it recomputes the (?P<n>{NUM}) tokens? it had "
                   "already computed once"),
     "prefix_hit": (rf"#(?P<id>\d+) took (?P<c>{NUM}) of its (?P<p>{NUM}) prompt tokens from the prefix cache and "
@@ -87,7 +93,7 @@ def step_message(d: dict) -> StepMessage:
                    block_size=kv.get("block_size", 0), used_blocks=kv.get("used", 0),
                    block_tables=ints(kv.get("block_tables")), kv_tokens=ints(kv.get("kv_tokens")),
                    reserved_unused_slots=kv.get("reserved_unused_slots", 0), sampled=ints(d.get("sampled")),
-                   cached_blocks=kv.get("cached", []), waits=ints(d.get("waits")))
+                   cached_blocks=kv.get("cached", []), waits=ints(d.get("waits")), swaps=d.get("swaps", []))
     return StepMessage(event=ev, lane=d["lane"], strategy=d["strategy"], deltas=ints(d.get("deltas")),
                        roofline=d.get("roofline"))
 
@@ -290,7 +296,23 @@ class Checker:
         if m["by"] and any((w.get("why"), w.get("by"), w.get("by_priority"), w.get("priority")) !=
                            ("preempted_by_priority", int(m["by"]), int(m["bp"]), int(m["p"])) for w in reasons):
             return f"not by #{m['by']} at those priorities: {reasons}"
+        kv = {w.get("kv", waits.DROPPED) for w in reasons}
+        said = m["kv"]
+        want = ({waits.SWAPPED} if "copied to the host pool" in said else {waits.DROPPED_HOST_FULL}
+                if said.startswith("the host pool is full") else None if said.startswith("some") else {waits.DROPPED})
+        if (kv != want) if want else (len(kv) < 2 or waits.SWAPPED not in kv):
+            return f"not where the KV went: {kv}"
+        swapped = {r for r, way, _ in ev.swaps if way == SWAP_OUT}
+        if (waits.SWAPPED in kv) != bool(swapped & set(victims.named)):
+            return f"the KV copied out: {swapped}"
         return None
+
+    def _swapped_in(self, lane, i, ev, m) -> str | None:
+        rid = int(m["id"])
+        back = [n for r, way, n in ev.swaps if r == rid and way == SWAP_IN]
+        if not back or rid not in ev.admitted:
+            return "not a swapped-out request admitted again"
+        return self._count(num(m["n"]), back[0])
 
     def _recompute(self, lane, i, ev, m) -> str | None:
         rid, e = int(m["id"]), prefill(ev, int(m["id"]))

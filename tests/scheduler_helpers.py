@@ -24,9 +24,11 @@ def request(rid: int, prompt_len: int, max_tokens: int = 4, arrival_s: float = 0
 
 
 def scheduler(strategy: str = "continuous", num_blocks: int = 64, block_size: int = 4, clock=None,
-              **cfg) -> Scheduler:
+              num_host_blocks: int = 0, **cfg) -> Scheduler:
+    """num_host_blocks: the host pool of swap preemption (preemption_mode="swap")."""
     config = EngineConfig(model="no-model", device="cpu", strategy=strategy, block_size=block_size, **cfg)
-    cache = KVCacheManager(num_blocks, block_size, prefix_caching=config.enable_prefix_caching)
+    cache = KVCacheManager(num_blocks, block_size, prefix_caching=config.enable_prefix_caching,
+                           num_host_blocks=num_host_blocks)
     return make_scheduler(config, cache, clock or FakeClock())
 
 

@@ -48,6 +48,25 @@ def test_random_add_abort_step_with_prefix_caching(engines, strategy, policy, se
 
 
 @pytest.fixture(scope="module")
+def swapping(tiny_model_dirs):
+    """Swap preemption, a host pool of 3 blocks (2,048 bytes each): some preemptions swap, some fall back."""
+    return {(p, c): make_engine(tiny_model_dirs["llama"], scheduling_policy=p, num_kv_blocks=12, max_model_len=48,
+                                max_num_batched_tokens=12, max_num_seqs=4, enable_prefix_caching=c,
+                                preemption_mode="swap", swap_space_gb=3 * 2048 / 2 ** 30)
+            for p in ("fcfs", "priority") for c in (False, True)}
+
+
+@pytest.mark.parametrize("caching", [False, True])
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seq=ops)
+def test_random_add_abort_step_with_swap(swapping, policy, caching, seq):
+    """Swap preemption: device and host blocks all accounted for (check_kv_invariants checks the host
+    pool), swapped-out requests aborted, swapped back and finished."""
+    _random_run(swapping[policy, caching], seq)
+
+
+@pytest.fixture(scope="module")
 def drafting(tiny_model_dirs, tiny_draft_dirs):
     draft = {"ngram": {}, "draft": {"speculative_model": str(tiny_draft_dirs["llama"])}}
     return {(s, c, d): make_engine(tiny_model_dirs["llama"], strategy=s, num_kv_blocks=12, max_model_len=48,

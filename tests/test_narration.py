@@ -9,7 +9,7 @@ import pytest
 
 from engine import SamplingParams
 from engine.event_hub import EventHub
-from engine.events import (DECODE, PADDING, PREFILL, LanesEvent, StatusEvent, StepEntry, StepEvent,
+from engine.events import (DECODE, PADDING, PREFILL, SWAP_IN, SWAP_OUT, LanesEvent, StatusEvent, StepEntry, StepEvent,
                            StepMessage, WaitsEvent)
 from engine.workshop.narration import Narrator, Sentence
 from engine.scheduler import waits
@@ -19,11 +19,12 @@ from service_helpers import assert_all_free, service_fixture, wait_idle
 
 
 def step(n, entries, strategy="continuous", admitted=(), finished=(), preempted=(), used=4, blocks=16,
-         dt=1.0, why=None) -> StepEvent:
+         dt=1.0, why=None, swaps=()) -> StepEvent:
     return StepEvent(step=n, strategy=strategy, t_start=n * dt, t_end=n * dt + 0.25, entries=list(entries),
                      num_waiting=0, num_running=len(entries), admitted=list(admitted), finished=list(finished),
                      preempted=list(preempted), tokens_used=0, token_budget=256, num_blocks=blocks, block_size=16,
-                     used_blocks=used, block_tables={}, kv_tokens={}, reserved_unused_slots=0, waits=why or {})
+                     used_blocks=used, block_tables={}, kv_tokens={}, reserved_unused_slots=0, waits=why or {},
+                     swaps=[list(s) for s in swaps], num_host_blocks=8 if swaps else 0)
 
 
 request, finished = request_event, finished_event
@@ -111,6 +112,23 @@ def test_preemption_and_recompute():
         "iteration 2: the KV pool ran out of blocks: #6 was preempted to free its blocks for #5; it will recompute "
         "its tokens later",
         "iteration 3: #6 is back after its preemption: it recomputes the 16 tokens it had already computed once"]
+
+
+def test_swap_preemption_and_the_swap_back():
+    """preemption_mode="swap": the KV goes to the host pool and comes back; nothing is recomputed (the
+    resumed request may go on with a prefill chunk it had not reached)."""
+    items = [request(5, "a"), request(6, "a"), stepped(step(1, [P(5), P(6, 16)], admitted=[5, 6])),
+             stepped(step(2, [D(5, 17)], preempted=[6], used=16, swaps=[(6, SWAP_OUT, 1)],
+                          why={6: {**waits.preempted_for_blocks(5), "kv": waits.SWAPPED}})),
+             stepped(step(3, [P(6, 17)], admitted=[6], swaps=[(6, SWAP_IN, 1)]))]
+    assert told(items)[-2:] == [
+        "iteration 2: the KV pool ran out of blocks: #6 was preempted to free its blocks for #5; its KV was copied "
+        "to the host pool, to come back when it resumes",
+        "iteration 3: #6 is back after its preemption: its 1 KV block came back from the host pool, nothing "
+        "recomputed"]
+    full = {6: {**waits.preempted_for_blocks(5), "kv": waits.DROPPED_HOST_FULL}}
+    items[3] = stepped(step(2, [D(5, 17)], preempted=[6], used=16, why=full))
+    assert told(items)[-2].endswith("#5; the host pool is full: it will recompute its tokens later")
 
 
 def test_a_preemption_by_priority_names_only_what_the_narrator_saw():

@@ -163,7 +163,11 @@ def random_config(rng: random.Random, model_dir) -> EngineConfig:
                         scheduling_policy=rng.choice(["fcfs", "sjf", "fair", "priority"]),
                         max_num_seqs=rng.randint(1, 4), max_num_batched_tokens=rng.choice([32, 64]),
                         enable_chunked_prefill=rng.random() < 0.7, enable_prefix_caching=rng.random() < 0.5,
-                        static_batch_size=rng.randint(2, 4), static_max_wait_s=0.02)
+                        static_batch_size=rng.randint(2, 4), static_max_wait_s=0.02,
+                        preemption_mode=rng.choice(["recompute", "swap"]), swap_space_gb=rng.choice([2, 8]) * BLOCK)
+
+
+BLOCK = 2048 / 2 ** 30  # one KV block of the tiny llama (block_size 4, fp32), in GiB: host pools of 2 or 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,5 +268,5 @@ def test_random_workloads_are_narrated_truly(fuzz_engine, tiny_model_dirs):
         items = merged(lanes)
         said = assert_true(items, max(lane.eng.clock() for lane in lanes) + 10, starts=4)
         said_kinds |= {kind(s) for s in said}
-    assert said_kinds >= {"slot_reuse", "joined", "preempted", "recompute", "padding", "jump", "prefix_hit",
+    assert said_kinds >= {"slot_reuse", "joined", "preempted", "recompute", "swapped_in", "padding", "jump", "prefix_hit",
                           "finished", "compared"}, said_kinds

@@ -3,6 +3,7 @@ budget spent, KV blocks short, a static batch filling up or in flight, behind th
 preempted for blocks or by a higher priority; and the changes a step event carries."""
 from __future__ import annotations
 
+from engine.scheduler import waits
 from engine.scheduler.waits import changes, kind, say
 from scheduler_helpers import FakeClock, request, scheduler, step
 
@@ -75,7 +76,9 @@ def test_preempted_by_a_better_priority():
     s.add(request(1, prompt_len=4, max_tokens=2, priority=-1))
     out = step(s)
     assert out.preempted == [0]
-    assert why(out, 0) == {"why": "preempted_by_priority", "by": 1, "by_priority": -1, "priority": 0}
+    assert why(out, 0) == {"why": "preempted_by_priority", "by": 1, "by_priority": -1, "priority": 0,
+                           "kv": waits.DROPPED}
+    assert say(why(out, 0)) == f"preempted by #1 (priority -1 over 0); {waits.DROPPED}"
     assert kind("preempted_by_priority") == "deferred"
 
 

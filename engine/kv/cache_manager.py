@@ -18,10 +18,13 @@ class KVCacheManager:
     counts), and blocks nobody holds stay cached until the pool needs them: `num_free` counts those
     evictable blocks as free."""
 
-    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False):
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False, num_host_blocks: int = 0):
         self.block_size = block_size
         self.allocator = BlockAllocator(num_blocks)
         self.block_tables: dict[int, list[int]] = {}
+        # swap preemption: a host pool's blocks, and the tables of the requests swapped out to it
+        self.host = BlockAllocator(num_host_blocks) if num_host_blocks else None
+        self.host_tables: dict[int, list[int]] = {}
         self.prefix = PrefixCache() if prefix_caching else None
         self._cached_list: tuple[int, list[int]] = (-1, [])  # (prefix.version, its evictable blocks)
 
@@ -108,7 +111,33 @@ class KVCacheManager:
         return True
 
     def free(self, request_id: int) -> None:
+        """Release the request's blocks, on the device and (swapped out) on the host."""
         self._release(self.block_tables.pop(request_id, None))
+        host = self.host_tables.pop(request_id, None)
+        if host:
+            self.host.put_free(self.host.release(host))
+
+    # ---- swap preemption ---------------------------------------------------------------------
+    def swap_out(self, request_id: int, num_tokens: int) -> tuple[list[int], list[int]] | None:
+        """Move the blocks holding the request's first num_tokens to host blocks and release its table:
+        (device blocks, host blocks) to copy, in order, before anything writes the device blocks again;
+        None (and no change) when there is nothing to move or the host pool lacks room."""
+        table = self.block_tables.get(request_id, [])[:self.blocks_for(num_tokens)]
+        if self.host is None or not table or len(table) > self.host.num_free:
+            return None
+        self._release(self.block_tables.pop(request_id))  # shared and cached blocks stay with the prefix cache
+        host = self.host_tables[request_id] = self.host.allocate(len(table))
+        return table, host
+
+    def swap_in(self, request_id: int, num_tokens: int) -> tuple[list[int], list[int]] | None:
+        """Bring a swapped-out request back into fresh device blocks covering num_tokens: (host blocks,
+        device blocks) to copy; None (and no change) when the free blocks do not hold them."""
+        host = self.host_tables[request_id]
+        if not self.allocate(request_id, num_tokens):
+            return None
+        del self.host_tables[request_id]
+        self.host.put_free(self.host.release(host))
+        return host, self.block_tables[request_id][:len(host)]
 
     def trim(self, request_id: int, num_tokens: int) -> None:
         """Shrink the request's table to the blocks num_tokens need (speculative decoding: the blocks

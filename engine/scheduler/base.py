@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from ..config import EngineConfig
 from ..events import DECODE, PREFILL
 from ..kv import KVCacheManager
+from ..kv.transfer import SWAP_IN, SWAP_OUT, BlockMove
 from ..request import Request, RequestStatus
 from . import ngram, waits
 from .policy import make_policy
@@ -58,6 +59,8 @@ class SchedulerOutput:
     prefix_hits: int = 0
     # every waiting request -> why it waits after this step (engine/scheduler/waits.py)
     waits: dict[int, dict] = field(default_factory=dict)
+    # swap preemption: blocks to copy before the forward, in the order decided (engine/kv/transfer.py)
+    moves: list[BlockMove] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -88,6 +91,8 @@ class Scheduler(ABC):
         # generate() sets this when no more requests will come: launch partial static batches.
         self.draining = False
         self.preempted_why: dict[int, dict] = {}  # a preempted request's reason, until it starts again
+        self.dropped: dict[int, int] = {}  # KV tokens a preemption dropped, until the request starts again
+        self.recomputed_tokens = 0  # tokens computed again after a preemption dropped them (all requests)
 
     def add(self, request: Request) -> None:
         self.policy.on_add(request)
@@ -165,6 +170,7 @@ class Scheduler(ABC):
 
     def remove_waiting(self, request: Request) -> bool:
         self.preempted_why.pop(request.request_id, None)
+        self.dropped.pop(request.request_id, None)
         try:
             self.waiting.remove(request)
             return True
@@ -210,10 +216,11 @@ class Scheduler(ABC):
         """Start a waiting request on its cached prefix blocks, with KV for num_tokens more tokens after
         them; False (and nothing changed) when the blocks do not fit."""
         hit = len(cached) * self.cache.block_size
-        if not self.cache.allocate(request.request_id, request.num_computed_tokens + hit + num_tokens, cached):
+        if not self._claim_blocks(out, request, cached, hit + num_tokens):
             return False
         request.status = RequestStatus.RUNNING
         self.preempted_why.pop(request.request_id, None)
+        self.recomputed_tokens += max(0, self.dropped.pop(request.request_id, 0) - hit)
         request.num_computed_tokens += hit
         if request.num_preemptions == 0:  # a resumed request's hit may cover output: not prompt tokens
             request.num_cached_tokens = min(hit, len(request.prompt_token_ids))
@@ -224,11 +231,34 @@ class Scheduler(ABC):
             out.prefix_hits += hit
         return True
 
-    def _preempt(self, request: Request, why: dict) -> None:
-        """Free the request's KV and queue it first; it recomputes prompt + output so far."""
-        self.preempted_why[request.request_id] = why
-        self.cache.free(request.request_id)
-        request.num_computed_tokens = 0
+    def _claim_blocks(self, out: SchedulerOutput, request: Request, cached: list[int], num_tokens: int) -> bool:
+        """Device blocks for num_tokens more of request: after its cached prefix, or after its swapped-out
+        blocks, which come back (copied before the forward)."""
+        rid, total = request.request_id, request.num_computed_tokens + num_tokens
+        if rid not in self.cache.host_tables:
+            return self.cache.allocate(rid, total, cached)
+        moved = self.cache.swap_in(rid, total)
+        if moved is None:
+            return False
+        out.moves.append(BlockMove(SWAP_IN, rid, *moved))
+        request.num_committed_blocks = 0  # fresh blocks: cached again as commit() finds them full
+        return True
+
+    def _preempt(self, out: SchedulerOutput, request: Request, why: dict) -> None:
+        """Take the request's KV off the device and queue it first: swapped out to the host pool (it
+        resumes where it was), or dropped (it recomputes prompt + output so far). The reason says which."""
+        rid = request.request_id
+        moved = self.cache.swap_out(rid, request.num_computed_tokens) if self.cfg.preemption_mode == "swap" else None
+        if moved is not None:
+            out.moves.append(BlockMove(SWAP_OUT, rid, *moved))
+            why = {**why, "kv": waits.SWAPPED}
+        else:
+            full = self.cfg.preemption_mode == "swap" and request.num_computed_tokens > 0
+            why = {**why, "kv": waits.DROPPED_HOST_FULL if full else waits.DROPPED}
+            self.dropped[rid] = request.num_computed_tokens
+            self.cache.free(rid)
+            request.num_computed_tokens = 0
+        self.preempted_why[rid] = why
         request.num_preemptions += 1
         request.status = RequestStatus.WAITING
         self.waiting.appendleft(request)

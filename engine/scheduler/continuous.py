@@ -1,4 +1,4 @@
-"""Iteration-level (continuous) scheduling with chunked prefill and preemption by recompute."""
+"""Iteration-level (continuous) scheduling with chunked prefill and preemption (by recompute or swap)."""
 from __future__ import annotations
 
 from ..request import Request
@@ -10,7 +10,8 @@ class ContinuousScheduler(Scheduler):
     """Every iteration: running requests first (decodes and unfinished prefill chunks, in policy
     order), then waiting requests join, in policy order, while a batch slot, the token budget and
     free KV blocks allow. When blocks run out, the last running request in policy order (fcfs: the
-    newest) is preempted: its blocks are freed and it recomputes later. Under the priority policy
+    newest) is preempted: its blocks are freed and it recomputes later, or (preemption_mode "swap")
+    they are copied to the host pool and back when it resumes. Under the priority policy
     a waiting request that cannot start also preempts running requests of strictly worse priority.
     With speculative decoding, decode rows then bring draft tokens (ngram.py) in what budget
     and free blocks are left. Every request left waiting gets the reason from this step's decisions
@@ -60,7 +61,7 @@ class ContinuousScheduler(Scheduler):
 
     def _preempt_last(self, out: SchedulerOutput, why: dict) -> Request:
         victim = self.running.pop()
-        self._preempt(victim, why)
+        self._preempt(out, victim, why)
         out.preempted.append(victim.request_id)
         return victim
 
@@ -79,9 +80,9 @@ class ContinuousScheduler(Scheduler):
     def _could_start(self, req: Request) -> bool:
         cached = self._cached_prefix(req)
         hit = len(cached) * self.cache.block_size
-        first_chunk = min(req.num_tokens - hit, self.cfg.max_num_batched_tokens)
-        return (len(self.running) < self.cfg.max_num_seqs
-                and self.cache.blocks_to_start(hit + first_chunk, cached) <= self.cache.num_free)
+        first_chunk = min(req.num_tokens - req.num_computed_tokens - hit, self.cfg.max_num_batched_tokens)
+        return (len(self.running) < self.cfg.max_num_seqs and self.cache.blocks_to_start(
+            req.num_computed_tokens + hit + first_chunk, cached) <= self.cache.num_free)
 
     def _admit(self, out: SchedulerOutput, budget: int) -> dict | None:
         """Waiting requests join in policy order while they can; returns why the head of the queue waits

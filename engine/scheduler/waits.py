@@ -17,6 +17,11 @@ BEHIND = "behind"                      # behind the head of the queue, in the po
 PREEMPTED_FOR_BLOCKS = "preempted_for_blocks"
 PREEMPTED_BY_PRIORITY = "preempted_by_priority"
 
+# what a preemption did with the request's KV (the reason's "kv", said after it)
+SWAPPED = "its KV swapped out to the host pool, to come back when it resumes"
+DROPPED = "its KV dropped, to recompute when it resumes"
+DROPPED_HOST_FULL = "the host pool full: its KV dropped, to recompute when it resumes"
+
 CAPACITY = (BATCH_FULL, TOKEN_BUDGET, KV_BLOCKS)
 # the policy's reason for an order (scheduling_policy -> what decides who goes first)
 ORDER = {"fcfs": "arrival", "priority": "priority", "sjf": "shortest job first", "fair": "fair share"}
@@ -42,6 +47,8 @@ def say(reason: dict, now: float | None = None) -> str:
         text = TEMPLATES.get(reason.get("why"), "{why}").format(**reason)
     except (KeyError, ValueError):
         return str(reason.get("why"))
+    if reason.get("kv"):
+        text += f"; {reason['kv']}"
     if reason.get("launch_at_s") is not None and now is not None:
         text += f" ({LAUNCH_AT.format(s=max(0.0, reason['launch_at_s'] - now))})"
     return text

@@ -63,7 +63,8 @@ class ServiceMetrics:
             return Counter(name, doc, [*LABELS, *extra], registry=self.registry)
         self.prompt_tokens = counter("vllm:prompt_tokens", "Prompt tokens of the requests that started answering.")
         self.generation_tokens = counter("vllm:generation_tokens", "Tokens generated.")
-        self.preemptions = counter("vllm:num_preemptions", "Requests preempted (their KV freed, to recompute).")
+        self.preemptions = counter("vllm:num_preemptions",
+                                   "Requests preempted (their KV freed to recompute, or swapped out).")
         self.prefix_queries = counter("vllm:prefix_cache_queries", "Prefix cache queries, in prompt tokens.")
         self.prefix_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in tokens served from the cache.")
         self.success = counter("vllm:request_success", "Requests ended, by finish reason.", ("finished_reason",))

@@ -103,7 +103,7 @@ class LaneState:
             self.waiting[rid] = self.running.pop(rid)
         if rid in self.waiting:
             self.preempted.add(rid)
-            self.told.discard(("recompute", rid))
+            self.told -= {("recompute", rid), ("swapped_in", rid)}
 
     def finish(self, rid: int) -> bool:
         """The request ended; True when the lane has nothing it knows of left (it just went idle)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.events import DECODE, PADDING, PREFILL
+from engine.events import DECODE, PADDING, PREFILL, SWAP_IN
 from engine.scheduler import waits
 
 from .lane_state import LaneState, Req
@@ -16,8 +16,8 @@ from .lane_state import LaneState, Req
 LONG_PREFILL = 256  # tokens: a prompt long enough that how it is prefilled is worth a sentence
 LONG_WAIT_S = 5.0   # a lane that only waits (a static batch filling up) this long is worth a sentence
 SPEC_NOTABLE = 2    # accepted drafts: a row that gains this many tokens more than one in a step is worth a sentence
-(PREEMPTED, RECOMPUTE, JUMP, PREFIX_HIT, CHUNKED, WHOLE_PREFILL, SLOT_REUSE, PADDING_ROWS, LONG_WAIT,
- JOINED, SPECULATED) = range(11)
+(PREEMPTED, RECOMPUTE, SWAPPED_IN, JUMP, PREFIX_HIT, CHUNKED, WHOLE_PREFILL, SLOT_REUSE, PADDING_ROWS, LONG_WAIT,
+ JOINED, SPECULATED) = range(12)
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,8 @@ def ids(rids) -> str:
 
 
 def step_candidates(ev, st: LaneState) -> list[Candidate]:
-    out = [*_preempted(ev, st), *_jumps(ev, st), *_slots(ev, st), *_padding(ev, st), *_speculated(ev, st)]
+    out = [*_preempted(ev, st), *_swapped_in(ev, st), *_jumps(ev, st), *_slots(ev, st), *_padding(ev, st),
+           *_speculated(ev, st)]
     decoding = len(_decoding(ev))
     for e in ev.entries:
         if e.phase == PREFILL and st.known(e.request_id) is not None:
@@ -62,7 +63,26 @@ def _preempted(ev, st: LaneState) -> list[Candidate]:
     text = f"{ids(victims)} {was} preempted{_preempted_why(reasons, st, its)}"
     if all(w.get("why") == waits.PREEMPTED_FOR_BLOCKS for w in reasons):
         text = f"the KV pool ran out of blocks: {text}"
-    return [Candidate(PREEMPTED, "preempted", None, f"{text}; {it} will recompute {its} tokens later")]
+    return [Candidate(PREEMPTED, "preempted", None, f"{text}; {_kv_went(reasons, it, its, one)}")]
+
+
+def _kv_went(reasons: list[dict], it: str, its: str, one: bool) -> str:
+    """Where the victims' KV went (the reasons' "kv"; recordings made before swap preemption have none)."""
+    kv = {w.get("kv", waits.DROPPED) for w in reasons}
+    if kv == {waits.SWAPPED}:
+        return f"{its} KV {'was' if one else 'were'} copied to the host pool, to come back when {it} resume" + \
+            ("s" if one else "")
+    recompute = f"{it} will recompute {its} tokens later"
+    if kv == {waits.DROPPED_HOST_FULL}:
+        return f"the host pool is full: {recompute}"
+    return recompute if kv == {waits.DROPPED} else f"some to the host pool, the others dropped: {recompute}"
+
+
+def _swapped_in(ev, st: LaneState) -> list[Candidate]:
+    """A preempted request whose KV came back from the host pool: it resumes where it was."""
+    return [Candidate(SWAPPED_IN, "swapped_in", rid, f"#{rid} is back after its preemption: its "
+                      f"{counted(n, 'KV block')} came back from the host pool, nothing recomputed")
+            for rid, way, n in ev.swaps if way == SWAP_IN and st.known(rid) is not None]
 
 
 def _preempted_why(reasons: list[dict], st: LaneState, its: str) -> str:
@@ -80,7 +100,7 @@ def _preempted_why(reasons: list[dict], st: LaneState, its: str) -> str:
 # ---- prefills --------------------------------------------------------------------------------
 def _prefill(ev, e, st: LaneState, decoding: int) -> list[Candidate]:
     rid, prompt = e.request_id, st.known(e.request_id).prompt_len
-    if rid in st.preempted or rid in ev.preempted:  # a recompute: its prefill is not its prompt's
+    if rid in st.preempted or rid in ev.preempted:  # a recompute (or a swap back): not its prompt's prefill
         return _recompute(ev, e, st)
     if e.cached_tokens and prompt and e.cached_tokens <= prompt:
         return [Candidate(PREFIX_HIT, "prefix_hit", rid, f"#{rid} took {e.cached_tokens:,} of its {prompt:,} prompt "
@@ -101,7 +121,7 @@ def _prefill(ev, e, st: LaneState, decoding: int) -> list[Candidate]:
 def _recompute(ev, e, st: LaneState) -> list[Candidate]:
     """Said where the preempted request is admitted again; not when the prefix cache holds part of it."""
     rid, before = e.request_id, st.context.get(e.request_id)
-    if rid not in ev.admitted or e.cached_tokens or not before:
+    if rid not in ev.admitted or e.cached_tokens or not before or any(r == rid for r, *_ in ev.swaps):
         return []
     return [Candidate(RECOMPUTE, "recompute", rid, f"#{rid} is back after its preemption: it recomputes the "
                       f"{counted(before, 'token')} it had already computed once")]
