@@ -114,6 +114,11 @@ class LLMEngine:
         return n
 
     @property
+    def recomputed_tokens(self) -> int:
+        """Tokens computed again after a preemption dropped their KV (since this engine's last reset)."""
+        return self.scheduler.recomputed_tokens
+
+    @property
     def kv_capacity_tokens(self) -> int:
         return self.cache.num_blocks * self.cfg.block_size
 

@@ -136,3 +136,36 @@ def test_utilization_never_passes_100_percent_and_a_static_lane_has_no_budget_li
     tip = page.evaluate(UTIL_TIP, static)
     assert any("(no token budget)" in line for line in tip), tip
     page.close()
+
+
+def as_swapped(events: list[dict], lane: str) -> tuple[int, list[dict]]:
+    """The recording's first preempted request of `lane` as swap preemption would send it: its blocks copied
+    to a host pool of 16 blocks at its preemption (held there until it is admitted again) and back then."""
+    rid = next(r for e in events if e["type"] == "step" and e["lane"] == lane for r in e["preempted"])
+    out, held = [], None
+    for e in events:
+        if e["type"] == "step" and e["lane"] == lane:
+            e = {**e, "swaps": [], "swap_bytes": 0, "swap_s": 0.0}
+            if rid in e["preempted"] and held is None:
+                held = list(range(2))
+                e.update(swaps=[[rid, "out", 2]], swap_bytes=8192, swap_s=0.0004)
+            elif held and rid in e["admitted"]:
+                e.update(swaps=[[rid, "in", 2]], swap_bytes=8192, swap_s=0.0004)
+                held = []
+            e["host"] = {"num_blocks": 16, "block_tables": {str(rid): held} if held else {}}
+        out.append(e)
+    return rid, out
+
+
+def test_swap_preemption_shows_the_host_pool_and_the_swapped_wait(browser, rec):
+    lane = rec["lanes"][0]
+    events = accepted_events(rec)
+    rid, swapped = as_swapped(events, lane)
+    out_at = next(i for i, e in enumerate(swapped) if e["type"] == "step" and e.get("swaps"))
+    page = open_replay(browser, rec, swapped[:out_at + 1], views=["gantt", "kv"], large_text=True, height=1800)
+    expect(page.locator(".ifl-root")).to_have_class(re.compile(r"\bifl-has-swap\b"))
+    expect(page.locator(".ifl-timeline .ifl-legend-swap").first).to_be_visible()
+    expect(page.locator(".ifl-cell-kv .ifl-caption").first).to_contain_text(
+        f"host pool 2 / 16 blocks (#{rid} swapped out) · 0.0 MB copied in 0.4 ms")
+    page.screenshot(path=str(ARTIFACTS / "live-swap.png"), full_page=True)
+    page.close()

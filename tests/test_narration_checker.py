@@ -109,7 +109,10 @@ def test_the_scenarios_show_what_they_are_made_for(scenario_runs):
              ("02-burst", "max batch 4", "freed in the previous iteration"),
              ("04-memory-pressure", "pool 64 blocks", "the KV pool ran out of blocks"),
              ("04-memory-pressure", "pool 64 blocks", "is back after its preemption"),
-             ("06-shared-system-prompt", "cache on", "from the prefix cache")]
+             ("06-shared-system-prompt", "cache on", "from the prefix cache"),
+             ("13-memory-pressure-swap", "swap", "copied to the host pool"),
+             ("13-memory-pressure-swap", "swap", "came back from the host pool, nothing recomputed"),
+             ("13-memory-pressure-swap", "recompute", "it recomputes the")]
     assert [x for x in shown if not has(said[x[0]], x[1], x[2])] == []
     assert not has(said["04-memory-pressure"], "pool 512 blocks", "preempted")
 

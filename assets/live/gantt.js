@@ -5,9 +5,10 @@ defineLive("Gantt", ["Common", "Waits"], () => {
   const MAX_ROWS = 26;  // rows: the newest requests that touch the visible window
   const MIN_ROWS = 8;   // rows are never taller than 1/MIN_ROWS of the plot
   const NAME_CHARS = 10;  // a participant's name in a row label (the timeline widens its margin for it)
-  const SEG_H = { queued: 0.24, preempted: 0.34, prefill: 0.8, recompute: 0.8, decode: 0.8, held: 0.8, cached: 0.8,
+  const SEG_H = { queued: 0.24, preempted: 0.34, swapped: 0.34, prefill: 0.8, recompute: 0.8, decode: 0.8, held: 0.8, cached: 0.8,
                   finish: 0.92 };
   const SEG_LABEL = { queued: "queued", prefill: "prefill chunk", decode: "decode", preempted: "preempted",
+                      swapped: "swapped out (preempted; its KV in the host pool)",
                       cached: "from cache (prefill a prefix hit skipped)",
                       recompute: "recompute (prefill after preemption)", held: "finished, held in batch (padding)" };
 
@@ -46,6 +47,7 @@ defineLive("Gantt", ["Common", "Waits"], () => {
       case "queued": return rgba(color, 0.5);
       case "prefill": case "recompute": return mix(color, C.white, 0.5);
       case "preempted": return C.preempt;
+      case "swapped": return C.swapped;
       case "held": return mix(C.held, color, 0.25);
       case "finish": return reason === "abort" || reason === "error" ? C.preempt : C.white;
       default: return color;

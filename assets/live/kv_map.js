@@ -1,11 +1,14 @@
 // View: the physical KV block pool of one lane, one square cell per block (canvas): owned blocks in
 // their request's color, shared blocks (prefix cache) striped in their holders' colors with a white
-// border, cached-evictable blocks outlined, free blocks dark.
+// border, cached-evictable blocks outlined, free blocks dark; with swap preemption, the host pool
+// under a line below it.
 
 defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
   const { C, FONT, fmt, pct, rgba, reqColor, el, setText, hatchPattern, canvasContext } = Common;
   const MAX_STRIPES = 4;      // a shared block shows its first holders' colors; the count says how many
   const MAX_TIP_HOLDERS = 8;  // a shared block's tooltip lists this many holders
+  const HOST_SHARE = 0.2;     // swap preemption: the share of the view's height the host pool takes
+  const HOST_GAP = 6;         // px between the device pool and the host pool (a line in it)
 
   function build(inst, cell, name) {
     const caption = el("div", "ifl-caption", "");
@@ -86,7 +89,8 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
     if (!c) return;
     const { ctx, W, H } = c;
     const kc = KvBlocks.of(S.kv);
-    const g = geometry(kc.n, W, H);
+    const hostH = S.host ? Math.max(18, Math.round(H * HOST_SHARE)) : 0;
+    const g = geometry(kc.n, W, H - hostH);
     view.geom = g;
     ctx.clearRect(0, 0, W, H);
     const inner = g.s - g.gap;
@@ -94,11 +98,40 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
       const cell = cellAt(kc, g, i, inst.sel);
       drawBlock(ctx, inst, g.ox + (i % g.cols) * g.s, Math.floor(i / g.cols) * g.s, inner, cell);
     }
+    view.host = S.host ? drawHost(ctx, inst, S.host, W, H - hostH, hostH) : null;
     setText(view.caption, `${kc.used} / ${kc.n} blocks used (${fmt(pct(kc.used, kc.n), 1)}%) · `
       + `${kc.held.toLocaleString()} tokens in ${kc.slots.toLocaleString()} slots`
       + (kc.slots ? ` (${fmt(pct(kc.held, kc.slots), 0)}% full)` : "") + ` · ${kc.bs} tokens/block`
       + (kc.sharers.size ? ` · ${kc.sharers.size} shared` : "") + (kc.cached ? ` · ${kc.cached} cached` : "")
-      + (g.group > 1 ? ` · 1 cell = ${g.group} blocks` : ""));
+      + (g.group > 1 ? ` · 1 cell = ${g.group} blocks` : "") + (view.host ? hostCaption(view.host, S) : ""));
+  }
+
+  // Swap preemption's host pool, under a line below the device pool: each swapped-out request's blocks
+  // in its color, free ones dark. Returns what hover needs: its geometry, its top and block -> owner.
+  function drawHost(ctx, inst, host, W, top, h) {
+    const owner = new Map();
+    for (const [rid, table] of Object.entries(host.block_tables || {})) for (const b of table) owner.set(b, +rid);
+    const g = geometry(host.num_blocks, W, h - HOST_GAP);
+    const y0 = top + HOST_GAP;
+    ctx.fillStyle = C.swapped;
+    ctx.fillRect(0, top + 1, W, 1);
+    for (let i = 0; i < g.cells; i++) {
+      const first = i * g.group;
+      let o = -1;
+      for (let b = first; b < Math.min(host.num_blocks, first + g.group) && o < 0; b++) o = owner.get(b) ?? -1;
+      ctx.globalAlpha = o < 0 || inst.sel == null || o === inst.sel ? 1 : 0.22;
+      ctx.fillStyle = o < 0 ? C.free : reqColor(o);
+      ctx.fillRect(g.ox + (i % g.cols) * g.s, y0 + Math.floor(i / g.cols) * g.s, g.s - g.gap, g.s - g.gap);
+    }
+    ctx.globalAlpha = 1;
+    return { g, top: y0, owner, n: host.num_blocks, rids: Object.keys(host.block_tables || {}).map(Number) };
+  }
+
+  function hostCaption(host, S) {
+    const who = host.rids.length ? ` (${host.rids.slice(0, 4).map((r) => "#" + r).join(", ")}`
+      + `${host.rids.length > 4 ? ", …" : ""} swapped out)` : "";
+    const moved = S.swapBytes ? ` · ${fmt(S.swapBytes / 1e6, 1)} MB copied in ${fmt(1000 * S.swapS, 1)} ms` : "";
+    return ` · host pool ${host.owner.size} / ${host.n} blocks${who}${moved}`;
   }
 
   function drawBlock(ctx, inst, x, y, s, cell) {
@@ -180,7 +213,24 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
     return { ...cell, i: cell.first, kc, bs: kc.bs, group: g.group };
   }
 
+  // The host pool block under the pointer: [block, owner] (owner -1: free), or null.
+  function hostBlockAt(view, e) {
+    const h = view.host;
+    if (!h) return null;
+    const r = view.canvas.getBoundingClientRect(), g = h.g;
+    const cx = Math.floor((e.clientX - r.left - g.ox) / g.s), cy = Math.floor((e.clientY - r.top - h.top) / g.s);
+    const c = cy * g.cols + cx;
+    if (cx < 0 || cx >= g.cols || cy < 0 || c >= g.cells) return null;
+    return [c * g.group, h.owner.get(c * g.group) ?? -1];
+  }
+
   function hover(inst, name, view, e) {
+    const hb = hostBlockAt(view, e);
+    if (hb) {
+      const [i, o] = hb;
+      return inst.tip.show(e, [`host pool block ${i}`, o < 0 ? "free" : `#${o} swapped out: its KV waits here`],
+                           o < 0 ? C.muted : reqColor(o));
+    }
     const b = blockAt(inst, name, view, e);
     if (!b) return inst.tip.hide();
     const lines = b.group > 1 ? groupTip(b) : b.owner < 0 ? unheldTip(b) : heldTip(b);

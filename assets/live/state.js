@@ -15,7 +15,8 @@ defineLive("LiveState", ["Waits"], () => {
   const HIT_WINDOW_S = 5.0;     // prefix cache hit rate, "recent": admissions over this window
   // What a request is doing, per segment and overall (views shade by these).
   const KIND = { queued: "queued", prefill: "prefill", recompute: "recompute", decode: "decode", held: "held",
-                 preempted: "preempted", finished: "finished" };
+                 preempted: "preempted", swapped: "swapped", finished: "finished" };
+  const SWAP_OUT = "out";  // a step's swaps: [request id, "out" | "in", blocks] (engine/events.py)
 
   // contract: Contract.fromWire(...) (the step entry layout and phase names).
   function newState(lanes, contract) {
@@ -142,7 +143,7 @@ defineLive("LiveState", ["Waits"], () => {
 
   function segmentKind(R, g) {
     if (g.decode) return KIND.decode;
-    if (g.prefill) return R.preemptions > 0 ? KIND.recompute : KIND.prefill;
+    if (g.prefill) return R.dropped ? KIND.recompute : KIND.prefill;  // after a swap: where it was, not again
     return KIND.held;  // padding only: a finished row that still occupies its slot (static)
   }
 
@@ -151,7 +152,8 @@ defineLive("LiveState", ["Waits"], () => {
     // never backwards (a recording played again starts from 1).
     const it = Math.max(ev.step, S.lastIt + 1);
     const t0 = ev.t_start, t1 = ev.t_end;
-    for (const rid of ev.preempted || []) preempt(S, rid, t0, it);
+    const swappedOut = new Set((ev.swaps || []).filter((m) => m[1] === SWAP_OUT).map((m) => m[0]));
+    for (const rid of ev.preempted || []) preempt(S, rid, t0, it, swappedOut.has(rid));
     const groups = groupEntries(contract, ev.entries);
     const cells = [], bySlot = [];
     let real = 0, pad = 0, busy = 0, drafted = 0, accepted = 0;
@@ -183,7 +185,12 @@ defineLive("LiveState", ["Waits"], () => {
     if (S.steps.length > MAX_STEPS) S.steps.splice(0, S.steps.length - MAX_STEPS);
     if (ev.kv) {
       S.kv = ev.kv;
+      S.host = ev.host || null;  // swap preemption's host pool (a lane that has one)
       S.kvRev++;
+    }
+    if (ev.swaps && ev.swaps.length) {
+      S.swapBytes = (S.swapBytes || 0) + (ev.swap_bytes || 0);
+      S.swapS = (S.swapS || 0) + (ev.swap_s || 0);
     }
     S.lastIt = it;
     S.lastT = t1;
@@ -291,11 +298,14 @@ defineLive("LiveState", ["Waits"], () => {
     R.open = null;
   }
 
-  function preempt(S, rid, t, it) {
+  // swapped: its KV went to the host pool (it resumes where it was); else dropped (it recomputes)
+  function preempt(S, rid, t, it, swapped) {
     const R = requestRecord(S, rid);
     R.preemptions++;
-    R.state = KIND.preempted;
-    R.open = { kind: KIND.preempted, t0: t, x0: it - 0.5 };
+    R.dropped = R.dropped || !swapped;
+    const kind = swapped ? KIND.swapped : KIND.preempted;
+    R.state = kind;
+    R.open = { kind, t0: t, x0: it - 0.5 };
   }
 
   function markFinished(S, rid, t, x) {

@@ -43,7 +43,7 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
   function draw(inst, S, view) {
     const svc = inst.server.status;
     const eng = svc && svc.engines ? svc.engines[S.name] : undefined;
-    const queue = [...S.reqs.values()].filter((R) => R.state === KIND.queued || R.state === KIND.preempted).length;
+    const queue = [...S.reqs.values()].filter((R) => [KIND.queued, KIND.preempted, KIND.swapped].includes(R.state)).length;
     const [pill, cls] = pillOf(svc, eng);
     const config = inst.laneConfig(S.name);
     const facts = isRemote(S, config) ? remoteFacts(S, config, queue) : engineFacts(S, config, queue);
@@ -110,6 +110,7 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
     const lanes = st ? inst.cfg.lanes.map((n) => st.by.get(n)).filter(Boolean) : [];
     inst.root.classList.toggle("ifl-has-prefix", lanes.some((S) => hasPrefix(inst, S)));
     inst.root.classList.toggle("ifl-has-spec", lanes.some((S) => speculates(inst, S)));
+    inst.root.classList.toggle("ifl-has-swap", lanes.some((S) => S.host != null));
     inst.root.classList.toggle("ifl-has-roofline", lanes.some((S) => S.peaks != null));
     inst.root.classList.toggle("ifl-has-paused", !!st && st.pauses.length > 0 && inst.cfg.axis === "time");
     inst.root.classList.toggle("ifl-has-remote", lanes.some((S) => isRemote(S, inst.laneConfig(S.name))));

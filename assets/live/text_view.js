@@ -26,7 +26,7 @@ defineLive("TextView", ["Common", "LiveState", "Waits"], () => {
         && String(R.rid) in S.kv.block_tables;
       return `finished${R.reason ? ` · ${R.reason}` : ""}${held ? " · still held" : ""}`;
     }
-    return { queued: "queued", prefill: "prefill", decode: "decoding", preempted: "preempted",
+    return { queued: "queued", prefill: "prefill", decode: "decoding", preempted: "preempted", swapped: "swapped out",
              recompute: "recomputing", held: "held" }[R.state] || R.state;
   }
 

@@ -10,6 +10,7 @@ defineLive("Waits", [], () => {
     if (!w) return "";
     const template = (contract.waits.templates || {})[w.why];
     let text = template ? template.replace(/\{(\w+)\}/g, (_, k) => (w[k] == null ? "?" : String(w[k]))) : String(w.why);
+    if (w.kv) text += `; ${w.kv}`;  // a preemption: where its KV went (engine/scheduler/waits.py)
     if (w.launch_at_s != null && now != null) {
       const s = Math.max(0, w.launch_at_s - now);
       text += ` (${contract.waits.launchAt.replace(/\{s(:[^}]*)?\}/, s.toFixed(1))})`;

@@ -34,6 +34,9 @@ i.e. when requests with arrival offset 0 arrive):
 - queue_wait_max_s: the longest queue wait of a completed request.
 - prefill_tokens: prompt tokens computed over the run (the prefill entries' tokens, recomputation
   after preemption included, tokens served from the prefix cache excluded).
+- preemptions, recomputed_tokens, swapped_blocks, swap_mb, swap_ms: requests preempted, tokens computed
+  again after a preemption dropped their KV (preemption_mode "recompute", or "swap" with a full host
+  pool; prefix cache hits excluded), and swap preemption's copies out and in (blocks, MB, ms).
 - prefix_hit_rate: prompt tokens served from the prefix cache / prompt tokens looked up in it,
   summed over steps (vLLM's definition; every admission is a lookup); None when nothing was looked up.
 - classes (workloads whose requests carry a class, e.g. short/long): per class, its request count
@@ -135,6 +138,20 @@ def spec_metrics(steps: list[StepSample]) -> dict:
             "tokens_per_decode_row": (rows + accepted) / rows if rows else None}
 
 
+def preemption_metrics(run: LaneRun) -> dict:
+    """Preemptions, the tokens computed again after a preemption dropped them, and swap preemption's
+    copies (blocks out and in, MB, ms); None for peers."""
+    known = [s for s in run.steps if s.preempted is not None]
+    if not known:
+        return {"preemptions": None, "recomputed_tokens": None, "swapped_blocks": None, "swap_mb": None,
+                "swap_ms": None}
+    return {"preemptions": sum(s.preempted for s in known),
+            "recomputed_tokens": run.info.get("recomputed_tokens"),
+            "swapped_blocks": sum(s.swapped_blocks for s in known),
+            "swap_mb": sum(s.swap_bytes for s in known) / 1e6,
+            "swap_ms": 1000.0 * sum(s.swap_s for s in known)}
+
+
 def breakdowns(run: LaneRun, done: list[RequestRecord], specs: list[RequestSpec] | None) -> dict:
     """Per-class and per-tenant metrics, for workloads whose requests carry those labels."""
     by_index = {s.index: s for s in specs or []}
@@ -186,6 +203,7 @@ def summarize(run: LaneRun, slo_ttft_s: float | None = None, slo_tpot_s: float |
         "slo_attainment_pct": 100.0 * len(good) / len(run.requests) if run.requests else None,
         **prefix_metrics(steps),
         **spec_metrics(steps),
+        **preemption_metrics(run),
         **breakdowns(run, done, specs),
     })
     return res

@@ -49,6 +49,8 @@ class StepSample:
     (our engine only). served: workload request index -> prompt and decode tokens computed for
     it this step (kept only when a run needs them: per-tenant service). decode_rows, drafted,
     accepted: speculative decoding's rows, draft tokens and accepted drafts (our engine only).
+    preempted, swapped_blocks, swap_bytes, swap_s: requests preempted this step, and swap preemption's
+    blocks copied (out and in), their bytes and seconds (our engine only).
     """
     t_start: float
     t_end: float
@@ -66,6 +68,11 @@ class StepSample:
     decode_rows: int | None = None
     drafted: int | None = None
     accepted: int | None = None
+    # preemption (our engine only): requests preempted, and swap preemption's copies
+    preempted: int | None = None
+    swapped_blocks: int | None = None
+    swap_bytes: int | None = None
+    swap_s: float | None = None
 
     @property
     def computed_tokens(self) -> int:
@@ -106,7 +113,8 @@ def step_sample(ev: StepEvent, index_of: dict[int, int] | None = None) -> StepSa
                       tokens[PADDING], kv_allocated_slots=ev.used_blocks * ev.block_size,
                       kv_unused_slots=ev.reserved_unused_slots, prefix_queries=ev.prefix_queries,
                       prefix_hits=ev.prefix_hits, served=served, decode_rows=decode_rows, drafted=drafted,
-                      accepted=accepted)
+                      accepted=accepted, preempted=len(ev.preempted), swapped_blocks=sum(n for *_, n in ev.swaps),
+                      swap_bytes=ev.swap_bytes, swap_s=ev.swap_s)
 
 
 def request_record(index: int, out: RequestOutput, scheduled_s: float | None) -> RequestRecord:

@@ -41,6 +41,14 @@ SPEC_COLUMNS = [
     ("tok/row-step", "tokens_per_decode_row", "{:.2f}", 1),
 ]
 
+# Shown when a lane of the group preempts or swaps.
+PREEMPT_COLUMNS = [
+    ("preempt", "preemptions", "{}", None),
+    ("recomp tok", "recomputed_tokens", "{}", None),
+    ("swap MB", "swap_mb", "{:.1f}", 1),
+    ("swap ms", "swap_ms", "{:.1f}", 1),
+]
+
 # Per class (workloads labelling requests short/long): (header, key, format, scale)
 CLASS_COLUMNS = [
     ("n", "requests", "{}", None),
@@ -126,7 +134,7 @@ def tenant_table(rows: list[dict]) -> str:
 
 def format_table(results: list[dict]) -> str:
     """One block per arrival rate: the metrics table (prefix columns when a lane caches prefixes,
-    speculative decoding's when one drafts),
+    speculative decoding's when one drafts, preemption's when one preempts or swaps),
     per-class and per-tenant tables when the workload has them, then speedups against each baseline."""
     out = []
     for rate, rows in _groups(results):
@@ -134,7 +142,9 @@ def format_table(results: list[dict]) -> str:
         out.append(f"== {rows[0].get('workload', 'workload')}, {title} ==")
         caching = any(r.get("info", {}).get("prefix_caching") for r in rows)
         drafting = any(r.get("info", {}).get("speculative", "off") != "off" for r in rows)
-        out.append(_table(rows, COLUMNS + (PREFIX_COLUMNS if caching else []) + (SPEC_COLUMNS if drafting else [])))
+        preempting = any(r.get("preemptions") or r.get("info", {}).get("preemption_mode") == "swap" for r in rows)
+        out.append(_table(rows, COLUMNS + (PREFIX_COLUMNS if caching else []) + (SPEC_COLUMNS if drafting else [])
+                          + (PREEMPT_COLUMNS if preempting else [])))
         if any(r.get("classes") for r in rows):
             out.append("\nper class (queue max: longest wait from arrival to admission)\n" + class_table(rows))
         if any(r.get("tenants") for r in rows):

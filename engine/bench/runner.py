@@ -73,6 +73,7 @@ def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, c
     report(progress, strategy=lane, stage="run", done=0, total=total, rate=rate)
     cpu = CpuShare()
     step_s0, telemetry_s0, graph_steps0 = eng.step_s, eng.telemetry_s, _graph_steps(eng)
+    recomputed0 = eng.recomputed_tokens
     t0 = clock()
     try:
         while True:
@@ -128,6 +129,7 @@ def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, c
             "policy": eng.cfg.scheduling_policy, "prefix_caching": eng.cfg.enable_prefix_caching,
             "speculative": eng.cfg.speculative, "num_speculative_tokens": eng.cfg.num_speculative_tokens,
             "speculative_model": eng.cfg.speculative_model,
+            "preemption_mode": eng.cfg.preemption_mode, "recomputed_tokens": eng.recomputed_tokens - recomputed0,
             "other_cpu_pct": cpu.other_cpu_pct(),
             "telemetry_pct": share_pct(eng.telemetry_s - telemetry_s0, eng.step_s - step_s0),
             "attention": eng.runner.backend, "cuda_graphs": eng.runner.graphs_state(),

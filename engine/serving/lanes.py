@@ -129,6 +129,8 @@ _LABELS = {
     "speculative": lambda v: {"off": "no drafts", "draft": "model drafts"}.get(v, f"{v} drafts"),
     "num_speculative_tokens": lambda v: f"up to {v} drafts",
     "speculative_model": lambda v: "no draft model" if v is None else f"draft model {v.rstrip('/').split('/')[-1]}",
+    "preemption_mode": lambda v: f"preempt by {v}",
+    "swap_space_gb": lambda v: f"host pool {v:g} GiB",
     "static_batch_size": lambda v: f"static batch {v}",
     "static_max_wait_s": lambda v: f"wait {v:g} s",
     "seed": lambda v: f"seed {v}",
@@ -138,8 +140,10 @@ _LABELS = {
 # settings a strategy never reads: a lane's header does not show them
 UNUSED_BY = {
     "continuous": {"static_batch_size", "static_max_wait_s"},
-    "static": {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "static_max_wait_s"},
-    "dynamic": {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill"},
+    "static": {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "static_max_wait_s",
+               "preemption_mode", "swap_space_gb"},
+    "dynamic": {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "preemption_mode",
+                "swap_space_gb"},
 }
 
 

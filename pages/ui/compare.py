@@ -12,7 +12,7 @@ import zlib
 
 import streamlit as st
 
-from engine.config import MAX_MODEL_NAME_CHARS, MAX_SPECULATIVE_TOKENS, SPECULATIVE, STRATEGIES
+from engine.config import MAX_MODEL_NAME_CHARS, MAX_SPECULATIVE_TOKENS, PREEMPTION_MODES, SPECULATIVE, STRATEGIES
 from engine.serving.lanes import check_lane_name
 from engine.workshop.scenarios.catalog import by_title, running_scenario, shipped
 
@@ -113,6 +113,9 @@ def _lane_fields(i: int, name: str, cfg) -> tuple[str, dict]:
                                          help="A hub id or a local directory"),
         num_speculative_tokens=st.slider("Draft tokens per step", 1, MAX_SPECULATIVE_TOKENS,
                                          cfg.num_speculative_tokens, key=f"{tag}-k"),
+        preemption_mode=st.selectbox("Preemption", PREEMPTION_MODES, PREEMPTION_MODES.index(cfg.preemption_mode),
+                                     key=f"{tag}-preempt", help="When the KV pool runs out (continuous): recompute "
+                                     "drops the request's KV; swap copies it to a host pool and back"),
         max_num_batched_tokens=st.select_slider("Token budget per iteration", BUDGETS,
                                                 _nearest(BUDGETS, cfg.max_num_batched_tokens), key=f"{tag}-budget"),
         max_num_seqs=st.slider("Max batch (sequences)", 1, 256, cfg.max_num_seqs, key=f"{tag}-seqs"),

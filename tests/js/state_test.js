@@ -289,6 +289,37 @@ const tests = {
     assert.deepEqual([bar.tokens, bar.n, bar.drafted, bar.accepted], [5, 2, 4, 3], "the decode bar's tokens per step");
   },
 
+  "swap preemption: a swapped-out wait of its own, no recompute after it, the host pool kept"() {
+    const st = LiveState.newState(["swap"], contract);
+    const entry = (rid, phase, tokens, ctx) => {
+      const e = [];
+      Object.entries({ rid, phase, tokens, ctx, slot: 0, cached: 0 }).forEach(([k, v]) => { e[E[k]] = v; });
+      return e;
+    };
+    const kv = { num_blocks: 8, block_size: 4, used: 2, block_tables: {}, kv_tokens: {} };
+    const step = (n, entries, more) => ({ type: "step", lane: "swap", strategy: "continuous", step: n, t_start: n,
+                                          t_end: n + 0.5, entries, sampled: {}, admitted: [], finished: [],
+                                          preempted: [], tokens_used: 0, token_budget: 64, kv,
+                                          host: { num_blocks: 4, block_tables: {} }, ...more });
+    const swapped = { why: "preempted_for_blocks", by: 2, whom: "#2", kv: "its KV swapped out to the host pool" };
+    LiveState.applyBatch(st, { skipped: 0, events: [
+      { type: "request", lane: "swap", strategy: "continuous", request_id: 1, arrival_s: 0, num_prompt_tokens: 12 },
+      { type: "request", lane: "swap", strategy: "continuous", request_id: 3, arrival_s: 0, num_prompt_tokens: 4 },
+      step(1, [entry(1, P.prefill, 8, 8), entry(3, P.prefill, 4, 4)], { admitted: [1, 3] }),
+      step(2, [], { preempted: [1, 3], swaps: [[1, "out", 2]], swap_bytes: 4096, swap_s: 0.001,
+                    waits: { 1: swapped, 3: { why: "preempted_for_blocks", by: 2, whom: "#2", kv: "its KV dropped" } },
+                    host: { num_blocks: 4, block_tables: { 1: [0, 1] } } }),
+      step(3, [entry(1, P.prefill, 4, 12), entry(3, P.prefill, 4, 4)], { admitted: [1, 3], swaps: [[1, "in", 2]],
+                                                                         swap_bytes: 4096, swap_s: 0.001 })] });
+    const S = st.by.get("swap"), kinds = (rid) => S.reqs.get(rid).segs.map((g) => g.kind);
+    assert.deepEqual(kinds(1), ["queued", "prefill", "swapped", "prefill"], "back where it was: not a recompute");
+    assert.deepEqual(kinds(3), ["queued", "prefill", "preempted", "recompute"]);
+    assert.equal(S.swapBytes, 8192);
+    assert.deepEqual(S.host, { num_blocks: 4, block_tables: {} }, "the latest step's host pool");
+    assert.equal(globalThis.Waits.say(contract, swapped),
+                 "preempted to free KV blocks for #2; its KV swapped out to the host pool");
+  },
+
   "a remote lane: its server's polled gauges, and it says it is remote"() {
     const lanes = ["local", "far"];
     const st = LiveState.newState(lanes, contract);
