@@ -12,7 +12,8 @@ from .untrusted import INT64, is_int, is_number, is_text, shown
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 STRATEGIES = ("continuous", "static", "dynamic")
-SCHEDULING_POLICIES = ("fcfs", "priority", "sjf", "fair")  # engine/scheduler/policy.py
+SCHEDULING_POLICIES = ("fcfs", "priority", "sjf", "fair", "slo")  # engine/scheduler/policy.py
+MAX_SLO_S = 3600
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 LINEAR_BACKENDS = ("auto", "torch", "onednn")
@@ -73,6 +74,10 @@ class EngineConfig:
     # A preempted request's KV: dropped and recomputed when it resumes, or copied to a host pool of
     # swap_space_gb (on a CPU device, a second pool in the same RAM) and copied back (continuous only:
     # static and dynamic batching never preempt). A full host pool falls back to recompute.
+    # Latency SLOs (seconds; None: none): what the "slo" policy schedules for, and what a request meets
+    # to count in goodput (engine/bench/metrics.py)
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
     preemption_mode: str = "recompute"
     swap_space_gb: float = 1.0
     static_batch_size: int = 16  # the same maximum batch as max_num_seqs: comparisons are at equal capacity
@@ -125,6 +130,10 @@ class EngineConfig:
                "speculative_model", self.speculative_model,
                "a hub id or a local directory (speculative = 'draft')" if drafting
                else "None unless speculative = 'draft'")
+        for name in ("slo_ttft_s", "slo_tpot_s"):
+            v = getattr(self, name)
+            _check(v is None or (is_number(v) and 0 < v <= MAX_SLO_S), name, v,
+                   f"None or a number of seconds > 0 and at most {MAX_SLO_S}")
         _check(self.preemption_mode in PREEMPTION_MODES, "preemption_mode", self.preemption_mode,
                f"one of {', '.join(PREEMPTION_MODES)}")
         _check(is_number(self.swap_space_gb) and 0 < self.swap_space_gb <= MAX_SWAP_SPACE_GB, "swap_space_gb",

@@ -79,8 +79,9 @@ def test_policies_change_order_never_content(tiny_model_dirs, references, strate
     prompts, max_tokens, refs = references
     priorities = [(i * 3) % 5 - 2 for i in range(N)]
     tenants = ["flood" if i % 4 else "light" for i in range(N)]
+    slos = {"slo_ttft_s": 0.02, "slo_tpot_s": 0.003} if policy == "slo" else {}  # tight: late ones, small budgets
     eng = make_engine(tiny_model_dirs["llama"], strategy=strategy, scheduling_policy=policy, num_kv_blocks=24,
-                      max_model_len=64, max_num_batched_tokens=16, max_num_seqs=3, static_batch_size=3)
+                      max_model_len=64, max_num_batched_tokens=16, max_num_seqs=3, static_batch_size=3, **slos)
     outs, events = _run(eng, prompts, max_tokens, priorities, tenants)
     assert [o.output_token_ids for o in outs] == refs["llama"]
     if policy == "priority":  # the first rows admitted are the best priorities

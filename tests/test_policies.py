@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from engine.config import EngineConfig
 from engine.request import check_priority_tenant
 from engine.scheduler.policy import OUTPUT_WEIGHT, PROMPT_WEIGHT, SJF_MAX_WAIT_S
-from scheduler_helpers import FakeClock, request, rows, scheduler, step
+from scheduler_helpers import FakeClock, request, rows, run_fake, scheduler, step
 
 
 def ids(reqs) -> list[int]:
@@ -147,8 +147,59 @@ def test_static_batches_form_in_sjf_and_fair_order():
 
 
 def test_scheduling_policy_is_validated():
-    with pytest.raises(ValueError, match="EngineConfig.scheduling_policy must be one of fcfs, priority, sjf, fair"):
+    with pytest.raises(ValueError, match="EngineConfig.scheduling_policy must be one of fcfs, priority, sjf, fair, slo"):
         EngineConfig(model="m", scheduling_policy="lifo")
+
+
+def test_slo_serves_first_the_requests_that_can_still_meet_their_ttft():
+    """Earliest TTFT deadline first; one already past its deadline without a first token goes last (it
+    cannot count in goodput any more)."""
+    clock = FakeClock(2.0)
+    s = scheduler(scheduling_policy="slo", slo_ttft_s=1.5, max_num_seqs=1, clock=clock)
+    for rid, arrival in enumerate((0.0, 1.0, 1.2)):
+        s.add(request(rid, prompt_len=2, max_tokens=2, arrival_s=arrival))
+    assert step(s).admitted == [1] and ids(s.waiting) == [2, 0]
+    fcfs = scheduler(scheduling_policy="slo", max_num_seqs=1, clock=clock)  # no TTFT SLO: arrival order
+    for rid, arrival in enumerate((0.0, 1.0, 1.2)):
+        fcfs.add(request(rid, prompt_len=2, max_tokens=2, arrival_s=arrival))
+    assert step(fcfs).admitted == [0]
+
+
+def test_slo_budget_keeps_a_step_within_the_tpot_slo():
+    """Step time fitted as a + b x tokens over recent steps: the budget is what fits in 90% of the TPOT
+    SLO, never fewer than the decoding rows, never more than the configured budget."""
+    from engine.scheduler.policy import SLO_MIN_SAMPLES, SLOPolicy
+    p = SLOPolicy(slo_ttft_s=None, slo_tpot_s=0.05)
+    assert p.step_budget(512, 3) == 512  # nothing measured yet
+    for n in range(SLO_MIN_SAMPLES):
+        p.on_step(8 + 16 * n, 0.01 + 0.001 * (8 + 16 * n))
+    assert p.step_budget(512, 3) == 35  # (0.045 - 0.01) / 0.001
+    assert p.step_budget(512, 40) == 40 and p.step_budget(20, 3) == 20
+    assert SLOPolicy(None, None).step_budget(512, 3) == 512
+
+
+def test_slo_policy_schedules_within_its_budget():
+    """Through the scheduler: once steps are timed, a step's tokens stay within the SLO's budget (the
+    fake clock moves 1 ms per token computed)."""
+    clock = FakeClock()
+    s = scheduler(scheduling_policy="slo", slo_tpot_s=0.03, max_num_batched_tokens=256, num_blocks=256,
+                  clock=clock)
+    for rid in range(6):
+        s.add(request(rid, prompt_len=60, max_tokens=20))
+    sizes = []
+    while s.has_work():
+        out = s.schedule()
+        clock.t += 0.005 + 0.001 * out.num_tokens
+        run_fake(s, out, clock.t)
+        sizes.append(out.num_tokens)
+    assert sizes[0] == 256 and max(sizes[12:]) <= 22  # (0.027 - 0.005) / 0.001, once fitted
+
+
+@pytest.mark.parametrize("field, bad", [("slo_ttft_s", 0), ("slo_ttft_s", True), ("slo_tpot_s", -1.0),
+                                        ("slo_tpot_s", 1e9)])
+def test_slos_are_validated(field, bad):
+    with pytest.raises(ValueError, match=f"EngineConfig.{field} must be None or a number of seconds"):
+        EngineConfig(model="m", **{field: bad})
 
 
 @pytest.mark.parametrize("priority, tenant, match", [

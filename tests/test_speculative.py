@@ -99,7 +99,7 @@ def test_greedy_with_drafts_matches_generate(tiny_model_dirs, references, monkey
 
 DRAFT_CASES = [(s, setting, f) for s in ("continuous", "static", "dynamic")
                for setting in ("roomy", "tight", "prefix cache")
-               for f in FAMILIES if s == "continuous" or f in ("llama", "mistral")]
+               for f in FAMILIES if s == "continuous" or f == "llama"]
 
 
 @pytest.mark.parametrize("strategy, setting, family", DRAFT_CASES)
@@ -112,7 +112,8 @@ def test_draft_model_greedy_matches_generate(tiny_model_dirs, tiny_draft_dirs, r
     prompts, max_tokens, refs = references
     kw = {"roomy": {}, "prefix cache": {"enable_prefix_caching": True},
           "tight": {"num_kv_blocks": 20, "max_model_len": 64, "max_num_batched_tokens": 12}}[setting]
-    for draft in (tiny_draft_dirs[family], tiny_model_dirs[family]):
+    # the model as its own draft where the KV moves most: preemption and the prefix cache
+    for draft in (tiny_draft_dirs[family],) + ((tiny_model_dirs[family],) if setting != "roomy" else ()):
         eng = make_engine(tiny_model_dirs[family], strategy=strategy, speculative="draft",
                           speculative_model=str(draft), num_speculative_tokens=5, **kw)
         outs, events = run_checked(eng, prompts, [greedy(m) for m in max_tokens])

@@ -109,7 +109,7 @@ ENGINE_FLAGS = {"model": "model", "device": "device", "dtype": "dtype", "attenti
                 "block_size": "block_size", "kv_blocks": "num_kv_blocks", "kv_memory_gb": "kv_cache_memory_gb",
                 "max_model_len": "max_model_len", "max_num_seqs": "max_num_seqs",
                 "max_num_batched_tokens": "max_num_batched_tokens", "static_batch_size": "static_batch_size",
-                "static_max_wait": "static_max_wait_s"}
+                "static_max_wait": "static_max_wait_s", "slo_ttft": "slo_ttft_s", "slo_tpot": "slo_tpot_s"}
 
 
 def base_engine_config(args) -> EngineConfig:

@@ -41,6 +41,11 @@ SPEC_COLUMNS = [
     ("tok/row-step", "tokens_per_decode_row", "{:.2f}", 1),
 ]
 
+# Shown when the run has latency SLOs: the share of requests meeting both (goodput counts them per second).
+SLO_COLUMNS = [
+    ("SLO met %", "slo_attainment_pct", "{:.1f}", 1),
+]
+
 # Shown when a lane of the group preempts or swaps.
 PREEMPT_COLUMNS = [
     ("preempt", "preemptions", "{}", None),
@@ -63,6 +68,7 @@ CLASS_COLUMNS = [
 RATIOS = [
     ("out tok/s", "output_tokens_per_s", True),
     ("req/s", "requests_per_s", True),
+    ("goodput", "goodput_requests_per_s", True),
     ("TTFT p50", "ttft_p50_s", False),
     ("TPOT p50", "tpot_p50_s", False),
     ("E2E p50", "e2e_p50_s", False),
@@ -133,8 +139,9 @@ def tenant_table(rows: list[dict]) -> str:
 
 
 def format_table(results: list[dict]) -> str:
-    """One block per arrival rate: the metrics table (prefix columns when a lane caches prefixes,
-    speculative decoding's when one drafts, preemption's when one preempts or swaps),
+    """One block per arrival rate: the metrics table (the SLO share when the run has SLOs, prefix columns
+    when a lane caches prefixes, speculative decoding's when one drafts, preemption's when one preempts or
+    swaps),
     per-class and per-tenant tables when the workload has them, then speedups against each baseline."""
     out = []
     for rate, rows in _groups(results):
@@ -143,8 +150,9 @@ def format_table(results: list[dict]) -> str:
         caching = any(r.get("info", {}).get("prefix_caching") for r in rows)
         drafting = any(r.get("info", {}).get("speculative", "off") != "off" for r in rows)
         preempting = any(r.get("preemptions") or r.get("info", {}).get("preemption_mode") == "swap" for r in rows)
-        out.append(_table(rows, COLUMNS + (PREFIX_COLUMNS if caching else []) + (SPEC_COLUMNS if drafting else [])
-                          + (PREEMPT_COLUMNS if preempting else [])))
+        slo = any(r.get("slo_ttft_s") is not None or r.get("slo_tpot_s") is not None for r in rows)
+        out.append(_table(rows, COLUMNS + (SLO_COLUMNS if slo else []) + (PREFIX_COLUMNS if caching else [])
+                          + (SPEC_COLUMNS if drafting else []) + (PREEMPT_COLUMNS if preempting else [])))
         if any(r.get("classes") for r in rows):
             out.append("\nper class (queue max: longest wait from arrival to admission)\n" + class_table(rows))
         if any(r.get("tenants") for r in rows):

@@ -61,6 +61,7 @@ class SchedulerOutput:
     waits: dict[int, dict] = field(default_factory=dict)
     # swap preemption: blocks to copy before the forward, in the order decided (engine/kv/transfer.py)
     moves: list[BlockMove] = field(default_factory=list)
+    t_scheduled: float = 0.0  # the scheduler's clock when it was made (the policy times the step with it)
 
     @property
     def num_tokens(self) -> int:
@@ -87,7 +88,7 @@ class Scheduler(ABC):
         self.cfg, self.cache, self.clock = cfg, cache, clock
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self.policy = make_policy(cfg.scheduling_policy)
+        self.policy = make_policy(cfg)
         # generate() sets this when no more requests will come: launch partial static batches.
         self.draining = False
         self.preempted_why: dict[int, dict] = {}  # a preempted request's reason, until it starts again
@@ -112,6 +113,7 @@ class Scheduler(ABC):
         the KV of rejected drafts is dropped. Returns (request, token) per new token, in order."""
         it = iter(tokens)
         sampled = []
+        self.policy.on_step(out.num_tokens, now - out.t_scheduled)
         for row in out.rows:
             req = row.request
             if req.is_finished:  # a static padding row, or a row failed this step

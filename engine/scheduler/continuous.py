@@ -18,10 +18,10 @@ class ContinuousScheduler(Scheduler):
     (out.waits)."""
 
     def schedule(self) -> SchedulerOutput:
-        out = SchedulerOutput()
-        self.running = self.policy.order(self.running, self.clock())
+        out = SchedulerOutput(t_scheduled=self.clock())
+        self.running = self.policy.order(self.running, out.t_scheduled)
         self._preempt_for_waiting(out)
-        budget = self.cfg.max_num_batched_tokens
+        budget = limit = self._step_budget()
         short = len(out.preempted)
         i = 0
         while i < len(self.running) and budget > 0:
@@ -35,8 +35,13 @@ class ContinuousScheduler(Scheduler):
         # admission, unless blocks ran short for the running ones
         head = self._admit(out, budget) if len(out.preempted) == short else self._head_kv_short()
         self._explain(out, head)
-        self._speculate(out)
+        self._speculate(out, limit)
         return out
+
+    def _step_budget(self) -> int:
+        """max_num_batched_tokens, or fewer where the policy keeps steps short (slo: within the TPOT SLO)."""
+        decoding = sum(r.num_tokens - r.num_computed_tokens == 1 for r in self.running)
+        return self.policy.step_budget(self.cfg.max_num_batched_tokens, decoding)
 
     def _grow(self, req: Request, n: int, out: SchedulerOutput) -> bool:
         """Make room for n more tokens of req, preempting the last running requests if needed."""
@@ -47,12 +52,12 @@ class ContinuousScheduler(Scheduler):
                 return False
         return True
 
-    def _speculate(self, out: SchedulerOutput) -> None:
+    def _speculate(self, out: SchedulerOutput, limit: int) -> None:
         """Decode rows draft with what the step leaves once everyone is scheduled: the token
         budget after admission and the free blocks. A draft never preempts or delays anyone."""
         if self.cfg.speculative == "off":
             return
-        spare = self.cfg.max_num_batched_tokens - out.num_tokens
+        spare = limit - out.num_tokens
         for row in out.rows:
             if spare <= 0:
                 return

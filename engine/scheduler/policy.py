@@ -10,6 +10,13 @@ blocks run out). Only `priority` lets a waiting request preempt a running one.
 - sjf: least predicted remaining work first (prompt tokens still to compute + output tokens still
   allowed). Aging bounds starvation: a request that has waited SJF_MAX_WAIT_S since it arrived
   goes ahead of every request that has not, in arrival order: no later arrival is admitted before it.
+- slo: for latency SLOs (EngineConfig.slo_ttft_s, slo_tpot_s). Earliest TTFT deadline first (arrival +
+  slo_ttft_s), except that a request still without its first token past its deadline goes last: it
+  cannot count in goodput any more, and serving it first would make the others late too. And a token
+  budget per step that keeps a step, so every running decode's time per token, within slo_tpot_s: step
+  time is fitted as a + b x tokens over the last SLO_FIT_STEPS steps, and the budget is the tokens that
+  fit in SLO_TPOT_SHARE of the SLO (never fewer than the decoding rows, never more than
+  max_num_batched_tokens). Until the fit has SLO_MIN_SAMPLES steps, the configured budget.
 - fair: the tenant with the fewest weighted tokens served first (PROMPT_WEIGHT per prompt token
   computed, recomputation included; OUTPUT_WEIGHT per token generated), one request per tenant per
   round, so a flooding tenant's backlog queues behind another tenant's next request. A tenant with
@@ -18,13 +25,18 @@ blocks run out). Only `priority` lets a waiting request preempt a running one.
 """
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
+
+import numpy as np
 
 from ..request import Request
 
 SJF_MAX_WAIT_S = 2.0
 PROMPT_WEIGHT = 1
 OUTPUT_WEIGHT = 2  # a decode step costs a whole iteration's slot for one token
+SLO_FIT_STEPS = 64
+SLO_MIN_SAMPLES = 8
+SLO_TPOT_SHARE = 0.9  # headroom: a step's time varies around the fit
 
 
 class Policy:
@@ -46,6 +58,13 @@ class Policy:
 
     def on_finish(self, request: Request) -> None:
         """A request left the scheduler."""
+
+    def step_budget(self, budget: int, decoding: int) -> int:
+        """The token budget of the next step (the configured one, `budget`), with `decoding` rows decoding."""
+        return budget
+
+    def on_step(self, num_tokens: int, seconds: float) -> None:
+        """A step computed num_tokens in `seconds` (schedule to update)."""
 
 
 class PriorityPolicy(Policy):
@@ -99,5 +118,43 @@ class FairPolicy(Policy):
             self.active.clear()
 
 
-def make_policy(name: str) -> Policy:
-    return {"fcfs": Policy, "priority": PriorityPolicy, "sjf": SJFPolicy, "fair": FairPolicy}[name]()
+class SLOPolicy(Policy):
+    def __init__(self, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None):
+        self.ttft, self.tpot = slo_ttft_s, slo_tpot_s
+        self.steps: deque[tuple[int, float]] = deque(maxlen=SLO_FIT_STEPS)  # (tokens, seconds)
+
+    def order(self, requests, now):
+        return sorted(requests, key=lambda r: self._rank(r, now))
+
+    def _rank(self, r: Request, now: float) -> tuple:
+        deadline = r.arrival_s + (self.ttft or 0.0)
+        late = self.ttft is not None and r.first_token_s is None and now > deadline
+        return late, deadline, r.request_id
+
+    def step_budget(self, budget, decoding):
+        fit = self._fit()
+        if self.tpot is None or fit is None:
+            return budget
+        a, b = fit
+        return max(decoding, min(budget, int((SLO_TPOT_SHARE * self.tpot - a) / b + 1e-9)))
+
+    def _fit(self) -> tuple[float, float] | None:
+        """(a, b) of seconds = a + b x tokens over the recent steps; None until it can be told."""
+        if len(self.steps) < SLO_MIN_SAMPLES:
+            return None
+        x, y = np.array(self.steps, dtype=float).T
+        if np.ptp(x) == 0:
+            return None
+        b, a = np.polyfit(x, y, 1)
+        return (a, b) if b > 0 else None
+
+    def on_step(self, num_tokens, seconds):
+        if num_tokens:
+            self.steps.append((num_tokens, seconds))
+
+
+def make_policy(cfg) -> Policy:
+    """The policy EngineConfig.scheduling_policy names."""
+    if cfg.scheduling_policy == "slo":
+        return SLOPolicy(cfg.slo_ttft_s, cfg.slo_tpot_s)
+    return {"fcfs": Policy, "priority": PriorityPolicy, "sjf": SJFPolicy, "fair": FairPolicy}[cfg.scheduling_policy]()

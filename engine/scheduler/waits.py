@@ -24,7 +24,8 @@ DROPPED_HOST_FULL = "the host pool full: its KV dropped, to recompute when it re
 
 CAPACITY = (BATCH_FULL, TOKEN_BUDGET, KV_BLOCKS)
 # the policy's reason for an order (scheduling_policy -> what decides who goes first)
-ORDER = {"fcfs": "arrival", "priority": "priority", "sjf": "shortest job first", "fair": "fair share"}
+ORDER = {"fcfs": "arrival", "priority": "priority", "sjf": "shortest job first", "fair": "fair share",
+         "slo": "TTFT deadline (late ones last)"}
 
 TEMPLATES = {
     BATCH_FULL: "batch full: {running} of max_num_seqs={max} rows already run",
