@@ -105,6 +105,7 @@ class StepEvent:
     swap_s: float = 0.0
     num_host_blocks: int = 0
     host_tables: dict[int, list[int]] = field(default_factory=dict)
+    host_same_ram: bool = False  # the device pool is in host RAM too (a CPU device): a swap is a memory copy
 
     def block_holders(self) -> dict[int, list[int]]:
         """Block -> the requests holding it (more than one when prefix caching shares it): the block
@@ -165,7 +166,7 @@ class StepEvent:
         if not self.num_host_blocks:
             return {}
         return {"swaps": self.swaps, "swap_bytes": self.swap_bytes, "swap_s": self.swap_s,
-                "host": {"num_blocks": self.num_host_blocks,
+                "host": {"num_blocks": self.num_host_blocks, "same_ram": self.host_same_ram,
                          "block_tables": {str(k): v for k, v in self.host_tables.items()}}}
 
 

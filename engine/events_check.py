@@ -170,7 +170,8 @@ _STEP_FIELDS = {
     "deltas": _map(_id_key, _str), "roofline": _optional(_map(_str, _optional(_num))),
     "waits": _map(_id_key, _optional(_map(_str, check_json))),
     "swaps": _list(_swap), "swap_bytes": _int, "swap_s": _num,
-    "host": _object({"num_blocks": _int, "block_tables": _map(_id_key, _list(_int))}, frozenset({"num_blocks"})),
+    "host": _object({"num_blocks": _int, "same_ram": _bool, "block_tables": _map(_id_key, _list(_int))},
+                    frozenset({"num_blocks"})),
 }
 _STEP_REQUIRED = frozenset({"type", "step", "t_start", "t_end", "entries", "num_waiting", "num_running", "kv"})
 

@@ -356,6 +356,7 @@ class LLMEngine:
             swaps=[[m.request_id, m.direction, len(m.src)] for m in sched.moves], swap_bytes=moved.bytes,
             swap_s=moved.seconds, num_host_blocks=self.cache.host.num_blocks if self.cache.host else 0,
             host_tables={rid: list(t) for rid, t in self.cache.host_tables.items()},
+            host_same_ram=self.runner.device.type == "cpu",
         )
 
     # ---- convenience -------------------------------------------------------------------------

@@ -152,7 +152,7 @@ def as_swapped(events: list[dict], lane: str) -> tuple[int, list[dict]]:
             elif held and rid in e["admitted"]:
                 e.update(swaps=[[rid, "in", 2]], swap_bytes=8192, swap_s=0.0004)
                 held = []
-            e["host"] = {"num_blocks": 16, "block_tables": {str(rid): held} if held else {}}
+            e["host"] = {"num_blocks": 16, "same_ram": True, "block_tables": {str(rid): held} if held else {}}
         out.append(e)
     return rid, out
 
@@ -166,6 +166,7 @@ def test_swap_preemption_shows_the_host_pool_and_the_swapped_wait(browser, rec):
     expect(page.locator(".ifl-root")).to_have_class(re.compile(r"\bifl-has-swap\b"))
     expect(page.locator(".ifl-timeline .ifl-legend-swap").first).to_be_visible()
     expect(page.locator(".ifl-cell-kv .ifl-caption").first).to_contain_text(
-        f"host pool 2 / 16 blocks (#{rid} swapped out) · 0.0 MB copied in 0.4 ms")
+        f"host pool (the same RAM as the device pool: a memory copy, not PCIe) 2 / 16 blocks (#{rid} swapped out) "
+        "· 0.0 MB copied in 0.4 ms")
     page.screenshot(path=str(ARTIFACTS / "live-swap.png"), full_page=True)
     page.close()

@@ -150,7 +150,7 @@ def test_step_events_carry_the_swaps_and_the_host_pool(tiny_model_dirs):
     wires = [StepMessage(event=ev, lane="swap").to_dict() for ev in events]
     for w in wires:
         check_event(w)
-        assert w["host"]["num_blocks"] == 64
+        assert w["host"]["num_blocks"] == 64 and w["host"]["same_ram"] is True  # a CPU device
     swaps = [s for w in wires for s in w["swaps"]]
     assert {d for _, d, _ in swaps} == {SWAP_OUT, SWAP_IN}
     assert sum(n for _, _, n in swaps) == eng.moved[SWAP_OUT].blocks + eng.moved[SWAP_IN].blocks

@@ -124,14 +124,16 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
       ctx.fillRect(g.ox + (i % g.cols) * g.s, y0 + Math.floor(i / g.cols) * g.s, g.s - g.gap, g.s - g.gap);
     }
     ctx.globalAlpha = 1;
-    return { g, top: y0, owner, n: host.num_blocks, rids: Object.keys(host.block_tables || {}).map(Number) };
+    return { g, top: y0, owner, n: host.num_blocks, rids: Object.keys(host.block_tables || {}).map(Number),
+             sameRam: !!host.same_ram };
   }
 
   function hostCaption(host, S) {
     const who = host.rids.length ? ` (${host.rids.slice(0, 4).map((r) => "#" + r).join(", ")}`
       + `${host.rids.length > 4 ? ", …" : ""} swapped out)` : "";
     const moved = S.swapBytes ? ` · ${fmt(S.swapBytes / 1e6, 1)} MB copied in ${fmt(1000 * S.swapS, 1)} ms` : "";
-    return ` · host pool ${host.owner.size} / ${host.n} blocks${who}${moved}`;
+    const ram = host.sameRam ? " (the same RAM as the device pool: a memory copy, not PCIe)" : "";
+    return ` · host pool${ram} ${host.owner.size} / ${host.n} blocks${who}${moved}`;
   }
 
   function drawBlock(ctx, inst, x, y, s, cell) {
