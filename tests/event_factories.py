@@ -12,6 +12,8 @@ def request_event(rid: int, lane: str = "a", t: float = 0.0, prompt: int | None 
 
 
 def finished_event(rid: int, lane: str = "a", t: float | None = 1.0, arrival: float = 0.0,
-                   reason: str = "length", strategy: str = "continuous") -> FinishedEvent:
+                   reason: str = "length", strategy: str = "continuous", first_token_s: float | None = None,
+                   output_tokens: int = 8) -> FinishedEvent:
     return FinishedEvent(lane=lane, strategy=strategy, request_id=rid, finish_reason=reason, error=None, text="",
-                         num_prompt_tokens=16, num_output_tokens=8, arrival_s=arrival, first_token_s=None, finish_s=t)
+                         num_prompt_tokens=16, num_output_tokens=output_tokens, arrival_s=arrival,
+                         first_token_s=first_token_s, finish_s=t)

@@ -176,6 +176,23 @@ def test_engine_settings_apply_to_every_lane(svc):
     assert svc.cfg.num_kv_blocks == 512 and all(w.engine.cfg.num_kv_blocks == 512 for w in svc.workers.values())
 
 
+def test_the_rooms_slos_reach_every_lane_and_the_cards_count_goodput(svc):
+    """The SLOs set in the sidebar go to every lane's config (the slo policy reads them); the cards show
+    the share of this run's requests that met them and the goodput."""
+    at = app("playground.py")
+    ttft, tpot = (next(n for n in at.sidebar.number_input if n.label.startswith(x)) for x in ("TTFT SLO", "TPOT SLO"))
+    ttft.set_value(30.0)
+    tpot.set_value(5000)
+    next(b for b in at.sidebar.button if b.label == "Apply").click().run()
+    wait_settled(svc)
+    assert (svc.cfg.slo_ttft_s, svc.cfg.slo_tpot_s) == (30.0, 5.0)
+    assert all((w.engine.cfg.slo_ttft_s, w.engine.cfg.slo_tpot_s) == (30.0, 5.0) for w in svc.workers.values())
+    svc.submit([5, 6, 7], None, lanes=["continuous"])[0].result(30)
+    at = app("playground.py")
+    values = dict(re.findall(r'data-label="([^"]+)" data-value="([^"]*)"', "".join(m.value for m in at.markdown)))
+    assert values["SLO met"] == "100 %" and values["Goodput"].endswith(" req/s")
+
+
 def test_metric_cards_computed_from_events(svc):
     hs = svc.submit([5, 6, 7], None, lanes=["continuous"])
     hs[0].result(30)

@@ -150,6 +150,16 @@ def test_latencies_prefix_counters_and_padding_from_events():
     assert not m._arrival and not m._last_token  # nothing kept for a finished request
 
 
+def test_requests_meeting_their_lanes_slos_are_counted():
+    """inflight:requests_meeting_slo: finished (stop or length) within the lane's TTFT and TPOT SLOs."""
+    m = ServiceMetrics(lambda: {}, lambda lane: "m", lambda lane: (1.0, 0.1))
+    for rid, first, finish, n in ((1, 1.5, 2.0, 6), (2, 2.5, 3.0, 6), (3, 1.5, 4.0, 6), (4, 1.9, 1.9, 1)):
+        m.observe(finished_event(rid, t=finish, arrival=1.0, reason="length", first_token_s=first, output_tokens=n))
+    m.observe(finished_event(5, t=1.2, arrival=1.0, reason="abort", first_token_s=1.1, output_tokens=2))
+    s = {x.name: x.value for f in text_string_to_metric_families(m.exposition().decode()) for x in f.samples}
+    assert s["inflight:requests_meeting_slo_total"] == 2  # #2 was late, #3 slow per token, #5 aborted
+
+
 def test_speculative_decoding_counters_from_events():
     """vLLM's spec_decode counters: rows that drafted, draft tokens, accepted ones in all and by place;
     generation tokens count the accepted drafts beside each row's own token."""

@@ -59,11 +59,12 @@ class _LaneWindow:
                                        ev.finish_reason))
         self.in_flight = max(0, self.in_flight - 1)
 
-    def summary(self, lane: str) -> dict:
+    def summary(self, lane: str, slo: tuple[float | None, float | None] = (None, None)) -> dict:
+        """The lane's metrics; goodput and the share of requests meeting `slo` (TTFT, TPOT seconds)."""
         done = list(self.done)
         t0 = min((r.arrival_s for r in done), default=0.0)
         specs = [RequestSpec(r.index, 0.0, 0, tenant=self._label(r)[1]) for r in done]
-        res = summarize(LaneRun(lane, done, list(self.steps), t0=t0), specs=specs)
+        res = summarize(LaneRun(lane, done, list(self.steps), t0=t0), *slo, specs=specs)
         res["in_flight"] = self.in_flight
         res["preemptions"] = self.preemptions
         # the longest a decoding request waited for its next token: the longest step with decode rows
@@ -100,7 +101,8 @@ class LiveMetrics(HubReader):
         self.run_title: str | None = None  # the scenario whose run this is (None: no scenario ran since)
         self.pauses = Pauses()
         self.last_activity_s: float | None = None  # the run's latest arrival or end
-        self._summary = None     # cached until the next event
+        self._summary = None     # cached until the next event (or other SLOs)
+        self._slos: dict[str, tuple] = {}
 
     def on_event(self, event) -> None:
         self.pauses.on_event(event)
@@ -136,15 +138,18 @@ class LiveMetrics(HubReader):
         self.since_s, self.run_title, self.cleared = t, title, False
         self.last_activity_s, self._summary = None, None
 
-    def summary(self) -> dict[str, dict]:
-        """Per lane; recomputed only after new events (a page refreshes it every second)."""
-        if self._summary is None:
-            self._summary = {s: w.summary(s) for s, w in self.windows.items()}
+    def summary(self, slos: dict[str, tuple] | None = None) -> dict[str, dict]:
+        """Per lane, with each lane's latency SLOs (lane -> (TTFT, TPOT) seconds, None: none); recomputed
+        only after new events or other SLOs (a page refreshes it every second)."""
+        slos = slos or {}
+        if self._summary is None or self._slos != slos:
+            self._slos = dict(slos)
+            self._summary = {s: w.summary(s, slos.get(s, (None, None))) for s, w in self.windows.items()}
         return self._summary
 
     def ended(self, now_s: float) -> bool:
         """Every lane has finished what it was sent and nothing new came for RUN_END_GRACE_S."""
-        s = self.summary()
+        s = self.summary(self._slos)
         return (bool(s) and all(r["in_flight"] == 0 and r["completed"] > 0 for r in s.values())
                 and self.last_activity_s is not None and now_s - self.last_activity_s >= RUN_END_GRACE_S)
 

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..slo import meets_slo, tpot_s
 from .fairness import tenant_service
 from .records import RequestRecord, StepSample, LaneRun
 from .workloads import RequestSpec
@@ -72,9 +73,7 @@ def ttft(r: RequestRecord) -> float | None:
 
 
 def tpot(r: RequestRecord) -> float | None:
-    if r.first_token_s is None or r.finish_s is None or r.output_tokens < 2:
-        return None
-    return (r.finish_s - r.first_token_s) / (r.output_tokens - 1)
+    return tpot_s(r.first_token_s, r.finish_s, r.output_tokens)
 
 
 def e2e(r: RequestRecord) -> float | None:
@@ -85,11 +84,8 @@ def queue_wait(r: RequestRecord) -> float | None:
     return None if r.scheduled_s is None else r.scheduled_s - r.arrival_s
 
 
-def meets_slo(r: RequestRecord, slo_ttft_s: float | None, slo_tpot_s: float | None) -> bool:
-    t, p = ttft(r), tpot(r)
-    ok_ttft = slo_ttft_s is None or (t is not None and t <= slo_ttft_s)
-    ok_tpot = slo_tpot_s is None or p is None or p <= slo_tpot_s
-    return ok_ttft and ok_tpot
+def meets(r: RequestRecord, slo_ttft_s: float | None, slo_tpot_s: float | None) -> bool:
+    return meets_slo(ttft(r), tpot(r), slo_ttft_s, slo_tpot_s)
 
 
 def padding_waste_pct(steps: list[StepSample]) -> float | None:
@@ -171,7 +167,7 @@ def summarize(run: LaneRun, slo_ttft_s: float | None = None, slo_tpot_s: float |
     duration = max((r.finish_s for r in done), default=run.t0) - run.t0
     rate = (lambda x: x / duration) if duration > 0 else (lambda x: None)
     out_tokens = sum(r.output_tokens for r in done)
-    good = [r for r in done if meets_slo(r, slo_ttft_s, slo_tpot_s)]
+    good = [r for r in done if meets(r, slo_ttft_s, slo_tpot_s)]
     steps = run.steps
     res = {
         "strategy": run.lane,

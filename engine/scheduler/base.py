@@ -61,7 +61,8 @@ class SchedulerOutput:
     waits: dict[int, dict] = field(default_factory=dict)
     # swap preemption: blocks to copy before the forward, in the order decided (engine/kv/transfer.py)
     moves: list[BlockMove] = field(default_factory=list)
-    t_scheduled: float = 0.0  # the scheduler's clock when it was made (the policy times the step with it)
+    # the scheduler's clock when it was made (continuous: the slo policy times steps with it); None: not timed
+    t_scheduled: float | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -113,7 +114,8 @@ class Scheduler(ABC):
         the KV of rejected drafts is dropped. Returns (request, token) per new token, in order."""
         it = iter(tokens)
         sampled = []
-        self.policy.on_step(out.num_tokens, now - out.t_scheduled)
+        if out.t_scheduled is not None:
+            self.policy.on_step(out.num_tokens, now - out.t_scheduled)
         for row in out.rows:
             req = row.request
             if req.is_finished:  # a static padding row, or a row failed this step

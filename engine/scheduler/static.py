@@ -28,7 +28,7 @@ class StaticScheduler(Scheduler):
         self.launch_now = False  # the presenter's "launch it as it is": the next schedule launches what waits
 
     def schedule(self) -> SchedulerOutput:
-        out = SchedulerOutput(t_scheduled=self.clock())
+        out = SchedulerOutput()
         head = None
         if self.batch:
             self._decode(out)

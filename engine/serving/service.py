@@ -59,7 +59,7 @@ class EngineService:
         self.participants = Participants()  # who joined through /join
         self.step_fault = None  # chaos testing: called before each step with the lane; may raise
         self.hub = EventHub(hub_capacity)
-        self.metrics = ServiceMetrics(self._lane_states, self._model_of)  # GET /metrics
+        self.metrics = ServiceMetrics(self._lane_states, self._model_of, self._slo_of)  # GET /metrics
         self.hub.add_listener(self.metrics.observe)
         self.progress = progress or self._publish_progress
         self._t0 = time.perf_counter()
@@ -362,6 +362,10 @@ class EngineService:
     def _model_of(self, lane: str) -> str:
         w = self.workers.get(lane)
         return w.cfg.model if w is not None else ""
+
+    def _slo_of(self, lane: str) -> tuple[float | None, float | None]:
+        w = self.workers.get(lane)
+        return (w.cfg.slo_ttft_s, w.cfg.slo_tpot_s) if w is not None and not w.cfg.is_remote else (None, None)
 
     def idle(self) -> bool:
         """No request in flight or queued on any engine."""

@@ -28,6 +28,7 @@ from prometheus_client.core import GaugeMetricFamily
 from ..events import FinishedEvent, RequestEvent, StepMessage
 from ..scheduler.waits import TEMPLATES as WAIT_REASONS
 from ..scheduler.waits import kind as wait_kind
+from ..slo import meets_slo, tpot_s
 
 log = logging.getLogger(__name__)
 LABELS = ("model_name", "lane")
@@ -46,10 +47,12 @@ LaneStates = Callable[[], dict[str, tuple[str, dict]]]
 
 
 class ServiceMetrics:
-    def __init__(self, lane_states: LaneStates, model_of: Callable[[str], str]):
-        """model_of(lane): the model the lane runs (its `model_name` label)."""
+    def __init__(self, lane_states: LaneStates, model_of: Callable[[str], str],
+                 slo_of: Callable[[str], tuple] = lambda lane: (None, None)):
+        """model_of(lane): the model the lane runs (its `model_name` label); slo_of(lane): its latency SLOs
+        (TTFT, TPOT seconds; None: none)."""
         self.registry = CollectorRegistry()
-        self._model_of = model_of
+        self._model_of, self._slo_of = model_of, slo_of
         self._lock = threading.Lock()
         self._arrival: dict[tuple[str, int], tuple[float, int]] = {}  # (lane, request id) -> arrival, prompt
         self._last_token: dict[tuple[str, int], float] = {}  # (lane, request id) -> its last token's time
@@ -68,6 +71,8 @@ class ServiceMetrics:
         self.prefix_queries = counter("vllm:prefix_cache_queries", "Prefix cache queries, in prompt tokens.")
         self.prefix_hits = counter("vllm:prefix_cache_hits", "Prefix cache hits, in tokens served from the cache.")
         self.success = counter("vllm:request_success", "Requests ended, by finish reason.", ("finished_reason",))
+        self.slo_met = counter("inflight:requests_meeting_slo", "Requests finished (stop or length) within "
+                               "their lane's TTFT and TPOT SLOs: goodput is its rate (an unset SLO always holds).")
         self.drafts = counter("vllm:spec_decode_num_drafts", "Speculative decoding: rows that brought a draft.")
         self.draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Speculative decoding: draft tokens.")
         self.accepted_tokens = counter("vllm:spec_decode_num_accepted_tokens",
@@ -107,7 +112,7 @@ class ServiceMetrics:
             return
         self._seen.add(labels)
         for m in (self.prompt_tokens, self.generation_tokens, self.preemptions, self.prefix_queries,
-                  self.prefix_hits, self.ttft, self.itl, self.e2e, self.iteration_tokens):
+                  self.prefix_hits, self.ttft, self.itl, self.e2e, self.iteration_tokens, self.slo_met):
             m.labels(*labels)
         for reason in FINISH_REASONS:
             self.success.labels(*labels, reason)
@@ -150,6 +155,10 @@ class ServiceMetrics:
         self.success.labels(*labels, ev.finish_reason).inc()
         if ev.finish_s is not None:
             self.e2e.labels(*labels).observe(ev.finish_s - ev.arrival_s)
+        ttft = None if ev.first_token_s is None else ev.first_token_s - ev.arrival_s
+        tpot = tpot_s(ev.first_token_s, ev.finish_s, ev.num_output_tokens)
+        if ev.finish_reason in ("stop", "length") and meets_slo(ttft, tpot, *self._slo_of(labels[1])):
+            self.slo_met.labels(*labels).inc()
 
     # ---- reading ------------------------------------------------------------------------------
     def exposition(self) -> bytes:

@@ -11,7 +11,7 @@ from engine.workshop.scenarios.headline import METRICS, run_headline, values
 
 from .cards import Card, show_cards
 from .price import current as current_price
-from .run_metrics import run_label, run_metrics
+from .run_metrics import run_label, run_metrics, run_summary
 
 
 def fmt(v, unit="", scale=1.0, digits=1):
@@ -21,7 +21,7 @@ def fmt(v, unit="", scale=1.0, digits=1):
 @st.fragment(run_every=1.0)
 def metric_cards(svc, lanes: list[str]) -> None:
     m, now = run_metrics(svc), svc.clock()
-    summary = m.summary()
+    summary = run_summary(svc, m)
     shown = [s for s in lanes if s in summary] or list(summary)
     st.caption(run_label(m, now))
     if not shown:
@@ -86,7 +86,7 @@ def _all_cards(r: dict, other_name: str | None, other: dict | None) -> list[Card
         return versus(r, other_name, other, key, higher_is_better)
 
     paused = " Paused time is left out."
-    return _spec_cards(r) + [
+    return _slo_cards(r, vs) + _spec_cards(r) + [
         Card("Throughput", fmt(r["output_tokens_per_s"], " tok/s"), **vs("output_tokens_per_s", True),
              help="Output tokens per second of finished requests, since the run's first arrival." + paused),
         Card("Requests done", f"{r['completed']}", f"{r['in_flight']} in flight"),
@@ -110,6 +110,19 @@ def _all_cards(r: dict, other_name: str | None, other: dict | None) -> list[Card
                   "Live lanes share the device, so each lane's figure is higher than it would be alone; "
                   "the ratio between lanes is what compares them"),
     ]
+
+
+def _slo_cards(r: dict, vs) -> list[Card]:
+    """Goodput under the lane's latency SLOs, when it has any."""
+    if r.get("slo_ttft_s") is None and r.get("slo_tpot_s") is None:
+        return []
+    slos = " and ".join(s for s in (r["slo_ttft_s"] is not None and f"TTFT ≤ {r['slo_ttft_s']:g} s",
+                                    r["slo_tpot_s"] is not None and f"TPOT ≤ {1000 * r['slo_tpot_s']:g} ms") if s)
+    return [Card("SLO met", fmt(r["slo_attainment_pct"], " %", digits=0), **vs("slo_attainment_pct", True),
+                 help=f"Requests that met {slos}, of all this run's requests"),
+            Card("Goodput", fmt(r["goodput_requests_per_s"], " req/s", digits=2),
+                 **vs("goodput_requests_per_s", True),
+                 help=f"Requests per second that met {slos} (DistServe's goodput)")]
 
 
 def _spec_cards(r: dict) -> list[Card]:

@@ -23,7 +23,7 @@ def _line(s) -> str:
 
 def _what_to_watch(svc, scenario, compact: bool) -> None:
     """The number the scenario is about (this run's, per lane) first, then what to look at."""
-    number = headline_line(run_metrics(svc), scenario.headline, svc.lane_names) or \
+    number = headline_line(svc, run_metrics(svc), scenario.headline, svc.lane_names) or \
         f"{METRICS[scenario.headline[0]].title}, once this run's first requests finish"
     if compact:  # one line; the whole of it on hover
         st.html(f'<div title="{html.escape(scenario.watch)}" style="white-space:nowrap;overflow:hidden;'

@@ -17,6 +17,17 @@ def run_metrics(svc) -> LiveMetrics:
     return session_reader("metrics", lambda: LiveMetrics(since or 0.0, cleared=since is not None), svc.hub)
 
 
+def lane_slos(svc) -> dict[str, tuple]:
+    """Each lane's latency SLOs (TTFT, TPOT seconds; None: none): a lane's own, a remote lane the room's."""
+    return {name: (getattr(c, "slo_ttft_s", None), getattr(c, "slo_tpot_s", None)) if not c.is_remote
+            else (svc.cfg.slo_ttft_s, svc.cfg.slo_tpot_s) for name, c in svc.lanes.items()}
+
+
+def run_summary(svc, m: LiveMetrics) -> dict[str, dict]:
+    """The run's metrics per lane, goodput under each lane's SLOs."""
+    return m.summary(lane_slos(svc))
+
+
 def narrator(svc) -> Narrator:
     """The session's narrator, caught up with the hub (it knows the lanes' settings even when their
     `lanes` event has left the hub)."""
@@ -49,9 +60,9 @@ def run_label(m: LiveMetrics, now: float) -> str:
     return what
 
 
-def headline_line(m: LiveMetrics, keys: tuple[str, ...], lanes: list[str]) -> str | None:
+def headline_line(svc, m: LiveMetrics, keys: tuple[str, ...], lanes: list[str]) -> str | None:
     """"TTFT p50: continuous 0.42 s · dynamic 1.31 s" for the scenario's first metric, this run."""
-    summary = m.summary()
+    summary = run_summary(svc, m)
     if not keys or not any(lane in summary for lane in lanes):
         return None
     metric = METRICS[keys[0]]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.config import DEFAULT_MODEL
+from engine.config import DEFAULT_MODEL, MAX_SLO_S
 from engine.serving.lanes import lane_headers
 from engine.serving.service import AUTO_SLOW_INTERVAL_S, AUTO_SLOW_MAX_RUNNING
 
@@ -62,7 +62,7 @@ def playback(svc, shown: dict) -> bool:
 
 
 def engine_settings(svc) -> None:
-    """What every lane shares (the model, the KV pool); Apply drains in-flight requests, then restarts
+    """What every lane shares (the model, the KV pool, the room's latency SLOs); Apply drains in-flight requests, then restarts
     the lanes with them. Each lane's own settings are in the Compare control's lane editor."""
     cfg = svc.cfg
     with st.sidebar.expander("Engine settings (all lanes)", expanded=False), st.form("engine_settings", border=False):
@@ -73,9 +73,15 @@ def engine_settings(svc) -> None:
                               help="A folder saved with save_pretrained")
         blocks = st.number_input("KV pool size (blocks, 0 = from memory budget)", 0, 1_000_000,
                                  cfg.num_kv_blocks or 0, step=16)
+        ttft = st.number_input("TTFT SLO (s, 0 = none)", 0.0, float(MAX_SLO_S), cfg.slo_ttft_s or 0.0, step=0.5,
+                               help="Latency SLOs: the cards count the requests meeting both (goodput), "
+                                    "/metrics too, and the slo scheduling policy serves them")
+        tpot = st.number_input("TPOT SLO (ms, 0 = none)", 0, 1000 * MAX_SLO_S,
+                               round(1000 * cfg.slo_tpot_s) if cfg.slo_tpot_s else 0, step=10)
         if st.form_submit_button("Apply", type="primary", width="stretch"):
             model = MODEL_PRESETS[choice] or local.strip() or cfg.model
-            changes = dict(model=model, num_kv_blocks=blocks or None)
+            changes = dict(model=model, num_kv_blocks=blocks or None, slo_ttft_s=ttft or None,
+                           slo_tpot_s=tpot / 1000 if tpot else None)
             changes = {k: v for k, v in changes.items() if getattr(cfg, k) != v}
             if changes:
                 try:
