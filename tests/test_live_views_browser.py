@@ -167,6 +167,6 @@ def test_swap_preemption_shows_the_host_pool_and_the_swapped_wait(browser, rec):
     expect(page.locator(".ifl-timeline .ifl-legend-swap").first).to_be_visible()
     expect(page.locator(".ifl-cell-kv .ifl-caption").first).to_contain_text(
         f"host pool (the same RAM as the device pool: a memory copy, not PCIe) 2 / 16 blocks (#{rid} swapped out) "
-        "· 0.0 MB copied in 0.4 ms")
+        f"· 0.0 MB copied in 0.4 ms · this iteration: #{rid} out 2 blocks")
     page.screenshot(path=str(ARTIFACTS / "live-swap.png"), full_page=True)
     page.close()

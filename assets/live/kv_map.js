@@ -133,7 +133,9 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
       + `${host.rids.length > 4 ? ", …" : ""} swapped out)` : "";
     const moved = S.swapBytes ? ` · ${fmt(S.swapBytes / 1e6, 1)} MB copied in ${fmt(1000 * S.swapS, 1)} ms` : "";
     const ram = host.sameRam ? " (the same RAM as the device pool: a memory copy, not PCIe)" : "";
-    return ` · host pool${ram} ${host.owner.size} / ${host.n} blocks${who}${moved}`;
+    const now = (S.swaps || []).map(([rid, way, n]) => `#${rid} ${way === "out" ? "out" : "back"} ${n}`).join(", ");
+    return ` · host pool${ram} ${host.owner.size} / ${host.n} blocks${who}${moved}`
+      + (now ? ` · this iteration: ${now} blocks` : "");
   }
 
   function drawBlock(ctx, inst, x, y, s, cell) {

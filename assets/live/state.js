@@ -188,7 +188,8 @@ defineLive("LiveState", ["Waits"], () => {
       S.host = ev.host || null;  // swap preemption's host pool (a lane that has one)
       S.kvRev++;
     }
-    if (ev.swaps && ev.swaps.length) {
+    S.swaps = ev.swaps || [];  // this iteration's copies: [request id, "out" | "in", blocks]
+    if (S.swaps.length) {
       S.swapBytes = (S.swapBytes || 0) + (ev.swap_bytes || 0);
       S.swapS = (S.swapS || 0) + (ev.swap_s || 0);
     }

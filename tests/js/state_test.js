@@ -315,6 +315,7 @@ const tests = {
     assert.deepEqual(kinds(1), ["queued", "prefill", "swapped", "prefill"], "back where it was: not a recompute");
     assert.deepEqual(kinds(3), ["queued", "prefill", "preempted", "recompute"]);
     assert.equal(S.swapBytes, 8192);
+    assert.deepEqual(S.swaps, [[1, "in", 2]], "the latest iteration's copies");
     assert.deepEqual(S.host, { num_blocks: 4, block_tables: {} }, "the latest step's host pool");
     assert.equal(globalThis.Waits.say(contract, swapped),
                  "preempted to free KV blocks for #2; its KV swapped out to the host pool");
