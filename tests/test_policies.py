@@ -189,6 +189,7 @@ def test_slo_policy_schedules_within_its_budget():
     sizes = []
     while s.has_work():
         out = s.schedule()
+        assert out.num_tokens <= out.token_budget <= 256  # the budget the step event and the waits report
         clock.t += 0.005 + 0.001 * out.num_tokens
         run_fake(s, out, clock.t)
         sizes.append(out.num_tokens)

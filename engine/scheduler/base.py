@@ -63,6 +63,8 @@ class SchedulerOutput:
     moves: list[BlockMove] = field(default_factory=list)
     # the scheduler's clock when it was made (continuous: the slo policy times steps with it); None: not timed
     t_scheduled: float | None = None
+    # continuous: this step's token budget (max_num_batched_tokens, or the slo policy's smaller one)
+    token_budget: int | None = None
 
     @property
     def num_tokens(self) -> int:

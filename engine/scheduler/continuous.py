@@ -21,7 +21,7 @@ class ContinuousScheduler(Scheduler):
         out = SchedulerOutput(t_scheduled=self.clock())
         self.running = self.policy.order(self.running, out.t_scheduled)
         self._preempt_for_waiting(out)
-        budget = limit = self._step_budget()
+        budget = out.token_budget = self._step_budget()
         short = len(out.preempted)
         i = 0
         while i < len(self.running) and budget > 0:
@@ -35,7 +35,7 @@ class ContinuousScheduler(Scheduler):
         # admission, unless blocks ran short for the running ones
         head = self._admit(out, budget) if len(out.preempted) == short else self._head_kv_short()
         self._explain(out, head)
-        self._speculate(out, limit)
+        self._speculate(out)
         return out
 
     def _step_budget(self) -> int:
@@ -52,12 +52,12 @@ class ContinuousScheduler(Scheduler):
                 return False
         return True
 
-    def _speculate(self, out: SchedulerOutput, limit: int) -> None:
+    def _speculate(self, out: SchedulerOutput) -> None:
         """Decode rows draft with what the step leaves once everyone is scheduled: the token
         budget after admission and the free blocks. A draft never preempts or delays anyone."""
         if self.cfg.speculative == "off":
             return
-        spare = limit - out.num_tokens
+        spare = out.token_budget - out.num_tokens
         for row in out.rows:
             if spare <= 0:
                 return
@@ -96,12 +96,12 @@ class ContinuousScheduler(Scheduler):
             if len(self.running) >= self.cfg.max_num_seqs:
                 return waits.batch_full(len(self.running), self.cfg.max_num_seqs)
             if budget <= 0:
-                return waits.token_budget(0, self.cfg.max_num_batched_tokens)
+                return waits.token_budget(0, out.token_budget)
             req = self.waiting[0]
             cached = self._cached_prefix(req)
             remaining = req.num_tokens - req.num_computed_tokens - len(cached) * self.cache.block_size
             if remaining > budget and not self.cfg.enable_chunked_prefill:
-                return waits.token_budget(budget, self.cfg.max_num_batched_tokens)
+                return waits.token_budget(budget, out.token_budget)
             n = min(remaining, budget)
             if not self._start(out, req, cached, n):
                 return self._kv_short(req, cached, n)
