@@ -21,14 +21,25 @@ ops = st.lists(
 )
 
 
+class Lazy(dict):
+    """Built on first use: key -> make(*key)."""
+
+    def __init__(self, make):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key):
+        self[key] = value = self.make(*key)
+        return value
+
+
 @pytest.fixture(scope="module")
 def engines(tiny_model_dirs):
     # Small pool and budget so preemption, chunking and static reservations all happen.
     # The prompts below share prefixes, so with prefix caching blocks are shared, cached and evicted.
-    return {(s, p, c): make_engine(tiny_model_dirs["llama"], strategy=s, scheduling_policy=p, num_kv_blocks=12,
-                                   max_model_len=48, max_num_batched_tokens=12, max_num_seqs=4, static_batch_size=3,
-                                   enable_prefix_caching=c)
-            for s in STRATEGIES for p in SCHEDULING_POLICIES for c in (False, True)}
+    return Lazy(lambda s, p, c: make_engine(
+        tiny_model_dirs["llama"], strategy=s, scheduling_policy=p, num_kv_blocks=12, max_model_len=48,
+        max_num_batched_tokens=12, max_num_seqs=4, static_batch_size=3, enable_prefix_caching=c))
 
 
 @pytest.mark.parametrize("policy", SCHEDULING_POLICIES)
