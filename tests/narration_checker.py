@@ -47,6 +47,8 @@ WHY = {
     "fair": r"its tenant (?P<a>.+) goes before #(?P<o>\d+)'s tenant (?P<b>.+) \(fair share per tenant\)",
     "priority": r"its priority (?P<a>-?\d+) is more urgent than #(?P<o>\d+)'s (?P<b>-?\d+) \(lower runs first\)",
 }
+LATE = (r"(?:#(?P<o>\d+) is|all (?P<n>\d+) are) past the (?P<s>[\d.]+) s TTFT deadline after arriving, and the "
+        r"slo policy serves late requests last")
 KEYS = {"sjf": lambda r: r["num_prompt_tokens"] + r["max_tokens"], "fair": lambda r: r.get("tenant"),
         "priority": lambda r: r.get("priority", 0)}  # what each policy orders by, as the requests say it
 PARSE = {"sjf": lambda x: num(x), "fair": str, "priority": int}
@@ -384,6 +386,8 @@ class Checker:
         passed = self._passed(lane, i, rid)
         if m["x"] is not None and int(m["x"]) not in passed or m["k"] is not None and int(m["k"]) != len(passed):
             return f"the requests it passed are {sorted(passed)}"
+        if self.facts.config(lane, i).get("scheduling_policy") == "slo":
+            return self._late(lane, i, ev, passed, m["why"])
         return self._why(lane, i, rid, passed, m["why"])
 
     def _passed(self, lane: str, i: int, rid: int) -> set[int]:
@@ -404,6 +408,17 @@ class Checker:
             return f"the requests say {a} and {b}"
         first = a != b if policy == "fair" else a < b
         return None if first and a is not None else "that would not put it first"
+
+    def _late(self, lane: str, i: int, ev: StepEvent, passed: set[int], text: str) -> str | None:
+        """slo: every request passed was past its TTFT deadline when the iteration began."""
+        m = re.fullmatch(LATE, text)
+        ttft = self.facts.config(lane, i).get("slo_ttft_s")
+        if m is None or ttft is None or m["s"] != f"{ttft:g}":
+            return f"not the slo policy's reason at a TTFT SLO of {ttft}"
+        if (m["o"] is not None and int(m["o"]) not in passed) or (m["n"] is not None and int(m["n"]) != len(passed)):
+            return f"the requests it passed are {sorted(passed)}"
+        late = [ev.t_start > self.facts.request(lane, r)["arrival_s"] + ttft for r in passed]
+        return None if all(late) else "not every request it passed was late"
 
     # -- waiting and runs ----------------------------------------------------------------------------
     def _long_wait(self, s, m) -> str | None:

@@ -131,6 +131,19 @@ def test_swap_preemption_and_the_swap_back():
     assert told(items)[-2].endswith("#5; the host pool is full: it will recompute its tokens later")
 
 
+def test_the_slo_policy_passing_late_requests_is_explained():
+    """slo: a request that can still make its TTFT deadline starts ahead of earlier ones already past theirs."""
+    lanes_ev = LanesEvent(lanes={"a": {"strategy": "continuous", "scheduling_policy": "slo", "max_num_seqs": 1,
+                                       "slo_ttft_s": 2.0}})
+    items = [lanes_ev, request(1, "a", t=0.1), request(2, "a", t=0.2), request(3, "a", t=2.5),
+             stepped(step(3, [P(3)], admitted=[3]))]
+    assert told(items)[-1] == ("iteration 3: #3 started ahead of 2 requests that arrived earlier: all 2 are past "
+                               "the 2 s TTFT deadline after arriving, and the slo policy serves late requests last")
+    items[3] = request(3, "a", t=0.5)  # at 1 s nobody is late yet: no reason of the slo policy to give
+    items[4] = stepped(step(1, [P(3)], admitted=[3]))
+    assert not [t for t in told(items) if "started ahead" in t]
+
+
 def test_a_preemption_by_priority_names_only_what_the_narrator_saw():
     why = {7: waits.preempted_by_priority(9, -1, 0)}
     items = [request(7, "a"), request(9, "a", priority=-1), stepped(step(1, [P(7)], admitted=[7])),

@@ -37,6 +37,7 @@ class LaneState:
     strategy: str | None = None
     policy: str | None = None        # from the `lanes` event; None: unknown, so no jump is explained
     max_num_seqs: int | None = None  # from the `lanes` event; None: unknown, so nothing is said about slots
+    slo_ttft_s: float | None = None  # from the `lanes` event: the slo policy's TTFT SLO (None: none known)
     waiting: dict[int, Req] = field(default_factory=dict)  # arrived, not admitted yet (or preempted)
     running: dict[int, Req] = field(default_factory=dict)  # admitted, not ended
     # ended and still in the last step's rows (a static batch's padding) or ended by it: pruned every step

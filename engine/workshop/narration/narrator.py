@@ -85,7 +85,8 @@ class Narrator(HubReader):
             self._idle_at[ev.lane] = t
 
     def _forget(self) -> None:
-        self.lanes = {name: LaneState(st.strategy, st.policy, st.max_num_seqs) for name, st in self.lanes.items()}
+        self.lanes = {name: LaneState(st.strategy, st.policy, st.max_num_seqs, st.slo_ttft_s)
+                      for name, st in self.lanes.items()}
         self._pending.clear()
         self._done.clear()
         self._idle_at.clear()
@@ -99,6 +100,7 @@ class Narrator(HubReader):
             st.policy = cfg.get("scheduling_policy")
             st.strategy = cfg.get("strategy", st.strategy)
             st.max_num_seqs = cfg.get("max_num_seqs")
+            st.slo_ttft_s = cfg.get("slo_ttft_s")
 
     def on_step(self, msg: StepMessage) -> None:
         lane, st, ev = msg.lane, self.lanes[msg.lane], msg.event

@@ -136,7 +136,7 @@ def _jumps(ev, st: LaneState) -> list[Candidate]:
             continue
         passed = [w for w in st.waiting.values() if w.arrival_s < req.arrival_s and w.request_id not in ev.admitted
                   and w.request_id not in st.preempted and w.request_id not in ev.finished]
-        why = passed and _why(req, passed[0], st.policy)
+        why = passed and (_late(passed, st, ev.t_start) if st.policy == "slo" else _why(req, passed[0], st.policy))
         if why:
             return [Candidate(JUMP, "jump", rid, f"#{rid} started ahead of {_passed(passed)}: {why}")]
     return []
@@ -145,6 +145,15 @@ def _jumps(ev, st: LaneState) -> list[Candidate]:
 def _passed(passed) -> str:
     return f"#{passed[0].request_id}, which arrived earlier" if len(passed) == 1 else \
         f"{len(passed)} requests that arrived earlier"
+
+
+def _late(passed: list[Req], st: LaneState, now: float) -> str | None:
+    """The slo policy's reason: every request passed is already past its TTFT deadline."""
+    ttft = st.slo_ttft_s
+    if ttft is None or any(now <= r.arrival_s + ttft for r in passed):
+        return None
+    who = f"#{passed[0].request_id} is" if len(passed) == 1 else f"all {len(passed)} are"
+    return f"{who} past the {ttft:g} s TTFT deadline after arriving, and the slo policy serves late requests last"
 
 
 def _why(req: Req, other: Req, policy: str) -> str | None:
