@@ -335,4 +335,5 @@ def wire_contract() -> dict:
     return {"entry_fields": list(ENTRY_FIELDS), "phases": list(PHASES), "event_types": [e.TYPE for e in EVENTS],
             "types": {e.__name__: e.TYPE for e in EVENTS},  # each event's type name, by its class here
             "remote_strategy": REMOTE, "wait_reasons": TEMPLATES, "launch_at": LAUNCH_AT,
-            "status": {"paused": PAUSED, "resumed": RESUMED, "run_started": RUN_STARTED}}
+            "status": {"paused": PAUSED, "resumed": RESUMED, "run_started": RUN_STARTED},
+            "swap": {"out": SWAP_OUT, "in": SWAP_IN}}  # a step's swaps: [request id, direction, blocks]

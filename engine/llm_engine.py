@@ -14,7 +14,7 @@ from .device_memory import GiB
 from .events import PADDING, StepEntry, StepEvent
 from .kv import KVCacheManager, KVPool
 from .kv.sizing import kv_block_bytes, num_kv_blocks
-from .kv.transfer import SWAP_IN, SWAP_OUT, Transfer, run_moves
+from .kv.transfer import SWAP_IN, SWAP_OUT, Transfer, run_move
 from .model.draft_model import DraftModel
 from .model.runner import ModelRunner
 from .model.sampler import make_generator
@@ -85,6 +85,10 @@ class LLMEngine:
             raise ValueError(f"EngineConfig.max_model_len={want} exceeds the model's context length {limit}")
         return want
 
+    def _kv_shapes(self) -> list:
+        """The KV shapes of one block layout: the model's, and its draft model's."""
+        return [self.runner.kv_shape] + ([self.drafter.kv_shape] if self.drafter else [])
+
     def _device_pools(self) -> list[KVPool]:
         """The KV pools of one block layout: the model's, and its draft model's."""
         return [self.runner.pool] + ([self.drafter.runner.pool] if self.drafter else [])
@@ -93,17 +97,17 @@ class LLMEngine:
         """Swap preemption: a host pool beside each device pool, swap_space_gb for them all (none else)."""
         if self.cfg.preemption_mode != "swap":
             return []
-        pools = self._device_pools()
-        per_block = kv_block_bytes(self.cfg, [p.shape for p in pools], self.runner.dtype)
+        per_block = kv_block_bytes(self.cfg, self._kv_shapes(), self.runner.dtype)
         n = int(self.cfg.swap_space_gb * GiB // per_block)
         if n < 1:
             raise ValueError(f"EngineConfig.swap_space_gb={self.cfg.swap_space_gb} holds no KV block "
                              f"({per_block} bytes)")
-        return [KVPool(p.shape, n, self.cfg.block_size, self.runner.dtype, torch.device("cpu")) for p in pools]
+        return [KVPool(shape, n, self.cfg.block_size, self.runner.dtype, torch.device("cpu"))
+                for shape in self._kv_shapes()]
 
     def _num_kv_blocks(self) -> int:
         bs = self.cfg.block_size
-        shapes = [self.runner.kv_shape] + ([self.drafter.kv_shape] if self.drafter else [])
+        shapes = self._kv_shapes()
         n = num_kv_blocks(self.cfg, shapes, self.runner.dtype, self.runner.device)
         if n * bs < self.max_model_len:
             per_block = kv_block_bytes(self.cfg, shapes, self.runner.dtype)
@@ -266,9 +270,9 @@ class LLMEngine:
 
     def _move_blocks(self, sched: SchedulerOutput) -> Transfer:
         """Swap preemption's copies, before the forward writes any block they read; what they copied."""
-        step = Transfer()
+        step, pools = Transfer(), self._device_pools()
         for m in sched.moves:
-            done = run_moves([m], self._device_pools(), self.host_pools)
+            done = run_move(m, pools, self.host_pools)
             self.moved[m.direction].add(done)
             step.add(done)
         return step

@@ -169,13 +169,15 @@ def test_slo_budget_keeps_a_step_within_the_tpot_slo():
     """Step time fitted as a + b x tokens over recent steps: the budget is what fits in 90% of the TPOT
     SLO, never fewer than the decoding rows, never more than the configured budget."""
     from engine.scheduler.policy import SLO_MIN_SAMPLES, SLOPolicy
+    from types import SimpleNamespace
+    decoding = lambda n: [SimpleNamespace(num_tokens=9, num_computed_tokens=8)] * n  # noqa: E731
     p = SLOPolicy(slo_ttft_s=None, slo_tpot_s=0.05)
-    assert p.step_budget(512, 3) == 512  # nothing measured yet
+    assert p.step_budget(512, decoding(3)) == 512  # nothing measured yet
     for n in range(SLO_MIN_SAMPLES):
         p.on_step(8 + 16 * n, 0.01 + 0.001 * (8 + 16 * n))
-    assert p.step_budget(512, 3) == 35  # (0.045 - 0.01) / 0.001
-    assert p.step_budget(512, 40) == 40 and p.step_budget(20, 3) == 20
-    assert SLOPolicy(None, None).step_budget(512, 3) == 512
+    assert p.step_budget(512, decoding(3)) == 35  # (0.045 - 0.01) / 0.001
+    assert p.step_budget(512, decoding(40)) == 40 and p.step_budget(20, decoding(3)) == 20
+    assert SLOPolicy(None, None).step_budget(512, decoding(3)) == 512
 
 
 def test_slo_policy_schedules_within_its_budget():

@@ -16,7 +16,7 @@ defineLive("Contract", [], () => {
 
   // -> { entry: { rid, phase, tokens, ctx, slot, cached, drafted, accepted } (indexes into an entry list), phase: { prefill,
   // decode, padding } (names), type: { step, request, ... } (event type names), remote (a remote lane's
-  // strategy), waits (wait reasons' phrasing), status (status event names) }. Throws if the engine's
+  // strategy), waits (wait reasons' phrasing), status (status event names), swap (swap directions) }. Throws if the engine's
   // contract lacks a field the views read.
   function fromWire(wire) {
     const fields = (wire && wire.entry_fields) || [];
@@ -38,10 +38,12 @@ defineLive("Contract", [], () => {
     // the service's status events the views act on (recordings made before the contract named them: these)
     const status = Object.freeze({ paused: "paused", resumed: "resumed", run_started: "run_started",
                                    ...((wire && wire.status) || {}) });
+    // swap preemption's directions in a step's `swaps` (recordings made before swap preemption: these)
+    const swap = Object.freeze({ out: "out", in: "in", ...((wire && wire.swap) || {}) });
     const sent = (wire && wire.types) || {};
     const type = Object.fromEntries(Object.entries(TYPES).map(([key, cls]) => [key, sent[cls] || TYPE_NAMES[key]]));
     return Object.freeze({ entry: Object.freeze(entry), phase: Object.freeze(phase), type: Object.freeze(type), remote,
-                           waits, status });
+                           waits, status, swap });
   }
 
   return { fromWire };

@@ -99,11 +99,12 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
       drawBlock(ctx, inst, g.ox + (i % g.cols) * g.s, Math.floor(i / g.cols) * g.s, inner, cell);
     }
     view.host = S.host ? drawHost(ctx, inst, S.host, W, H - hostH, hostH) : null;
+    const copies = view.host ? hostCaption(view.host, S, inst.contract) : "";
     setText(view.caption, `${kc.used} / ${kc.n} blocks used (${fmt(pct(kc.used, kc.n), 1)}%) · `
       + `${kc.held.toLocaleString()} tokens in ${kc.slots.toLocaleString()} slots`
       + (kc.slots ? ` (${fmt(pct(kc.held, kc.slots), 0)}% full)` : "") + ` · ${kc.bs} tokens/block`
       + (kc.sharers.size ? ` · ${kc.sharers.size} shared` : "") + (kc.cached ? ` · ${kc.cached} cached` : "")
-      + (g.group > 1 ? ` · 1 cell = ${g.group} blocks` : "") + (view.host ? hostCaption(view.host, S) : ""));
+      + (g.group > 1 ? ` · 1 cell = ${g.group} blocks` : "") + copies);
   }
 
   // Swap preemption's host pool, under a line below the device pool: each swapped-out request's blocks
@@ -128,12 +129,13 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
              sameRam: !!host.same_ram };
   }
 
-  function hostCaption(host, S) {
+  function hostCaption(host, S, contract) {
     const who = host.rids.length ? ` (${host.rids.slice(0, 4).map((r) => "#" + r).join(", ")}`
       + `${host.rids.length > 4 ? ", …" : ""} swapped out)` : "";
     const moved = S.swapBytes ? ` · ${fmt(S.swapBytes / 1e6, 1)} MB copied in ${fmt(1000 * S.swapS, 1)} ms` : "";
     const ram = host.sameRam ? " (the same RAM as the device pool: a memory copy, not PCIe)" : "";
-    const now = (S.swaps || []).map(([rid, way, n]) => `#${rid} ${way === "out" ? "out" : "back"} ${n}`).join(", ");
+    const now = (S.swaps || []).map(([rid, way, n]) => `#${rid} ${way === contract.swap.out ? "out" : "back"} ${n}`)
+      .join(", ");
     return ` · host pool${ram} ${host.owner.size} / ${host.n} blocks${who}${moved}`
       + (now ? ` · this iteration: ${now} blocks` : "");
   }

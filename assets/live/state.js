@@ -16,7 +16,6 @@ defineLive("LiveState", ["Waits"], () => {
   // What a request is doing, per segment and overall (views shade by these).
   const KIND = { queued: "queued", prefill: "prefill", recompute: "recompute", decode: "decode", held: "held",
                  preempted: "preempted", swapped: "swapped", finished: "finished" };
-  const SWAP_OUT = "out";  // a step's swaps: [request id, "out" | "in", blocks] (engine/events.py)
 
   // contract: Contract.fromWire(...) (the step entry layout and phase names).
   function newState(lanes, contract) {
@@ -152,7 +151,7 @@ defineLive("LiveState", ["Waits"], () => {
     // never backwards (a recording played again starts from 1).
     const it = Math.max(ev.step, S.lastIt + 1);
     const t0 = ev.t_start, t1 = ev.t_end;
-    const swappedOut = new Set((ev.swaps || []).filter((m) => m[1] === SWAP_OUT).map((m) => m[0]));
+    const swappedOut = new Set((ev.swaps || []).filter((m) => m[1] === contract.swap.out).map((m) => m[0]));
     for (const rid of ev.preempted || []) preempt(S, rid, t0, it, swappedOut.has(rid));
     const groups = groupEntries(contract, ev.entries);
     const cells = [], bySlot = [];

@@ -14,7 +14,7 @@ import torch
 from ..events import SWAP_IN, SWAP_OUT
 from .pool import KVPool
 
-__all__ = ["SWAP_IN", "SWAP_OUT", "BlockMove", "Transfer", "copy_blocks", "run_moves"]
+__all__ = ["SWAP_IN", "SWAP_OUT", "BlockMove", "Transfer", "copy_blocks", "run_move"]
 
 
 @dataclass
@@ -52,17 +52,12 @@ def copy_blocks(pairs: list[tuple[KVPool, KVPool]], src: list[int], dst: list[in
     return copied
 
 
-def run_moves(moves: list[BlockMove], device: list[KVPool], host: list[KVPool]) -> Transfer:
-    """Run a step's moves in order (a block a move frees may be the next move's destination)."""
-    done = Transfer()
-    if not moves:
-        return done
+def run_move(m: BlockMove, device: list[KVPool], host: list[KVPool]) -> Transfer:
+    """Copy one move's blocks between each device pool and its host pool; what it copied, timed. A step's
+    moves run in the scheduler's order: a block one move frees may be the next one's destination."""
     t0 = time.perf_counter()
-    for m in moves:
-        pairs = list(zip(device, host)) if m.direction == SWAP_OUT else list(zip(host, device))
-        done.bytes += copy_blocks(pairs, m.src, m.dst)
-        done.blocks += len(m.src)
+    pairs = list(zip(device, host)) if m.direction == SWAP_OUT else list(zip(host, device))
+    nbytes = copy_blocks(pairs, m.src, m.dst)
     if device[0].k[0].device.type == "cuda":
         torch.cuda.synchronize(device[0].k[0].device)
-    done.seconds = time.perf_counter() - t0
-    return done
+    return Transfer(len(m.src), nbytes, time.perf_counter() - t0)

@@ -21,7 +21,7 @@ class ContinuousScheduler(Scheduler):
         out = SchedulerOutput(t_scheduled=self.clock())
         self.running = self.policy.order(self.running, out.t_scheduled)
         self._preempt_for_waiting(out)
-        budget = out.token_budget = self._step_budget()
+        budget = out.token_budget = self.policy.step_budget(self.cfg.max_num_batched_tokens, self.running)
         short = len(out.preempted)
         i = 0
         while i < len(self.running) and budget > 0:
@@ -37,11 +37,6 @@ class ContinuousScheduler(Scheduler):
         self._explain(out, head)
         self._speculate(out)
         return out
-
-    def _step_budget(self) -> int:
-        """max_num_batched_tokens, or fewer where the policy keeps steps short (slo: within the TPOT SLO)."""
-        decoding = sum(r.num_tokens - r.num_computed_tokens == 1 for r in self.running)
-        return self.policy.step_budget(self.cfg.max_num_batched_tokens, decoding)
 
     def _grow(self, req: Request, n: int, out: SchedulerOutput) -> bool:
         """Make room for n more tokens of req, preempting the last running requests if needed."""

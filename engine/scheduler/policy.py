@@ -59,8 +59,9 @@ class Policy:
     def on_finish(self, request: Request) -> None:
         """A request left the scheduler."""
 
-    def step_budget(self, budget: int, decoding: int) -> int:
-        """The token budget of the next step (the configured one, `budget`), with `decoding` rows decoding."""
+    def step_budget(self, budget: int, running: list[Request]) -> int:
+        """The token budget of the next step: the configured one, `budget`, or fewer (slo), given the
+        running requests."""
         return budget
 
     def on_step(self, num_tokens: int, seconds: float) -> None:
@@ -131,11 +132,12 @@ class SLOPolicy(Policy):
         late = self.ttft is not None and r.first_token_s is None and now > deadline
         return late, deadline, r.request_id
 
-    def step_budget(self, budget, decoding):
-        fit = self._fit()
-        if self.tpot is None or fit is None:
+    def step_budget(self, budget, running):
+        fit = None if self.tpot is None else self._fit()
+        if fit is None:
             return budget
         a, b = fit
+        decoding = sum(r.num_tokens - r.num_computed_tokens == 1 for r in running)
         return max(decoding, min(budget, int((SLO_TPOT_SHARE * self.tpot - a) / b + 1e-9)))
 
     def _fit(self) -> tuple[float, float] | None:
