@@ -80,6 +80,10 @@ class EngineConfig:
     slo_tpot_s: float | None = None
     preemption_mode: str = "recompute"
     swap_space_gb: float = 1.0
+    # Prefill on one engine, decode on another (continuous only, engine/disaggregated.py): each half has
+    # its own KV pool (half of this config's KV memory), its own thread and half of the lane's cores; a
+    # request's blocks are copied from the prefill pool to the decode pool after its first token.
+    disaggregated: bool = False
     static_batch_size: int = 16  # the same maximum batch as max_num_seqs: comparisons are at equal capacity
     static_max_wait_s: float = 0.5
     seed: int = 0
@@ -138,6 +142,8 @@ class EngineConfig:
                f"one of {', '.join(PREEMPTION_MODES)}")
         _check(is_number(self.swap_space_gb) and 0 < self.swap_space_gb <= MAX_SWAP_SPACE_GB, "swap_space_gb",
                self.swap_space_gb, f"a number of GiB > 0 and at most {MAX_SWAP_SPACE_GB}")
+        _check(self.disaggregated is False or (self.disaggregated is True and self.strategy == "continuous"),
+               "disaggregated", self.disaggregated, "True (with strategy 'continuous') or False")
         _check(_count(self.static_batch_size, 1), "static_batch_size", self.static_batch_size,
                f"an integer from 1 to {BIG}")
         _check(is_number(self.static_max_wait_s) and 0 <= self.static_max_wait_s <= 3600, "static_max_wait_s",

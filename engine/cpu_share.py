@@ -4,7 +4,9 @@ On the CPU, PyTorch runs a forward's operators on an OpenMP team that belongs to
 MKL and oneDNN size theirs the same way. Two lanes stepping at once on 2 cores then run 4 threads that
 spin-wait on each other: a batch-8 decode step took 1.8-2x as long beside another lane as alone
 (sharing off in `python -m engine.bench.lanes_together`, README), no better than taking turns. So each lane steps on its share of the cores: the cores divided by the lanes
-stepping now, at least 1; a lane alone gets every core. INFLIGHT_CPU_SHARE=0 turns the sharing off.
+stepping now, at least 1; a lane alone gets every core. INFLIGHT_CPU_SHARE=0 turns the sharing off. A
+lane of two engines stepping at once (engine/disaggregated.py) counts once: each of its halves gets its
+fraction of the lane's share (at least 1).
 
 Where a step runs matters as much as its team size. GNU OpenMP keeps a team's idle workers parked per
 thread that ever led a team, and once the parked workers of all threads outnumber the cores, every
@@ -62,7 +64,7 @@ class CoreShare:
     def __init__(self, cores: int | None = None, enabled: bool | None = None):
         self.cores = cores or torch.get_num_threads()
         self.enabled = os.environ.get("INFLIGHT_CPU_SHARE", "1") != "0" if enabled is None else enabled
-        self._busy: set[object] = set()  # the lanes' workers stepping now
+        self._busy: dict[object, object] = {}  # who is stepping now -> the lane it belongs to
         self._teams: dict[object, _TeamThread] = {}  # lane -> the helper its steps with share > 1 run on
         self._lock = threading.Lock()
         self._set = _omp_set_num_threads()
@@ -73,15 +75,17 @@ class CoreShare:
         """Called first in a lane's thread: it never leads a team larger than 1 (see the module doc)."""
         self._team(1)
 
-    def share(self, lane: object) -> int:
-        """The lane is about to step: its share of the cores."""
+    def share(self, lane: object, group: object = None, fraction: float = 1.0) -> int:
+        """The lane (or a part of the lane `group`) is about to step: its share of the cores."""
         with self._lock:
-            self._busy.add(lane)
-            return max(1, self.cores // len(self._busy)) if self.enabled else self.cores
+            self._busy[lane] = lane if group is None else group
+            lanes = len(set(self._busy.values()))
+            return max(1, int(self.cores // lanes * fraction)) if self.enabled else self.cores
 
-    def run(self, lane: object, fn):
-        """Run fn (the lane's step) on the lane's share of the cores; returns what fn returns."""
-        threads = self.share(lane)
+    def run(self, lane: object, fn, group: object = None, fraction: float = 1.0):
+        """Run fn (the lane's step) on the lane's share of the cores; returns what fn returns. A part of a
+        lane (group: the lane) gets `fraction` of the lane's share."""
+        threads = self.share(lane, group, fraction)
         if threads == 1 or self._set is None:
             # a helper this lane keeps while it shares one core parks workers no other lane can have
             # now: no lane gets more than one core until this one rests (and its helper exits)
@@ -97,7 +101,7 @@ class CoreShare:
     def resting(self, lane: object) -> None:
         """The lane has nothing to compute now: the others may take its cores at their next step."""
         with self._lock:
-            self._busy.discard(lane)
+            self._busy.pop(lane, None)
         self._retire(lane)
 
     def on_all_cores(self, fn):

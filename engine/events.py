@@ -37,6 +37,9 @@ PHASES = (PREFILL, DECODE, PADDING)
 # swap preemption's copies (StepEvent.swaps, engine/kv/transfer.py)
 SWAP_OUT = "out"  # device pool -> host pool
 SWAP_IN = "in"    # host pool -> device pool
+HANDOFF = "handoff"  # a disaggregated lane: the prefill engine's pool -> the decode engine's (StepEvent.handoffs)
+# which half of a disaggregated lane stepped (StepEvent.part; None: a lane of one engine)
+PREFILL_PART, DECODE_PART = "prefill", "decode"
 REMOTE = "remote"    # the strategy of a remote lane's events, and the `source` of its config
 # Status events the views and metrics act on: the service paused / resumed (latencies leave paused
 # time out), and a run began (a scenario's stream: metric cards start afresh, its title in `message`).
@@ -106,6 +109,13 @@ class StepEvent:
     num_host_blocks: int = 0
     host_tables: dict[int, list[int]] = field(default_factory=dict)
     host_same_ram: bool = False  # the device pool is in host RAM too (a CPU device): a swap is a memory copy
+    # a disaggregated lane (engine/disaggregated.py): the half that stepped; on its prefill half, the
+    # requests whose first token this step sampled and that now go to the decode half (their blocks
+    # held until copied); on its decode half, this step's copies out of the prefill pool as
+    # [request id, blocks, bytes, seconds] (each one timed)
+    part: str | None = None
+    handed_off: list[int] = field(default_factory=list)
+    handoffs: list[list] = field(default_factory=list)
 
     def block_holders(self) -> dict[int, list[int]]:
         """Block -> the requests holding it (more than one when prefix caching shares it): the block
@@ -159,7 +169,14 @@ class StepEvent:
             "sampled": {str(k): v for k, v in self.sampled.items()},
             "waits": {str(k): v for k, v in self.waits.items()},
             **self._swap_dict(),
+            **self._part_dict(),
         }
+
+    def _part_dict(self) -> dict:
+        """A disaggregated lane's fields, sent only by its halves."""
+        if self.part is None:
+            return {}
+        return {"part": self.part, "handed_off": self.handed_off, "handoffs": self.handoffs}
 
     def _swap_dict(self) -> dict:
         """Swap preemption's fields, sent only by an engine that has a host pool."""
@@ -336,4 +353,5 @@ def wire_contract() -> dict:
             "types": {e.__name__: e.TYPE for e in EVENTS},  # each event's type name, by its class here
             "remote_strategy": REMOTE, "wait_reasons": TEMPLATES, "launch_at": LAUNCH_AT,
             "status": {"paused": PAUSED, "resumed": RESUMED, "run_started": RUN_STARTED},
-            "swap": {"out": SWAP_OUT, "in": SWAP_IN}}  # a step's swaps: [request id, direction, blocks]
+            "swap": {"out": SWAP_OUT, "in": SWAP_IN},  # a step's swaps: [request id, direction, blocks]
+            "parts": {"prefill": PREFILL_PART, "decode": DECODE_PART}}  # a disaggregated lane's halves

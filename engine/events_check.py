@@ -13,7 +13,7 @@ import types
 import typing
 from typing import Any
 
-from .events import EVENTS, PHASES, SWAP_IN, SWAP_OUT, StepEntry, StepMessage
+from .events import DECODE_PART, EVENTS, PHASES, PREFILL_PART, SWAP_IN, SWAP_OUT, StepEntry, StepMessage
 from .untrusted import encodable, is_int, is_number
 
 MAX_TEXT_CHARS = 1_000_000
@@ -158,6 +158,21 @@ def _swap(v, path: str) -> None:
     _int(v[2], f"{path}.blocks")
 
 
+def _handoff(v, path: str) -> None:
+    """A disaggregated lane's KV hand-off: [request id, blocks, bytes, seconds]."""
+    if not (isinstance(v, list) and len(v) == 4):
+        raise ValueError(f"{path} must be [request id, blocks, bytes, seconds]")
+    _int(v[0], f"{path}.request_id")
+    _int(v[1], f"{path}.blocks")
+    _int(v[2], f"{path}.bytes")
+    _num(v[3], f"{path}.seconds")
+
+
+def _part(v, path: str) -> None:
+    if v not in (PREFILL_PART, DECODE_PART):
+        raise ValueError(f'{path} must be "{PREFILL_PART}" or "{DECODE_PART}"')
+
+
 _KV = _object({"num_blocks": _int, "block_size": _int, "used": _int, "block_tables": _map(_id_key, _list(_int)),
                "kv_tokens": _map(_id_key, _int), "reserved_unused_slots": _int, "cached": _list(_int)},
               frozenset({"num_blocks", "block_size", "used", "block_tables"}))
@@ -172,6 +187,7 @@ _STEP_FIELDS = {
     "swaps": _list(_swap), "swap_bytes": _int, "swap_s": _num,
     "host": _object({"num_blocks": _int, "same_ram": _bool, "block_tables": _map(_id_key, _list(_int))},
                     frozenset({"num_blocks"})),
+    "part": _part, "handed_off": _list(_int), "handoffs": _list(_handoff),
 }
 _STEP_REQUIRED = frozenset({"type", "step", "t_start", "t_end", "entries", "num_waiting", "num_running", "kv"})
 

@@ -14,7 +14,7 @@ from .device_memory import GiB
 from .events import PADDING, StepEntry, StepEvent
 from .kv import KVCacheManager, KVPool
 from .kv.sizing import kv_block_bytes, num_kv_blocks
-from .kv.transfer import SWAP_IN, SWAP_OUT, Transfer, run_move
+from .kv.transfer import HANDOFF, SWAP_IN, SWAP_OUT, Transfer, run_move
 from .model.draft_model import DraftModel
 from .model.runner import ModelRunner
 from .model.sampler import make_generator
@@ -46,7 +46,11 @@ class LLMEngine:
             self.drafter.allocate_kv(num_blocks, self.cfg.block_size)
         self.host_pools = self._host_pools()
         # swap preemption's copies so far, per direction (engine/kv/transfer.py)
-        self.moved = {SWAP_OUT: Transfer(), SWAP_IN: Transfer()}
+        self.moved = {SWAP_OUT: Transfer(), SWAP_IN: Transfer(), HANDOFF: Transfer()}
+        # A disaggregated lane's halves (engine/disaggregated.py). The prefill half hands every request on
+        # after its first token (hands_off); the decode half copies their blocks out of sender_pools.
+        self.hands_off = False
+        self.sender_pools: list[KVPool] = []
         self._fresh_state()
         self.requests: dict[int, Request] = {}  # unfinished
         self._finished: OrderedDict[int, RequestOutput] = OrderedDict()
@@ -67,6 +71,9 @@ class LLMEngine:
                                     num_host_blocks=self.host_pools[0].num_blocks if self.host_pools else 0)
         self.scheduler = make_scheduler(self.cfg, self.cache, self.clock)
         self.waits: dict[int, dict] = {}  # every waiting request -> why, as the last StepEvent reported
+        # hands_off: requests handed on, their blocks held here until the decode half copied them
+        self.sent: dict[int, Request] = {}
+        self._just_sent: list[int] = []  # reported by the next StepEvent
     def reset(self, reason: str) -> list[int]:
         """End every unfinished request with finish_reason "error" and start from an empty
         scheduler and cache (the loaded model is kept). Returns the ended request ids."""
@@ -135,6 +142,15 @@ class LLMEngine:
         request_id: a caller-chosen id (the service gives one submission the same id on every
         strategy); by default the next free one. priority (lower first) and tenant are read by the
         scheduling policy (EngineConfig.scheduling_policy)."""
+        req = self.new_request(prompt, params, arrival_s, request_id, priority=priority, tenant=tenant)
+        self.enqueue(req)
+        return req.request_id
+
+    def new_request(self, prompt: str | Sequence[int], params: SamplingParams | None = None,
+                    arrival_s: float | None = None, request_id: int | None = None, *, priority: int = 0,
+                    tenant: str | None = None) -> Request:
+        """add_request's checks and its Request, not yet queued (nothing else here changes but the next
+        free id): a disaggregated lane builds requests while its prefill half may be mid-step."""
         params = params or SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
@@ -147,9 +163,12 @@ class LLMEngine:
                       eos_token_ids=self.runner.eos_token_ids, priority=priority, tenant=tenant)
         req.generator = make_generator(params.seed, self.runner.device)
         req.detok = IncrementalDetokenizer(self.tokenizer, ids)
-        self.requests[rid] = req
+        return req
+
+    def enqueue(self, req: Request) -> None:
+        """Queue a request new_request made."""
+        self.requests[req.request_id] = req
         self.scheduler.add(req)
-        return rid
 
     def _new_id(self, request_id: int | None) -> int:
         if request_id is None:
@@ -202,6 +221,27 @@ class LLMEngine:
         self.scheduler.on_step_done()
         return True
 
+    def adopt(self, req: Request, blocks: list[int]) -> None:
+        """A disaggregated lane's decode half: take over a request the prefill half handed on, its KV in
+        `blocks` of sender_pools (copied here when the scheduler admits it)."""
+        self.requests[req.request_id] = req
+        self.cache.incoming[req.request_id] = blocks
+        self.scheduler.add(req)
+
+    def sent_kv(self, request_ids: list[int]) -> list[tuple[Request, list[int]]]:
+        """hands_off: requests handed on (a step event's handed_off), with the blocks holding their KV here."""
+        return [(self.sent[rid], list(self.cache.block_tables[rid])) for rid in request_ids if rid in self.sent]
+
+    def release_sent(self, request_ids: list[int]) -> None:
+        """hands_off: the decode half copied (or no longer needs) these requests' blocks: free them."""
+        for rid in request_ids:
+            if self.sent.pop(rid, None) is not None:
+                self.cache.free(rid)
+
+    def has_news(self) -> bool:
+        """Something for the next StepEvent to report even if nothing is scheduled (a request ended)."""
+        return bool(self._just_finished)
+
     def launch_batch(self) -> bool:
         """Static/dynamic: launch what waits as a batch at the next step, full or not (the presenter's
         button). False when there is nothing to launch (continuous, or nothing waits)."""
@@ -222,6 +262,14 @@ class LLMEngine:
 
     def has_unfinished(self) -> bool:
         return bool(self.requests) or self.scheduler.has_work()
+
+    @property
+    def num_running(self) -> int:
+        return self.scheduler.num_running
+
+    @property
+    def num_waiting(self) -> int:
+        return self.scheduler.num_waiting
 
     def get_output(self, request_id: int) -> RequestOutput:
         req = self.requests.get(request_id)
@@ -247,10 +295,10 @@ class LLMEngine:
         t_start = self.clock()
         sched = self.scheduler.schedule()
         sampled: dict[int, int] = {}
-        moved = Transfer()
+        moved, handoffs = Transfer(), []
         if sched.rows:
             try:
-                moved = self._move_blocks(sched)
+                moved, handoffs = self._move_blocks(sched)
                 if self.drafter:
                     self.drafter.propose(sched.rows, self.cache)
                 tokens = self.runner.execute(sched.rows, self.cache)
@@ -259,23 +307,30 @@ class LLMEngine:
                 self._fail(sched, e)
                 tokens = []
             self._update(sched, tokens, sampled)
+            if self.hands_off:
+                self._hand_off(sched)
         self.scheduler.on_step_done()
         t_end = self.clock()
         self.step_count += bool(sched.rows or self._just_finished)
         ev = self._event(sched, sampled, moved, t_start, t_end)
+        ev.handoffs = handoffs
         t_done = self.clock()
         self.telemetry_s += t_done - t_end
         self.step_s += t_done - t_start
         return ev
 
-    def _move_blocks(self, sched: SchedulerOutput) -> Transfer:
-        """Swap preemption's copies, before the forward writes any block they read; what they copied."""
-        step, pools = Transfer(), self._device_pools()
+    def _move_blocks(self, sched: SchedulerOutput) -> tuple[Transfer, list[list]]:
+        """The step's block copies (swap preemption's, a hand-off's), before the forward writes any block
+        they read: what the swaps copied, and each hand-off as [request id, blocks, bytes, seconds]."""
+        swapped, handoffs, pools = Transfer(), [], self._device_pools()
         for m in sched.moves:
-            done = run_move(m, pools, self.host_pools)
+            done = run_move(m, pools, self.sender_pools if m.direction == HANDOFF else self.host_pools)
             self.moved[m.direction].add(done)
-            step.add(done)
-        return step
+            if m.direction == HANDOFF:
+                handoffs.append([m.request_id, done.blocks, done.bytes, done.seconds])
+            else:
+                swapped.add(done)
+        return swapped, handoffs
 
     def _update(self, sched: SchedulerOutput, tokens: list[int], sampled: dict[int, int]) -> None:
         """Each new token in order (a draft row may bring several): detokenized, checked for a stop.
@@ -290,6 +345,16 @@ class LLMEngine:
             if stop:
                 self.scheduler.unsample(sched, req, sum(1 for r, _ in new[i + 1:] if r is req))
                 self._finish(req, stop[0], now, flush=stop[1])
+
+    def _hand_off(self, sched: SchedulerOutput) -> None:
+        """hands_off: every request that has its first token leaves for the decode half, KV held here."""
+        for row in sched.rows:
+            req = row.request
+            if not req.is_finished and req.output_token_ids and req.request_id in self.requests:
+                self.scheduler.detach(req)
+                del self.requests[req.request_id]
+                self.sent[req.request_id] = req
+                self._just_sent.append(req.request_id)
 
     def _process_token(self, req: Request, tok: int) -> tuple[str, bool] | None:
         """Detokenize a request's new token; (finish reason, flush) if the request stops here."""
@@ -344,8 +409,10 @@ class LLMEngine:
         tables = {rid: list(t) for rid, t in self.cache.block_tables.items()}
         # Every block holder is in the scheduler's running set (static: finished rows included).
         kv_tokens = {r.request_id: r.num_computed_tokens for r in self.scheduler.running}
+        kv_tokens.update((rid, r.num_computed_tokens) for rid, r in self.sent.items())  # held for the copy
         held = sum(len(t) for t in tables.values()) * self.cfg.block_size
         finished, self._just_finished = self._just_finished, []
+        handed_off, self._just_sent = self._just_sent, []
         waits, self.waits = changes(self.waits, sched.waits), sched.waits
         return StepEvent(
             step=self.step_count, strategy=self.cfg.strategy, t_start=t_start, t_end=t_end,
@@ -361,7 +428,7 @@ class LLMEngine:
             swaps=[[m.request_id, m.direction, len(m.src)] for m in sched.moves], swap_bytes=moved.bytes,
             swap_s=moved.seconds, num_host_blocks=self.cache.host.num_blocks if self.cache.host else 0,
             host_tables={rid: list(t) for rid, t in self.cache.host_tables.items()},
-            host_same_ram=self.runner.device.type == "cpu",
+            host_same_ram=self.runner.device.type == "cpu", handed_off=handed_off,
         )
 
     # ---- convenience -------------------------------------------------------------------------
@@ -380,6 +447,9 @@ class LLMEngine:
         finally:
             self.draining = was
         return [self.pop_output(rid) for rid in ids]
+
+    def close(self) -> None:
+        """Nothing to stop: this engine steps on its caller's thread (a DisaggregatedEngine has two of its own)."""
 
     def chat_prompt(self, messages: list[dict], **kwargs) -> list[int]:
         """Token ids of messages under the tokenizer's chat template, ready for add_request."""

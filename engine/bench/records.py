@@ -50,7 +50,8 @@ class StepSample:
     it this step (kept only when a run needs them: per-tenant service). decode_rows, drafted,
     accepted: speculative decoding's rows, draft tokens and accepted drafts (our engine only).
     preempted, swapped_blocks, swap_bytes, swap_s: requests preempted this step, and swap preemption's
-    blocks copied (out and in), their bytes and seconds (our engine only).
+    blocks copied (out and in), their bytes and seconds (our engine only). handoff_bytes, handoff_s: a
+    disaggregated lane's decode half: the KV it copied out of the prefill pool this step.
     """
     t_start: float
     t_end: float
@@ -73,6 +74,8 @@ class StepSample:
     swapped_blocks: int | None = None
     swap_bytes: int | None = None
     swap_s: float | None = None
+    handoff_bytes: int | None = None
+    handoff_s: float | None = None
 
     @property
     def computed_tokens(self) -> int:
@@ -114,7 +117,8 @@ def step_sample(ev: StepEvent, index_of: dict[int, int] | None = None) -> StepSa
                       kv_unused_slots=ev.reserved_unused_slots, prefix_queries=ev.prefix_queries,
                       prefix_hits=ev.prefix_hits, served=served, decode_rows=decode_rows, drafted=drafted,
                       accepted=accepted, preempted=len(ev.preempted), swapped_blocks=sum(n for *_, n in ev.swaps),
-                      swap_bytes=ev.swap_bytes, swap_s=ev.swap_s)
+                      swap_bytes=ev.swap_bytes, swap_s=ev.swap_s,
+                      handoff_bytes=sum(h[2] for h in ev.handoffs), handoff_s=sum(h[3] for h in ev.handoffs))
 
 
 def request_record(index: int, out: RequestOutput, scheduled_s: float | None) -> RequestRecord:

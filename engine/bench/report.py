@@ -18,6 +18,7 @@ COLUMNS = [
     ("TTFT p50", "ttft_p50_s", "{:.2f}s", 1),
     ("TTFT p99", "ttft_p99_s", "{:.2f}s", 1),
     ("TPOT p50", "tpot_p50_s", "{:.0f}ms", 1000),
+    ("TPOT p99", "tpot_p99_s", "{:.0f}ms", 1000),
     ("E2E p50", "e2e_p50_s", "{:.2f}s", 1),
     ("E2E p99", "e2e_p99_s", "{:.2f}s", 1),
     ("queue p50", "queue_wait_p50_s", "{:.2f}s", 1),
@@ -54,6 +55,12 @@ PREEMPT_COLUMNS = [
     ("swap ms", "swap_ms", "{:.1f}", 1),
 ]
 
+# Shown when a lane of the group is disaggregated: the KV its decode half copied from its prefill half.
+HANDOFF_COLUMNS = [
+    ("handoff MB", "handoff_mb", "{:.1f}", 1),
+    ("handoff ms", "handoff_ms", "{:.1f}", 1),
+]
+
 # Per class (workloads labelling requests short/long): (header, key, format, scale)
 CLASS_COLUMNS = [
     ("n", "requests", "{}", None),
@@ -71,6 +78,7 @@ RATIOS = [
     ("goodput", "goodput_requests_per_s", True),
     ("TTFT p50", "ttft_p50_s", False),
     ("TPOT p50", "tpot_p50_s", False),
+    ("TPOT p99", "tpot_p99_s", False),
     ("E2E p50", "e2e_p50_s", False),
 ]
 
@@ -151,8 +159,10 @@ def format_table(results: list[dict]) -> str:
         drafting = any(r.get("info", {}).get("speculative", "off") != "off" for r in rows)
         preempting = any(r.get("preemptions") or r.get("info", {}).get("preemption_mode") == "swap" for r in rows)
         slo = any(r.get("slo_ttft_s") is not None or r.get("slo_tpot_s") is not None for r in rows)
+        split = any(r.get("info", {}).get("disaggregated") for r in rows)
         out.append(_table(rows, COLUMNS + (SLO_COLUMNS if slo else []) + (PREFIX_COLUMNS if caching else [])
-                          + (SPEC_COLUMNS if drafting else []) + (PREEMPT_COLUMNS if preempting else [])))
+                          + (SPEC_COLUMNS if drafting else []) + (PREEMPT_COLUMNS if preempting else [])
+                          + (HANDOFF_COLUMNS if split else [])))
         if any(r.get("classes") for r in rows):
             out.append("\nper class (queue max: longest wait from arrival to admission)\n" + class_table(rows))
         if any(r.get("tenants") for r in rows):

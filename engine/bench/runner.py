@@ -16,6 +16,7 @@ import time
 from collections import deque
 
 from ..config import EngineConfig, dtype_choice, dtype_name
+from ..disaggregated import build_engine
 from ..llm_engine import LLMEngine
 from ..request import SamplingParams
 from .control import Cancelled, CpuShare, check_cancel, is_cancelled, report
@@ -33,13 +34,14 @@ def run_engine(workloads: list[Workload], lane: str, engine_cfg: EngineConfig, w
         return [run for w in workloads
                 for run in run_engine([w], lane, engine_cfg, warmup_requests, progress, cancel, sleep)]
     report(progress, strategy=lane, stage="load", message=f"loading {engine_cfg.model}")
-    eng = LLMEngine(engine_cfg)
+    eng = build_engine(engine_cfg)
     try:
         check_cancel(cancel)
         report(progress, strategy=lane, stage="warmup")
         warmup(eng, workloads[0], warmup_requests)
         return [run_workload(eng, w, lane, progress, cancel, sleep) for w in workloads]
     finally:
+        eng.close()
         del eng
         gc.collect()
 
@@ -129,7 +131,8 @@ def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, c
             "policy": eng.cfg.scheduling_policy, "prefix_caching": eng.cfg.enable_prefix_caching,
             "speculative": eng.cfg.speculative, "num_speculative_tokens": eng.cfg.num_speculative_tokens,
             "speculative_model": eng.cfg.speculative_model,
-            "preemption_mode": eng.cfg.preemption_mode, "recomputed_tokens": eng.recomputed_tokens - recomputed0,
+            "preemption_mode": eng.cfg.preemption_mode, "disaggregated": eng.cfg.disaggregated,
+            "recomputed_tokens": eng.recomputed_tokens - recomputed0,
             "other_cpu_pct": cpu.other_cpu_pct(),
             "telemetry_pct": share_pct(eng.telemetry_s - telemetry_s0, eng.step_s - step_s0),
             "attention": eng.runner.backend, "cuda_graphs": eng.runner.graphs_state(),

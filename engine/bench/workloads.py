@@ -378,8 +378,21 @@ def _flood(scale: float) -> WorkloadSpec:
         RequestClass(_count(16, scale), tenant="few", **same)))
 
 
+def _interference(scale: float) -> WorkloadSpec:
+    # Long prompts arriving while many requests decode (DistServe's and Splitwise's case for splitting
+    # prefill from decode): chats with long answers, then 1024-token prompts with short answers among
+    # them, classes alternating in arrival order at 3 requests/s.
+    chat = dict(prompt_lengths=Lengths("uniform", low=16, high=64), output_lengths=Lengths("uniform", low=96, high=160),
+                cls="decode")
+    long = dict(prompt_lengths=Lengths("fixed", value=1024), output_lengths=Lengths("fixed", value=16), cls="long")
+    return WorkloadSpec("interference", prompts="synthetic", chat=False, rate=3.0, classes=(
+        RequestClass(_count(8, scale), **chat), RequestClass(_count(3, scale), **long),
+        RequestClass(_count(4, scale), **chat), RequestClass(_count(3, scale), **long)))
+
+
 PRESETS = {"quick": _quick, "edit": _edit, "anyscale": _anyscale, "nano-vllm": _nano_vllm, "online": _online, "bursty": _bursty,
-           "tiny": _tiny, "shared-prefix": _shared_prefix, "hol": _hol, "flood": _flood}
+           "tiny": _tiny, "shared-prefix": _shared_prefix, "hol": _hol, "flood": _flood,
+           "interference": _interference}
 
 
 def preset(name: str, scale: float = 1.0, **overrides) -> WorkloadSpec:

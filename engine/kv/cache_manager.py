@@ -25,6 +25,11 @@ class KVCacheManager:
         # swap preemption: a host pool's blocks, and the tables of the requests swapped out to it
         self.host = BlockAllocator(num_host_blocks) if num_host_blocks else None
         self.host_tables: dict[int, list[int]] = {}
+        # a disaggregated lane's decode half: requests whose KV is still in the prefill engine's pool
+        # (those blocks, there), and the requests whose blocks there it no longer needs (copied, or the
+        # request ended first): the prefill engine frees them (engine/disaggregated.py)
+        self.incoming: dict[int, list[int]] = {}
+        self.returned: list[int] = []
         self.prefix = PrefixCache() if prefix_caching else None
         self._cached_list: tuple[int, list[int]] = (-1, [])  # (prefix.version, its evictable blocks)
 
@@ -116,6 +121,8 @@ class KVCacheManager:
         host = self.host_tables.pop(request_id, None)
         if host:
             self.host.put_free(self.host.release(host))
+        if self.incoming.pop(request_id, None) is not None:
+            self.returned.append(request_id)
 
     # ---- swap preemption ---------------------------------------------------------------------
     def swap_out(self, request_id: int, num_tokens: int) -> tuple[list[int], list[int]] | None:
@@ -138,6 +145,17 @@ class KVCacheManager:
         del self.host_tables[request_id]
         self.host.put_free(self.host.release(host))
         return host, self.block_tables[request_id][:len(host)]
+
+    # ---- a disaggregated lane's hand-off --------------------------------------------------------
+    def take_incoming(self, request_id: int, num_tokens: int) -> tuple[list[int], list[int]] | None:
+        """Fresh blocks covering num_tokens for a request whose KV is in the prefill engine's pool: (its
+        blocks there, blocks here) to copy; None (and no change) when the free blocks do not hold them."""
+        src = self.incoming[request_id]
+        if not self.allocate(request_id, num_tokens):
+            return None
+        del self.incoming[request_id]
+        self.returned.append(request_id)  # released there once this step's copies ran
+        return src, self.block_tables[request_id][:len(src)]
 
     def trim(self, request_id: int, num_tokens: int) -> None:
         """Shrink the request's table to the blocks num_tokens need (speculative decoding: the blocks

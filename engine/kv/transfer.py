@@ -1,7 +1,7 @@
 """Block transfer: whole KV blocks copied from one pool to another, timed and counted.
 
-One mechanism for every move of KV between pools: swap preemption (device pool <-> host pool) today,
-a prefill engine's blocks handed to a decode engine next. A model with a draft model has a pool pair
+One mechanism for every move of KV between pools: swap preemption (device pool <-> host pool), and a
+disaggregated lane's hand-off (the prefill engine's pool -> the decode engine's). A model with a draft model has a pool pair
 per model; a transfer moves the same block ids in each.
 """
 from __future__ import annotations
@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..events import SWAP_IN, SWAP_OUT
+from ..events import HANDOFF, SWAP_IN, SWAP_OUT
 from .pool import KVPool
 
-__all__ = ["SWAP_IN", "SWAP_OUT", "BlockMove", "Transfer", "copy_blocks", "run_move"]
+__all__ = ["HANDOFF", "SWAP_IN", "SWAP_OUT", "BlockMove", "Transfer", "copy_blocks", "run_move"]
 
 
 @dataclass
@@ -52,11 +52,12 @@ def copy_blocks(pairs: list[tuple[KVPool, KVPool]], src: list[int], dst: list[in
     return copied
 
 
-def run_move(m: BlockMove, device: list[KVPool], host: list[KVPool]) -> Transfer:
-    """Copy one move's blocks between each device pool and its host pool; what it copied, timed. A step's
-    moves run in the scheduler's order: a block one move frees may be the next one's destination."""
+def run_move(m: BlockMove, device: list[KVPool], other: list[KVPool]) -> Transfer:
+    """Copy one move's blocks between each device pool and its counterpart in `other` (the host pool;
+    for a hand-off, the prefill engine's pool: the source); what it copied, timed. A step's moves run
+    in the scheduler's order: a block one move frees may be the next one's destination."""
     t0 = time.perf_counter()
-    pairs = list(zip(device, host)) if m.direction == SWAP_OUT else list(zip(host, device))
+    pairs = list(zip(device, other)) if m.direction == SWAP_OUT else list(zip(other, device))
     nbytes = copy_blocks(pairs, m.src, m.dst)
     if device[0].k[0].device.type == "cuda":
         torch.cuda.synchronize(device[0].k[0].device)

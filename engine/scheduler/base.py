@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from ..config import EngineConfig
 from ..events import DECODE, PREFILL
 from ..kv import KVCacheManager
-from ..kv.transfer import SWAP_IN, SWAP_OUT, BlockMove
+from ..kv.transfer import HANDOFF, SWAP_IN, SWAP_OUT, BlockMove
 from ..request import Request, RequestStatus
 from . import ngram, waits
 from .policy import make_policy
@@ -167,6 +167,13 @@ class Scheduler(ABC):
         self.policy.on_finish(request)
         self._release(request)
 
+    def detach(self, request: Request) -> None:
+        """Hand a running request on to another engine (a disaggregated lane's decode half): it leaves
+        the running set and the policy; its blocks stay held until they are copied there."""
+        self.running.remove(request)
+        self.policy.on_finish(request)
+        request.status = RequestStatus.WAITING
+
     @abstractmethod
     def _release(self, request: Request) -> None:
         """A request just finished: drop it from the queues and free its KV (as the strategy says)."""
@@ -228,7 +235,7 @@ class Scheduler(ABC):
         self.preempted_why.pop(request.request_id, None)
         self.recomputed_tokens += max(0, self.dropped.pop(request.request_id, 0) - hit)
         request.num_computed_tokens += hit
-        if request.num_preemptions == 0:  # a resumed request's hit may cover output: not prompt tokens
+        if request.num_preemptions == 0 and hit:  # a resumed request's hit may cover output: not prompt tokens
             request.num_cached_tokens = min(hit, len(request.prompt_token_ids))
         request.num_committed_blocks = len(cached)
         out.admitted.append(request.request_id)
@@ -239,14 +246,17 @@ class Scheduler(ABC):
 
     def _claim_blocks(self, out: SchedulerOutput, request: Request, cached: list[int], num_tokens: int) -> bool:
         """Device blocks for num_tokens more of request: after its cached prefix, or after its swapped-out
-        blocks, which come back (copied before the forward)."""
+        blocks or the blocks a prefill engine handed over, which come here (copied before the forward)."""
         rid, total = request.request_id, request.num_computed_tokens + num_tokens
-        if rid not in self.cache.host_tables:
+        if rid in self.cache.host_tables:
+            moved, direction = self.cache.swap_in(rid, total), SWAP_IN
+        elif rid in self.cache.incoming:
+            moved, direction = self.cache.take_incoming(rid, total), HANDOFF
+        else:
             return self.cache.allocate(rid, total, cached)
-        moved = self.cache.swap_in(rid, total)
         if moved is None:
             return False
-        out.moves.append(BlockMove(SWAP_IN, rid, *moved))
+        out.moves.append(BlockMove(direction, rid, *moved))
         request.num_committed_blocks = 0  # fresh blocks: cached again as commit() finds them full
         return True
 

@@ -131,6 +131,7 @@ _LABELS = {
     "speculative_model": lambda v: "no draft model" if v is None else f"draft model {v.rstrip('/').split('/')[-1]}",
     "preemption_mode": lambda v: f"preempt by {v}",
     "swap_space_gb": lambda v: f"host pool {v:g} GiB",
+    "disaggregated": lambda v: "prefill/decode disaggregated" if v else "prefill and decode colocated",
     "static_batch_size": lambda v: f"static batch {v}",
     "static_max_wait_s": lambda v: f"wait {v:g} s",
     "seed": lambda v: f"seed {v}",
@@ -141,9 +142,9 @@ _LABELS = {
 UNUSED_BY = {
     "continuous": {"static_batch_size", "static_max_wait_s"},
     "static": {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "static_max_wait_s",
-               "preemption_mode", "swap_space_gb"},
+               "preemption_mode", "swap_space_gb", "disaggregated"},
     "dynamic": {"max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "preemption_mode",
-                "swap_space_gb"},
+                "swap_space_gb", "disaggregated"},
 }
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from ..config import EngineConfig, dtype_choice, dtype_name
 from ..cpu_share import CORES
 from ..device_memory import release_freed_memory
+from ..disaggregated import DisaggregatedEngine, build_engine
 from ..events import FinishedEvent, RequestEvent, StatusEvent, StepMessage, WaitsEvent
 from ..llm_engine import LLMEngine
 from ..request import SamplingParams
@@ -124,8 +125,8 @@ class EngineWorker(threading.Thread):
             "last_step_ms": self.last_step_ms,
             "kv_blocks": None if eng is None else eng.cache.num_blocks,
             "kv_used_blocks": None if eng is None else eng.cache.num_blocks - eng.cache.num_free,
-            "num_running": 0 if eng is None else eng.scheduler.num_running,
-            "num_waiting": 0 if eng is None else eng.scheduler.num_waiting,
+            "num_running": 0 if eng is None else eng.num_running,
+            "num_waiting": 0 if eng is None else eng.num_waiting,
             # why they wait, as the last step decided (engine/scheduler/waits.py): reason -> requests
             "waiting_by_reason": {} if eng is None else dict(Counter(w["why"] for w in list(eng.waits.values()))),
             "max_model_len": None if eng is None else eng.max_model_len,
@@ -177,12 +178,14 @@ class EngineWorker(threading.Thread):
                 self._wake.clear()
         self._run_commands()
         self._abort_all(self._stop_reason)
+        if self.engine is not None:
+            self.engine.close()
         self.engine = None  # a stopped lane's memory (KV pool, weights if unshared) goes now
         release_freed_memory()
 
     def _build(self, cfg: EngineConfig) -> LLMEngine:
         with _BUILD_LOCK:  # model loading is not thread-safe (transformers initialises on the meta device)
-            engine = LLMEngine(cfg, progress=self.host.progress, clock=self.host.clock, share_weights_with=self._share)
+            engine = build_engine(cfg, progress=self.host.progress, clock=self.host.clock, share_weights_with=self._share)
             self.roofline = engine_roofline(engine)  # under the lock: no other load disturbs a first measurement
         CORES.resting(self)  # a new engine computes nothing yet (and one on a GPU never takes CPU cores)
         return engine
@@ -216,9 +219,9 @@ class EngineWorker(threading.Thread):
             self._step_credits -= 1
         try:
             self.host.before_step(self.lane)  # chaos testing only (tests, engine.bench.soak)
-            if self.engine.runner.device.type == "cpu":
+            if self.engine.runner.device.type == "cpu" and not isinstance(self.engine, DisaggregatedEngine):
                 ev = CORES.run(self, self.engine.step)
-            else:  # the CPU's cores stay with the other lanes (this one rested when its engine was built)
+            else:  # a GPU's lane leaves the cores to the others; a disaggregated lane's halves take their own
                 ev = self.engine.step()
         except Exception as e:  # noqa: BLE001 - end the affected requests, restart, keep serving
             log.exception("engine %s step failed; restarting it", self.lane)
@@ -355,7 +358,9 @@ class EngineWorker(threading.Thread):
         try:
             self._share = self.host.engine_on(cfg)  # may be this lane's old engine: its weights are the same
             counted = self.engine.step_count if self.engine is not None else 0
-            self.engine = self._build(cfg)
+            old, self.engine = self.engine, self._build(cfg)
+            if old is not None:
+                old.close()
             self.engine.step_count = counted  # the lane's iterations go on counting across a restart
             self.cfg, self.load_error = cfg, None
         except Exception as e:  # noqa: BLE001 - keep the old engine, tell everyone

@@ -1,0 +1,307 @@
+"""DisaggregatedEngine: one lane's prefill on one LLMEngine, its decode on another, KV handed between.
+
+Each half has its own KV pool (half of the lane's KV memory; on a machine with two GPUs, its own GPU)
+and steps on its own thread, with half of the lane's CPU cores (engine/cpu_share.py). A request starts
+on the prefill half; the step that samples its first token hands it on, its blocks held there. The
+decode half admits it like any waiting request: the blocks are copied into its own pool at the start of
+that step (engine/kv/transfer.py, timed), then released on the prefill side. A decode pool that is full
+holds requests (and their prefill blocks) back: the prefill half then waits for blocks, as it would.
+
+One coordinator, the caller's thread (a lane's worker, the benchmark): it touches a half only while no
+step of that half is in flight, so what it hands a busy half (requests, hand-offs, aborts, blocks to
+release) waits in a queue until that step lands. step() returns the StepEvent of whichever half lands
+first, tagged with its part and numbered in the lane's one sequence of iterations; the other half goes
+on stepping meanwhile. That is the point: decode steps never wait behind a long prefill.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import OrderedDict
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+import torch
+
+from .config import EngineConfig, resolve_device
+from .cpu_share import CORES
+from .device_memory import GiB
+from .events import DECODE_PART, PREFILL_PART, StepEvent
+from .kv.sizing import kv_budget_bytes
+from .llm_engine import KEEP_FINISHED, LLMEngine
+from .request import RequestOutput, SamplingParams
+from .untrusted import is_int
+
+
+def half_configs(cfg: EngineConfig) -> tuple[EngineConfig, EngineConfig]:
+    """The prefill half's config and the decode half's: the lane's, each with half its KV memory and,
+    where there are two GPUs, a GPU each."""
+    device = resolve_device(cfg.device)
+    two_gpus = device.type == "cuda" and torch.cuda.device_count() >= 2
+    if cfg.num_kv_blocks is not None:
+        kv = {"num_kv_blocks": max(1, cfg.num_kv_blocks // 2)}
+    elif two_gpus:
+        kv = {}  # each GPU's own budget
+    else:
+        kv = {"kv_cache_memory_gb": kv_budget_bytes(cfg, device) / 2 / GiB}
+    base = dataclasses.replace(cfg, disaggregated=False, **kv)
+    if not two_gpus:
+        return base, base
+    return dataclasses.replace(base, device="cuda:0"), dataclasses.replace(base, device="cuda:1")
+
+
+class _Half:
+    """One engine of the lane, the thread its steps run on, and the step in flight (if any)."""
+
+    def __init__(self, part: str, engine: LLMEngine, group: object):
+        self.part, self.engine, self.group = part, engine, group
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix=f"inflight-{part}", initializer=CORES.lane_thread)
+        self.inflight: Future | None = None
+
+    def launch(self) -> None:
+        on_cpu = self.engine.runner.device.type == "cpu"
+        step = self.engine.step
+        self.inflight = self.pool.submit(
+            (lambda: CORES.run(self, step, group=self.group, fraction=0.5)) if on_cpu else step)
+
+    def rest(self) -> None:
+        CORES.resting(self)
+
+    def settle(self) -> None:
+        """Wait for the step in flight, if any (its event is dropped: only reset and close call this)."""
+        if self.inflight is not None:
+            wait([self.inflight])
+            self.inflight = None
+
+
+class DisaggregatedEngine:
+    """The LLMEngine interface (add_request, step, abort, outputs) over a prefill half and a decode half."""
+
+    def __init__(self, cfg: EngineConfig, progress=None, clock=time.perf_counter,
+                 share_weights_with: LLMEngine | DisaggregatedEngine | None = None):
+        if not cfg.disaggregated:
+            raise ValueError("DisaggregatedEngine needs EngineConfig.disaggregated=True")
+        self.cfg, self.clock = cfg, clock
+        pcfg, dcfg = half_configs(cfg)
+        prefill = LLMEngine(pcfg, progress, clock, share_weights_with=share_weights_with)
+        decode = LLMEngine(dcfg, progress, clock, share_weights_with=prefill if pcfg.device == dcfg.device else None)
+        prefill.hands_off = True
+        decode.sender_pools = prefill._device_pools()
+        self.prefill, self.decode = _Half(PREFILL_PART, prefill, self), _Half(DECODE_PART, decode, self)
+        self.runner, self.tokenizer = prefill.runner, prefill.tokenizer
+        self.max_model_len = min(prefill.max_model_len, decode.max_model_len)
+        self._live: dict[int, object] = {}  # unfinished requests (wherever they are) by id
+        self._finished: OrderedDict[int, RequestOutput] = OrderedDict()
+        self._next_id = 0
+        self._adds: list = []       # new requests for the prefill half
+        self._handoffs: list = []   # (request, its blocks in the prefill pool) for the decode half
+        self._release: list[int] = []  # requests whose prefill blocks the decode half no longer needs
+        self._aborts: list[tuple[int, str | None]] = []
+        self._landed: list[StepEvent] = []  # events of steps that landed while the caller waited on something else
+        self.step_count = 0
+        self._draining = False
+
+    # ---- the halves ---------------------------------------------------------------------------
+    @property
+    def halves(self) -> tuple[LLMEngine, LLMEngine]:
+        return self.prefill.engine, self.decode.engine
+
+    @property
+    def cache(self):
+        """The decode half's KV cache (where requests spend most of their life)."""
+        return self.decode.engine.cache
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return min(e.kv_capacity_tokens for e in self.halves)
+
+    @property
+    def recomputed_tokens(self) -> int:
+        return sum(e.recomputed_tokens for e in self.halves)
+
+    @property
+    def step_s(self) -> float:
+        return sum(e.step_s for e in self.halves)
+
+    @property
+    def telemetry_s(self) -> float:
+        return sum(e.telemetry_s for e in self.halves)
+
+    @property
+    def num_running(self) -> int:
+        return sum(e.num_running for e in self.halves)
+
+    @property
+    def num_waiting(self) -> int:
+        return sum(e.num_waiting for e in self.halves)
+
+    @property
+    def requests(self) -> dict:
+        """The unfinished requests, wherever they are (generate() reads it)."""
+        return self._live
+
+    @property
+    def waits(self) -> dict[int, dict]:
+        return {**self.prefill.engine.waits, **self.decode.engine.waits}
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self._draining = bool(value)  # continuous halves launch no batches: nothing to pass on
+
+    def launch_batch(self) -> bool:
+        return False
+
+    # ---- requests -----------------------------------------------------------------------------
+    def add_request(self, prompt, params: SamplingParams | None = None, arrival_s: float | None = None,
+                    request_id: int | None = None, *, priority: int = 0, tenant: str | None = None) -> int:
+        rid = self._next_id if request_id is None else request_id
+        if is_int(rid) and (rid in self._live or rid in self._finished):
+            raise ValueError(f"request_id {rid} is already in use")
+        req = self.prefill.engine.new_request(prompt, params, arrival_s, rid, priority=priority, tenant=tenant)
+        self._next_id = max(self._next_id, rid + 1)
+        self._live[rid] = req
+        self._adds.append(req)
+        self._sync()
+        return rid
+
+    def abort(self, request_id: int, reason: str | None = None) -> bool:
+        """True when the request ended now; when the half holding it is mid-step, it ends as that step
+        lands (its StepEvent lists it as finished) and this returns False."""
+        if request_id not in self._live:
+            return False
+        self._aborts.append((request_id, reason))
+        self._sync()
+        return request_id not in self._live
+
+    def has_unfinished(self) -> bool:
+        return bool(self._live) or any(h.inflight is not None or self._has_work(h) for h in self._halves())
+
+    # the unfinished in `requests`, the finished in `_finished`: read as a single engine reads its own
+    get_output = LLMEngine.get_output
+    live_text = LLMEngine.live_text
+    pop_output = LLMEngine.pop_output
+
+    def chat_prompt(self, messages: list[dict], **kwargs) -> list[int]:
+        return self.prefill.engine.chat_prompt(messages, **kwargs)
+
+    generate = LLMEngine.generate
+
+    # ---- stepping -----------------------------------------------------------------------------
+    def step(self) -> StepEvent:
+        """Keep both halves stepping while they have work; the next event of either, as it lands."""
+        if not self._landed:
+            self._sync()
+            running = [h.inflight for h in self._halves() if h.inflight is not None]
+            if not running:
+                return self._numbered(self.decode, self.decode.engine.step())  # nothing to do: an empty event
+            wait(running, return_when=FIRST_COMPLETED)
+            for half in self._halves():
+                if half.inflight is not None and half.inflight.done():
+                    self._land(half)
+        ev = self._landed.pop(0)
+        self._sync()  # the half that landed steps again at once
+        return ev
+
+    def _halves(self) -> tuple[_Half, _Half]:
+        return self.prefill, self.decode
+
+    def _land(self, half: _Half) -> None:
+        fut, half.inflight = half.inflight, None
+        ev = self._numbered(half, fut.result())  # a step that raised: the caller resets the lane
+        self._landed.append(ev)
+
+    def _numbered(self, half: _Half, ev: StepEvent) -> StepEvent:
+        """The event in the lane's terms: its part, the lane's iteration number; what it hands on queued."""
+        ev.part = half.part
+        self.step_count += bool(ev.entries or ev.finished)
+        ev.step = self.step_count
+        if half is self.prefill:
+            self._handoffs += self.prefill.engine.sent_kv(ev.handed_off)
+        else:
+            cache = self.decode.engine.cache
+            self._release += cache.returned
+            cache.returned = []
+        self._collect(half.engine, ev.finished)
+        return ev
+
+    def _collect(self, engine: LLMEngine, request_ids: list[int]) -> None:
+        for rid in request_ids:
+            if self._live.pop(rid, None) is not None:
+                self._finished[rid] = engine.pop_output(rid)
+        while len(self._finished) > KEEP_FINISHED:
+            self._finished.popitem(last=False)
+
+    def _sync(self) -> None:
+        """Hand each half not mid-step what waits for it, and start its next step if it has work."""
+        for half in self._halves():
+            if half.inflight is not None:
+                continue
+            self._deliver(half)
+            if self._has_work(half):
+                half.launch()
+            else:
+                half.rest()
+
+    def _has_work(self, half: _Half) -> bool:
+        return half.engine.has_unfinished() or half.engine.has_news()
+
+    def _deliver(self, half: _Half) -> None:
+        eng = half.engine
+        if half is self.prefill:
+            eng.release_sent(self._release)
+            self._release = []
+            for req in self._adds:
+                eng.enqueue(req)
+            self._adds = []
+        else:
+            for req, blocks in self._handoffs:
+                eng.adopt(req, blocks)
+            self._handoffs = []
+        for rid, reason in list(self._aborts):
+            if rid not in self._live:
+                self._aborts.remove((rid, reason))
+            elif eng.abort(rid, reason):
+                self._aborts.remove((rid, reason))
+                self._collect(eng, [rid])
+        if half is self.decode and eng.cache.returned:  # an abort freed a hand-off's blocks there
+            self._release += eng.cache.returned
+            eng.cache.returned = []
+
+    # ---- restarting and closing ---------------------------------------------------------------
+    def reset(self, reason: str) -> list[int]:
+        """End every unfinished request with an error and start both halves afresh (the model is kept)."""
+        for half in self._halves():
+            half.settle()
+        prefill, decode = self.halves
+        for req in self._adds:  # every request into the half that ends it: the new ones into prefill,
+            prefill.enqueue(req)
+        for rid, req in prefill.sent.items():  # those handed on into decode
+            if rid not in decode.requests:
+                decode.adopt(req, [])
+        self._adds, self._handoffs, self._release, self._aborts, self._landed = [], [], [], [], []
+        ended = []
+        for eng in self.halves:
+            ids = eng.reset(reason)
+            self._collect(eng, ids)
+            ended += ids
+        return ended
+
+    def close(self) -> None:
+        for half in self._halves():
+            half.settle()
+            half.pool.shutdown(wait=True)
+
+    def __del__(self):
+        for half in getattr(self, "prefill", None), getattr(self, "decode", None):
+            if half is not None:
+                half.pool.shutdown(wait=False)
+
+
+def build_engine(cfg: EngineConfig, progress=None, clock=time.perf_counter, share_weights_with=None):
+    """The engine a config describes: an LLMEngine, or a DisaggregatedEngine of two."""
+    if cfg.disaggregated:
+        return DisaggregatedEngine(cfg, progress, clock, share_weights_with)
+    return LLMEngine(cfg, progress, clock, share_weights_with=share_weights_with)

@@ -1,0 +1,196 @@
+"""A disaggregated lane (EngineConfig.disaggregated): a prefill engine and a decode engine, each with its own
+KV pool and thread, a request's blocks copied from one pool to the other after its first token. Greedy
+outputs equal the reference model's across the hand-off; every step says which half ran, what it handed
+on and each copy's blocks, bytes and seconds; no block of either pool is lost, an abort at any moment
+(mid-transfer included) ends the request and frees its blocks on both sides."""
+from __future__ import annotations
+
+import random
+
+import pytest
+from engine_helpers import check_kv_invariants, greedy, mixed_prompts
+from tiny_models import FAMILIES, reference_greedy
+
+from engine import EngineConfig, SamplingParams
+from engine.disaggregated import DisaggregatedEngine, half_configs
+from engine.events import DECODE_PART, PREFILL_PART
+from engine.scheduler import waits
+
+BASE = dict(device="cpu", dtype="float32", block_size=4, num_kv_blocks=128, max_model_len=128, max_num_seqs=8,
+            max_num_batched_tokens=32)
+
+
+def make(model_dir, **overrides) -> DisaggregatedEngine:
+    return DisaggregatedEngine(EngineConfig(model=str(model_dir), disaggregated=True, **{**BASE, **overrides}))
+
+
+def drain(eng: DisaggregatedEngine) -> list:
+    """Step until nothing is left; every event, checked as it lands."""
+    events = []
+    while eng.has_unfinished():
+        ev = eng.step()
+        events.append(ev)
+        assert ev.part in (PREFILL_PART, DECODE_PART)
+    return events
+
+
+def check_both_pools_empty(eng: DisaggregatedEngine) -> None:
+    prefill, decode = eng.halves
+    for e in eng.halves:
+        check_kv_invariants(e)
+        assert e.cache.num_free == e.cache.num_blocks, f"{e is prefill and 'prefill' or 'decode'} pool holds blocks"
+    assert not prefill.sent and not decode.cache.incoming and not decode.cache.returned
+
+
+def test_config_needs_continuous_and_splits_the_kv_memory():
+    with pytest.raises(ValueError, match="EngineConfig.disaggregated"):
+        EngineConfig(strategy="static", disaggregated=True)
+    with pytest.raises(ValueError, match="EngineConfig.disaggregated"):
+        EngineConfig(disaggregated=1)
+    p, d = half_configs(EngineConfig(model="m", device="cpu", disaggregated=True, num_kv_blocks=100))
+    assert (p.num_kv_blocks, d.num_kv_blocks, p.disaggregated) == (50, 50, False)
+    p, _ = half_configs(EngineConfig(model="m", device="cpu", disaggregated=True, kv_cache_memory_gb=1.0))
+    assert p.kv_cache_memory_gb == 0.5
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_greedy_outputs_equal_the_reference_across_the_hand_off(tiny_model_dirs, family):
+    eng = make(tiny_model_dirs[family])
+    try:
+        prompts, max_tokens = mixed_prompts(10)
+        outs = eng.generate(prompts, [greedy(m) for m in max_tokens])
+        ref = reference_greedy(tiny_model_dirs[family], prompts, max_tokens)
+        assert [o.output_token_ids for o in outs] == ref
+        check_both_pools_empty(eng)
+        assert eng.decode.engine.moved["handoff"].blocks > 0
+    finally:
+        eng.close()
+
+
+def test_every_step_says_its_half_and_each_hand_off_is_timed(tiny_model_dirs):
+    eng = make(tiny_model_dirs["llama"])
+    try:
+        prompts, max_tokens = mixed_prompts(8, seed=3)
+        ids = [eng.add_request(p, greedy(m + 1)) for p, m in zip(prompts, max_tokens)]
+        events = drain(eng)
+        handed = [rid for ev in events if ev.part == PREFILL_PART for rid in ev.handed_off]
+        copied = {h[0]: h for ev in events if ev.part == DECODE_PART for h in ev.handoffs}
+        assert sorted(handed) == sorted(copied) == sorted(ids)  # max_tokens >= 2: every one is handed on
+        for rid, blocks, nbytes, seconds in copied.values():
+            assert blocks >= 1 and nbytes > 0 and seconds >= 0
+        # prefill rows only on the prefill half, decode rows only on the decode half
+        assert {e.phase for ev in events if ev.part == PREFILL_PART for e in ev.entries} == {"prefill"}
+        assert {e.phase for ev in events if ev.part == DECODE_PART for e in ev.entries} == {"decode"}
+        assert [ev.step for ev in events if ev.entries] == sorted({ev.step for ev in events if ev.entries})
+        check_both_pools_empty(eng)
+    finally:
+        eng.close()
+
+
+def test_a_full_decode_pool_holds_requests_back_and_loses_nothing(tiny_model_dirs):
+    # 16 blocks of 4 tokens a half: a few long requests fill the decode pool, the rest wait there with
+    # their KV still in the prefill pool, which then makes the prefill half wait for blocks too
+    eng = make(tiny_model_dirs["llama"], num_kv_blocks=32, max_model_len=64)
+    try:
+        prompts, _ = mixed_prompts(12, seed=5)
+        ids = [eng.add_request(p, greedy(20)) for p in prompts]
+        events = drain(eng)
+        outs = [eng.pop_output(rid) for rid in ids]
+        assert [o.output_token_ids for o in outs] == reference_greedy(tiny_model_dirs["llama"], prompts, [20] * 12)
+        short = [w for ev in events if ev.part == DECODE_PART for w in ev.waits.values() if w]
+        assert any(w["why"] == waits.KV_BLOCKS for w in short), "the decode pool never ran short"
+        check_both_pools_empty(eng)
+    finally:
+        eng.close()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_aborts_at_any_moment_end_the_request_and_free_both_pools(tiny_model_dirs, seed):
+    """Requests aborted at random points (queued, prefilling, handed on but not yet copied, decoding)
+    end as aborted; the others still equal the reference; both pools end empty."""
+    rng = random.Random(seed)
+    eng = make(tiny_model_dirs["llama"], num_kv_blocks=64)
+    try:
+        prompts, max_tokens = mixed_prompts(10, seed=seed)
+        ids = [eng.add_request(p, greedy(m + 2)) for p, m in zip(prompts, max_tokens)]
+        doomed = set(rng.sample(ids, 4))
+        ended = set()
+        while eng.has_unfinished():
+            ev = eng.step()
+            for rid in list(doomed):
+                in_transfer = rid in ev.handed_off or rid in eng.prefill.engine.sent
+                if rng.random() < (0.9 if in_transfer else 0.2):
+                    eng.abort(rid, "test abort")
+                    doomed.discard(rid)
+                    ended.add(rid)
+        outs = {rid: eng.pop_output(rid) for rid in ids}
+        ref = reference_greedy(tiny_model_dirs["llama"], prompts, [m + 2 for m in max_tokens])
+        for rid, want in zip(ids, ref):
+            if rid in ended and outs[rid].finish_reason == "abort":
+                assert want[:len(outs[rid].output_token_ids)] == outs[rid].output_token_ids
+            else:
+                assert outs[rid].output_token_ids == want
+        check_both_pools_empty(eng)
+    finally:
+        eng.close()
+
+
+def test_an_abort_of_a_request_in_transfer_frees_its_prefill_blocks(tiny_model_dirs):
+    eng = make(tiny_model_dirs["llama"])
+    try:
+        prompts, _ = mixed_prompts(3, seed=1)
+        ids = [eng.add_request(p, greedy(10)) for p in prompts]
+        while not (sent := [rid for rid in ids if rid in eng.prefill.engine.sent]):
+            eng.step()
+        rid = sent[0]
+        eng.abort(rid, "gone")
+        drain(eng)
+        out = eng.pop_output(rid)
+        assert out.finish_reason == "abort" and len(out.output_token_ids) >= 1
+        check_both_pools_empty(eng)
+    finally:
+        eng.close()
+
+
+def test_sampled_requests_keep_their_seeded_stream_across_the_hand_off(tiny_model_dirs):
+    eng = make(tiny_model_dirs["llama"])
+    try:
+        params = SamplingParams(max_tokens=12, temperature=1.0, seed=7, ignore_eos=True)
+        prompt = list(range(5, 30))
+        one = eng.generate([prompt], params)[0].output_token_ids
+        two = eng.generate([prompt], params)[0].output_token_ids
+        assert one == two and len(one) == 12
+    finally:
+        eng.close()
+
+
+def test_a_disaggregated_lane_serves_beside_a_colocated_one(tiny_model_dirs):
+    """In the service: the same greedy text on both lanes, every event passes the wire contract's check
+    (the halves' parts, hand-offs), the lane's header says what it is, and both pools end empty."""
+    from engine.events import StepMessage
+    from engine.events_check import check_event
+    from engine.serving.lanes import lane_headers
+    from service_helpers import assert_all_free, make_service
+    lanes = {"colocated": EngineConfig(**BASE, model=str(tiny_model_dirs["llama"])),
+             "split": EngineConfig(**BASE, model=str(tiny_model_dirs["llama"]), disaggregated=True)}
+    assert lane_headers(lanes)["split"] == ["prefill/decode disaggregated"]
+    svc = make_service(tiny_model_dirs["llama"], **BASE)
+    try:
+        svc.set_lanes(lanes)
+        svc.wait_ready(120)
+        cursor = svc.hub.head
+        prompts, max_tokens = mixed_prompts(6, seed=2)
+        handles = [svc.submit(p, greedy(m + 1)) for p, m in zip(prompts, max_tokens)]
+        for pair in handles:
+            colocated, split = (h.result(60) for h in pair)
+            assert split.output_token_ids == colocated.output_token_ids and split.text == colocated.text
+        steps = [ev for _, ev in svc.hub.read(cursor).events if isinstance(ev, StepMessage) and ev.lane == "split"]
+        for ev in steps:
+            check_event(ev.wire() if hasattr(ev, "wire") else ev.to_dict())
+        assert {ev.event.part for ev in steps} == {PREFILL_PART, DECODE_PART}
+        assert any(ev.event.handoffs for ev in steps)
+        assert_all_free(svc)
+        split = svc.workers["split"].engine
+        check_both_pools_empty(split)
+    finally:
+        svc.stop()
