@@ -296,12 +296,10 @@ class LLMEngine:
         sched = self.scheduler.schedule()
         sampled: dict[int, int] = {}
         moved, handoffs = Transfer(), []
-        if sched.rows:
+        if sched.rows or sched.moves:  # a step may only swap out: every running request preempted
             try:
                 moved, handoffs = self._move_blocks(sched)
-                if self.drafter:
-                    self.drafter.propose(sched.rows, self.cache)
-                tokens = self.runner.execute(sched.rows, self.cache)
+                tokens = self._forward(sched) if sched.rows else []
             except Exception as e:  # a failed forward ends the batch's requests, not the engine
                 log.exception("engine step failed")
                 self._fail(sched, e)
@@ -318,6 +316,11 @@ class LLMEngine:
         self.telemetry_s += t_done - t_end
         self.step_s += t_done - t_start
         return ev
+
+    def _forward(self, sched: SchedulerOutput) -> list[int]:
+        if self.drafter:
+            self.drafter.propose(sched.rows, self.cache)
+        return self.runner.execute(sched.rows, self.cache)
 
     def _move_blocks(self, sched: SchedulerOutput) -> tuple[Transfer, list[list]]:
         """The step's block copies (swap preemption's, a hand-off's), before the forward writes any block

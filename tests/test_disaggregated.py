@@ -67,6 +67,31 @@ def test_greedy_outputs_equal_the_reference_across_the_hand_off(tiny_model_dirs,
         eng.close()
 
 
+@pytest.mark.parametrize("setting", ["prefix cache", "ngram drafts", "draft model", "swap"])
+def test_equality_holds_with_the_engine_modes_that_move_kv_too(tiny_model_dirs, tiny_draft_dirs, setting):
+    """The hand-off copies every pool of the block layout (a draft model's too); prefix caching and swap
+    preemption work on either half as on one engine."""
+    kw = {"prefix cache": dict(enable_prefix_caching=True),
+          "ngram drafts": dict(speculative="ngram"),
+          "draft model": dict(speculative="draft", speculative_model=str(tiny_draft_dirs["llama"])),
+          "swap": dict(preemption_mode="swap", num_kv_blocks=40, max_model_len=64, swap_space_gb=0.001)}[setting]
+    eng = make(tiny_model_dirs["llama"], **kw)
+    try:
+        prompts, max_tokens = mixed_prompts(12, seed=4)
+        if setting == "prefix cache":  # a shared start: later prompts hit the prefill half's cached blocks
+            prompts = [list(range(3, 20)) + p for p in prompts]
+        max_tokens = [m + 1 for m in max_tokens]
+        outs = eng.generate(prompts, [greedy(m) for m in max_tokens])
+        assert [o.output_token_ids for o in outs] == reference_greedy(tiny_model_dirs["llama"], prompts, max_tokens)
+        check_both_pools_empty(eng)
+        if setting == "prefix cache":
+            assert any(o.num_cached_tokens for o in outs), "no prefix hit survived the hand-off"
+        if setting == "draft model":
+            assert eng.decode.engine.drafter is not None and eng.decode.engine.moved["handoff"].blocks > 0
+    finally:
+        eng.close()
+
+
 def test_every_step_says_its_half_and_each_hand_off_is_timed(tiny_model_dirs):
     eng = make(tiny_model_dirs["llama"])
     try:
@@ -194,3 +219,25 @@ def test_a_disaggregated_lane_serves_beside_a_colocated_one(tiny_model_dirs):
         check_both_pools_empty(split)
     finally:
         svc.stop()
+
+
+def test_a_step_that_only_swaps_out_still_copies_the_blocks(tiny_model_dirs):
+    """The prefill half's pool can fill with blocks held for hand-offs: its only running request then
+    preempts itself, a step with no rows but a swap-out, whose copy must run (it resumes from it)."""
+    from engine_helpers import make_engine
+    eng = make_engine(tiny_model_dirs["llama"], num_kv_blocks=16, max_model_len=64, max_num_seqs=1,
+                      max_num_batched_tokens=8, preemption_mode="swap", swap_space_gb=0.001)
+    eng.hands_off = True
+    prompts = [list(range(5, 45)), list(range(50, 90))]  # 40 tokens each: 10 of the 16 blocks
+    a, b = (eng.add_request(p, greedy(4)) for p in prompts)
+    events = []
+    while not any(b in ev.preempted for ev in events):
+        events.append(eng.step())
+    only_swap = events[-1]
+    assert not only_swap.entries and only_swap.swaps == [[b, "out", 6]] and a in eng.sent
+    eng.release_sent([a])  # the decode half copied a's blocks: b comes back from the host pool
+    while b not in eng.sent:
+        eng.step()
+    first = eng.sent[b].output_token_ids
+    assert first == reference_greedy(tiny_model_dirs["llama"], [prompts[1]], [1])[0]
+    assert eng.recomputed_tokens == 0
