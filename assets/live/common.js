@@ -10,6 +10,7 @@ defineLive("Common", [], () => {
     bg: "#0B0F17", plot: "#0F1522", grid: "#232C3D", axis: "#46516A", text: "#E8ECF3", muted: "#9AA4B5",
     free: "#252C39", idle: "#171D2A", held: "#4B5563", heldDim: "#262C37", preempt: "#F43F5E",
     swapped: "#E879F9",  // preempted with its KV swapped to the host pool (fuchsia: not a request's color)
+    transfer: "#22D3EE",  // a disaggregated lane's KV hand-off, prefill engine -> decode engine (cyan)
     cached: "#94A3B8",  // cached-evictable KV blocks (slate: no request's color, brighter than free)
     white: "#FFFFFF",
   };

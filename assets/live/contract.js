@@ -16,7 +16,7 @@ defineLive("Contract", [], () => {
 
   // -> { entry: { rid, phase, tokens, ctx, slot, cached, drafted, accepted } (indexes into an entry list), phase: { prefill,
   // decode, padding } (names), type: { step, request, ... } (event type names), remote (a remote lane's
-  // strategy), waits (wait reasons' phrasing), status (status event names), swap (swap directions) }. Throws if the engine's
+  // strategy), waits (wait reasons' phrasing), status (status event names), swap (swap directions), parts (a disaggregated lane's halves) }. Throws if the engine's
   // contract lacks a field the views read.
   function fromWire(wire) {
     const fields = (wire && wire.entry_fields) || [];
@@ -40,10 +40,12 @@ defineLive("Contract", [], () => {
                                    ...((wire && wire.status) || {}) });
     // swap preemption's directions in a step's `swaps` (recordings made before swap preemption: these)
     const swap = Object.freeze({ out: "out", in: "in", ...((wire && wire.swap) || {}) });
+    // a disaggregated lane's halves, a step's `part` (recordings made before disaggregation: these)
+    const parts = Object.freeze({ prefill: "prefill", decode: "decode", ...((wire && wire.parts) || {}) });
     const sent = (wire && wire.types) || {};
     const type = Object.fromEntries(Object.entries(TYPES).map(([key, cls]) => [key, sent[cls] || TYPE_NAMES[key]]));
     return Object.freeze({ entry: Object.freeze(entry), phase: Object.freeze(phase), type: Object.freeze(type), remote,
-                           waits, status, swap });
+                           waits, status, swap, parts });
   }
 
   return { fromWire };

@@ -5,10 +5,11 @@ defineLive("Gantt", ["Common", "Waits"], () => {
   const MAX_ROWS = 26;  // rows: the newest requests that touch the visible window
   const MIN_ROWS = 8;   // rows are never taller than 1/MIN_ROWS of the plot
   const NAME_CHARS = 10;  // a participant's name in a row label (the timeline widens its margin for it)
-  const SEG_H = { queued: 0.24, preempted: 0.34, swapped: 0.34, prefill: 0.8, recompute: 0.8, decode: 0.8, held: 0.8, cached: 0.8,
+  const SEG_H = { queued: 0.24, preempted: 0.34, swapped: 0.34, transfer: 0.5, prefill: 0.8, recompute: 0.8, decode: 0.8, held: 0.8, cached: 0.8,
                   finish: 0.92 };
   const SEG_LABEL = { queued: "queued", prefill: "prefill chunk", decode: "decode", preempted: "preempted",
                       swapped: "swapped out (preempted; its KV in the host pool)",
+                      transfer: "KV hand-off (prefill engine -> decode engine)",
                       cached: "from cache (prefill a prefix hit skipped)",
                       recompute: "recompute (prefill after preemption)", held: "finished, held in batch (padding)" };
 
@@ -48,6 +49,7 @@ defineLive("Gantt", ["Common", "Waits"], () => {
       case "prefill": case "recompute": return mix(color, C.white, 0.5);
       case "preempted": return C.preempt;
       case "swapped": return C.swapped;
+      case "transfer": return C.transfer;
       case "held": return mix(C.held, color, 0.25);
       case "finish": return reason === "abort" || reason === "error" ? C.preempt : C.white;
       default: return color;
@@ -62,8 +64,14 @@ defineLive("Gantt", ["Common", "Waits"], () => {
     const why = s.whys ? Waits.lines(contract, s.whys, end, now) : [];
     const span = s.open ? `${fmt(s.t0)} s – now (${fmt(end - s.t0, 1)} s)`
       : `${fmt(s.t0)}–${fmt(s.t1)} s (${fmt(s.t1 - s.t0, 3)} s)`;
-    return [`${reqLabel(R, 40)} · ${SEG_LABEL[s.kind]}`, span, ...why, s.open ? "still waiting" : its,
+    return [`${reqLabel(R, 40)} · ${SEG_LABEL[s.kind]}`, span, copyLine(s), ...why, s.open ? "still waiting" : its,
             draftLine(s)].filter(Boolean);
+  }
+
+  // A hand-off's copy, as the decode engine timed it (the rest of the stretch: waiting to be admitted there).
+  function copyLine(s) {
+    if (!s.copy) return "";
+    return `${s.copy.blocks} blocks, ${fmt(s.copy.bytes / 1e6, 2)} MB copied in ${fmt(1000 * s.copy.s, 2)} ms (measured)`;
   }
 
   // Speculative decoding on a decode bar: tokens gained per step, and the drafts accepted.

@@ -89,7 +89,9 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
     if (!c) return;
     const { ctx, W, H } = c;
     const kc = KvBlocks.of(S.kv);
-    const hostH = S.host ? Math.max(18, Math.round(H * HOST_SHARE)) : 0;
+    // under the device pool: swap preemption's host pool, or a disaggregated lane's prefill engine's pool
+    const sender = !S.host && S.pools ? S.pools[inst.contract.parts.prefill] : null;
+    const hostH = S.host || sender ? Math.max(18, Math.round(H * HOST_SHARE)) : 0;
     const g = geometry(kc.n, W, H - hostH);
     view.geom = g;
     ctx.clearRect(0, 0, W, H);
@@ -98,9 +100,11 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
       const cell = cellAt(kc, g, i, inst.sel);
       drawBlock(ctx, inst, g.ox + (i % g.cols) * g.s, Math.floor(i / g.cols) * g.s, inner, cell);
     }
-    view.host = S.host ? drawHost(ctx, inst, S.host, W, H - hostH, hostH) : null;
-    const copies = view.host ? hostCaption(view.host, S, inst.contract) : "";
-    setText(view.caption, `${kc.used} / ${kc.n} blocks used (${fmt(pct(kc.used, kc.n), 1)}%) · `
+    view.host = S.host || sender ? drawHost(ctx, inst, S.host || sender, W, H - hostH, hostH, sender ? C.transfer : C.swapped)
+      : null;
+    if (view.host) view.host.sender = !!sender;
+    const copies = !view.host ? "" : sender ? senderCaption(view.host, S) : hostCaption(view.host, S, inst.contract);
+    setText(view.caption, (S.pools ? "decode engine's pool: " : "") + `${kc.used} / ${kc.n} blocks used (${fmt(pct(kc.used, kc.n), 1)}%) · `
       + `${kc.held.toLocaleString()} tokens in ${kc.slots.toLocaleString()} slots`
       + (kc.slots ? ` (${fmt(pct(kc.held, kc.slots), 0)}% full)` : "") + ` · ${kc.bs} tokens/block`
       + (kc.sharers.size ? ` · ${kc.sharers.size} shared` : "") + (kc.cached ? ` · ${kc.cached} cached` : "")
@@ -109,12 +113,12 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
 
   // Swap preemption's host pool, under a line below the device pool: each swapped-out request's blocks
   // in its color, free ones dark. Returns what hover needs: its geometry, its top and block -> owner.
-  function drawHost(ctx, inst, host, W, top, h) {
+  function drawHost(ctx, inst, host, W, top, h, line) {
     const owner = new Map();
     for (const [rid, table] of Object.entries(host.block_tables || {})) for (const b of table) owner.set(b, +rid);
     const g = geometry(host.num_blocks, W, h - HOST_GAP);
     const y0 = top + HOST_GAP;
-    ctx.fillStyle = C.swapped;
+    ctx.fillStyle = line;
     ctx.fillRect(0, top + 1, W, 1);
     for (let i = 0; i < g.cells; i++) {
       const first = i * g.group;
@@ -138,6 +142,16 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
       .join(", ");
     return ` · host pool${ram} ${host.owner.size} / ${host.n} blocks${who}${moved}`
       + (now ? ` · this iteration: ${now} blocks` : "");
+  }
+
+  // A disaggregated lane's prefill pool: its blocks held (prompts being prefilled, or handed on and waiting
+  // for the decode engine's copy), and the hand-offs so far, each copy timed by the decode engine.
+  function senderCaption(pool, S) {
+    const moved = S.handoffN ? ` · ${S.handoffN} hand-offs: ${fmt(S.handoffBytes / 1e6, 1)} MB copied in `
+      + `${fmt(1000 * S.handoffS, 1)} ms` : "";
+    const now = (S.handoffs || []).map(([rid, n]) => `#${rid} ${n}`).join(", ");
+    return ` · prefill engine's pool ${pool.owner.size} / ${pool.n} blocks${moved}`
+      + (now ? ` · this iteration: ${now} blocks copied over` : "");
   }
 
   function drawBlock(ctx, inst, x, y, s, cell) {
@@ -234,8 +248,10 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
     const hb = hostBlockAt(view, e);
     if (hb) {
       const [i, o] = hb;
-      return inst.tip.show(e, [`host pool block ${i}`, o < 0 ? "free" : `#${o} swapped out: its KV waits here`],
-                           o < 0 ? C.muted : reqColor(o));
+      const lines = view.host.sender
+        ? [`prefill engine's pool block ${i}`, o < 0 ? "free" : `#${o}: prefilling, or handed on and waiting to be copied`]
+        : [`host pool block ${i}`, o < 0 ? "free" : `#${o} swapped out: its KV waits here`];
+      return inst.tip.show(e, lines, o < 0 ? C.muted : reqColor(o));
     }
     const b = blockAt(inst, name, view, e);
     if (!b) return inst.tip.hide();

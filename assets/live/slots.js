@@ -131,8 +131,11 @@ defineLive("Slots", ["Common", "LiveState"], () => {
     const drafts = cell.drafted ? `${cell.accepted} of ${cell.drafted} drafted tokens accepted: ${1 + cell.accepted} `
       + `token${cell.accepted ? "s" : ""} this step` : "";
     return [`#${cell.rid} · slot ${cell.slot} · ${what}`, `${toks}${pad} · context ${cell.ctx}`, drafts,
-            `iteration ${st.it} · ${fmt(1000 * (st.t1 - st.t0), 1)} ms`].filter(Boolean);
+            `iteration ${st.it}${partOf(st)} · ${fmt(1000 * (st.t1 - st.t0), 1)} ms`].filter(Boolean);
   }
+
+  // A disaggregated lane's iteration: which of its two engines ran it.
+  const partOf = (st) => (st.part ? ` (${st.part} engine)` : "");
 
   // The cell under (x, y): { rid, tip: [lines], color } or null.
   function hit(inst, band, x, y) {
@@ -140,7 +143,7 @@ defineLive("Slots", ["Common", "LiveState"], () => {
     if (!c) return null;
     const slot = Math.floor((band.y + band.h - y) / band.slotH);
     const cell = c.st.bySlot[slot];
-    if (!cell) return { rid: null, tip: [`slot ${slot} · empty`, `iteration ${c.st.it}`], color: C.muted };
+    if (!cell) return { rid: null, tip: [`slot ${slot} · empty`, `iteration ${c.st.it}${partOf(c.st)}`], color: C.muted };
     return { rid: cell.rid, tip: cellTip(cell, c.st), color: reqColor(cell.rid) };
   }
 

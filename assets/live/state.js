@@ -15,7 +15,7 @@ defineLive("LiveState", ["Waits"], () => {
   const HIT_WINDOW_S = 5.0;     // prefix cache hit rate, "recent": admissions over this window
   // What a request is doing, per segment and overall (views shade by these).
   const KIND = { queued: "queued", prefill: "prefill", recompute: "recompute", decode: "decode", held: "held",
-                 preempted: "preempted", swapped: "swapped", finished: "finished" };
+                 preempted: "preempted", swapped: "swapped", transfer: "transfer", finished: "finished" };
 
   // contract: Contract.fromWire(...) (the step entry layout and phase names).
   function newState(lanes, contract) {
@@ -153,11 +153,13 @@ defineLive("LiveState", ["Waits"], () => {
     const t0 = ev.t_start, t1 = ev.t_end;
     const swappedOut = new Set((ev.swaps || []).filter((m) => m[1] === contract.swap.out).map((m) => m[0]));
     for (const rid of ev.preempted || []) preempt(S, rid, t0, it, swappedOut.has(rid));
+    copied(S, ev.handoffs);
     const groups = groupEntries(contract, ev.entries);
     const cells = [], bySlot = [];
     let real = 0, pad = 0, busy = 0, drafted = 0, accepted = 0;
     for (const g of groups.values()) {
       const kind = scheduled(S, g, it, ev);
+      if (ev.part) S.reqs.get(g.rid).part = ev.part;
       real += g.real;
       pad += g.pad;
       if (g.real > 0) busy++;
@@ -169,6 +171,7 @@ defineLive("LiveState", ["Waits"], () => {
       if (g.slot >= 0) bySlot[g.slot] = cell;
     }
     for (const rid of ev.finished || []) markFinished(S, rid, t1, it + 0.5);
+    for (const rid of ev.handed_off || []) handedOff(S, rid, t1, it, contract);
     for (const rid of Object.keys(ev.sampled || {})) requestRecord(S, +rid).nOut += 1 + ((groups.get(+rid) || {}).accepted || 0);
     for (const [rid, text] of Object.entries(ev.deltas || {})) appendText(S, +rid, text);
     const kv = ev.kv || {};
@@ -176,15 +179,16 @@ defineLive("LiveState", ["Waits"], () => {
                       used: ev.tokens_used, budget: ev.token_budget, kvUsed: kv.used, kvBlocks: kv.num_blocks,
                       waiting: ev.num_waiting, running: ev.num_running, tps: 0,
                       queries: ev.prefix_queries || 0, hits: ev.prefix_hits || 0, hitAll: null, hitRecent: null,
-                      roof: roofPoint(S, ev.roofline) };
+                      roof: roofPoint(S, ev.roofline), part: ev.part || null };
     summary.tps = rollingRate(S.steps, summary);
     S.drafted = (S.drafted || 0) + drafted;  // speculative decoding: draft tokens over the lane's stream
     prefixRates(S, summary);
     S.steps.push(summary);
     if (S.steps.length > MAX_STEPS) S.steps.splice(0, S.steps.length - MAX_STEPS);
     if (ev.kv) {
-      S.kv = ev.kv;
       S.host = ev.host || null;  // swap preemption's host pool (a lane that has one)
+      if (ev.part) S.pools = { ...S.pools, [ev.part]: ev.kv };  // a disaggregated lane: each half's pool
+      S.kv = S.pools ? S.pools[contract.parts.decode] || S.pools[contract.parts.prefill] : ev.kv;
       S.kvRev++;
     }
     S.swaps = ev.swaps || [];  // this iteration's copies: [request id, "out" | "in", blocks]
@@ -192,6 +196,7 @@ defineLive("LiveState", ["Waits"], () => {
       S.swapBytes = (S.swapBytes || 0) + (ev.swap_bytes || 0);
       S.swapS = (S.swapS || 0) + (ev.swap_s || 0);
     }
+    if (ev.part === contract.parts.decode) S.handoffs = ev.handoffs || [];  // this iteration's copies
     S.lastIt = it;
     S.lastT = t1;
     S.lastStepMs = 1000 * (t1 - t0);
@@ -241,7 +246,7 @@ defineLive("LiveState", ["Waits"], () => {
     const holders = new Set(Object.keys((ev.kv && ev.kv.block_tables) || {}).map(Number));
     const waiting = [];
     for (const R of S.reqs.values()) {
-      if (R.done) continue;
+      if (R.done || (ev.part && R.part && R.part !== ev.part)) continue;  // on the other half of the lane
       if (R.open) waiting.push(R);
       else if (!holders.has(R.rid) && !groups.has(R.rid)) markLost(S, R, ev.t_start);
       else if (R.lastKind === KIND.held) markLost(S, R, ev.t_start);  // padding only: it finished unseen
@@ -294,6 +299,7 @@ defineLive("LiveState", ["Waits"], () => {
     if (!R.open) return;
     const seg = segment(R.open.kind, R.open.t0, t, R.open.x0, x, null, null, 0);
     if (R.open.whys) seg.whys = R.open.whys;
+    if (R.open.copy) seg.copy = R.open.copy;
     R.segs.push(seg);
     R.open = null;
   }
@@ -306,6 +312,28 @@ defineLive("LiveState", ["Waits"], () => {
     const kind = swapped ? KIND.swapped : KIND.preempted;
     R.state = kind;
     R.open = { kind, t0: t, x0: it - 0.5 };
+  }
+
+  // A disaggregated lane: the prefill half handed the request on after its first token; it waits for the
+  // decode half to copy its KV (an open "transfer" stretch, closed when the decode half schedules it).
+  function handedOff(S, rid, t, it, contract) {
+    const R = requestRecord(S, rid);
+    if (R.done) return;
+    R.part = contract.parts.decode;
+    R.state = KIND.transfer;
+    R.open = { kind: KIND.transfer, t0: t, x0: it + 0.5 };
+  }
+
+  // The decode half's copies this step, [request id, blocks, bytes, seconds]: kept on the transfer stretch
+  // (measured per request) and summed per lane.
+  function copied(S, handoffs) {
+    for (const [rid, blocks, bytes, s] of handoffs || []) {
+      const R = S.reqs.get(rid);
+      if (R && R.open && R.open.kind === KIND.transfer) R.open.copy = { blocks, bytes, s };
+      S.handoffBytes = (S.handoffBytes || 0) + bytes;
+      S.handoffS = (S.handoffS || 0) + s;
+      S.handoffN = (S.handoffN || 0) + 1;
+    }
   }
 
   function markFinished(S, rid, t, x) {

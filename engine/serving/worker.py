@@ -361,6 +361,7 @@ class EngineWorker(threading.Thread):
             old, self.engine = self.engine, self._build(cfg)
             if old is not None:
                 old.close()
+            del old  # its KV pool goes back to the system below
             self.engine.step_count = counted  # the lane's iterations go on counting across a restart
             self.cfg, self.load_error = cfg, None
         except Exception as e:  # noqa: BLE001 - keep the old engine, tell everyone

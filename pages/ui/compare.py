@@ -116,6 +116,9 @@ def _lane_fields(i: int, name: str, cfg) -> tuple[str, dict]:
         preemption_mode=st.selectbox("Preemption", PREEMPTION_MODES, PREEMPTION_MODES.index(cfg.preemption_mode),
                                      key=f"{tag}-preempt", help="When the KV pool runs out (continuous): recompute "
                                      "drops the request's KV; swap copies it to a host pool and back"),
+        disaggregated=st.toggle("Disaggregated prefill/decode", cfg.disaggregated, key=f"{tag}-disagg",
+                                help="Continuous: prefill on one engine, decode on another, each with half the "
+                                "lane's cores and KV memory; a request's KV is copied over after its first token"),
         max_num_batched_tokens=st.select_slider("Token budget per iteration", BUDGETS,
                                                 _nearest(BUDGETS, cfg.max_num_batched_tokens), key=f"{tag}-budget"),
         max_num_seqs=st.slider("Max batch (sequences)", 1, 256, cfg.max_num_seqs, key=f"{tag}-seqs"),
@@ -126,6 +129,7 @@ def _lane_fields(i: int, name: str, cfg) -> tuple[str, dict]:
     # the draft model is read only when the lane drafts with one (else the setting must be None)
     fields["speculative_model"] = (fields["speculative_model"].strip() or None) if fields["speculative"] == "draft" \
         else None
+    fields["disaggregated"] = fields["disaggregated"] and fields["strategy"] == "continuous"
     return new_name.strip(), fields
 
 

@@ -397,6 +397,38 @@ const tests = {
     }
   },
 
+  "a disaggregated lane: the hand-off is its own stretch with its copy, each half's pool is kept, nobody is lost"() {
+    const lane = rec.lanes[0], T = contract.type, parts = contract.parts;
+    const entry = (rid, phase, tokens, ctx) => {
+      const e = [];
+      Object.entries({ rid, phase, tokens, ctx, slot: 0, cached: 0, drafted: 0, accepted: 0 })
+        .forEach(([k, v]) => { if (E[k] >= 0) e[E[k]] = v; });
+      return e;
+    };
+    const kv = (tables) => ({ num_blocks: 8, block_size: 4, used: Object.values(tables).flat().length, block_tables: tables });
+    const step = (n, part, t0, t1, entries, tables, more = {}) => ({ type: T.step, lane, step: n, t_start: t0, t_end: t1,
+      entries, num_waiting: 0, num_running: entries.length, kv: kv(tables), part, ...more });
+    const st = LiveState.newState(rec.lanes, contract);
+    LiveState.applyBatch(st, { events: [
+      { type: T.request, lane, request_id: 1, num_prompt_tokens: 6, max_tokens: 4, arrival_s: 0 },
+      { type: T.request, lane, request_id: 2, num_prompt_tokens: 2, max_tokens: 4, arrival_s: 0 },
+      step(1, parts.prefill, 0.0, 0.1, [entry(1, P.prefill, 6, 6)], { 1: [0, 1] }, { handed_off: [1] }),
+      step(2, parts.decode, 0.15, 0.2, [entry(1, P.decode, 1, 7)], { 1: [4, 5] }, { handoffs: [[1, 2, 4096, 0.002]] }),
+      step(3, parts.prefill, 0.2, 0.3, [entry(2, P.prefill, 2, 2)], { 2: [0] }),  // request 1 is on the decode half
+    ] });
+    const S = st.by.get(lane), R = S.reqs.get(1);
+    const transfer = R.segs.find((g) => g.kind === LiveState.KIND.transfer);
+    assert.ok(transfer, "the hand-off is a stretch of its own");
+    assert.deepEqual([transfer.t0, transfer.t1], [0.1, 0.15]);
+    assert.deepEqual(transfer.copy, { blocks: 2, bytes: 4096, s: 0.002 });
+    assert.ok(!R.done && !R.lost, "a prefill step without it does not end a request on the decode half");
+    assert.equal(R.part, parts.decode);
+    assert.deepEqual(Object.keys(S.pools).sort(), [parts.decode, parts.prefill].sort());
+    assert.deepEqual(S.kv.block_tables, { 1: [4, 5] }, "the main pool is the decode engine's");
+    assert.equal(S.handoffBytes, 4096);
+    assert.deepEqual(S.steps.map((x) => x.part), [parts.prefill, parts.decode, parts.prefill]);
+  },
+
   "event type names come from the contract the engine sends (older recordings: today's names)"() {
     assert.equal(Contract.fromWire({ ...rec.contract, types: undefined }).type.step, "step");  // named no types
     const renamed = { ...rec.contract, types: { StepMessage: "iteration", RequestEvent: "arrival" } };

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.events import StepEvent
+from engine.events import DECODE_PART, StepEvent
 
 
 @dataclass
@@ -85,7 +85,9 @@ class LaneState:
         for rid in ev.finished:
             self.finish(rid)
         self.context.update({e.request_id: e.context_len for e in ev.entries if e.request_id in self.running})
-        self._taint(ev.num_waiting > len(self.waiting))  # some waiting request arrived unseen
+        # some waiting request arrived unseen (a disaggregated lane's decode half: its waiting requests
+        # were handed on by the prefill half, running as far as the lane goes)
+        self._taint(ev.num_waiting > len(self.running if ev.part == DECODE_PART else self.waiting))
         self.prev, self.busy_until = ev, ev.t_end
 
     def _taint(self, unseen: bool) -> None:
