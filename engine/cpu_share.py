@@ -6,7 +6,8 @@ spin-wait on each other: a batch-8 decode step took 1.8-2x as long beside anothe
 (sharing off in `python -m engine.bench.lanes_together`, README), no better than taking turns. So each lane steps on its share of the cores: the cores divided by the lanes
 stepping now, at least 1; a lane alone gets every core. INFLIGHT_CPU_SHARE=0 turns the sharing off. A
 lane of two engines stepping at once (engine/disaggregated.py) counts once: each of its halves gets its
-fraction of the lane's share (at least 1).
+fraction of the lane's share; where that is less than a core, they take turns, so that the lane never
+runs more threads than its share (two lanes on 2 cores: one core each, whichever they are made of).
 
 Where a step runs matters as much as its team size. GNU OpenMP keeps a team's idle workers parked per
 thread that ever led a team, and once the parked workers of all threads outnumber the cores, every
@@ -75,17 +76,25 @@ class CoreShare:
         """Called first in a lane's thread: it never leads a team larger than 1 (see the module doc)."""
         self._team(1)
 
-    def share(self, lane: object, group: object = None, fraction: float = 1.0) -> int:
-        """The lane (or a part of the lane `group`) is about to step: its share of the cores."""
+    def share(self, lane: object, group: object = None, fraction: float = 1.0) -> float:
+        """The lane (or a part of the lane `group`) is about to step: its share of the cores (a part's may
+        be less than one core)."""
         with self._lock:
             self._busy[lane] = lane if group is None else group
             lanes = len(set(self._busy.values()))
-            return max(1, int(self.cores // lanes * fraction)) if self.enabled else self.cores
+            return self.cores // lanes * fraction if self.enabled else self.cores
 
-    def run(self, lane: object, fn, group: object = None, fraction: float = 1.0):
+    def run(self, lane: object, fn, group: object = None, fraction: float = 1.0, turns=None):
         """Run fn (the lane's step) on the lane's share of the cores; returns what fn returns. A part of a
-        lane (group: the lane) gets `fraction` of the lane's share."""
-        threads = self.share(lane, group, fraction)
+        lane (group: the lane) gets `fraction` of the lane's share; below one core, it holds `turns` (a
+        lock of the lane's parts) while it steps."""
+        share = self.share(lane, group, fraction)
+        if share < 1 and turns is not None:
+            with turns:
+                return self._run(lane, fn, 1)
+        return self._run(lane, fn, max(1, int(share)))
+
+    def _run(self, lane: object, fn, threads: int):
         if threads == 1 or self._set is None:
             # a helper this lane keeps while it shares one core parks workers no other lane can have
             # now: no lane gets more than one core until this one rests (and its helper exits)

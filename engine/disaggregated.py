@@ -1,7 +1,8 @@
 """DisaggregatedEngine: one lane's prefill on one LLMEngine, its decode on another, KV handed between.
 
 Each half has its own KV pool (half of the lane's KV memory; on a machine with two GPUs, its own GPU)
-and steps on its own thread, with half of the lane's CPU cores (engine/cpu_share.py). A request starts
+and steps on its own thread, with half of the lane's CPU cores (engine/cpu_share.py); where the lane has
+fewer than two cores (two lanes on a 2-core machine), the halves step in turn. A request starts
 on the prefill half; the step that samples its first token hands it on, its blocks held there. The
 decode half admits it like any waiting request: the blocks are copied into its own pool at the start of
 that step (engine/kv/transfer.py, timed), then released on the prefill side. A decode pool that is full
@@ -16,6 +17,7 @@ on stepping meanwhile. That is the point: decode steps never wait behind a long 
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -52,8 +54,8 @@ def half_configs(cfg: EngineConfig) -> tuple[EngineConfig, EngineConfig]:
 class _Half:
     """One engine of the lane, the thread its steps run on, and the step in flight (if any)."""
 
-    def __init__(self, part: str, engine: LLMEngine, group: object):
-        self.part, self.engine, self.group = part, engine, group
+    def __init__(self, part: str, engine: LLMEngine, group: object, turns: threading.Lock):
+        self.part, self.engine, self.group, self.turns = part, engine, group, turns
         self.pool = ThreadPoolExecutor(1, thread_name_prefix=f"inflight-{part}", initializer=CORES.lane_thread)
         self.inflight: Future | None = None
 
@@ -61,7 +63,7 @@ class _Half:
         on_cpu = self.engine.runner.device.type == "cpu"
         step = self.engine.step
         self.inflight = self.pool.submit(
-            (lambda: CORES.run(self, step, group=self.group, fraction=0.5)) if on_cpu else step)
+            (lambda: CORES.run(self, step, group=self.group, fraction=0.5, turns=self.turns)) if on_cpu else step)
 
     def rest(self) -> None:
         CORES.resting(self)
@@ -86,7 +88,9 @@ class DisaggregatedEngine:
         decode = LLMEngine(dcfg, progress, clock, share_weights_with=prefill if pcfg.device == dcfg.device else None)
         prefill.hands_off = True
         decode.sender_pools = prefill._device_pools()
-        self.prefill, self.decode = _Half(PREFILL_PART, prefill, self), _Half(DECODE_PART, decode, self)
+        turns = threading.Lock()  # on less than two cores the halves step in turn (engine/cpu_share.py)
+        self.prefill = _Half(PREFILL_PART, prefill, self, turns)
+        self.decode = _Half(DECODE_PART, decode, self, turns)
         self.runner, self.tokenizer = prefill.runner, prefill.tokenizer
         self.max_model_len = min(prefill.max_model_len, decode.max_model_len)
         self._live: dict[int, object] = {}  # unfinished requests (wherever they are) by id
@@ -133,6 +137,12 @@ class DisaggregatedEngine:
     @property
     def num_waiting(self) -> int:
         return sum(e.num_waiting for e in self.halves)
+
+    @property
+    def kv_blocks(self) -> tuple[int, int]:
+        """(blocks in use, blocks) of both pools together."""
+        used, total = zip(*(e.kv_blocks for e in self.halves))
+        return sum(used), sum(total)
 
     @property
     def requests(self) -> dict:
@@ -191,9 +201,10 @@ class DisaggregatedEngine:
 
     # ---- stepping -----------------------------------------------------------------------------
     def step(self) -> StepEvent:
-        """Keep both halves stepping while they have work; the next event of either, as it lands."""
+        """Start a step on each half that is not mid-step and has work; the next event of either, as it
+        lands (the other half goes on). Steps start only here: a paused caller starts none."""
         if not self._landed:
-            self._sync()
+            self._sync(launch=True)
             running = [h.inflight for h in self._halves() if h.inflight is not None]
             if not running:
                 return self._numbered(self.decode, self.decode.engine.step())  # nothing to do: an empty event
@@ -201,9 +212,7 @@ class DisaggregatedEngine:
             for half in self._halves():
                 if half.inflight is not None and half.inflight.done():
                     self._land(half)
-        ev = self._landed.pop(0)
-        self._sync()  # the half that landed steps again at once
-        return ev
+        return self._landed.pop(0)
 
     def _halves(self) -> tuple[_Half, _Half]:
         return self.prefill, self.decode
@@ -234,12 +243,14 @@ class DisaggregatedEngine:
         while len(self._finished) > KEEP_FINISHED:
             self._finished.popitem(last=False)
 
-    def _sync(self) -> None:
-        """Hand each half not mid-step what waits for it, and start its next step if it has work."""
+    def _sync(self, launch: bool = False) -> None:
+        """Hand each half not mid-step what waits for it; launch: start its next step if it has work."""
         for half in self._halves():
             if half.inflight is not None:
                 continue
             self._deliver(half)
+            if not launch:
+                continue
             if self._has_work(half):
                 half.launch()
             else:

@@ -271,6 +271,11 @@ class LLMEngine:
     def num_waiting(self) -> int:
         return self.scheduler.num_waiting
 
+    @property
+    def kv_blocks(self) -> tuple[int, int]:
+        """(blocks in use, blocks) of the KV pool (the model's block layout)."""
+        return self.cache.num_blocks - self.cache.num_free, self.cache.num_blocks
+
     def get_output(self, request_id: int) -> RequestOutput:
         req = self.requests.get(request_id)
         if req is not None:

@@ -45,6 +45,48 @@ def test_each_stepping_lane_gets_its_share_and_a_lone_lane_all_cores():
     assert off.share(a) == 4 and off.share(b) == 4
 
 
+def test_a_lane_of_two_engines_counts_once_and_its_halves_take_turns_below_a_core_each():
+    """A disaggregated lane's halves (engine/disaggregated.py) step at once on half the lane's share each;
+    beside another lane on 2 cores the lane has one core, so they take turns: never 3 threads on 2 cores."""
+    share = CoreShare(cores=2, enabled=True)
+    lane, prefill, decode, other = object(), object(), object(), object()
+    assert share.share(prefill, group=lane, fraction=0.5) == 1 and share.share(decode, group=lane, fraction=0.5) == 1
+    turns = threading.Lock()
+    both_in = threading.Barrier(2, timeout=5)
+
+    def together(half):  # alone, the halves run at once: both reach the barrier
+        return share.run(half, both_in.wait, group=lane, fraction=0.5, turns=turns)
+
+    threads = [threading.Thread(target=together, args=(h,)) for h in (prefill, decode)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not both_in.broken
+    share.share(other)  # a second lane: the disaggregated one has 1 core, 0.5 a half
+    inside, most = [0], [0]
+    guard = threading.Lock()
+
+    def step():
+        with guard:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        threading.Event().wait(0.02)
+        with guard:
+            inside[0] -= 1
+
+    def half_steps(half):
+        for _ in range(10):
+            share.run(half, step, group=lane, fraction=0.5, turns=turns)
+
+    threads = [threading.Thread(target=half_steps, args=(h,)) for h in (prefill, decode)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 1
+
+
 def where():
     return threading.current_thread(), torch.get_num_threads()
 

@@ -241,3 +241,20 @@ def test_a_step_that_only_swaps_out_still_copies_the_blocks(tiny_model_dirs):
     first = eng.sent[b].output_token_ids
     assert first == reference_greedy(tiny_model_dirs["llama"], [prompts[1]], [1])[0]
     assert eng.recomputed_tokens == 0
+
+
+def test_only_step_starts_steps_so_a_paused_lane_computes_nothing(tiny_model_dirs):
+    """The worker does not call step() while the presenter has paused: adding or aborting requests then
+    must not start a step on either half."""
+    eng = make(tiny_model_dirs["llama"])
+    try:
+        rids = [eng.add_request(list(range(5, 25)), greedy(6)) for _ in range(3)]
+        eng.abort(rids[0])
+        assert all(h.inflight is None for h in (eng.prefill, eng.decode))
+        assert eng.prefill.engine.step_count == 0 and eng.pop_output(rids[0]).finish_reason == "abort"
+        ev = eng.step()
+        assert ev.part == PREFILL_PART and ev.entries
+        drain(eng)
+        check_both_pools_empty(eng)
+    finally:
+        eng.close()

@@ -91,6 +91,27 @@ def test_chunked_prefill_decode_preemption_and_recompute():
     assert len(counters) == 3 * 7
 
 
+def test_a_disaggregated_lanes_hand_off_is_a_slice_and_each_engine_counts_apart():
+    """Prefill and decode steps interleave on one lane: a request's decode iterations on its engine still
+    merge, its hand-off (first token to copy) is a slice with the copy's numbers, counters per engine."""
+    def part(ev, name, **more):
+        return {**ev, "part": name, **more}
+    events = [request(1, 0.0), request(2, 0.0),
+              part(step(1, 0.1, 0.2, [(1, "prefill", 8, 8)]), "prefill", handed_off=[1]),
+              part(step(2, 0.25, 0.3, [(1, "decode", 1, 9)]), "decode", handoffs=[[1, 2, 4096, 0.003]]),
+              part(step(3, 0.2, 0.5, [(2, "prefill", 8, 8)]), "prefill"),
+              part(step(4, 0.3, 0.35, [(1, "decode", 1, 10)]), "decode", finished=[1]), finished(1, 0.35)]
+    trace = chrome_trace(events)
+    tracks = check_structure(trace)
+    assert kinds(tracks, 1, 1) == ["queued", "prefill", "KV hand-off", "decode"]
+    hand_off, decode = tracks[(1, 1)][2:]
+    assert (hand_off["ts"], hand_off["dur"]) == (200_000, 50_000)
+    assert hand_off["args"] == {"blocks": 2, "bytes": 4096, "copy_ms": 3.0}
+    assert decode["args"]["iterations"] == 2  # steps 2 and 4: consecutive on the decode engine
+    counters = {e["name"] for e in trace["traceEvents"] if e["ph"] == "C"}
+    assert "KV blocks used (prefill engine)" in counters and "KV blocks used (decode engine)" in counters
+
+
 def test_speculative_decoding_counts_on_decode_slices_and_a_counter():
     spec = step(1, 0.2, 0.3, [(1, "decode", 5, 20)])
     spec["entries"][0] += [4, 3]  # drafted, accepted

@@ -13,11 +13,12 @@ defineLive("Layout", ["Common"], () => {
   };
   // Legends explain every color and shading used by a view. A third element names a group shown only
   // when the page has it (the root's class ifl-has-<group>): GPU samples, prefix caching, speculative decoding,
-  // swap preemption.
+  // swap preemption, a disaggregated lane (split).
   const LEGENDS = {
     gantt: [["queued", "queued (arrival → first scheduled)"], ["prefill", "prefill chunk (one bar per iteration)"],
             ["decode", "decode"], ["preempted", "preempted"], ["recompute", "recomputed prefill"],
             ["swapped", "swapped out: preempted, its KV in the host pool (resumes where it was)", "swap"],
+            ["transfer", "KV hand-off: first token made on the prefill engine → KV copied to the decode engine", "split"],
             ["held", "padding: finished, still held in the batch"], ["finish", "finished"], ["abort", "aborted / error"],
             ["fromcache", "from cache: the prefill a prefix hit skipped (token share of the admission bar)", "prefix"],
             ["paused", "paused (the cards leave this time out of latencies)", "paused"]],
@@ -28,7 +29,8 @@ defineLive("Layout", ["Common"], () => {
          ["reserved", "reserved, unused (static reserves prompt + max_tokens)"], ["free", "free block"],
          ["kvshared", "shared by several requests (stripes: their colors; ×count)", "prefix"],
          ["kvcached", "cached, evictable: no holder, reused on a prefix hit, evicted LRU first", "prefix"],
-         ["kvhost", "host pool (below the line): a swapped-out request's blocks", "swap"]],
+         ["kvhost", "host pool (below the line): a swapped-out request's blocks", "swap"],
+         ["kvsender", "prefill engine's pool (below the line; above it, the decode engine's)", "split"]],
     util: [["l-busy", "busy slots ÷ max batch"], ["l-budget", "tokens computed ÷ token budget"],
            ["l-kv", "KV blocks used ÷ pool"], ["l-gpu", "GPU utilization (NVML)", "gpu"],
            ["l-gpumem", "GPU memory used", "gpu"], ["l-hit", "prefix cache hit rate (tokens, last 5 s)", "prefix"],

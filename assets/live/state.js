@@ -198,8 +198,10 @@ defineLive("LiveState", ["Waits"], () => {
     }
     if (ev.part === contract.parts.decode) S.handoffs = ev.handoffs || [];  // this iteration's copies
     S.lastIt = it;
+    if (ev.part) S.partIt = { ...S.partIt, [ev.part]: it };
     S.lastT = t1;
     S.lastStepMs = 1000 * (t1 - t0);
+    S.lastPart = ev.part || null;
     reconcile(S, ev, groups);
     applyWaits(S, ev.waits, t1);
   }
@@ -220,7 +222,9 @@ defineLive("LiveState", ["Waits"], () => {
     const R = requestRecord(S, g.rid);
     const kind = segmentKind(R, g);
     closeOpen(R, ev.t_start, it - 0.5);
-    addSegment(R, kind, ev.t_start, ev.t_end, it);
+    // the iteration before this one on the same engine (a disaggregated lane numbers both halves' together)
+    const prev = ev.part ? (S.partIt || {})[ev.part] ?? -1 : it - 1;
+    addSegment(R, kind, ev.t_start, ev.t_end, it, prev);
     if (kind === KIND.decode) gained(R.segs[R.segs.length - 1], g);
     if (g.cached > 0) {  // admitted with a prefix hit: its bar shows the prefill that was skipped
       R.cached = g.cached;
@@ -272,11 +276,12 @@ defineLive("LiveState", ["Waits"], () => {
     seg.accepted = (seg.accepted || 0) + g.accepted;
   }
 
-  // Decode and held runs over consecutive iterations merge into one bar; each prefill chunk is its own,
-  // and so is an admission with a prefix hit (a resumed request's can be a decode row).
-  function addSegment(R, kind, t0, t1, it) {
+  // Decode and held runs over consecutive iterations (of its engine: prev is the one before) merge into one
+  // bar; each prefill chunk is its own, and so is an admission with a prefix hit (a resumed request's can be
+  // a decode row).
+  function addSegment(R, kind, t0, t1, it, prev) {
     const last = R.segs[R.segs.length - 1];
-    const merge = last && last.kind === kind && (kind === KIND.decode || kind === KIND.held) && last.it1 === it - 1
+    const merge = last && last.kind === kind && (kind === KIND.decode || kind === KIND.held) && last.it1 === prev
       && !last.cached;
     if (merge) {
       last.t1 = t1;

@@ -46,7 +46,7 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
     const queue = [...S.reqs.values()].filter((R) => [KIND.queued, KIND.preempted, KIND.swapped].includes(R.state)).length;
     const [pill, cls] = pillOf(svc, eng);
     const config = inst.laneConfig(S.name);
-    const facts = isRemote(S, config) ? remoteFacts(S, config, queue) : engineFacts(S, config, queue);
+    const facts = isRemote(S, config) ? remoteFacts(S, config, queue) : engineFacts(S, config, queue, inst.contract.parts);
     const wait = queue ? headWait(S) : null;
     if (wait) facts.push(Waits.say(inst.contract, wait, inst.serviceClock()));
     if (svc && svc.slow_motion_s) facts.push(`slow motion ${fmt(svc.slow_motion_s, 2)} s`);
@@ -63,11 +63,14 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
     setText(view.facts, facts.join("  ·  "));
   }
 
-  function engineFacts(S, config, queue) {
-    const inBatch = S.kv && S.kv.block_tables ? Object.keys(S.kv.block_tables).length : 0;  // rows holding KV
+  function engineFacts(S, config, queue, parts) {
+    const holders = (kv) => (kv && kv.block_tables ? Object.keys(kv.block_tables).length : 0);  // rows holding KV
     const limit = maxBatch(S, config);
-    return [`batch ${inBatch}${limit ? `/${limit}` : ""}`, `queue ${queue}`,
-            `last step ${S.lastStepMs != null ? fmt(S.lastStepMs, 0) + " ms" : "–"}`, `iteration ${Math.max(S.lastIt, 0)}`];
+    const batch = `batch ${holders(S.kv)}${limit ? `/${limit}` : ""}`;
+    // a disaggregated lane: the decode engine's batch (S.kv), then the prefill engine's pool holders
+    const split = S.pools ? [`${batch} decoding`, `${holders(S.pools[parts.prefill])} on the prefill engine`] : [batch];
+    const last = S.lastStepMs != null ? fmt(S.lastStepMs, 0) + " ms" + (S.lastPart ? ` (${S.lastPart})` : "") : "–";
+    return [...split, `queue ${queue}`, `last step ${last}`, `iteration ${Math.max(S.lastIt, 0)}`];
   }
 
   // A remote server: no batch or iterations of ours to count; its own gauges where it exports them.
@@ -111,6 +114,7 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
     inst.root.classList.toggle("ifl-has-prefix", lanes.some((S) => hasPrefix(inst, S)));
     inst.root.classList.toggle("ifl-has-spec", lanes.some((S) => speculates(inst, S)));
     inst.root.classList.toggle("ifl-has-swap", lanes.some((S) => S.host != null));
+    inst.root.classList.toggle("ifl-has-split", lanes.some((S) => S.pools != null));
     inst.root.classList.toggle("ifl-has-roofline", lanes.some((S) => S.peaks != null));
     inst.root.classList.toggle("ifl-has-paused", !!st && st.pauses.length > 0 && inst.cfg.axis === "time");
     inst.root.classList.toggle("ifl-has-remote", lanes.some((S) => isRemote(S, inst.laneConfig(S.name))));

@@ -123,8 +123,8 @@ class EngineWorker(threading.Thread):
             "in_flight": len(self.handles),
             "steps": self.steps,
             "last_step_ms": self.last_step_ms,
-            "kv_blocks": None if eng is None else eng.cache.num_blocks,
-            "kv_used_blocks": None if eng is None else eng.cache.num_blocks - eng.cache.num_free,
+            "kv_blocks": None if eng is None else eng.kv_blocks[1],
+            "kv_used_blocks": None if eng is None else eng.kv_blocks[0],
             "num_running": 0 if eng is None else eng.num_running,
             "num_waiting": 0 if eng is None else eng.num_waiting,
             # why they wait, as the last step decided (engine/scheduler/waits.py): reason -> requests

@@ -5,8 +5,10 @@ Input: the wire dicts /engine/ws sends (engine/events.py), e.g. the EventHub's w
 "#<id> <name or tag>". A request's track holds its slices, which never overlap: queued (arrival until
 first scheduled), prefill (one per chunk; "recompute" after a preemption), decode (consecutive
 iterations merged), preempted (until scheduled again) and held (static batching: finished, but its row
-is still computed until the batch ends), and an instant when it finished. Per lane, counters per
-iteration: batch rows, tokens by phase, KV blocks used. Times are the service clock in whole microseconds.
+is still computed until the batch ends), on a disaggregated lane "KV hand-off" (from its first token on
+the prefill engine until the decode engine copied its KV; the copy's blocks, bytes and ms in its args),
+and an instant when it finished. Per lane, counters per iteration: batch rows, tokens by phase, KV blocks
+used (a disaggregated lane: per engine). Times are the service clock in whole microseconds.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ..events import DECODE, ENTRY_FIELDS, PADDING, PREFILL, FinishedEvent, RequestEvent, StepMessage
 
-QUEUED, RECOMPUTE, PREEMPTED, HELD = "queued", "recompute", "preempted", "held"
+QUEUED, RECOMPUTE, PREEMPTED, HELD, HANDED = "queued", "recompute", "preempted", "held", "KV hand-off"
 MERGED = (DECODE, HELD)  # consecutive iterations of these make one slice; prefill chunks stay apart
 SPEC_ARGS = {"drafted", "accepted"}  # speculative decoding: a decode slice's draft tokens and those accepted
 _RID, _PHASE, _TOKENS, _CTX, _DRAFTED, _ACCEPTED = (ENTRY_FIELDS.index(f) for f in (
@@ -52,19 +54,21 @@ class _Track:
     slices: list[dict] = field(default_factory=list)
     marks: list[dict] = field(default_factory=list)
     open: tuple[str, float] | None = None  # a wait in progress: (kind, since)
-    last_it: int = -2                      # the lane iteration that last scheduled it
+    open_args: dict = field(default_factory=dict)  # what is known of it (a hand-off: its copy)
+    last_it: int = -2                      # the iteration (of its engine) that last scheduled it
     preemptions: int = 0
 
     def close(self, t: float) -> None:
         if self.open is not None:
             kind, t0 = self.open
-            self.slices.append(_slice(kind, t0, max(t, t0), {}))
-            self.open = None
+            self.slices.append(_slice(kind, t0, max(t, t0), self.open_args))
+            self.open, self.open_args = None, {}
 
-    def run(self, kind: str, t0: float, t1: float, it: int, args: dict) -> None:
+    def run(self, kind: str, t0: float, t1: float, it: int, prev: int, args: dict) -> None:
+        """prev: the iteration before `it` on the same engine (consecutive ones merge)."""
         self.close(t0)
         last = self.slices[-1] if self.slices else None
-        if last is not None and kind in MERGED and last["name"] == kind and self.last_it == it - 1:
+        if last is not None and kind in MERGED and last["name"] == kind and self.last_it == prev:
             last["dur"] = us(t1) - last["ts"]
             merged = last["args"]
             merged.update(tokens=merged["tokens"] + args["tokens"], iterations=merged["iterations"] + 1,
@@ -90,6 +94,7 @@ class _Lane:
         self.tracks: dict[int, _Track] = {}
         self.counters: list[dict] = []
         self.it = -1          # iterations published by this lane (its steps, counted here)
+        self.part_it: dict[str, int] = {}  # a disaggregated lane: each engine's last iteration
         self.last_t = 0.0
 
     def track(self, rid: int) -> _Track:
@@ -116,7 +121,11 @@ class _Lane:
 
     def _step(self, ev: dict) -> None:
         self.it += 1
+        part = ev.get("part")
+        prev = self.part_it.get(part, -2) if part else self.it - 1
         t0, t1 = ev["t_start"], ev["t_end"]
+        for rid, blocks, nbytes, seconds in ev.get("handoffs") or ():
+            self.track(rid).open_args = {"blocks": blocks, "bytes": nbytes, "copy_ms": 1000 * seconds}
         for rid in ev.get("preempted") or ():
             tr = self.track(rid)
             tr.close(t0)
@@ -130,7 +139,11 @@ class _Lane:
                 args.update(context_len=row["ctx"], padding=row[PADDING])
             if row["drafted"]:
                 args.update(drafted=row["drafted"], accepted=row["accepted"])
-            tr.run(kind, t0, t1, self.it, args)
+            tr.run(kind, t0, t1, self.it, prev, args)
+        for rid in ev.get("handed_off") or ():
+            self.track(rid).open = (HANDED, t1)
+        if part:
+            self.part_it[part] = self.it
         self._count(ev, rows)
         self.last_t = max(self.last_t, t1)
 
@@ -152,7 +165,8 @@ class _Lane:
             series.append(("KV blocks used", {"used": ev["kv"]["used"]}))
         if any(r["drafted"] for r in rows.values()):
             series.append(("draft tokens per step", {k: sum(r[k] for r in rows.values()) for k in ("drafted", "accepted")}))
-        self.counters += [{"name": n, "ph": "C", "ts": ts, "pid": self.pid, "args": a} for n, a in series]
+        engine = f" ({ev['part']} engine)" if ev.get("part") else ""  # a disaggregated lane's engines apart
+        self.counters += [{"name": n + engine, "ph": "C", "ts": ts, "pid": self.pid, "args": a} for n, a in series]
 
     def trace_events(self) -> list[dict]:
         title = self.name if self.strategy in (None, self.name) else f"{self.name} ({self.strategy})"
