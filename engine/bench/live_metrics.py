@@ -34,6 +34,9 @@ class _LaneWindow:
         self.tenanted: dict[int, int] = {}
         self.in_flight = 0
         self.preemptions = 0
+        # the longest a request waited between two of its tokens (running time), and each request's last
+        self.max_token_wait_s: float | None = None
+        self.last_token_s: dict[int, float] = {}
 
     def on_request(self, ev: RequestEvent) -> None:
         self.in_flight += 1
@@ -45,11 +48,22 @@ class _LaneWindow:
         for rid in ev.admitted:
             self.scheduled.setdefault(rid, pauses.running_s(ev.t_start))
         self.preemptions += len(ev.preempted)
+        self._token_waits(ev, pauses.running_s(ev.t_end))
         sample = step_sample(ev, self.tenanted if self.tenanted else None)
         if sample is not None:
             self.steps.append(sample)
 
+    def _token_waits(self, ev, t: float) -> None:
+        """Each request's wait since its previous token: a step's length on one engine; on a disaggregated
+        lane also the time its decode engine waited for a turn or for other steps."""
+        for rid in ev.sampled:
+            last = self.last_token_s.get(rid)
+            if last is not None:
+                self.max_token_wait_s = max(self.max_token_wait_s or 0.0, t - last)
+            self.last_token_s[rid] = t
+
     def on_finished(self, ev: FinishedEvent, pauses: Pauses) -> None:
+        self.last_token_s.pop(ev.request_id, None)
         rid, at = ev.request_id, pauses.running_s
         if len(self.done) == self.done.maxlen:  # the oldest leaves the window
             self.labels.pop(self.done[0].index, None)
@@ -67,8 +81,7 @@ class _LaneWindow:
         res = summarize(LaneRun(lane, done, list(self.steps), t0=t0), *slo, specs=specs)
         res["in_flight"] = self.in_flight
         res["preemptions"] = self.preemptions
-        # the longest a decoding request waited for its next token: the longest step with decode rows
-        res["max_decode_step_s"] = max((s.t_end - s.t_start for s in self.steps if s.decode_tokens), default=None)
+        res["max_token_wait_s"] = self.max_token_wait_s
         res["urgent_ttft_s"] = _max([ttft(r) for r in done if self._label(r)[0] < 0])
         res["tenant_ttft_p50_s"] = self._tenant_ttfts(done)
         return res

@@ -95,9 +95,10 @@ def _all_cards(r: dict, other_name: str | None, other: dict | None) -> list[Card
         Card("TTFT p99", fmt(r["ttft_p99_s"], " s", digits=2), **vs("ttft_p99_s"), help=paused.strip()),
         Card("TPOT p50", fmt(r["tpot_p50_s"], " ms", 1000, 0), help="Time per output token after the first." + paused),
         Card("TPOT p99", fmt(r["tpot_p99_s"], " ms", 1000, 0), **vs("tpot_p99_s"), help=paused.strip()),
-        Card("Longest token wait", fmt(r["max_decode_step_s"], " s", digits=2), **vs("max_decode_step_s"),
-             help="The longest iteration that carried decode rows: the longest a decoding request waited "
-                  "for its next token"),
+        Card("Longest token wait", fmt(r["max_token_wait_s"], " s", digits=2), **vs("max_token_wait_s"),
+             help="The longest a request waited between two of its tokens: an iteration's length, or more "
+                  "where it waited between iterations (preempted; a disaggregated lane's decode engine "
+                  "waiting for its turn)"),
         Card("Padding waste", fmt(r["padding_waste_pct"], " %"),
              help="Computed token slots that were padding, or rows that had already finished"),
         Card("KV waste", fmt(r["kv_waste_pct"], " %"),
