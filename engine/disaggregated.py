@@ -2,17 +2,19 @@
 
 Each half has its own KV pool (half of the lane's KV memory; on a machine with two GPUs, its own GPU)
 and steps on its own thread, with half of the lane's CPU cores (engine/cpu_share.py); where the lane has
-fewer than two cores (two lanes on a 2-core machine), the halves step in turn. A request starts
-on the prefill half; the step that samples its first token hands it on, its blocks held there. The
-decode half admits it like any waiting request: the blocks are copied into its own pool at the start of
-that step (engine/kv/transfer.py, timed), then released on the prefill side. A decode pool that is full
-holds requests (and their prefill blocks) back: the prefill half then waits for blocks, as it would.
+fewer than two cores (two lanes on a 2-core machine), the halves step in turn. A request starts on the
+prefill half; the step that samples its first token hands it on, its blocks held there. The decode half
+admits it like any waiting request: the blocks are copied into its own pool at the start of that step
+(engine/kv/transfer.py, timed), then released on the prefill side. A decode pool that is full holds
+requests (and their prefill blocks) back: the prefill half then waits for blocks, as it would.
 
 One coordinator, the caller's thread (a lane's worker, the benchmark): it touches a half only while no
-step of that half is in flight, so what it hands a busy half (requests, hand-offs, aborts, blocks to
-release) waits in a queue until that step lands. step() returns the StepEvent of whichever half lands
-first, tagged with its part and numbered in the lane's one sequence of iterations; the other half goes
-on stepping meanwhile. That is the point: decode steps never wait behind a long prefill.
+step of that half is in flight. What it has for a half that is mid-step (requests, hand-offs, aborts,
+blocks to release) waits in a queue; every call (add_request, abort, step, rest) first takes in the steps
+that have landed and hands each idle half what waits for it. Steps start only in step(), on each idle
+half with work; it returns the StepEvent of whichever half lands first, tagged with its part and
+numbered in the lane's one sequence of iterations, while the other half goes on stepping: decode steps
+never wait behind a long prefill. Each half has its own tokenizer, and so has the coordinator.
 """
 from __future__ import annotations
 
@@ -23,9 +25,11 @@ from collections import OrderedDict
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 import torch
+from transformers import AutoTokenizer
 
 from .config import EngineConfig, resolve_device
 from .cpu_share import CORES
+from .detokenizer import apply_chat_template
 from .device_memory import GiB
 from .events import DECODE_PART, PREFILL_PART, StepEvent
 from .kv.sizing import kv_budget_bytes
@@ -58,6 +62,9 @@ class _Half:
         self.part, self.engine, self.group, self.turns = part, engine, group, turns
         self.pool = ThreadPoolExecutor(1, thread_name_prefix=f"inflight-{part}", initializer=CORES.lane_thread)
         self.inflight: Future | None = None
+        # its last step computed nothing (a prefill pool full of blocks held for hand-offs): it steps again
+        # once something is handed to it, instead of spinning
+        self.stalled = False
 
     def launch(self) -> None:
         on_cpu = self.engine.runner.device.type == "cpu"
@@ -65,14 +72,19 @@ class _Half:
         self.inflight = self.pool.submit(
             (lambda: CORES.run(self, step, group=self.group, fraction=0.5, turns=self.turns)) if on_cpu else step)
 
+    def has_work(self) -> bool:
+        return not self.stalled and (self.engine.has_unfinished() or self.engine.has_news())
+
     def rest(self) -> None:
+        """Its share of the cores goes back (it is not stepping)."""
         CORES.resting(self)
 
-    def settle(self) -> None:
-        """Wait for the step in flight, if any (its event is dropped: only reset and close call this)."""
-        if self.inflight is not None:
-            wait([self.inflight])
-            self.inflight = None
+    def take(self) -> StepEvent:
+        """The event of its step in flight, which has landed."""
+        fut, self.inflight = self.inflight, None
+        ev = fut.result()  # a step that raised: the caller resets the lane
+        self.stalled = not (ev.entries or ev.finished or ev.preempted)
+        return ev
 
 
 class DisaggregatedEngine:
@@ -91,7 +103,9 @@ class DisaggregatedEngine:
         turns = threading.Lock()  # on less than two cores the halves step in turn (engine/cpu_share.py)
         self.prefill = _Half(PREFILL_PART, prefill, self, turns)
         self.decode = _Half(DECODE_PART, decode, self, turns)
-        self.runner, self.tokenizer = prefill.runner, prefill.tokenizer
+        self.runner = prefill.runner
+        # the caller's own (fast tokenizers must not be used from two threads at once)
+        self.tokenizer = AutoTokenizer.from_pretrained(prefill.runner.model_dir)
         self.max_model_len = min(prefill.max_model_len, decode.max_model_len)
         self._live: dict[int, object] = {}  # unfinished requests (wherever they are) by id
         self._finished: OrderedDict[int, RequestOutput] = OrderedDict()
@@ -100,7 +114,8 @@ class DisaggregatedEngine:
         self._handoffs: list = []   # (request, its blocks in the prefill pool) for the decode half
         self._release: list[int] = []  # requests whose prefill blocks the decode half no longer needs
         self._aborts: list[tuple[int, str | None]] = []
-        self._landed: list[StepEvent] = []  # events of steps that landed while the caller waited on something else
+        self._landed: list[StepEvent] = []  # events of steps that landed, not yet returned by step()
+        self._carried_waits: dict = {}  # wait reasons of empty steps not returned: go with the next event
         self.step_count = 0
         self._draining = False
 
@@ -170,7 +185,9 @@ class DisaggregatedEngine:
         rid = self._next_id if request_id is None else request_id
         if is_int(rid) and (rid in self._live or rid in self._finished):
             raise ValueError(f"request_id {rid} is already in use")
-        req = self.prefill.engine.new_request(prompt, params, arrival_s, rid, priority=priority, tenant=tenant)
+        req = self.prefill.engine.new_request(prompt, params, arrival_s, rid, priority=priority, tenant=tenant,
+                                              tokenizer=self.tokenizer)
+        self.decode.engine.check_fits(len(req.prompt_token_ids), req.params)  # its pool must hold it too
         self._next_id = max(self._next_id, rid + 1)
         self._live[rid] = req
         self._adds.append(req)
@@ -187,7 +204,7 @@ class DisaggregatedEngine:
         return request_id not in self._live
 
     def has_unfinished(self) -> bool:
-        return bool(self._live) or any(h.inflight is not None or self._has_work(h) for h in self._halves())
+        return bool(self._live or self._landed) or any(h.inflight is not None or h.has_work() for h in self._halves())
 
     # the unfinished in `requests`, the finished in `_finished`: read as a single engine reads its own
     get_output = LLMEngine.get_output
@@ -195,31 +212,61 @@ class DisaggregatedEngine:
     pop_output = LLMEngine.pop_output
 
     def chat_prompt(self, messages: list[dict], **kwargs) -> list[int]:
-        return self.prefill.engine.chat_prompt(messages, **kwargs)
+        return apply_chat_template(self.tokenizer, messages, **kwargs)
 
     generate = LLMEngine.generate
 
     # ---- stepping -----------------------------------------------------------------------------
     def step(self) -> StepEvent:
-        """Start a step on each half that is not mid-step and has work; the next event of either, as it
-        lands (the other half goes on). Steps start only here: a paused caller starts none."""
-        if not self._landed:
+        """Start a step on each idle half that has work; the next event of either, as it lands (the other
+        half goes on). Steps start only here: a paused caller starts none. A step that computed nothing
+        while the other half is mid-step is not returned (its wait reasons go with the next event)."""
+        while not self._landed:
             self._sync(launch=True)
             running = [h.inflight for h in self._halves() if h.inflight is not None]
-            if not running:
-                return self._numbered(self.decode, self.decode.engine.step())  # nothing to do: an empty event
+            if not running:  # nothing to do: an empty event
+                self._landed.append(self._numbered(self.decode, self.decode.engine.step()))
+                break
             wait(running, return_when=FIRST_COMPLETED)
-            for half in self._halves():
-                if half.inflight is not None and half.inflight.done():
-                    self._land(half)
-        return self._landed.pop(0)
+            self._sync()
+        ev = self._landed.pop(0)
+        ev.waits, self._carried_waits = {**self._carried_waits, **ev.waits}, {}
+        return ev
+
+    def rest(self) -> None:
+        """The caller is not stepping (idle, paused, slow motion): the halves not mid-step give their cores
+        back."""
+        self._sync()
+        for half in self._halves():
+            if half.inflight is None:
+                half.rest()
 
     def _halves(self) -> tuple[_Half, _Half]:
         return self.prefill, self.decode
 
+    def _sync(self, launch: bool = False) -> None:
+        """Take in the steps that landed, hand each idle half what waits for it; launch: start its next
+        step if it has work."""
+        for half in self._halves():
+            if half.inflight is not None and half.inflight.done():
+                self._land(half)
+        for half in self._halves():
+            if half.inflight is not None:
+                continue
+            self._deliver(half)
+            if not launch:
+                continue
+            if half.has_work():
+                half.launch()
+            else:
+                half.rest()
+
     def _land(self, half: _Half) -> None:
-        fut, half.inflight = half.inflight, None
-        ev = self._numbered(half, fut.result())  # a step that raised: the caller resets the lane
+        ev = self._numbered(half, half.take())
+        other = self.decode if half is self.prefill else self.prefill
+        if half.stalled and (other.inflight is not None or self._landed):
+            self._carried_waits.update(ev.waits)  # nothing to show: the other half's event comes next
+            return
         self._landed.append(ev)
 
     def _numbered(self, half: _Half, ev: StepEvent) -> StepEvent:
@@ -229,10 +276,6 @@ class DisaggregatedEngine:
         ev.step = self.step_count
         if half is self.prefill:
             self._handoffs += self.prefill.engine.sent_kv(ev.handed_off)
-        else:
-            cache = self.decode.engine.cache
-            self._release += cache.returned
-            cache.returned = []
         self._collect(half.engine, ev.finished)
         return ev
 
@@ -243,31 +286,17 @@ class DisaggregatedEngine:
         while len(self._finished) > KEEP_FINISHED:
             self._finished.popitem(last=False)
 
-    def _sync(self, launch: bool = False) -> None:
-        """Hand each half not mid-step what waits for it; launch: start its next step if it has work."""
-        for half in self._halves():
-            if half.inflight is not None:
-                continue
-            self._deliver(half)
-            if not launch:
-                continue
-            if self._has_work(half):
-                half.launch()
-            else:
-                half.rest()
-
-    def _has_work(self, half: _Half) -> bool:
-        return half.engine.has_unfinished() or half.engine.has_news()
-
     def _deliver(self, half: _Half) -> None:
+        """Hand an idle half what waits for it (a half given something steps again even if stalled)."""
         eng = half.engine
         if half is self.prefill:
+            given = bool(self._release or self._adds)
             eng.release_sent(self._release)
-            self._release = []
             for req in self._adds:
                 eng.enqueue(req)
-            self._adds = []
+            self._release, self._adds = [], []
         else:
+            given = bool(self._handoffs)
             for req, blocks in self._handoffs:
                 eng.adopt(req, blocks)
             self._handoffs = []
@@ -277,32 +306,48 @@ class DisaggregatedEngine:
             elif eng.abort(rid, reason):
                 self._aborts.remove((rid, reason))
                 self._collect(eng, [rid])
-        if half is self.decode and eng.cache.returned:  # an abort freed a hand-off's blocks there
+                given = True
+        if half is self.decode and eng.cache.returned:  # copied, or ended first: release them there
             self._release += eng.cache.returned
             eng.cache.returned = []
+        half.stalled = half.stalled and not given
 
     # ---- restarting and closing ---------------------------------------------------------------
     def reset(self, reason: str) -> list[int]:
-        """End every unfinished request with an error and start both halves afresh (the model is kept)."""
+        """End every unfinished request with an error and start both halves afresh (the model is kept).
+        Returns the requests that ended since the caller last heard: those ended now, and those the
+        events it will not get (steps that landed, or were in flight) had finished."""
         for half in self._halves():
-            half.settle()
+            if half.inflight is not None:
+                wait([half.inflight])
+                try:
+                    self._land(half)
+                except Exception:  # noqa: BLE001 - that step's requests end with the rest below
+                    half.inflight = None
+        ended = [rid for ev in self._landed for rid in ev.finished]
+        self._landed, self._carried_waits = [], {}
         prefill, decode = self.halves
         for req in self._adds:  # every request into the half that ends it: the new ones into prefill,
             prefill.enqueue(req)
-        for rid, req in prefill.sent.items():  # those handed on into decode
-            if rid not in decode.requests:
+        for rid, req in prefill.sent.items():  # those handed on (not yet ended there) into decode
+            if rid in self._live and rid not in decode.requests:
                 decode.adopt(req, [])
-        self._adds, self._handoffs, self._release, self._aborts, self._landed = [], [], [], [], []
-        ended = []
+        self._adds, self._handoffs, self._release, self._aborts = [], [], [], []
         for eng in self.halves:
             ids = eng.reset(reason)
             self._collect(eng, ids)
             ended += ids
+        for half in self._halves():
+            half.stalled = False
         return ended
 
     def close(self) -> None:
+        """Stop the halves' threads and give their cores back (the engine is not used after this)."""
         for half in self._halves():
-            half.settle()
+            if half.inflight is not None:
+                wait([half.inflight])
+                half.inflight = None
+            half.rest()
             half.pool.shutdown(wait=True)
 
     def __del__(self):

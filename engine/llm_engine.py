@@ -71,8 +71,10 @@ class LLMEngine:
                                     num_host_blocks=self.host_pools[0].num_blocks if self.host_pools else 0)
         self.scheduler = make_scheduler(self.cfg, self.cache, self.clock)
         self.waits: dict[int, dict] = {}  # every waiting request -> why, as the last StepEvent reported
-        # hands_off: requests handed on, their blocks held here until the decode half copied them
+        # hands_off: requests handed on, their blocks held here until the decode half copied them, and the
+        # tokens those blocks hold (the request itself goes on changing on the decode half's thread)
         self.sent: dict[int, Request] = {}
+        self.sent_tokens: dict[int, int] = {}
         self._just_sent: list[int] = []  # reported by the next StepEvent
     def reset(self, reason: str) -> list[int]:
         """End every unfinished request with finish_reason "error" and start from an empty
@@ -148,16 +150,17 @@ class LLMEngine:
 
     def new_request(self, prompt: str | Sequence[int], params: SamplingParams | None = None,
                     arrival_s: float | None = None, request_id: int | None = None, *, priority: int = 0,
-                    tenant: str | None = None) -> Request:
+                    tenant: str | None = None, tokenizer=None) -> Request:
         """add_request's checks and its Request, not yet queued (nothing else here changes but the next
-        free id): a disaggregated lane builds requests while its prefill half may be mid-step."""
+        free id): a disaggregated lane builds requests while its prefill half may be mid-step, encoding
+        text with its own `tokenizer`."""
         params = params or SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
         params.validate()
         check_priority_tenant(priority, tenant)
-        ids = self._prompt_ids(prompt)
-        self._check_fits(len(ids), params)
+        ids = self._prompt_ids(prompt, tokenizer or self.tokenizer)
+        self.check_fits(len(ids), params)
         rid = self._new_id(request_id)
         req = Request(rid, ids, params, arrival_s if arrival_s is not None else self.clock(),
                       eos_token_ids=self.runner.eos_token_ids, priority=priority, tenant=tenant)
@@ -180,11 +183,11 @@ class LLMEngine:
         self._next_id = max(self._next_id, request_id + 1)
         return request_id
 
-    def _prompt_ids(self, prompt) -> list[int]:
+    def _prompt_ids(self, prompt, tokenizer) -> list[int]:
         if isinstance(prompt, str):
             if not prompt:
                 raise ValueError("prompt is empty")
-            ids = self.tokenizer.encode(prompt, add_special_tokens=True)
+            ids = tokenizer.encode(prompt, add_special_tokens=True)
         elif isinstance(prompt, Sequence) and all(is_int(t) for t in prompt):
             ids = list(prompt)
             bad = [t for t in ids if not 0 <= t < self.runner.vocab_size]
@@ -196,7 +199,7 @@ class LLMEngine:
             raise ValueError("prompt is empty (no tokens)")
         return ids
 
-    def _check_fits(self, prompt_len: int, params: SamplingParams) -> None:
+    def check_fits(self, prompt_len: int, params: SamplingParams) -> None:
         total = prompt_len + params.max_tokens
         if total > self.max_model_len:
             raise ValueError(
@@ -224,6 +227,7 @@ class LLMEngine:
     def adopt(self, req: Request, blocks: list[int]) -> None:
         """A disaggregated lane's decode half: take over a request the prefill half handed on, its KV in
         `blocks` of sender_pools (copied here when the scheduler admits it)."""
+        req.detok.tokenizer = self.tokenizer  # this thread's own from now on
         self.requests[req.request_id] = req
         self.cache.incoming[req.request_id] = blocks
         self.scheduler.add(req)
@@ -236,6 +240,7 @@ class LLMEngine:
         """hands_off: the decode half copied (or no longer needs) these requests' blocks: free them."""
         for rid in request_ids:
             if self.sent.pop(rid, None) is not None:
+                del self.sent_tokens[rid]
                 self.cache.free(rid)
 
     def has_news(self) -> bool:
@@ -362,6 +367,7 @@ class LLMEngine:
                 self.scheduler.detach(req)
                 del self.requests[req.request_id]
                 self.sent[req.request_id] = req
+                self.sent_tokens[req.request_id] = req.num_computed_tokens
                 self._just_sent.append(req.request_id)
 
     def _process_token(self, req: Request, tok: int) -> tuple[str, bool] | None:
@@ -417,7 +423,7 @@ class LLMEngine:
         tables = {rid: list(t) for rid, t in self.cache.block_tables.items()}
         # Every block holder is in the scheduler's running set (static: finished rows included).
         kv_tokens = {r.request_id: r.num_computed_tokens for r in self.scheduler.running}
-        kv_tokens.update((rid, r.num_computed_tokens) for rid, r in self.sent.items())  # held for the copy
+        kv_tokens.update(self.sent_tokens)  # held for the copy
         held = sum(len(t) for t in tables.values()) * self.cfg.block_size
         finished, self._just_finished = self._just_finished, []
         handed_off, self._just_sent = self._just_sent, []
@@ -458,6 +464,9 @@ class LLMEngine:
 
     def close(self) -> None:
         """Nothing to stop: this engine steps on its caller's thread (a DisaggregatedEngine has two of its own)."""
+
+    def rest(self) -> None:
+        """Nothing to give back: the caller's thread holds this engine's share of the cores."""
 
     def chat_prompt(self, messages: list[dict], **kwargs) -> list[int]:
         """Token ids of messages under the tokenizer's chat template, ready for add_request."""

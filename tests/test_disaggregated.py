@@ -6,6 +6,7 @@ on and each copy's blocks, bytes and seconds; no block of either pool is lost, a
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 from engine_helpers import check_kv_invariants, greedy, mixed_prompts
@@ -192,10 +193,11 @@ def test_sampled_requests_keep_their_seeded_stream_across_the_hand_off(tiny_mode
 def test_a_disaggregated_lane_serves_beside_a_colocated_one(tiny_model_dirs):
     """In the service: the same greedy text on both lanes, every event passes the wire contract's check
     (the halves' parts, hand-offs), the lane's header says what it is, and both pools end empty."""
+    from service_helpers import assert_all_free, make_service
+
     from engine.events import StepMessage
     from engine.events_check import check_event
     from engine.serving.lanes import lane_headers
-    from service_helpers import assert_all_free, make_service
     lanes = {"colocated": EngineConfig(**BASE, model=str(tiny_model_dirs["llama"])),
              "split": EngineConfig(**BASE, model=str(tiny_model_dirs["llama"]), disaggregated=True)}
     assert lane_headers(lanes)["split"] == ["prefill/decode disaggregated"]
@@ -258,3 +260,64 @@ def test_only_step_starts_steps_so_a_paused_lane_computes_nothing(tiny_model_dir
         check_both_pools_empty(eng)
     finally:
         eng.close()
+
+
+def test_a_failed_step_ends_every_request_and_the_lane_serves_on(tiny_model_dirs):
+    """A step that raises (chaos: before a step) resets the lane while a half is mid-step: every request
+    in flight ends (finished, or with the error), nothing hangs, no block is held, and the lane serves on
+    with outputs equal to the reference."""
+    from service_helpers import make_service
+    svc = make_service(tiny_model_dirs["llama"], **BASE)
+    try:
+        svc.set_lanes({"split": EngineConfig(**BASE, model=str(tiny_model_dirs["llama"]), disaggregated=True)})
+        svc.wait_ready(120)
+        calls = iter(range(10_000))
+
+        def chaos(lane):
+            if next(calls) == 6:
+                raise RuntimeError("chaos: the step failed")
+        svc.step_fault = chaos
+        prompts, max_tokens = mixed_prompts(8, seed=6)
+        handles = [svc.submit(p, greedy(m + 4))[0] for p, m in zip(prompts, max_tokens)]
+        outs = [h.result(60) for h in handles]
+        assert {o.finish_reason for o in outs} <= {"length", "error"} and "error" in {o.finish_reason for o in outs}
+        svc.step_fault = None
+        again = [svc.submit(p, greedy(m + 4))[0].result(60) for p, m in zip(prompts, max_tokens)]
+        want = reference_greedy(tiny_model_dirs["llama"], prompts, [m + 4 for m in max_tokens])
+        assert [o.output_token_ids for o in again] == want
+        deadline = time.monotonic() + 10
+        eng = svc.workers["split"].engine
+        while eng.has_unfinished() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        check_both_pools_empty(eng)
+    finally:
+        svc.step_fault = None
+        svc.stop()
+
+
+def test_a_closed_lane_gives_its_cores_back_and_a_stalled_prefill_does_not_spin(tiny_model_dirs):
+    """The halves leave the core share when the lane rests or closes (another lane then gets every core);
+    a prefill half whose pool is full of blocks held for hand-offs steps again only when something is
+    handed to it; each half's tokenizer is its own."""
+    from engine.cpu_share import CORES
+    eng = make(tiny_model_dirs["llama"], num_kv_blocks=32, max_model_len=64)
+    prefill = eng.prefill.engine
+    calls, empty = [0], [0]
+    step = prefill.step
+
+    def counted():
+        ev = step()
+        calls[0] += 1
+        empty[0] += not ev.entries
+        return ev
+    prefill.step = counted
+    try:
+        prompts, _ = mixed_prompts(12, seed=5)
+        eng.generate(prompts, greedy(20))
+        assert empty[0] <= 2 * len(prompts), f"{empty[0]} of {calls[0]} prefill steps computed nothing"
+        assert len({id(eng.tokenizer), id(prefill.tokenizer), id(eng.decode.engine.tokenizer)}) == 3
+        eng.rest()
+        assert not {eng.prefill, eng.decode} & CORES._busy.keys()
+    finally:
+        eng.close()
+    assert not {eng.prefill, eng.decode} & CORES._busy.keys()

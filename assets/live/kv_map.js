@@ -90,7 +90,7 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
     const { ctx, W, H } = c;
     const kc = KvBlocks.of(S.kv);
     // under the device pool: swap preemption's host pool, or a disaggregated lane's prefill engine's pool
-    const sender = !S.host && S.pools ? S.pools[inst.contract.parts.prefill] : null;
+    const sender = S.pools ? S.pools[inst.contract.parts.prefill] : null;  // shown before a host pool
     const hostH = S.host || sender ? Math.max(18, Math.round(H * HOST_SHARE)) : 0;
     const g = geometry(kc.n, W, H - hostH);
     view.geom = g;
@@ -100,7 +100,7 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
       const cell = cellAt(kc, g, i, inst.sel);
       drawBlock(ctx, inst, g.ox + (i % g.cols) * g.s, Math.floor(i / g.cols) * g.s, inner, cell);
     }
-    view.host = S.host || sender ? drawHost(ctx, inst, S.host || sender, W, H - hostH, hostH, sender ? C.transfer : C.swapped)
+    view.host = S.host || sender ? drawHost(ctx, inst, sender || S.host, W, H - hostH, hostH, sender ? C.transfer : C.swapped)
       : null;
     if (view.host) view.host.sender = !!sender;
     const copies = !view.host ? "" : sender ? senderCaption(view.host, S) : hostCaption(view.host, S, inst.contract);

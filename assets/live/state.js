@@ -186,8 +186,10 @@ defineLive("LiveState", ["Waits"], () => {
     S.steps.push(summary);
     if (S.steps.length > MAX_STEPS) S.steps.splice(0, S.steps.length - MAX_STEPS);
     if (ev.kv) {
-      S.host = ev.host || null;  // swap preemption's host pool (a lane that has one)
-      if (ev.part) S.pools = { ...S.pools, [ev.part]: ev.kv };  // a disaggregated lane: each half's pool
+      // a disaggregated lane: each half's pool (the decode engine's is the lane's main one, and its host
+      // pool is the one shown); a lane of one engine (again, after a reconfigure): its pool
+      S.pools = ev.part ? { ...S.pools, [ev.part]: ev.kv } : null;
+      if (ev.part !== contract.parts.prefill) S.host = ev.host || null;  // swap preemption's host pool
       S.kv = S.pools ? S.pools[contract.parts.decode] || S.pools[contract.parts.prefill] : ev.kv;
       S.kvRev++;
     }
@@ -196,13 +198,13 @@ defineLive("LiveState", ["Waits"], () => {
       S.swapBytes = (S.swapBytes || 0) + (ev.swap_bytes || 0);
       S.swapS = (S.swapS || 0) + (ev.swap_s || 0);
     }
-    if (ev.part === contract.parts.decode) S.handoffs = ev.handoffs || [];  // this iteration's copies
+    if (ev.part) S.handoffs = ev.handoffs || [];  // this iteration's copies (none on a prefill step)
     S.lastIt = it;
     if (ev.part) S.partIt = { ...S.partIt, [ev.part]: it };
     S.lastT = t1;
     S.lastStepMs = 1000 * (t1 - t0);
     S.lastPart = ev.part || null;
-    reconcile(S, ev, groups);
+    reconcile(S, ev, groups, contract);
     applyWaits(S, ev.waits, t1);
   }
 
@@ -246,7 +248,7 @@ defineLive("LiveState", ["Waits"], () => {
   // Every running request is in each step (scheduled, or holding KV); a finished one has had its
   // "finished" event by the next step. A request that is neither was ended by events we never saw
   // (coalesced): end it as lost. After a gap, only the newest num_waiting waiting requests still wait.
-  function reconcile(S, ev, groups) {
+  function reconcile(S, ev, groups, contract) {
     const holders = new Set(Object.keys((ev.kv && ev.kv.block_tables) || {}).map(Number));
     const waiting = [];
     for (const R of S.reqs.values()) {
@@ -257,8 +259,12 @@ defineLive("LiveState", ["Waits"], () => {
     }
     if (!S.gapPending) return;
     S.gapPending = false;
-    waiting.sort((a, b) => b.rid - a.rid);
-    waiting.slice(Math.max(0, ev.num_waiting ?? waiting.length)).forEach((R) => markLost(S, R, ev.t_start));
+    // a disaggregated lane's step counts only its half's waiting requests: those handed on wait on the
+    // decode engine, the others on the prefill engine
+    const onDecode = (R) => R.part === contract.parts.decode;
+    const here = ev.part ? waiting.filter((R) => onDecode(R) === (ev.part === contract.parts.decode)) : waiting;
+    here.sort((a, b) => b.rid - a.rid);
+    here.slice(Math.max(0, ev.num_waiting ?? here.length)).forEach((R) => markLost(S, R, ev.t_start));
   }
 
   function markLost(S, R, t) {

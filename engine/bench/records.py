@@ -94,9 +94,9 @@ class LaneRun:
 
 
 def step_sample(ev: StepEvent, index_of: dict[int, int] | None = None) -> StepSample | None:
-    """Reduce a StepEvent to a StepSample; None for an idle step (nothing computed).
+    """Reduce a StepEvent to a StepSample; None for an idle step (nothing computed or preempted).
     index_of (engine request id -> workload index) asks for `served`."""
-    if not ev.entries:
+    if not (ev.entries or ev.preempted):  # (a step may only preempt: every row went)
         return None
     tokens = dict.fromkeys(PHASES, 0)
     rows, active = set(), set()

@@ -229,17 +229,20 @@ class Scheduler(ABC):
         """Start a waiting request on its cached prefix blocks, with KV for num_tokens more tokens after
         them; False (and nothing changed) when the blocks do not fit."""
         hit = len(cached) * self.cache.block_size
+        # from scratch (new, or recomputing): it looked its tokens up in the prefix cache; a swapped-out or
+        # handed-over request brings its KV instead
+        fresh = request.num_computed_tokens == 0
         if not self._claim_blocks(out, request, cached, hit + num_tokens):
             return False
         request.status = RequestStatus.RUNNING
         self.preempted_why.pop(request.request_id, None)
         self.recomputed_tokens += max(0, self.dropped.pop(request.request_id, 0) - hit)
         request.num_computed_tokens += hit
-        if request.num_preemptions == 0 and hit:  # a resumed request's hit may cover output: not prompt tokens
+        if request.num_preemptions == 0 and fresh:  # a resumed request's hit may cover output: not prompt tokens
             request.num_cached_tokens = min(hit, len(request.prompt_token_ids))
         request.num_committed_blocks = len(cached)
         out.admitted.append(request.request_id)
-        if self.cache.prefix is not None:
+        if self.cache.prefix is not None and fresh:
             out.prefix_queries += request.num_tokens
             out.prefix_hits += hit
         return True

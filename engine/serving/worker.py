@@ -135,6 +135,12 @@ class EngineWorker(threading.Thread):
             "dtype_why": None if eng is None else dtype_choice(eng.cfg.dtype, eng.runner.device)[1],
         }
 
+    def _rest(self) -> None:
+        """Nothing computes now: the lane's share of the cores goes back (a disaggregated lane's halves too)."""
+        CORES.resting(self)
+        if self.engine is not None:
+            self.engine.rest()
+
     def _call(self, fn) -> None:
         self._cmds.put(fn)
         self.wake()
@@ -173,7 +179,7 @@ class EngineWorker(threading.Thread):
             if self._should_step():
                 self._step()
             else:
-                CORES.resting(self)
+                self._rest()
                 self._wake.wait(POLL_WAIT_S if self.engine.has_unfinished() else IDLE_WAIT_S)
                 self._wake.clear()
         self._run_commands()
@@ -229,10 +235,10 @@ class EngineWorker(threading.Thread):
             self._publish(StatusEvent(event="engine_restarted", error=str(e)))
             self._stream(ended, [])
             return
-        if not ev.entries and not ev.finished:
+        if not (ev.entries or ev.finished or ev.preempted):  # (a step may only preempt: every row went)
             if ev.waits:  # nothing ran, but why requests wait changed (a static batch filling up)
                 self._publish(WaitsEvent(t=ev.t_end, waits={str(k): v for k, v in ev.waits.items()}))
-            CORES.resting(self)
+            self._rest()
             self._wake.wait(POLL_WAIT_S)  # nothing schedulable yet (static: the batch is filling)
             self._wake.clear()
             return
@@ -242,7 +248,7 @@ class EngineWorker(threading.Thread):
         self._stream(list(ev.sampled), ev.finished, StepMessage(event=ev, roofline=roofline))
         rest = self.host.pace_s(ev.num_running) - (time.perf_counter() - t0)
         if rest > 0:
-            CORES.resting(self)  # slow motion: nothing computes while it waits
+            self._rest()  # slow motion: nothing computes while it waits
             self._halt.wait(rest)
 
     def _stream(self, sampled: list[int], finished: list[int], step_item: StepMessage | None = None) -> None:

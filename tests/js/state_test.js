@@ -427,6 +427,10 @@ const tests = {
     assert.deepEqual(S.kv.block_tables, { 1: [4, 5] }, "the main pool is the decode engine's");
     assert.equal(S.handoffBytes, 4096);
     assert.deepEqual(S.steps.map((x) => x.part), [parts.prefill, parts.decode, parts.prefill]);
+    // reconfigured into a lane of one engine: its own pool again
+    LiveState.applyBatch(st, { events: [step(4, undefined, 0.4, 0.5, [entry(2, P.prefill, 1, 3)], { 2: [3] })] });
+    assert.equal(S.pools, null);
+    assert.deepEqual(S.kv.block_tables, { 2: [3] });
   },
 
   "event type names come from the contract the engine sends (older recordings: today's names)"() {

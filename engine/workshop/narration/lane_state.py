@@ -85,9 +85,10 @@ class LaneState:
         for rid in ev.finished:
             self.finish(rid)
         self.context.update({e.request_id: e.context_len for e in ev.entries if e.request_id in self.running})
-        # some waiting request arrived unseen (a disaggregated lane's decode half: its waiting requests
-        # were handed on by the prefill half, running as far as the lane goes)
-        self._taint(ev.num_waiting > len(self.running if ev.part == DECODE_PART else self.waiting))
+        # some waiting request arrived unseen (a disaggregated lane's decode half: its waiting requests were
+        # handed on by the prefill half, running as far as the lane goes, or preempted there)
+        known = len(self.running) + len(self.waiting) if ev.part == DECODE_PART else len(self.waiting)
+        self._taint(ev.num_waiting > known)
         self.prev, self.busy_until = ev, ev.t_end
 
     def _taint(self, unseen: bool) -> None:
