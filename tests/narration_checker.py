@@ -260,6 +260,8 @@ class Checker:
         size = self.facts.config(lane, i).get("max_num_seqs")
         if ev.strategy != "continuous" or prev is None or size is None:
             return None, "no slot claim without continuous batching, the previous iteration and max_num_seqs"
+        if prev.part != ev.part:
+            return None, "the previous iteration ran on the other engine of a disaggregated lane"
         aborted = [r for r in ev.finished if r in rows(prev) and r not in rows(ev)]
         if len(rows(prev)) != size or ev.preempted or aborted:
             return None, f"the previous batch was not full ({len(rows(prev))} of {size}) or other slots were freed"

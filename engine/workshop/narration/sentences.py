@@ -210,6 +210,8 @@ def _freed(ev, st: LaneState) -> list[int]:
     prev = st.prev
     if prev is None or prev.step != ev.step - 1 or ev.preempted or st.max_num_seqs is None:
         return []
+    if prev.part != ev.part:  # a disaggregated lane's other engine: its slots are not these
+        return []
     rows, now = {e.request_id for e in prev.entries}, {e.request_id for e in ev.entries}
     freed = [r for r in prev.finished if r in rows]
     between = [r for r in ev.finished if r in rows and r not in now]  # aborted between the two iterations
