@@ -6,8 +6,9 @@ from engine.bench.soak import run_soak
 
 
 def test_soak_loses_nothing_and_leaks_no_block(tiny_llama_dir, tmp_path):
+    """A disaggregated lane among them: its two engines reset by step faults mid-flight and reconfigured."""
     r = run_soak(0.5, str(tiny_llama_dir), rate=4.0, fault_rate=0.01, num_kv_blocks=512,
-                 log_path=str(tmp_path / "server.log"), fuzz_every_s=0.3, uploads_every_s=2.0)
+                 log_path=str(tmp_path / "server.log"), fuzz_every_s=0.3, uploads_every_s=2.0, split_lane=True)
     assert r["lost"] == 0, (r["lost_client_side"], r["unfinished_on_server"])
     assert r["kv_blocks_leaked"] == 0 and r["in_flight_after"] == 0
     assert r["completed"] > 0 and r["server_requests"] > 0 and r["monitor_skipped_events"] == 0

@@ -54,7 +54,9 @@ def soak_server(model: str | None, port: int, token: str, fault_rate: float, log
     if model:
         cmd += ["--model", model]
     for name, value in engine_flags.items():
-        if value is not None:
+        if value is True:  # a switch
+            cmd += [f"--{name.replace('_', '-')}"]
+        elif value is not None and value is not False:
             cmd += [f"--{name.replace('_', '-')}", str(value)]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
@@ -164,16 +166,17 @@ def failed(r: dict) -> bool:
 def run_soak(minutes: float, model: str | None = None, rate: float = 0.7, seed: int = 0,
              fault_rate: float = 0.002, max_tokens: tuple = (8, 48), config_every_s: float | None = None,
              num_kv_blocks: int | None = None, log_path: str = os.devnull, port: int | None = None,
-             fuzz_every_s: float | None = 1.0, uploads_every_s: float | None = 5.0) -> dict:
+             fuzz_every_s: float | None = 1.0, uploads_every_s: float | None = 5.0, split_lane: bool = False) -> dict:
     """fuzz_every_s / uploads_every_s: mean seconds between fuzzed inputs / fuzzed recording uploads
-    (None: none)."""
+    (None: none); split_lane: a disaggregated lane beside the continuous and static ones."""
     port = port or free_port()
     token = secrets.token_urlsafe(18)
     seconds = minutes * 60
     with tempfile.TemporaryDirectory() as tmp, open(log_path, "w") as log:
         report = Path(tmp) / "uploads.json"
         uploads = dict(uploads_every=uploads_every_s, uploads_report=report) if uploads_every_s else {}
-        with soak_server(model, port, token, fault_rate, log, num_kv_blocks=num_kv_blocks, **uploads) as proc:
+        with soak_server(model, port, token, fault_rate, log, num_kv_blocks=num_kv_blocks, split_lane=split_lane,
+                         **uploads) as proc:
             result = asyncio.run(drive(f"127.0.0.1:{port}", token, proc.pid, seconds, rate, seed, max_tokens,
                                        config_every_s or max(5.0, seconds / 8), fuzz_every_s))
         if report.exists():
@@ -193,12 +196,14 @@ def main(argv=None) -> int:
     ap.add_argument("--fuzz-every", type=float, default=1.0, help="mean seconds between fuzzed inputs (0: off)")
     ap.add_argument("--uploads-every", type=float, default=5.0,
                     help="mean seconds between fuzzed recording uploads (0: off)")
+    ap.add_argument("--split-lane", action="store_true", help="a disaggregated lane beside the other two")
     ap.add_argument("--json", default=None, help="write the full result here")
     ap.add_argument("--log", default=os.devnull, help="the server's log")
     args = ap.parse_args(argv)
     lo, hi = (int(x) for x in args.max_tokens.split(","))
     r = run_soak(args.minutes, args.model, args.rate, args.seed, args.fault_rate, (lo, hi), log_path=args.log,
-                 fuzz_every_s=args.fuzz_every or None, uploads_every_s=args.uploads_every or None)
+                 fuzz_every_s=args.fuzz_every or None, uploads_every_s=args.uploads_every or None,
+                 split_lane=args.split_lane)
     print(table(r))
     print(f"RSS MB over time (s, MB): {r['rss_samples'][:: max(1, len(r['rss_samples']) // 12)]}")
     print(f"malformed frames answered {r['malformed_answered']}/{r['malformed_sent']}, viewer controls refused "

@@ -10,6 +10,7 @@ Step faults exist only here and in tests: `EngineService.step_fault` is never se
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import logging
@@ -24,7 +25,7 @@ import uvicorn
 from ..api.server import create_app
 from ..config import EngineConfig
 from ..room.access import Access
-from ..serving.service import EngineService
+from ..serving.service import EngineService, strategy_lanes
 from ..workshop.recording import SHIPPED, play_file, stop_replay
 from . import fuzz
 
@@ -85,10 +86,13 @@ class Uploads(threading.Thread):
 
 
 def build_service(model: str | None, token: str, api_key: str, fault_rate: float, device: str = "cpu",
-                  **engine_fields) -> EngineService:
+                  split_lane: bool = False, **engine_fields) -> EngineService:
+    """split_lane: a disaggregated lane (engine/disaggregated.py) beside the continuous and static ones."""
     cfg = EngineConfig(model=model, device=device, **engine_fields)
-    svc = EngineService(cfg, strategies=("continuous", "static"),
-                        access=Access(room=True, token=token, api_key=api_key))
+    lanes = strategy_lanes(cfg, ("continuous", "static"))
+    if split_lane:
+        lanes["disaggregated"] = dataclasses.replace(cfg, disaggregated=True)
+    svc = EngineService(cfg, lanes=lanes, access=Access(room=True, token=token, api_key=api_key))
     svc.wait_ready(900)
     svc.step_fault = StepFaults(fault_rate) if fault_rate > 0 else None
     return svc
@@ -104,10 +108,11 @@ def main(argv=None) -> None:
     ap.add_argument("--fault-rate", type=float, default=0.002)
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--num-kv-blocks", type=int, default=None)
+    ap.add_argument("--split-lane", action="store_true", help="a disaggregated lane too")
     ap.add_argument("--uploads-every", type=float, default=0.0, help="seconds between fuzzed uploads (0: none)")
     ap.add_argument("--uploads-report", default=None, help="write the upload counts here on exit (JSON)")
     args = ap.parse_args(argv)
-    svc = build_service(args.model, args.token, args.api_key, args.fault_rate, args.device,
+    svc = build_service(args.model, args.token, args.api_key, args.fault_rate, args.device, args.split_lane,
                         max_model_len=args.max_model_len, num_kv_blocks=args.num_kv_blocks)
     uploads = Uploads(args.uploads_every, args.uploads_report) if args.uploads_every > 0 and args.uploads_report \
         else None
