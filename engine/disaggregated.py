@@ -116,6 +116,7 @@ class DisaggregatedEngine:
         self._aborts: list[tuple[int, str | None]] = []
         self._landed: list[StepEvent] = []  # events of steps that landed, not yet returned by step()
         self._carried_waits: dict = {}  # wait reasons of empty steps not returned: go with the next event
+        self._failed: Exception | None = None  # a half's step raised: step() raises it (the caller resets)
         self.step_count = 0
         self._draining = False
 
@@ -195,16 +196,23 @@ class DisaggregatedEngine:
         return rid
 
     def abort(self, request_id: int, reason: str | None = None) -> bool:
-        """True when the request ended now; when the half holding it is mid-step, it ends as that step
-        lands (its StepEvent lists it as finished) and this returns False."""
+        """End a request now, as LLMEngine.abort does: if the half holding it is mid-step, wait for that
+        step to land first (its event is returned by a later step()). False if unknown or finished."""
         if request_id not in self._live:
             return False
         self._aborts.append((request_id, reason))
         self._sync()
-        return request_id not in self._live
+        while request_id in self._live:
+            running = [h.inflight for h in self._halves() if h.inflight is not None]
+            if not running:
+                return False  # nowhere to end it (not expected: every live request is in a half or queued for one)
+            wait(running, return_when=FIRST_COMPLETED)
+            self._sync()
+        return True
 
     def has_unfinished(self) -> bool:
-        return bool(self._live or self._landed) or any(h.inflight is not None or h.has_work() for h in self._halves())
+        return bool(self._live or self._landed or self._failed) or \
+            any(h.inflight is not None or h.has_work() for h in self._halves())
 
     # the unfinished in `requests`, the finished in `_finished`: read as a single engine reads its own
     get_output = LLMEngine.get_output
@@ -218,10 +226,12 @@ class DisaggregatedEngine:
 
     # ---- stepping -----------------------------------------------------------------------------
     def step(self) -> StepEvent:
-        """Start a step on each idle half that has work; the next event of either, as it lands (the other
-        half goes on). Steps start only here: a paused caller starts none. A step that computed nothing
-        while the other half is mid-step is not returned (its wait reasons go with the next event)."""
-        while not self._landed:
+        """The next event of either half: one that has landed, else start a step on each idle half that
+        has work and return the first to land (the other half goes on). Steps start only here: a paused
+        caller starts none. A step that computed nothing while the other half is mid-step is not
+        returned (its wait reasons go with the next event). A half's step that raised raises here."""
+        self._sync()
+        while not self._landed and self._failed is None:
             self._sync(launch=True)
             running = [h.inflight for h in self._halves() if h.inflight is not None]
             if not running:  # nothing to do: an empty event
@@ -229,6 +239,9 @@ class DisaggregatedEngine:
                 break
             wait(running, return_when=FIRST_COMPLETED)
             self._sync()
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
         ev = self._landed.pop(0)
         ev.waits, self._carried_waits = {**self._carried_waits, **ev.waits}, {}
         return ev
@@ -250,7 +263,7 @@ class DisaggregatedEngine:
         for half in self._halves():
             if half.inflight is not None and half.inflight.done():
                 self._land(half)
-        for half in self._halves():
+        for half in (self.decode, self.prefill):  # decode first: the blocks it copied go back to prefill now
             if half.inflight is not None:
                 continue
             self._deliver(half)
@@ -262,7 +275,11 @@ class DisaggregatedEngine:
                 half.rest()
 
     def _land(self, half: _Half) -> None:
-        ev = self._numbered(half, half.take())
+        try:
+            ev = self._numbered(half, half.take())
+        except Exception as e:  # noqa: BLE001 - raised by the next step(), whichever call landed it
+            self._failed = self._failed or e
+            return
         other = self.decode if half is self.prefill else self.prefill
         if half.stalled and (other.inflight is not None or self._landed):
             self._carried_waits.update(ev.waits)  # nothing to show: the other half's event comes next
@@ -320,12 +337,9 @@ class DisaggregatedEngine:
         for half in self._halves():
             if half.inflight is not None:
                 wait([half.inflight])
-                try:
-                    self._land(half)
-                except Exception:  # noqa: BLE001 - that step's requests end with the rest below
-                    half.inflight = None
+                self._land(half)  # a step that raised: its requests end with the rest below
         ended = [rid for ev in self._landed for rid in ev.finished]
-        self._landed, self._carried_waits = [], {}
+        self._landed, self._carried_waits, self._failed = [], {}, None
         prefill, decode = self.halves
         for req in self._adds:  # every request into the half that ends it: the new ones into prefill,
             prefill.enqueue(req)

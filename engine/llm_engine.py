@@ -165,11 +165,12 @@ class LLMEngine:
         req = Request(rid, ids, params, arrival_s if arrival_s is not None else self.clock(),
                       eos_token_ids=self.runner.eos_token_ids, priority=priority, tenant=tenant)
         req.generator = make_generator(params.seed, self.runner.device)
-        req.detok = IncrementalDetokenizer(self.tokenizer, ids)
+        req.detok = IncrementalDetokenizer(tokenizer or self.tokenizer, ids)
         return req
 
     def enqueue(self, req: Request) -> None:
-        """Queue a request new_request made."""
+        """Queue a request new_request made (its text is detokenized here, with this engine's tokenizer)."""
+        req.detok.tokenizer = self.tokenizer
         self.requests[req.request_id] = req
         self.scheduler.add(req)
 

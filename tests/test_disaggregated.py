@@ -6,7 +6,9 @@ on and each copy's blocks, bytes and seconds; no block of either pool is lost, a
 from __future__ import annotations
 
 import random
+import threading
 import time
+from concurrent.futures import wait
 
 import pytest
 from engine_helpers import check_kv_invariants, greedy, mixed_prompts
@@ -321,3 +323,59 @@ def test_a_closed_lane_gives_its_cores_back_and_a_stalled_prefill_does_not_spin(
     finally:
         eng.close()
     assert not {eng.prefill, eng.decode} & CORES._busy.keys()
+
+
+def test_a_half_that_fails_mid_step_fails_the_next_step_whoever_lands_it(tiny_model_dirs):
+    """A half's step that raises lands in whichever call comes next (here add_request, which must not
+    raise for it): step() raises it, the caller resets, every request ends and the lane serves on."""
+    eng = make(tiny_model_dirs["llama"])
+    decode = eng.decode.engine
+    real, broken = decode.step, threading.Event()
+
+    def step():
+        if broken.is_set():
+            raise RuntimeError("the decode half's forward failed")
+        return real()
+    decode.step = step
+    try:
+        prompts, _ = mixed_prompts(4, seed=8)
+        ids = [eng.add_request(p, greedy(12)) for p in prompts]
+        while not eng.decode.engine.requests:
+            eng.step()
+        broken.set()
+        eng._sync(launch=True)  # the decode half mid-step, as between two of the worker's step() calls
+        wait([eng.decode.inflight])
+        late = eng.add_request(list(range(7, 19)), greedy(3))  # lands the failed step
+        with pytest.raises(RuntimeError, match="decode half's forward failed"):
+            while True:
+                eng.step()
+        broken.clear()
+        ended = eng.reset("engine step failed")
+        assert set(ids + [late]) <= set(ended) | set(eng._finished)
+        assert all(eng.get_output(rid).finish_reason in ("error", "length") for rid in ids + [late])
+        drain(eng)  # the halves report the requests reset ended (as an LLMEngine's next step does)
+        check_both_pools_empty(eng)
+        out = eng.generate([prompts[0]], greedy(5))[0]
+        assert out.output_token_ids == reference_greedy(tiny_model_dirs["llama"], [prompts[0]], [5])[0]
+    finally:
+        eng.close()
+
+
+def test_an_abort_ends_the_request_at_once_even_when_its_half_is_mid_step(tiny_model_dirs):
+    """As on one engine: abort() returns True and the output is there (it waits for the half's step to
+    land: a paused lane's cancelled request is not left hanging)."""
+    eng = make(tiny_model_dirs["llama"])
+    try:
+        prompts, _ = mixed_prompts(3, seed=9)
+        ids = [eng.add_request(p, greedy(30)) for p in prompts]
+        while not any(r in eng.decode.engine.requests for r in ids):
+            eng.step()
+        rid = next(r for r in ids if r in eng.decode.engine.requests)
+        eng._sync(launch=True)  # the decode half mid-step, as between two of the worker's step() calls
+        assert eng.decode.inflight is not None
+        assert eng.abort(rid, "cancelled") is True
+        assert eng.live_text(rid) is None and eng.pop_output(rid).finish_reason == "abort"
+        drain(eng)
+        check_both_pools_empty(eng)
+    finally:
+        eng.close()

@@ -167,7 +167,8 @@ def test_slo_serves_first_the_requests_that_can_still_meet_their_ttft():
 
 def test_slo_budget_keeps_a_step_within_the_tpot_slo():
     """Step time fitted as a + b x tokens over recent steps: the budget is what fits in 90% of the TPOT
-    SLO, never fewer than the decoding rows, never more than the configured budget."""
+    SLO, never fewer than the decoding rows, never more than the configured budget; with nothing
+    decoding, the configured budget (else a machine too slow for the SLO would never start a prompt)."""
     from engine.scheduler.policy import SLO_MIN_SAMPLES, SLOPolicy
     from types import SimpleNamespace
     decoding = lambda n: [SimpleNamespace(num_tokens=9, num_computed_tokens=8)] * n  # noqa: E731
@@ -178,6 +179,11 @@ def test_slo_budget_keeps_a_step_within_the_tpot_slo():
     assert p.step_budget(512, decoding(3)) == 35  # (0.045 - 0.01) / 0.001
     assert p.step_budget(512, decoding(40)) == 40 and p.step_budget(20, decoding(3)) == 20
     assert SLOPolicy(None, None).step_budget(512, decoding(3)) == 512
+    slow = SLOPolicy(slo_ttft_s=None, slo_tpot_s=0.05)  # a fixed cost beyond the SLO: nothing fits
+    for n in range(SLO_MIN_SAMPLES):
+        slow.on_step(8 + 16 * n, 0.2 + 0.001 * (8 + 16 * n))
+    assert slow.step_budget(512, decoding(2)) == 2  # the decodes go on
+    assert slow.step_budget(512, []) == 512  # nobody decodes: no token's time to keep, prompts still start
 
 
 def test_slo_policy_schedules_within_its_budget():

@@ -190,6 +190,7 @@ defineLive("LiveState", ["Waits"], () => {
       // pool is the one shown); a lane of one engine (again, after a reconfigure): its pool
       S.pools = ev.part ? { ...S.pools, [ev.part]: ev.kv } : null;
       if (ev.part !== contract.parts.prefill) S.host = ev.host || null;  // swap preemption's host pool
+      if (ev.part === contract.parts.decode) releaseSent(S, contract, ev);
       S.kv = S.pools ? S.pools[contract.parts.decode] || S.pools[contract.parts.prefill] : ev.kv;
       S.kvRev++;
     }
@@ -345,6 +346,22 @@ defineLive("LiveState", ["Waits"], () => {
       S.handoffS = (S.handoffS || 0) + s;
       S.handoffN = (S.handoffN || 0) + 1;
     }
+  }
+
+  // The prefill engine frees a request's blocks once the decode engine copied them (or the request ended
+  // there): the prefill pool's last snapshot, which may be older, shows them free from this step on.
+  function releaseSent(S, contract, ev) {
+    const pool = S.pools[contract.parts.prefill];
+    const gone = [...(ev.handoffs || []).map((h) => h[0]), ...(ev.finished || [])]
+      .filter((rid) => pool && pool.block_tables && pool.block_tables[rid]);
+    if (!gone.length) return;
+    const tables = { ...pool.block_tables };
+    let used = pool.used;
+    for (const rid of gone) {
+      used -= tables[rid].length;
+      delete tables[rid];
+    }
+    S.pools = { ...S.pools, [contract.parts.prefill]: { ...pool, block_tables: tables, used } };
   }
 
   function markFinished(S, rid, t, x) {

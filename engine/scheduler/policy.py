@@ -138,6 +138,8 @@ class SLOPolicy(Policy):
             return budget
         a, b = fit
         decoding = sum(r.num_tokens - r.num_computed_tokens == 1 for r in running)
+        if not decoding:  # no token's time to keep: the whole budget (a step that fits none would stall)
+            return budget
         return max(decoding, min(budget, int((SLO_TPOT_SHARE * self.tpot - a) / b + 1e-9)))
 
     def _fit(self) -> tuple[float, float] | None:

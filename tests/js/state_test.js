@@ -414,6 +414,9 @@ const tests = {
       { type: T.request, lane, request_id: 2, num_prompt_tokens: 2, max_tokens: 4, arrival_s: 0 },
       step(1, parts.prefill, 0.0, 0.1, [entry(1, P.prefill, 6, 6)], { 1: [0, 1] }, { handed_off: [1] }),
       step(2, parts.decode, 0.15, 0.2, [entry(1, P.decode, 1, 7)], { 1: [4, 5] }, { handoffs: [[1, 2, 4096, 0.002]] }),
+    ] });
+    assert.deepEqual(st.by.get(lane).pools[parts.prefill].block_tables, {}, "request 1's prefill blocks went back after the copy");
+    LiveState.applyBatch(st, { events: [
       step(3, parts.prefill, 0.2, 0.3, [entry(2, P.prefill, 2, 2)], { 2: [0] }),  // request 1 is on the decode half
     ] });
     const S = st.by.get(lane), R = S.reqs.get(1);
