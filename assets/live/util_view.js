@@ -38,7 +38,9 @@ defineLive("UtilView", ["Axes", "Common", "LiveState"], () => {
     const budgeted = !cfg || cfg.strategy === "continuous";  // a static batch prefills all its rows, budget or not
     const out = { x: [], st: [], busy: [], budget: [], kv: [], hit: [], mem: [], compute: [], tps: [],
                   tpsTop: 10, prefix: prefixOn(S, cfg), roof: false, budgeted, over: {} };
-    const steps = S.steps;
+    // a disaggregated lane: the decode engine's iterations (its batch, budget and pool; the prefill
+    // engine's are in the slots and the KV map); tokens/s counts both
+    const steps = S.pools ? S.steps.filter((st) => st.part !== inst.contract.parts.prefill) : S.steps;
     let prev = null;
     for (let i = 0; i < steps.length; i++) {
       const st = steps[i];
@@ -133,6 +135,7 @@ defineLive("UtilView", ["Axes", "Common", "LiveState"], () => {
     if (fc.axis === "time") drawGpu(ctx, inst, X, Y);
     let row = 0;
     if (!u.budgeted) noteBox(ctx, inst, band, row++, "no token budget line: a static batch prefills all its rows at once", UTIL_LINES[1].color);
+    if (S.pools) noteBox(ctx, inst, band, row++, "the decode engine's slots, budget and KV; tokens/s: both engines", C.transfer);
     const over = overNote(u);
     if (over) noteBox(ctx, inst, band, row++, over, ROOF_LINES[1].color);
     if (u.prefix) noteBox(ctx, inst, band, row++, hitNote(S), HIT_LINE.color);
