@@ -172,6 +172,9 @@ class SocketClient:
     async def run(self) -> None:
         while time.monotonic() < self.load.stop_at:
             async with Socket(f"ws://{self.load.base}/engine/ws?token={self.load.token}", self._on_events) as ws:
+                # only what it reads (the continuous lane's finished events): a client that takes every lane's
+                # KV snapshots falls behind when three lanes step, and the ring coalesces events it never saw
+                await ws.command({"cmd": "subscribe", "lanes": ["continuous"], "kv": False})
                 await self._act_until_reconnect(ws)
                 if time.monotonic() >= self.load.stop_at:
                     await self._wait_pending(REQUEST_TIMEOUT_S)
