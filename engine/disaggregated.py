@@ -134,25 +134,16 @@ class DisaggregatedEngine:
     def kv_capacity_tokens(self) -> int:
         return min(e.kv_capacity_tokens for e in self.halves)
 
-    @property
-    def recomputed_tokens(self) -> int:
-        return sum(e.recomputed_tokens for e in self.halves)
+    def _total(name: str):
+        """A property: the halves' values of an LLMEngine counter, added."""
+        return property(lambda self: sum(getattr(e, name) for e in self.halves))
 
-    @property
-    def step_s(self) -> float:
-        return sum(e.step_s for e in self.halves)
-
-    @property
-    def telemetry_s(self) -> float:
-        return sum(e.telemetry_s for e in self.halves)
-
-    @property
-    def num_running(self) -> int:
-        return sum(e.num_running for e in self.halves)
-
-    @property
-    def num_waiting(self) -> int:
-        return sum(e.num_waiting for e in self.halves)
+    recomputed_tokens = _total("recomputed_tokens")
+    step_s = _total("step_s")
+    telemetry_s = _total("telemetry_s")
+    num_running = _total("num_running")
+    num_waiting = _total("num_waiting")
+    del _total
 
     @property
     def kv_blocks(self) -> tuple[int, int]:
@@ -203,11 +194,8 @@ class DisaggregatedEngine:
         self._aborts.append((request_id, reason))
         self._sync()
         while request_id in self._live:
-            running = [h.inflight for h in self._halves() if h.inflight is not None]
-            if not running:
+            if not self._wait_any():
                 return False  # nowhere to end it (not expected: every live request is in a half or queued for one)
-            wait(running, return_when=FIRST_COMPLETED)
-            self._sync()
         return True
 
     def has_unfinished(self) -> bool:
@@ -233,12 +221,8 @@ class DisaggregatedEngine:
         self._sync()
         while not self._landed and self._failed is None:
             self._sync(launch=True)
-            running = [h.inflight for h in self._halves() if h.inflight is not None]
-            if not running:  # nothing to do: an empty event
+            if not self._wait_any():  # nothing to do: an empty event
                 self._landed.append(self._numbered(self.decode, self.decode.engine.step()))
-                break
-            wait(running, return_when=FIRST_COMPLETED)
-            self._sync()
         if self._failed is not None:
             failed, self._failed = self._failed, None
             raise failed
@@ -256,6 +240,14 @@ class DisaggregatedEngine:
 
     def _halves(self) -> tuple[_Half, _Half]:
         return self.prefill, self.decode
+
+    def _wait_any(self) -> bool:
+        """Wait for a half's step in flight to land and take it in; False if none is in flight."""
+        running = [h.inflight for h in self._halves() if h.inflight is not None]
+        if running:
+            wait(running, return_when=FIRST_COMPLETED)
+            self._sync()
+        return bool(running)
 
     def _sync(self, launch: bool = False) -> None:
         """Take in the steps that landed, hand each idle half what waits for it; launch: start its next

@@ -321,8 +321,7 @@ class LLMEngine:
         self.scheduler.on_step_done()
         t_end = self.clock()
         self.step_count += bool(sched.rows or self._just_finished)
-        ev = self._event(sched, sampled, moved, t_start, t_end)
-        ev.handoffs = handoffs
+        ev = self._event(sched, sampled, moved, handoffs, t_start, t_end)
         t_done = self.clock()
         self.telemetry_s += t_done - t_end
         self.step_s += t_done - t_start
@@ -411,8 +410,8 @@ class LLMEngine:
                 self._finish(row.request, "error", now, error=msg)
 
     # ---- telemetry ---------------------------------------------------------------------------
-    def _event(self, sched: SchedulerOutput, sampled: dict[int, int], moved: Transfer, t_start: float,
-               t_end: float) -> StepEvent:
+    def _event(self, sched: SchedulerOutput, sampled: dict[int, int], moved: Transfer, handoffs: list[list],
+               t_start: float, t_end: float) -> StepEvent:
         entries = []
         for row in sched.rows:
             req = row.request
@@ -443,7 +442,7 @@ class LLMEngine:
             swaps=[[m.request_id, m.direction, len(m.src)] for m in sched.moves], swap_bytes=moved.bytes,
             swap_s=moved.seconds, num_host_blocks=self.cache.host.num_blocks if self.cache.host else 0,
             host_tables={rid: list(t) for rid, t in self.cache.host_tables.items()},
-            host_same_ram=self.runner.device.type == "cpu", handed_off=handed_off,
+            host_same_ram=self.runner.device.type == "cpu", handed_off=handed_off, handoffs=handoffs,
         )
 
     # ---- convenience -------------------------------------------------------------------------

@@ -140,16 +140,20 @@ def preemption_metrics(run: LaneRun) -> dict:
     known = [s for s in run.steps if s.preempted is not None]
     if not known:
         return {"preemptions": None, "recomputed_tokens": None, "swapped_blocks": None, "swap_mb": None,
-                "swap_ms": None, "handoff_mb": None, "handoff_ms": None}
+                "swap_ms": None}
     return {"preemptions": sum(s.preempted for s in known),
             "recomputed_tokens": run.info.get("recomputed_tokens"),
             "swapped_blocks": sum(s.swapped_blocks for s in known),
             "swap_mb": sum(s.swap_bytes for s in known) / 1e6,
-            "swap_ms": 1000.0 * sum(s.swap_s for s in known),
-            # a disaggregated lane: the KV copied from its prefill pool to its decode pool
-            **({"handoff_mb": sum(s.handoff_bytes or 0 for s in known) / 1e6,
-                "handoff_ms": 1000.0 * sum(s.handoff_s or 0 for s in known)} if run.info.get("disaggregated")
-               else {"handoff_mb": None, "handoff_ms": None})}
+            "swap_ms": 1000.0 * sum(s.swap_s for s in known)}
+
+
+def handoff_metrics(run: LaneRun) -> dict:
+    """A disaggregated lane: the KV copied from its prefill pool to its decode pool (MB, ms); None else."""
+    if not run.info.get("disaggregated"):
+        return {"handoff_mb": None, "handoff_ms": None}
+    return {"handoff_mb": sum(s.handoff_bytes or 0 for s in run.steps) / 1e6,
+            "handoff_ms": 1000.0 * sum(s.handoff_s or 0 for s in run.steps)}
 
 
 def breakdowns(run: LaneRun, done: list[RequestRecord], specs: list[RequestSpec] | None) -> dict:
@@ -204,6 +208,7 @@ def summarize(run: LaneRun, slo_ttft_s: float | None = None, slo_tpot_s: float |
         **prefix_metrics(steps),
         **spec_metrics(steps),
         **preemption_metrics(run),
+        **handoff_metrics(run),
         **breakdowns(run, done, specs),
     })
     return res
