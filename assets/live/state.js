@@ -204,7 +204,6 @@ defineLive("LiveState", ["Waits"], () => {
     if (ev.part) S.partIt = { ...S.partIt, [ev.part]: it };
     S.lastT = t1;
     S.lastStepMs = 1000 * (t1 - t0);
-    S.lastPart = ev.part || null;
     reconcile(S, ev, groups, contract);
     applyWaits(S, ev.waits, t1);
   }

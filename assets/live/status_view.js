@@ -69,7 +69,8 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
     const batch = `batch ${holders(S.kv)}${limit ? `/${limit}` : ""}`;
     // a disaggregated lane: the decode engine's batch (S.kv), then the prefill engine's pool holders
     const split = S.pools ? [`${batch} decoding`, `${holders(S.pools[parts.prefill])} on the prefill engine`] : [batch];
-    const last = S.lastStepMs != null ? fmt(S.lastStepMs, 0) + " ms" + (S.lastPart ? ` (${S.lastPart})` : "") : "–";
+    const part = S.steps.length ? S.steps[S.steps.length - 1].part : null;  // which engine stepped last
+    const last = S.lastStepMs != null ? fmt(S.lastStepMs, 0) + " ms" + (part ? ` (${part})` : "") : "–";
     return [...split, `queue ${queue}`, `last step ${last}`, `iteration ${Math.max(S.lastIt, 0)}`];
   }
 
