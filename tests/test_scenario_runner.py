@@ -63,3 +63,13 @@ def test_text_prompts_and_a_viewer_s_limits(svc, tmp_path):
     finally:
         svc.access = before
     assert svc.lane_names == ["continuous", "dynamic"]
+
+
+def test_the_headless_scenario_command_names_one_scenario_or_says_which_there_are():
+    """python -m engine.bench.scenario_run KEY: a part of a key that names no scenario, or several, is refused
+    before any engine loads, listing the keys."""
+    from engine.bench.scenario_run import run
+    with pytest.raises(SystemExit, match="names 0 scenarios; keys: 01-straggler"):
+        run("no-such-scenario")
+    with pytest.raises(SystemExit, match="names 2 scenarios"):
+        run("memory-pressure")

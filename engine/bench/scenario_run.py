@@ -1,0 +1,54 @@
+"""Run a shipped scenario headless, as the app runs it (its lanes side by side on this machine's cores),
+and print each lane's metrics as the cards compute them.
+
+    python -m engine.bench.scenario_run 15-disaggregated-prefill [--model M]
+
+The scenario is named by its key or a part of it (its file name under assets/scenarios/).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+from ..config import EngineConfig
+from ..serving.service import EngineService
+from ..workshop.scenarios import runner
+from ..workshop.scenarios.catalog import shipped
+from .live_metrics import LiveMetrics
+
+SHOWN = ("completed", "ttft_p50_s", "tpot_p50_s", "max_token_wait_s", "output_tokens_per_s",
+         "slo_attainment_pct", "goodput_requests_per_s", "duration_s")
+TIMEOUT_S = 1800
+
+
+def run(key: str, model: str | None = None) -> dict[str, dict]:
+    """Each lane's metrics once the scenario's stream has been served."""
+    matches = [s for s in shipped() if key in s.key]
+    if len(matches) != 1:
+        raise SystemExit(f"{key!r} names {len(matches)} scenarios; keys: {', '.join(s.key for s in shipped())}")
+    svc = EngineService(EngineConfig(model=model), hub_capacity=100_000)
+    try:
+        svc.wait_ready(900)
+        stream = runner.start(svc, matches[0])
+        deadline = time.monotonic() + TIMEOUT_S
+        while (stream.is_alive() or not svc.idle()) and time.monotonic() < deadline:
+            time.sleep(1.0)
+        metrics = LiveMetrics()
+        metrics.consume(svc.hub)
+        slos = {name: (c.slo_ttft_s, c.slo_tpot_s) for name, c in svc.lanes.items()}
+        return metrics.summary(slos)
+    finally:
+        svc.stop()
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("scenario", help="a scenario's key, or a part of it")
+    ap.add_argument("--model", default=None)
+    args = ap.parse_args(argv)
+    for lane, r in run(args.scenario, args.model).items():
+        print(lane, "  ".join(f"{k}={r[k]:.3g}" if isinstance(r.get(k), float) else f"{k}={r.get(k)}" for k in SHOWN))
+
+
+if __name__ == "__main__":
+    main()
