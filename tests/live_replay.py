@@ -69,12 +69,16 @@ def replay_html(data: dict) -> str:
     js = live_view_script()
     css, html = ((LIVE_VIEW / name).read_text(encoding="utf-8") for name in ("live_view.css", "live_view.html"))
     mount = (f"const host = document.getElementById('host');\n"
-             f"liveView({{ parentElement: host, data: {json.dumps(data)}, setStateValue: () => {{}} }});")
+             f"window.__reported = [];\n"  # what the view tells the page (setStateValue), for tests to read
+             f"liveView({{ parentElement: host, data: {json.dumps(data)}, "
+             f"setStateValue: (name, value) => window.__reported.push([name, value]) }});")
     return (f"<!doctype html><html><head><meta charset='utf-8'><style>body {{ margin: 0; background: #0b0f17; }}\n"
             f"{css}</style></head><body><div id='host'>{html}</div>\n"
             f"<script>\n{OFFLINE_SOCKET}\n{js}\n{mount}\n</script></body></html>")
 
 
-# No server behind the page: a socket that stays closed (the view shows it reconnecting).
-OFFLINE_SOCKET = """window.WebSocket = class { constructor() { setTimeout(() => this.onclose && this.onclose(), 0); }
+# No server behind the page: a socket that stays closed (the view shows it reconnecting). A test can still
+# hand the view a message as the server would: window.__sockets.at(-1).onmessage({data: JSON text}).
+OFFLINE_SOCKET = """window.__sockets = [];
+window.WebSocket = class { constructor() { window.__sockets.push(this); setTimeout(() => this.onclose && this.onclose(), 0); }
   send() {} close() {} };"""

@@ -144,12 +144,17 @@ def test_scenario_chunked_prefill_both_columns_move(page):
 
 
 def _set_lanes_over_the_socket(url: str, lanes: dict) -> None:
+    _command(url, {"cmd": "lanes", "lanes": lanes})
+
+
+def _command(url: str, msg: dict) -> None:
+    """One presenter's command over the socket, answered ok."""
     with connect(url.replace("http", "ws", 1) + "/engine/ws") as ws:
         ws.recv()  # hello
-        ws.send(json.dumps({"cmd": "lanes", "ref": "lanes", "lanes": lanes}))
-        while (msg := json.loads(ws.recv(timeout=30))).get("ref") != "lanes":
+        ws.send(json.dumps({**msg, "ref": "test"}))
+        while (reply := json.loads(ws.recv(timeout=30))).get("ref") != "test":
             pass
-        assert msg["ok"], msg
+        assert reply["ok"], reply
 
 
 def test_the_page_follows_lanes_changed_elsewhere(page, server):
@@ -185,6 +190,30 @@ def test_presenter_keyboard_shortcuts(page, server):
     page.wait_for_function("() => window.__inflightShortcuts === true", timeout=30_000)  # the listener is in
     page.wait_for_function("() => { const s = document.querySelector('.ifl-root')?.inflight?.server.status;"
                            " return !!s && !s.replay; }", timeout=90_000)  # the engines, not the loading replay
+    try:
+        _keys_pause_and_slow_down(page, server)
+    finally:  # never leave the module's server paused or slowed for the tests after this one
+        _command(server, {"cmd": "resume"})
+        _command(server, {"cmd": "slow_motion", "interval_s": 0})
+    box = page.get_by_placeholder("Type a prompt")
+    box.click()
+    box.press_sequentially("s 2 ")
+    expect(box).to_have_value("s 2 ")
+    assert not _status(server)["paused"] and _status(server)["slow_motion_s"] == 0
+    page.locator("h1").first.click()
+    page.keyboard.press("2")  # the burst scenario: its lanes, then its stream
+    _wait_status(server, lambda s: list(s["engines"]) == ["max batch 4", "max batch 32"], 30)
+    expect(page.locator(".ifl-sname")).to_have_text(["max batch 4", "max batch 32"], timeout=30_000)
+    page.get_by_text("Presentation mode", exact=True).click()
+    expect(page.locator('section[data-testid="stSidebar"]')).to_be_hidden(timeout=10_000)
+    # one list once the rerun ends (until then the usual layout's narration, stale, is still there)
+    expect(page.locator(".ifl-narration")).to_have_count(1, timeout=60_000)
+    expect(page.locator(".ifl-narration")).to_be_visible()
+    shot(page, "5-presentation-mode-narration")
+    no_exception(page)
+
+
+def _keys_pause_and_slow_down(page, server) -> None:
     page.locator("h1").first.click()
     page.keyboard.press(" ")
     _wait_status(server, lambda s: s["paused"])
@@ -204,22 +233,6 @@ def test_presenter_keyboard_shortcuts(page, server):
     page.keyboard.press("s")
     _wait_status(server, lambda s: s["slow_motion_s"] == 0)
     expect(slider).to_have_value("0", timeout=10_000)
-    box = page.get_by_placeholder("Type a prompt")
-    box.click()
-    box.press_sequentially("s 2 ")
-    expect(box).to_have_value("s 2 ")
-    assert not _status(server)["paused"] and _status(server)["slow_motion_s"] == 0
-    page.locator("h1").first.click()
-    page.keyboard.press("2")  # the burst scenario: its lanes, then its stream
-    _wait_status(server, lambda s: list(s["engines"]) == ["max batch 4", "max batch 32"], 30)
-    expect(page.locator(".ifl-sname")).to_have_text(["max batch 4", "max batch 32"], timeout=30_000)
-    page.get_by_text("Presentation mode", exact=True).click()
-    expect(page.locator('section[data-testid="stSidebar"]')).to_be_hidden(timeout=10_000)
-    # one list once the rerun ends (until then the usual layout's narration, stale, is still there)
-    expect(page.locator(".ifl-narration")).to_have_count(1, timeout=60_000)
-    expect(page.locator(".ifl-narration")).to_be_visible()
-    shot(page, "5-presentation-mode-narration")
-    no_exception(page)
 
 
 CARD_VALUE_PX = "() => { const v = document.querySelector('.ifl-mc-value'); " \

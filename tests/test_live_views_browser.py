@@ -170,3 +170,28 @@ def test_swap_preemption_shows_the_host_pool_and_the_swapped_wait(browser, rec):
         f"· 0.0 MB copied in 0.4 ms · this iteration: #{rid} out 2 blocks")
     page.screenshot(path=str(ARTIFACTS / "live-swap.png"), full_page=True)
     page.close()
+
+
+def test_the_page_is_told_each_time_the_presenters_controls_differ_from_what_it_drew(browser, rec):
+    """A pause made and undone within one rerun of the page, then made again: the view reports it again (the
+    page's Pause button follows), once per change, and again after a while if the page still draws another."""
+    hello = next(m for m in rec["messages"] if m["type"] == "hello")
+    drawn = {"paused": False, "slow_motion_s": 0, "auto_slow_motion": False}
+    page = open_replay(browser, rec, [], controls=drawn, running=list(hello["status"]["engines"]))
+    page.clock.install()
+
+    def server_says(**controls):
+        status = {**hello["status"], **drawn, **controls}
+        page.evaluate("s => window.__sockets.at(-1).onmessage({data: JSON.stringify("
+                      "{type: 'reply', ref: 'status', status: s})})", status)
+        return page.evaluate("() => window.__reported.filter(([name]) => name === 'controls').map(([, v]) => v)")
+
+    paused = {**drawn, "paused": True}
+    assert server_says(paused=True) == [paused]
+    assert server_says(paused=True) == [paused]  # once per change
+    assert server_says(paused=False) == [paused]  # what the page drew
+    assert server_says(paused=True) == [paused, paused]  # paused again: told again
+    page.clock.fast_forward(6_000)  # the page still draws "running" (its rerun lost or drawn a moment early)
+    assert server_says(paused=True) == [paused, paused, paused]
+    assert page.evaluate("() => window.__reported.some(([name]) => name === 'running')") is False
+    page.close()

@@ -13,6 +13,7 @@
 
 const STORE_KEY = "__inflightLiveViews";
 const STATUS_POLL_MS = 2000;  // status refresh (paused, queue, last step ms, clock sync)
+const REREPORT_S = 5;  // a change reported to the page, asked for again while the page still draws another
 const VIEW_NAMES = ["gantt", "slots", "kv", "util", "text"];
 // The modules this entry point uses (assets/live/modules.js), made when the view first mounts.
 const NEEDS = ["Common", "Contract", "FrameLoop", "KvDetail", "KvMap", "Layout", "LiveSocket", "LiveState", "RooflineView",
@@ -33,7 +34,7 @@ function createInstance(root, owner) {
     link: { socket: null, conn: "connecting", accepting: false, subRef: null, refSeq: 0 },
     // what the service last said of itself (its status; `rev` counts the changes the views redraw on)
     server: { status: null, rev: 0, clockOffset: null, limits: "", role: null },
-    reported: { lanes: null, controls: null },  // what this view last told the page it follows
+    reported: { running: null, controls: null },  // what this view last told the page it follows
     badges: StatusView.badges(root), body: q(".ifl-body"),
     // the layout: each view's own state (Layout.build)
     cols: new Map(), timeline: null, roofline: null,
@@ -175,32 +176,36 @@ function applyServiceStatus(inst, status) {
 }
 
 // The presenter's controls changed since the page was drawn (a key, another tab, the socket): report
-// them, which reruns the page, so its Pause button and slow-motion slider show what runs. Once per change.
+// them, which reruns the page, so its Pause button and slow-motion slider show what runs.
 function followControls(inst, status) {
   const drawn = inst.cfg.controls;
   if (!drawn) return;
   const now = { paused: !!status.paused, slow_motion_s: Number(status.slow_motion_s) || 0,
                 auto_slow_motion: !!status.auto_slow_motion };
-  const key = JSON.stringify(now);
-  if (Object.keys(now).every((k) => now[k] === drawn[k]) || key === inst.reported.controls) return;
-  inst.reported.controls = key;
-  try {
-    inst.setStateValue("controls", now);
-  } catch (e) {
-    console.warn("inflight: could not report the controls", e);
-  }
+  reportIf(inst, "controls", now, !Object.keys(now).every((k) => now[k] === drawn[k]));
 }
 
 // The lanes running changed since the page was drawn (another tab, a socket client): report them,
-// which reruns the page with the lanes that run now. Reported once per change.
+// which reruns the page with the lanes that run now.
 function followLanes(inst, names) {
-  const key = names.join("\n");
-  if (Common.sameList(names, inst.cfg.running) || key === inst.reported.lanes) return;
-  inst.reported.lanes = key;
+  reportIf(inst, "running", names, !Common.sameList(names, inst.cfg.running));
+}
+
+// Report `value` while the page shows something else: once per change, and again every REREPORT_S
+// while the page still differs (a rerun may have drawn the state of a moment before, e.g. a pause
+// undone and redone within one rerun). Nothing is remembered once the page shows what runs.
+function reportIf(inst, name, value, differs) {
+  if (!differs) {
+    inst.reported[name] = null;
+    return;
+  }
+  const key = JSON.stringify(value), last = inst.reported[name], t = Common.perfNow();
+  if (last && last.key === key && t - last.at < REREPORT_S) return;
+  inst.reported[name] = { key, at: t };
   try {
-    inst.setStateValue("running", names);
+    inst.setStateValue(name, value);
   } catch (e) {
-    console.warn("inflight: could not report the lanes", e);
+    console.warn(`inflight: could not report the ${name}`, e);
   }
 }
 
