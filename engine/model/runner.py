@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..config import EngineConfig, resolve_cuda_graphs, weights_key
-from ..device_memory import release_freed_memory
+from ..device_memory import trim_malloc
 from ..kv import KVCacheManager, KVPool
 from ..kv.pool import blocks_for, kv_shape
 from ..request import Request
@@ -71,7 +71,7 @@ class ModelRunner:
         self.model = model.to(self.device).eval()
         if self.linear == "onednn":
             pack_linears(self.model)
-            release_freed_memory()  # the unpacked weights: else malloc keeps their pages
+            trim_malloc()  # the unpacked weights: else malloc keeps their pages
 
     def graphs_state(self) -> str:
         """off | on (replayed CUDA graphs) | eager buckets (no CUDA: the tests' path) | failed (why)."""
