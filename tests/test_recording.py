@@ -124,6 +124,7 @@ def test_the_socket_serves_a_replay_then_the_engines_again(svc, recorded):
             assert hello["status"]["replay"]["label"].startswith("Recording of a real run")
             assert hello["status"]["engines"]["dynamic"]["ready"]
             await ws.send(json.dumps({"cmd": "subscribe", "ref": "s", "from_seq": "oldest"}))
+            await recv_until(ws, lambda m: m.get("ref") == "s")  # what came before is from the connect-time cursor
             events = []
             while len(events) < len(rec.events):
                 msg = json.loads(await ws.recv())
