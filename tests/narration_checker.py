@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.events import (DECODE, ENTRY_FIELDS, EVENTS, PADDING, PREFILL, SWAP_IN, SWAP_OUT, StepEntry, StepEvent,
-                           StepMessage)
+from engine.events import (DECODE, DECODE_PART, ENTRY_FIELDS, EVENTS, PADDING, PREFILL, SWAP_IN, SWAP_OUT, StepEntry,
+                           StepEvent, StepMessage)
 from engine.scheduler import waits
 
 IDS = r"#\d+(?:(?:, #\d+)*(?: and (?:#\d+|\d+ more)))?"
@@ -37,6 +37,9 @@ STEP_TEMPLATES = {
               r"(?P<n>\d+) (?P<req>decoding requests?) waited that long for the next token"),
     "padding": (rf"(?P<ids>{IDS}) finished but (?P<rows>its row is|their rows are) still computed; (?P<n>\d+) of "
                 r"(?P<m>\d+) (?P<are>rows (?:is|are)) padding"),
+    "handed_off": (rf"#(?P<id>\d+) moved from the prefill engine to the decode engine: its (?P<n>{NUM}) KV blocks? "
+                   r"\((?P<mb>\d+\.\d\d) MB\) copied in (?P<ms>\d+\.\d) ms; it decodes there, where no prompt is "
+                   "prefilled"),
     "speculated": r"#(?P<id>\d+) accepted (?P<a>\d+) of (?P<d>\d+) drafted tokens: (?P<n>\d+) tokens in one step",
     "jump": (r"#(?P<id>\d+) started ahead of (?:#(?P<x>\d+), which arrived earlier|(?P<k>\d+) requests that "
              r"arrived earlier): (?P<why>.+)"),
@@ -95,7 +98,8 @@ def step_message(d: dict) -> StepMessage:
                    block_size=kv.get("block_size", 0), used_blocks=kv.get("used", 0),
                    block_tables=ints(kv.get("block_tables")), kv_tokens=ints(kv.get("kv_tokens")),
                    reserved_unused_slots=kv.get("reserved_unused_slots", 0), sampled=ints(d.get("sampled")),
-                   cached_blocks=kv.get("cached", []), waits=ints(d.get("waits")), swaps=d.get("swaps", []))
+                   cached_blocks=kv.get("cached", []), waits=ints(d.get("waits")), swaps=d.get("swaps", []),
+                   part=d.get("part"), handed_off=d.get("handed_off", []), handoffs=d.get("handoffs", []))
     return StepMessage(event=ev, lane=d["lane"], strategy=d["strategy"], deltas=ints(d.get("deltas")),
                        roofline=d.get("roofline"))
 
@@ -345,6 +349,15 @@ class Checker:
             return "no draft of that request in this iteration"
         if (e.accepted, e.drafted, e.accepted + 1) != (int(m["a"]), int(m["d"]), int(m["n"])):
             return f"it accepted {e.accepted} of {e.drafted} drafted tokens"
+        return None
+
+    def _handed_off(self, lane, i, ev, m) -> str | None:
+        copy = next((h for h in ev.handoffs if h[0] == int(m["id"])), None)
+        if copy is None or ev.part != DECODE_PART:
+            return "no copy of that request into the decode engine's pool in this iteration"
+        _, blocks, nbytes, seconds = copy
+        if (num(m["n"]), m["mb"], m["ms"]) != (blocks, f"{nbytes / 1e6:.2f}", f"{1000 * seconds:.1f}"):
+            return f"its copy was {blocks} blocks, {nbytes} bytes in {seconds} s"
         return None
 
     def _prefix_hit(self, lane, i, ev, m) -> str | None:

@@ -112,7 +112,8 @@ def test_the_scenarios_show_what_they_are_made_for(scenario_runs):
              ("06-shared-system-prompt", "cache on", "from the prefix cache"),
              ("13-memory-pressure-swap", "swap", "copied to the host pool"),
              ("13-memory-pressure-swap", "swap", "came back from the host pool, nothing recomputed"),
-             ("13-memory-pressure-swap", "recompute", "it recomputes the")]
+             ("13-memory-pressure-swap", "recompute", "it recomputes the"),
+             ("15-disaggregated-prefill", "disaggregated", "moved from the prefill engine to the decode engine")]
     assert [x for x in shown if not has(said[x[0]], x[1], x[2])] == []
     assert not has(said["04-memory-pressure"], "pool 512 blocks", "preempted")
 
@@ -163,7 +164,8 @@ class TickClock:
 def random_config(rng: random.Random, model_dir) -> EngineConfig:
     return EngineConfig(model=str(model_dir), device="cpu", dtype="float32", block_size=4, max_model_len=32,
                         num_kv_blocks=rng.choice([8, 12, 64]), strategy=rng.choice(["continuous", "static", "dynamic"]),
-                        scheduling_policy=rng.choice(["fcfs", "sjf", "fair", "priority"]),
+                        scheduling_policy=rng.choice(["fcfs", "sjf", "fair", "priority", "slo"]),
+                        slo_ttft_s=rng.choice([None, 0.01, 0.05]), slo_tpot_s=rng.choice([None, 0.002, 0.01]),
                         max_num_seqs=rng.randint(1, 4), max_num_batched_tokens=rng.choice([32, 64]),
                         enable_chunked_prefill=rng.random() < 0.7, enable_prefix_caching=rng.random() < 0.5,
                         static_batch_size=rng.randint(2, 4), static_max_wait_s=0.02,

@@ -73,3 +73,14 @@ def test_the_headless_scenario_command_names_one_scenario_or_says_which_there_ar
         run("no-such-scenario")
     with pytest.raises(SystemExit, match="names 2 scenarios"):
         run("memory-pressure")
+
+
+def test_a_scenario_runs_headless_and_prints_each_lanes_metrics_and_the_narration(tiny_model_dirs, capsys):
+    """python -m engine.bench.scenario_run KEY --narration: the figures a README quotes, and what the room heard."""
+    from engine.bench.scenario_run import main
+    main(["02-burst", "--model", str(tiny_model_dirs["llama"]), "--narration"])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("completed=")[0] for line in lines[:2]] == ["max batch 4 ", "max batch 32 "]
+    assert all("completed=16 " in line for line in lines[:2]), lines[:2]
+    said = lines[2:]
+    assert said and any("max batch 4: iteration" in s for s in said) and any("finished all 16" in s for s in said)

@@ -1,7 +1,7 @@
 """Run a shipped scenario headless, as the app runs it (its lanes side by side on this machine's cores),
-and print each lane's metrics as the cards compute them.
+and print each lane's metrics as the cards compute them (and, asked, what the narration said).
 
-    python -m engine.bench.scenario_run 15-disaggregated-prefill [--model M]
+    python -m engine.bench.scenario_run 15-disaggregated-prefill [--model M] [--narration]
 
 The scenario is named by its key or a part of it (its file name under assets/scenarios/).
 """
@@ -12,6 +12,7 @@ import time
 
 from ..config import EngineConfig
 from ..serving.service import EngineService
+from ..workshop.narration import Narrator
 from ..workshop.scenarios import runner
 from ..workshop.scenarios.catalog import shipped
 from .live_metrics import LiveMetrics
@@ -21,8 +22,9 @@ SHOWN = ("completed", "ttft_p50_s", "tpot_p50_s", "max_token_wait_s", "output_to
 TIMEOUT_S = 1800
 
 
-def run(key: str, model: str | None = None) -> dict[str, dict]:
-    """Each lane's metrics once the scenario's stream has been served."""
+def run(key: str, model: str | None = None) -> tuple[dict[str, dict], list]:
+    """Each lane's metrics once the scenario's stream has been served, and the narration's sentences
+    (oldest first), as the room would have heard them."""
     matches = [s for s in shipped() if key in s.key]
     if len(matches) != 1:
         raise SystemExit(f"{key!r} names {len(matches)} scenarios; keys: {', '.join(s.key for s in shipped())}")
@@ -33,10 +35,12 @@ def run(key: str, model: str | None = None) -> dict[str, dict]:
         deadline = time.monotonic() + TIMEOUT_S
         while (stream.is_alive() or not svc.idle()) and time.monotonic() < deadline:
             time.sleep(1.0)
-        metrics = LiveMetrics()
+        # the narrator reads the hub from its start: it knows nothing ran before the scenario, so it tells its totals
+        metrics, narrator = LiveMetrics(), Narrator(keep=10_000)
         metrics.consume(svc.hub)
+        narrator.consume(svc.hub)
         slos = {name: (c.slo_ttft_s, c.slo_tpot_s) for name, c in svc.lanes.items()}
-        return metrics.summary(slos)
+        return metrics.summary(slos), narrator.recent(10_000, now=svc.clock() + 10)[::-1]
     finally:
         svc.stop()
 
@@ -45,10 +49,13 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("scenario", help="a scenario's key, or a part of it")
     ap.add_argument("--model", default=None)
+    ap.add_argument("--narration", action="store_true", help="print what the narration said, too")
     args = ap.parse_args(argv)
-    for lane, r in run(args.scenario, args.model).items():
+    summary, said = run(args.scenario, args.model)
+    for lane, r in summary.items():
         print(lane, "  ".join(f"{k}={r[k]:.3g}" if isinstance(r.get(k), float) else f"{k}={r.get(k)}" for k in SHOWN))
-
+    for s in said if args.narration else ():
+        print(f"{s.t:7.1f} s  {s.lane or 'both'}: {s.text}")
 
 if __name__ == "__main__":
     main()

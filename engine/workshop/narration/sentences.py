@@ -17,7 +17,7 @@ LONG_PREFILL = 256  # tokens: a prompt long enough that how it is prefilled is w
 LONG_WAIT_S = 5.0   # a lane that only waits (a static batch filling up) this long is worth a sentence
 SPEC_NOTABLE = 2    # accepted drafts: a row that gains this many tokens more than one in a step is worth a sentence
 (PREEMPTED, RECOMPUTE, SWAPPED_IN, JUMP, PREFIX_HIT, CHUNKED, WHOLE_PREFILL, SLOT_REUSE, PADDING_ROWS, LONG_WAIT,
- JOINED, SPECULATED) = range(12)
+ JOINED, SPECULATED, HANDED_OFF) = range(13)
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def ids(rids) -> str:
 
 def step_candidates(ev, st: LaneState) -> list[Candidate]:
     out = [*_preempted(ev, st), *_swapped_in(ev, st), *_jumps(ev, st), *_slots(ev, st), *_padding(ev, st),
-           *_speculated(ev, st)]
+           *_speculated(ev, st), *_handed_off(ev, st)]
     decoding = len(_decoding(ev))
     for e in ev.entries:
         if e.phase == PREFILL and st.known(e.request_id) is not None:
@@ -245,6 +245,19 @@ def _speculated(ev, st: LaneState) -> list[Candidate]:
     e = max(rows, key=lambda e: (e.accepted, -e.request_id))
     return [Candidate(SPECULATED, "speculated", e.request_id, f"#{e.request_id} accepted {e.accepted} of "
                       f"{e.drafted} drafted tokens: {e.accepted + 1} tokens in one step")]
+
+
+# ---- disaggregated lanes ---------------------------------------------------------------------
+def _handed_off(ev, st: LaneState) -> list[Candidate]:
+    """The decode engine took a request over: its KV copied out of the prefill engine's pool (the step's
+    largest copy; each request once)."""
+    copies = [h for h in ev.handoffs if st.known(h[0]) is not None]
+    if not copies:
+        return []
+    rid, blocks, nbytes, seconds = max(copies, key=lambda h: (h[2], -h[0]))
+    return [Candidate(HANDED_OFF, "handed_off", rid, f"#{rid} moved from the prefill engine to the decode engine: "
+                      f"its {counted(blocks, 'KV block')} ({nbytes / 1e6:.2f} MB) copied in {1000 * seconds:.1f} ms; "
+                      "it decodes there, where no prompt is prefilled")]
 
 
 # ---- waiting ---------------------------------------------------------------------------------
