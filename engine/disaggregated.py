@@ -230,6 +230,10 @@ class DisaggregatedEngine:
         ev.waits, self._carried_waits = {**self._carried_waits, **ev.waits}, {}
         return ev
 
+    def step_on_cores(self, owner: object) -> StepEvent:
+        """step(): each half steps on its own share of the lane's cores, not on the caller's."""
+        return self.step()
+
     def rest(self) -> None:
         """The caller is not stepping (idle, paused, slow motion): the halves not mid-step give their cores
         back."""

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import torch
 
 from .config import EngineConfig
+from .cpu_share import CORES
 from .detokenizer import IncrementalDetokenizer, find_stop
 from .device_memory import GiB
 from .events import PADDING, StepEntry, StepEvent
@@ -461,6 +462,11 @@ class LLMEngine:
         finally:
             self.draining = was
         return [self.pop_output(rid) for rid in ids]
+
+    def step_on_cores(self, owner: object) -> StepEvent:
+        """One step on `owner`'s share of the CPU cores (engine/cpu_share.py); on a GPU, the cores are
+        left to the others."""
+        return CORES.run(owner, self.step) if self.runner.device.type == "cpu" else self.step()
 
     def close(self) -> None:
         """Nothing to stop: this engine steps on its caller's thread (a DisaggregatedEngine has two of its own)."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..config import EngineConfig, dtype_choice, dtype_name
 from ..cpu_share import CORES
 from ..device_memory import release_freed_memory
-from ..disaggregated import DisaggregatedEngine, build_engine
+from ..disaggregated import build_engine
 from ..events import FinishedEvent, RequestEvent, StatusEvent, StepMessage, WaitsEvent
 from ..llm_engine import LLMEngine
 from ..request import SamplingParams
@@ -225,10 +225,7 @@ class EngineWorker(threading.Thread):
             self._step_credits -= 1
         try:
             self.host.before_step(self.lane)  # chaos testing only (tests, engine.bench.soak)
-            if self.engine.runner.device.type == "cpu" and not isinstance(self.engine, DisaggregatedEngine):
-                ev = CORES.run(self, self.engine.step)
-            else:  # a GPU's lane leaves the cores to the others; a disaggregated lane's halves take their own
-                ev = self.engine.step()
+            ev = self.engine.step_on_cores(self)
         except Exception as e:  # noqa: BLE001 - end the affected requests, restart, keep serving
             log.exception("engine %s step failed; restarting it", self.lane)
             ended = self.engine.reset(f"engine step failed: {type(e).__name__}: {e}")
