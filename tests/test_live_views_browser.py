@@ -195,3 +195,32 @@ def test_the_page_is_told_each_time_the_presenters_controls_differ_from_what_it_
     assert server_says(paused=True) == [paused, paused, paused]
     assert page.evaluate("() => window.__reported.some(([name]) => name === 'running')") is False
     page.close()
+
+
+def test_a_disaggregated_lane_with_swap_shows_its_prefill_pool_and_its_host_pool(browser, rec):
+    """Under the decode engine's pool: the prefill engine's pool, then the decode engine's host pool (swap
+    preemption), each in the caption and each answering a hover."""
+    lane = rec["lanes"][0]
+    rid, swapped = as_swapped(accepted_events(rec), lane)
+    events = swapped[:next(i for i, e in enumerate(swapped) if e["type"] == "step" and e.get("swaps")) + 1]
+    step = events[-1]
+    split = {"handed_off": [], "handoffs": []}
+    prefill = {**step, **split, "part": "prefill", "entries": [], "swaps": [], "admitted": [], "finished": [],
+               "preempted": [], "host": None,
+               "kv": {**step["kv"], "num_blocks": 24, "used": 3, "block_tables": {"77": [0, 1, 2]}, "cached": [],
+                      "kv_tokens": {"77": 12}}}
+    page = open_replay(browser, rec, events[:-1] + [prefill, {**step, **split, "part": "decode"}], views=["kv"],
+                       large_text=True, height=1800)
+    caption = page.locator(".ifl-cell-kv .ifl-caption").first
+    expect(caption).to_contain_text("decode engine's pool: ")
+    expect(caption).to_contain_text("prefill engine's pool 3 / 24 blocks")
+    expect(caption).to_contain_text(f"decode engine's host pool (the same RAM as the device pool: a memory copy, not "
+                                    f"PCIe) 2 / 16 blocks (#{rid} swapped out)")
+    for k, words in enumerate(["prefill engine's pool block 0", "decode engine's host pool block 0"]):
+        x, y = page.evaluate(f"""k => {{ const v = {INST}.cols.get({lane!r}).kv, h = v.below[k];
+            const r = v.canvas.getBoundingClientRect();
+            return [r.left + h.g.ox + h.g.s / 2, r.top + h.top + h.g.s / 2]; }}""", k)
+        page.mouse.move(x, y)
+        expect(page.locator(".ifl-tip")).to_contain_text(words)
+    page.screenshot(path=str(ARTIFACTS / "live-split-swap.png"), full_page=True)
+    page.close()

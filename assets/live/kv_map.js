@@ -89,10 +89,11 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
     if (!c) return;
     const { ctx, W, H } = c;
     const kc = KvBlocks.of(S.kv);
-    // under the device pool: swap preemption's host pool, or a disaggregated lane's prefill engine's pool
-    const sender = S.pools ? S.pools[inst.contract.parts.prefill] : null;  // shown before a host pool
-    const hostH = S.host || sender ? Math.max(18, Math.round(H * HOST_SHARE)) : 0;
-    const g = geometry(kc.n, W, H - hostH);
+    // under the device pool: a disaggregated lane's prefill engine's pool, then swap preemption's host pool
+    const sender = S.pools ? S.pools[inst.contract.parts.prefill] : null;
+    const below = [sender && { pool: sender, sender: true }, S.host && { pool: S.host, sender: false }].filter(Boolean);
+    const lowH = below.length ? Math.max(18, Math.round(H * HOST_SHARE / Math.sqrt(below.length))) : 0;
+    const g = geometry(kc.n, W, H - lowH * below.length);
     view.geom = g;
     ctx.clearRect(0, 0, W, H);
     const inner = g.s - g.gap;
@@ -100,10 +101,10 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
       const cell = cellAt(kc, g, i, inst.sel);
       drawBlock(ctx, inst, g.ox + (i % g.cols) * g.s, Math.floor(i / g.cols) * g.s, inner, cell);
     }
-    view.host = S.host || sender ? drawHost(ctx, inst, sender || S.host, W, H - hostH, hostH, sender ? C.transfer : C.swapped)
-      : null;
-    if (view.host) view.host.sender = !!sender;
-    const copies = !view.host ? "" : sender ? senderCaption(view.host, S) : hostCaption(view.host, S, inst.contract);
+    const name = (b) => (b.sender ? "prefill engine's pool" : sender ? "decode engine's host pool" : "host pool");
+    view.below = below.map((b, k) => ({ ...drawHost(ctx, inst, b.pool, W, H - lowH * (below.length - k), lowH,
+                                                    b.sender ? C.transfer : C.swapped), sender: b.sender, name: name(b) }));
+    const copies = view.below.map((h) => (h.sender ? senderCaption(h, S) : hostCaption(h, S, inst.contract))).join("");
     setText(view.caption, (S.pools ? "decode engine's pool: " : "") + `${kc.used} / ${kc.n} blocks used (${fmt(pct(kc.used, kc.n), 1)}%) · `
       + `${kc.held.toLocaleString()} tokens in ${kc.slots.toLocaleString()} slots`
       + (kc.slots ? ` (${fmt(pct(kc.held, kc.slots), 0)}% full)` : "") + ` · ${kc.bs} tokens/block`
@@ -140,7 +141,7 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
     const ram = host.sameRam ? " (the same RAM as the device pool: a memory copy, not PCIe)" : "";
     const now = (S.swaps || []).map(([rid, way, n]) => `#${rid} ${way === contract.swap.out ? "out" : "back"} ${n}`)
       .join(", ");
-    return ` · host pool${ram} ${host.owner.size} / ${host.n} blocks${who}${moved}`
+    return ` · ${host.name}${ram} ${host.owner.size} / ${host.n} blocks${who}${moved}`
       + (now ? ` · this iteration: ${now} blocks` : "");
   }
 
@@ -150,7 +151,7 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
     const moved = S.handoffN ? ` · ${S.handoffN} hand-offs: ${fmt(S.handoffBytes / 1e6, 1)} MB copied in `
       + `${fmt(1000 * S.handoffS, 1)} ms` : "";
     const now = (S.handoffs || []).map(([rid, n]) => `#${rid} ${n}`).join(", ");
-    return ` · prefill engine's pool ${pool.owner.size} / ${pool.n} blocks${moved}`
+    return ` · ${pool.name} ${pool.owner.size} / ${pool.n} blocks${moved}`
       + (now ? ` · this iteration: ${now} blocks copied over` : "");
   }
 
@@ -233,24 +234,26 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
     return { ...cell, i: cell.first, kc, bs: kc.bs, group: g.group };
   }
 
-  // The host pool block under the pointer: [block, owner] (owner -1: free), or null.
-  function hostBlockAt(view, e) {
-    const h = view.host;
-    if (!h) return null;
-    const r = view.canvas.getBoundingClientRect(), g = h.g;
-    const cx = Math.floor((e.clientX - r.left - g.ox) / g.s), cy = Math.floor((e.clientY - r.top - h.top) / g.s);
-    const c = cy * g.cols + cx;
-    if (cx < 0 || cx >= g.cols || cy < 0 || c >= g.cells) return null;
-    return [c * g.group, h.owner.get(c * g.group) ?? -1];
+  // The block under the pointer in a pool drawn under the device pool: [that pool, block, owner] (owner -1:
+  // free), or null.
+  function belowBlockAt(view, e) {
+    const r = view.canvas.getBoundingClientRect();
+    for (const h of view.below || []) {
+      const g = h.g;
+      const cx = Math.floor((e.clientX - r.left - g.ox) / g.s), cy = Math.floor((e.clientY - r.top - h.top) / g.s);
+      const c = cy * g.cols + cx;
+      if (cx >= 0 && cx < g.cols && cy >= 0 && c < g.cells) return [h, c * g.group, h.owner.get(c * g.group) ?? -1];
+    }
+    return null;
   }
 
   function hover(inst, name, view, e) {
-    const hb = hostBlockAt(view, e);
+    const hb = belowBlockAt(view, e);
     if (hb) {
-      const [i, o] = hb;
-      const lines = view.host.sender
-        ? [`prefill engine's pool block ${i}`, o < 0 ? "free" : `#${o}: prefilling, or handed on and waiting to be copied`]
-        : [`host pool block ${i}`, o < 0 ? "free" : `#${o} swapped out: its KV waits here`];
+      const [h, i, o] = hb;
+      const lines = h.sender
+        ? [`${h.name} block ${i}`, o < 0 ? "free" : `#${o}: prefilling, or handed on and waiting to be copied`]
+        : [`${h.name} block ${i}`, o < 0 ? "free" : `#${o} swapped out: its KV waits here`];
       return inst.tip.show(e, lines, o < 0 ? C.muted : reqColor(o));
     }
     const b = blockAt(inst, name, view, e);
