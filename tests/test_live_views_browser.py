@@ -224,3 +224,26 @@ def test_a_disaggregated_lane_with_swap_shows_its_prefill_pool_and_its_host_pool
         expect(page.locator(".ifl-tip")).to_contain_text(words)
     page.screenshot(path=str(ARTIFACTS / "live-split-swap.png"), full_page=True)
     page.close()
+
+
+def test_a_disaggregated_lanes_batch_slots_show_each_engines_own_slots(browser, rec):
+    """The decode engine's slots above, the prefill engine's (p0, p1...) under a line: a hover names the
+    engine's slot and the iteration's engine."""
+    lane = rec["lanes"][0]
+    events = []
+    for e in accepted_events(rec):
+        if e["type"] == "step" and e["lane"] == lane:
+            prefill = all(x[1] == "prefill" for x in e["entries"])
+            e = {**e, "part": "prefill" if prefill else "decode", "handed_off": [], "handoffs": []}
+        events.append(e)
+    page = open_replay(browser, rec, events, views=["slots"], large_text=True)
+    band = f"{INST}.timeline.cols.find(c => c.name === {lane!r}).bands.find(b => b.view === 'slots')"
+    labels = page.evaluate(f"() => {band}.yticks.map(t => t.label)")
+    assert "0" in labels and "p0" in labels and labels.index("0") < labels.index("p0"), labels
+    x, y = page.evaluate(f"""() => {{ const b = {band}, sub = b.subs[1], k = sub.cols[0];
+        const r = {INST}.timeline.canvas.getBoundingClientRect();
+        return [r.left + (k.xa + k.xb) / 2, r.top + sub.y + sub.h - sub.slotH / 2]; }}""")
+    page.mouse.move(x, y)
+    expect(page.locator(".ifl-tip")).to_contain_text("slot p0")
+    expect(page.locator(".ifl-tip")).to_contain_text("(prefill engine)")
+    page.close()

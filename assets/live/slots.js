@@ -2,7 +2,7 @@
 // iteration, shaded by phase (prefill light, decode full, padding hatched grey); runs of the same request
 // and phase are drawn as one rectangle. A speculating row's drafts are ticks along its cell's foot:
 // white where accepted, red where rejected. On the time axis an iteration spans [t_start, t_end]; idle time
-// stays empty.
+// stays empty. A disaggregated lane has a grid per engine: the decode engine's above the prefill engine's.
 
 defineLive("Slots", ["Common", "LiveState"], () => {
   const { C, FONT, fmt, mix, reqColor, hatchPattern } = Common;
@@ -47,17 +47,51 @@ defineLive("Slots", ["Common", "LiveState"], () => {
   function draw(ctx, inst, S, fc, X, band) {
     if (isRemote(S, inst.laneConfig(S.name))) return drawNote(ctx, inst, band, REMOTE_NOTE);
     const range = [X.invert(band.x), X.invert(band.x + band.w)];
-    const { cols, edges } = slotColumns(S, fc, range, band.w / Math.max(range[1] - range[0], 1e-9));
-    let nSlots = maxBatch(S, inst.laneConfig(S.name)) || 1;
-    for (const st of cols) if (st) for (const c of st.cells) nSlots = Math.max(nSlots, c.slot + 1);
-    const slotH = band.h / nSlots, gapY = slotH > 8 ? 1.5 : 0;
-    const Y = (s) => band.y + band.h - (s + 1) * slotH;
+    const grids = engineGrids(inst, S, fc, range, band.w / Math.max(range[1] - range[0], 1e-9));
+    const slotH = band.h / grids.reduce((a, g) => a + g.nSlots, 0);
+    let top = band.y;
+    band.subs = [];
+    for (const g of grids) {
+      const sub = { x: band.x, w: band.w, y: top, h: g.nSlots * slotH, slotH, cols: [], yticks: [], prefix: g.prefix };
+      drawGrid(ctx, inst, g, X, sub);
+      band.yticks.push(...sub.yticks);
+      if (top > band.y) divider(ctx, inst, sub);
+      band.subs.push(sub);
+      top += sub.h;
+    }
+    band.slotH = slotH;
+    band.ytitle = "slot";
+  }
+
+  // One grid of slots per engine: a lane's own; a disaggregated lane's decode engine above its prefill
+  // engine (as in the KV map), each with its own slots, "p" before the prefill engine's.
+  function engineGrids(inst, S, fc, range, pxPerX) {
+    const parts = inst.contract.parts;
+    const own = (steps, nSlots, prefix) => {
+      const { cols, edges } = slotColumns({ steps }, fc, range, pxPerX);
+      for (const st of cols) if (st) for (const c of st.cells) nSlots = Math.max(nSlots, c.slot + 1);
+      return { cols, edges, nSlots, prefix };
+    };
+    const configured = maxBatch(S, inst.laneConfig(S.name)) || 1;
+    if (!S.steps.some((st) => st.part)) return [own(S.steps, configured, "")];
+    return [own(S.steps.filter((st) => st.part !== parts.prefill), configured, ""),
+            own(S.steps.filter((st) => st.part === parts.prefill), 1, "p")];
+  }
+
+  function divider(ctx, inst, sub) {
+    ctx.fillStyle = C.transfer;
+    ctx.fillRect(sub.x, sub.y, sub.w, Math.max(1, inst.scale));
+  }
+
+  function drawGrid(ctx, inst, g, X, sub) {
+    const { cols, edges, nSlots, prefix } = g, slotH = sub.slotH, gapY = slotH > 8 ? 1.5 : 0;
+    const Y = (s) => sub.y + sub.h - (s + 1) * slotH;
     const px = edges.map((e) => Math.round(X(e)));
     ctx.fillStyle = C.idle;  // iterations that ran: empty slots first
     cols.forEach((st, j) => {
       if (!st) return;
-      ctx.fillRect(px[j], band.y, Math.max(px[j + 1] - px[j], 1), band.h);
-      band.cols.push({ xa: px[j], xb: Math.max(px[j + 1], px[j] + 1), st });
+      ctx.fillRect(px[j], sub.y, Math.max(px[j + 1] - px[j], 1), sub.h);
+      sub.cols.push({ xa: px[j], xb: Math.max(px[j + 1], px[j] + 1), st });
     });
     for (let s = 0; s < nSlots; s++) {  // then runs of one request and phase per slot
       let run = null;
@@ -79,13 +113,10 @@ defineLive("Slots", ["Common", "LiveState"], () => {
     cols.forEach((st, j) => {  // speculative decoding: each step's drafts over its cells
       if (st && st.drafted) drawDrafts(ctx, inst, st, px[j], Math.max(px[j + 1], px[j] + 1), Y, slotH, gapY);
     });
-    band.slotH = slotH;
-    const fit = Math.max(1, Math.floor(band.h / (16 * inst.scale)));  // labels a line apart at the least
+    const fit = Math.max(1, Math.floor(sub.h / (16 * inst.scale)));  // labels a line apart at the least
     const dtick = [1, 2, 4, 5, 8, 10, 16, 20, 32, 50, 64, 100].find((d) => nSlots / d <= fit)
       ?? Math.ceil(nSlots / fit);
-    band.yticks = [];
-    for (let s = 0; s < nSlots; s += dtick) band.yticks.push({ y: Y(s) + slotH / 2, label: String(s) });
-    band.ytitle = "slot";
+    for (let s = 0; s < nSlots; s += dtick) sub.yticks.push({ y: Y(s) + slotH / 2, label: prefix + s });
   }
 
   // A strip along the cell's foot, one tick per draft token: accepted ones white, rejected ones red.
@@ -124,13 +155,13 @@ defineLive("Slots", ["Common", "LiveState"], () => {
     ctx.globalAlpha = 1;
   }
 
-  function cellTip(cell, st) {
+  function cellTip(cell, st, prefix) {
     const what = cell.kind === KIND.held ? "padding (finished, still in the batch)" : cell.kind;
     const toks = cell.real ? `${cell.real} tok` : "";
     const pad = cell.pad ? `${toks ? " + " : ""}${cell.pad} pad` : "";
     const drafts = cell.drafted ? `${cell.accepted} of ${cell.drafted} drafted tokens accepted: ${1 + cell.accepted} `
       + `token${cell.accepted ? "s" : ""} this step` : "";
-    return [`#${cell.rid} · slot ${cell.slot} · ${what}`, `${toks}${pad} · context ${cell.ctx}`, drafts,
+    return [`#${cell.rid} · slot ${prefix}${cell.slot} · ${what}`, `${toks}${pad} · context ${cell.ctx}`, drafts,
             `iteration ${st.it}${partOf(st)} · ${fmt(1000 * (st.t1 - st.t0), 1)} ms`].filter(Boolean);
   }
 
@@ -139,12 +170,15 @@ defineLive("Slots", ["Common", "LiveState"], () => {
 
   // The cell under (x, y): { rid, tip: [lines], color } or null.
   function hit(inst, band, x, y) {
-    const c = band.cols.find((k) => x >= k.xa && x < k.xb);
+    const sub = (band.subs || []).find((b) => y >= b.y && y < b.y + b.h);
+    const c = sub && sub.cols.find((k) => x >= k.xa && x < k.xb);
     if (!c) return null;
-    const slot = Math.floor((band.y + band.h - y) / band.slotH);
+    const slot = Math.floor((sub.y + sub.h - y) / sub.slotH);
     const cell = c.st.bySlot[slot];
-    if (!cell) return { rid: null, tip: [`slot ${slot} · empty`, `iteration ${c.st.it}${partOf(c.st)}`], color: C.muted };
-    return { rid: cell.rid, tip: cellTip(cell, c.st), color: reqColor(cell.rid) };
+    if (!cell) {
+      return { rid: null, tip: [`slot ${sub.prefix}${slot} · empty`, `iteration ${c.st.it}${partOf(c.st)}`], color: C.muted };
+    }
+    return { rid: cell.rid, tip: cellTip(cell, c.st, sub.prefix), color: reqColor(cell.rid) };
   }
 
   return { draw, hit };
