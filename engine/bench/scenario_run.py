@@ -40,7 +40,9 @@ def run(key: str, model: str | None = None) -> tuple[dict[str, dict], list]:
         metrics.consume(svc.hub)
         narrator.consume(svc.hub)
         slos = {name: (c.slo_ttft_s, c.slo_tpot_s) for name, c in svc.lanes.items()}
-        return metrics.summary(slos), narrator.recent(10_000, now=svc.clock() + 10)[::-1]
+        summary = metrics.summary(slos)
+        in_order = {name: summary[name] for name in matches[0].lanes if name in summary}  # the scenario's order
+        return in_order, narrator.recent(10_000, now=svc.clock() + 10)[::-1]
     finally:
         svc.stop()
 
@@ -56,6 +58,7 @@ def main(argv=None) -> None:
         print(lane, "  ".join(f"{k}={r[k]:.3g}" if isinstance(r.get(k), float) else f"{k}={r.get(k)}" for k in SHOWN))
     for s in said if args.narration else ():
         print(f"{s.t:7.1f} s  {s.lane or 'both'}: {s.text}")
+
 
 if __name__ == "__main__":
     main()
