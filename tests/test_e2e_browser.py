@@ -222,10 +222,10 @@ def _keys_pause_and_slow_down(page, server) -> None:
     _wait_status(server, lambda s: not s["paused"])
     page.keyboard.press(" ")
     _wait_status(server, lambda s: s["paused"])
-    expect(page.get_by_role("button", name="Resume")).to_be_visible(timeout=10_000)  # the sidebar follows
+    expect(page.get_by_role("button", name="Resume")).to_be_visible(timeout=20_000)  # the sidebar follows
     page.keyboard.press(" ")
     _wait_status(server, lambda s: not s["paused"])
-    expect(page.get_by_role("button", name="Pause")).to_be_visible(timeout=10_000)
+    expect(page.get_by_role("button", name="Pause")).to_be_visible(timeout=20_000)
     slider = page.locator('[data-testid="stSlider"]', has_text="Slow motion").get_by_role("slider")
     page.keyboard.press("s")
     _wait_status(server, lambda s: s["slow_motion_s"] > 0)

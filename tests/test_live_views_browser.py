@@ -191,8 +191,12 @@ def test_the_page_is_told_each_time_the_presenters_controls_differ_from_what_it_
     assert server_says(paused=True) == [paused]  # once per change
     assert server_says(paused=False) == [paused]  # what the page drew
     assert server_says(paused=True) == [paused, paused]  # paused again: told again
-    page.clock.fast_forward(6_000)  # the page still draws "running" (its rerun lost or drawn a moment early)
+    page.clock.fast_forward(5_000)  # the page still draws "running" (its rerun lost or drawn a moment early)
     assert server_says(paused=True) == [paused, paused, paused]
+    page.clock.fast_forward(5_000)  # then twice as long each time: a slow rerun is not restarted over and over
+    assert server_says(paused=True) == [paused, paused, paused]
+    page.clock.fast_forward(4_000)
+    assert server_says(paused=True) == [paused] * 4
     assert page.evaluate("() => window.__reported.some(([name]) => name === 'running')") is False
     page.close()
 

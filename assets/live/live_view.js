@@ -13,7 +13,7 @@
 
 const STORE_KEY = "__inflightLiveViews";
 const STATUS_POLL_MS = 2000;  // status refresh (paused, queue, last step ms, clock sync)
-const REREPORT_S = 5;  // a change reported to the page, asked for again while the page still draws another
+const REREPORT_S = 4;  // a change reported to the page is asked for again after this, while the page draws another
 const VIEW_NAMES = ["gantt", "slots", "kv", "util", "text"];
 // The modules this entry point uses (assets/live/modules.js), made when the view first mounts.
 const NEEDS = ["Common", "Contract", "FrameLoop", "KvDetail", "KvMap", "Layout", "LiveSocket", "LiveState", "RooflineView",
@@ -191,17 +191,19 @@ function followLanes(inst, names) {
   reportIf(inst, "running", names, !Common.sameList(names, inst.cfg.running));
 }
 
-// Report `value` while the page shows something else: once per change, and again every REREPORT_S
-// while the page still differs (a rerun may have drawn the state of a moment before, e.g. a pause
-// undone and redone within one rerun). Nothing is remembered once the page shows what runs.
+// Report `value` while the page shows something else: once per change, and again while the page still
+// differs (a rerun may have drawn the state of a moment before, e.g. a pause undone and redone within one
+// rerun), after REREPORT_S, then twice as long each time (a slow rerun is not restarted over and over).
+// Nothing is remembered once the page shows what runs.
 function reportIf(inst, name, value, differs) {
   if (!differs) {
     inst.reported[name] = null;
     return;
   }
   const key = JSON.stringify(value), last = inst.reported[name], t = Common.perfNow();
-  if (last && last.key === key && t - last.at < REREPORT_S) return;
-  inst.reported[name] = { key, at: t };
+  const again = last && last.key === key;
+  if (again && t - last.at < REREPORT_S * 2 ** last.tries) return;
+  inst.reported[name] = { key, at: t, tries: again ? last.tries + 1 : 0 };
   try {
     inst.setStateValue(name, value);
   } catch (e) {
