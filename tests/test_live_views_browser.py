@@ -242,8 +242,8 @@ def test_a_disaggregated_lanes_batch_slots_show_each_engines_own_slots(browser, 
         events.append(e)
     page = open_replay(browser, rec, events, views=["slots"], large_text=True)
     band = f"{INST}.timeline.cols.find(c => c.name === {lane!r}).bands.find(b => b.view === 'slots')"
-    labels = page.evaluate(f"() => {band}.yticks.map(t => t.label)")
-    assert "0" in labels and "p0" in labels and labels.index("0") < labels.index("p0"), labels
+    ticks = dict(page.evaluate(f"() => {band}.yticks.map(t => [t.label, t.y])"))
+    assert ticks["0"] < ticks["p0"], ticks  # the decode engine's slot 0 above the prefill engine's
     x, y = page.evaluate(f"""() => {{ const b = {band}, sub = b.subs[1], k = sub.cols[0];
         const r = {INST}.timeline.canvas.getBoundingClientRect();
         return [r.left + (k.xa + k.xb) / 2, r.top + sub.y + sub.h - sub.slotH / 2]; }}""")

@@ -92,7 +92,8 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
     // under the device pool: a disaggregated lane's prefill engine's pool, then swap preemption's host pool
     const sender = S.pools ? S.pools[inst.contract.parts.prefill] : null;
     const below = [sender && { pool: sender, sender: true }, S.host && { pool: S.host, sender: false }].filter(Boolean);
-    const lowH = below.length ? Math.max(18, Math.round(H * HOST_SHARE / Math.sqrt(below.length))) : 0;
+    const lowH = below.length ? Math.min(Math.max(18, Math.round(H * HOST_SHARE / Math.sqrt(below.length))),
+                                         Math.floor(H * 0.45 / below.length)) : 0;  // the device pool keeps the most
     const g = geometry(kc.n, W, H - lowH * below.length);
     view.geom = g;
     ctx.clearRect(0, 0, W, H);

@@ -52,25 +52,25 @@ defineLive("Slots", ["Common", "LiveState"], () => {
     let top = band.y;
     band.subs = [];
     for (const g of grids) {
-      const sub = { x: band.x, w: band.w, y: top, h: g.nSlots * slotH, slotH, cols: [], yticks: [], prefix: g.prefix };
+      const sub = { x: band.x, w: band.w, y: top, h: g.nSlots * slotH, slotH, nSlots: g.nSlots, cols: [], yticks: [],
+                    prefix: g.prefix };
       drawGrid(ctx, inst, g, X, sub);
       band.yticks.push(...sub.yticks);
       if (top > band.y) divider(ctx, inst, sub);
       band.subs.push(sub);
       top += sub.h;
     }
-    band.slotH = slotH;
     band.ytitle = "slot";
   }
 
   // One grid of slots per engine: a lane's own; a disaggregated lane's decode engine above its prefill
-  // engine (as in the KV map), each with its own slots, "p" before the prefill engine's.
+  // engine (as in the KV map), each with its own slots, "p" before the prefill engine's. The prefill
+  // engine's grid has as many slots as its steps kept have used (it runs few rows: long prompts).
   function engineGrids(inst, S, fc, range, pxPerX) {
     const parts = inst.contract.parts;
     const own = (steps, nSlots, prefix) => {
-      const { cols, edges } = slotColumns({ steps }, fc, range, pxPerX);
-      for (const st of cols) if (st) for (const c of st.cells) nSlots = Math.max(nSlots, c.slot + 1);
-      return { cols, edges, nSlots, prefix };
+      for (const st of steps) for (const c of st.cells) nSlots = Math.max(nSlots, c.slot + 1);
+      return { ...slotColumns({ steps }, fc, range, pxPerX), nSlots, prefix };
     };
     const configured = maxBatch(S, inst.laneConfig(S.name)) || 1;
     if (!S.steps.some((st) => st.part)) return [own(S.steps, configured, "")];
@@ -173,7 +173,7 @@ defineLive("Slots", ["Common", "LiveState"], () => {
     const sub = (band.subs || []).find((b) => y >= b.y && y < b.y + b.h);
     const c = sub && sub.cols.find((k) => x >= k.xa && x < k.xb);
     if (!c) return null;
-    const slot = Math.floor((sub.y + sub.h - y) / sub.slotH);
+    const slot = sub.nSlots - 1 - Math.floor((y - sub.y) / sub.slotH);  // slot s spans [Y(s), Y(s) + slotH)
     const cell = c.st.bySlot[slot];
     if (!cell) {
       return { rid: null, tip: [`slot ${sub.prefix}${slot} · empty`, `iteration ${c.st.it}${partOf(c.st)}`], color: C.muted };

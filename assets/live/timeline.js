@@ -154,8 +154,8 @@ defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots
     const ticks = Axes.niceTicks(range[0], range[1], Math.max(3, Math.round(g.pw / (110 * inst.scale))), integer);
     const col = { name: S.name, x0, w: g.pw, X, range, bands: [], rows: [] };
     for (const b of g.bands) {
-      // what the band's module leaves for hover and clicks: hits (Gantt), cols/slotH (slots), series (util)
-      const band = { ...b, x: x0, w: g.pw, yticks: [], ytitle: "", hits: [], cols: [], slotH: 0, series: null };
+      // what the band's module leaves for hover and clicks: hits (Gantt), subs (slots: a grid per engine), series (util)
+      const band = { ...b, x: x0, w: g.pw, yticks: [], ytitle: "", hits: [], subs: [], series: null };
       ctx.fillStyle = C.plot;
       ctx.fillRect(band.x, band.y, band.w, band.h);
       Axes.xGrid(ctx, X, ticks, band);
