@@ -16,8 +16,8 @@ from .lane_state import LaneState, Req
 LONG_PREFILL = 256  # tokens: a prompt long enough that how it is prefilled is worth a sentence
 LONG_WAIT_S = 5.0   # a lane that only waits (a static batch filling up) this long is worth a sentence
 SPEC_NOTABLE = 2    # accepted drafts: a row that gains this many tokens more than one in a step is worth a sentence
-(PREEMPTED, RECOMPUTE, SWAPPED_IN, JUMP, PREFIX_HIT, CHUNKED, WHOLE_PREFILL, SLOT_REUSE, PADDING_ROWS, LONG_WAIT,
- JOINED, SPECULATED, HANDED_OFF) = range(13)
+(PREEMPTED, RECOMPUTE, SWAPPED_IN, JUMP, PREFIX_HIT, CHUNKED, WHOLE_PREFILL, HANDED_OFF, SLOT_REUSE, PADDING_ROWS,
+ LONG_WAIT, JOINED, SPECULATED) = range(13)
 
 
 @dataclass(frozen=True)
@@ -249,12 +249,14 @@ def _speculated(ev, st: LaneState) -> list[Candidate]:
 
 # ---- disaggregated lanes ---------------------------------------------------------------------
 def _handed_off(ev, st: LaneState) -> list[Candidate]:
-    """The decode engine took a request over: its KV copied out of the prefill engine's pool (the step's
-    largest copy; each request once)."""
+    """The decode engine took over a request: its KV copied out of the prefill engine's pool (the step's
+    largest copy). Said of the first hand-off and of long prompts': short ones are many and alike."""
     copies = [h for h in ev.handoffs if st.known(h[0]) is not None]
-    if not copies:
+    first = bool(copies) and not any(kind == "handed_off" for kind, _ in st.told)
+    notable = copies if first else [h for h in copies if h[1] * ev.block_size >= LONG_PREFILL]
+    if not notable:
         return []
-    rid, blocks, nbytes, seconds = max(copies, key=lambda h: (h[2], -h[0]))
+    rid, blocks, nbytes, seconds = max(notable, key=lambda h: (h[2], -h[0]))
     return [Candidate(HANDED_OFF, "handed_off", rid, f"#{rid} moved from the prefill engine to the decode engine: "
                       f"its {counted(blocks, 'KV block')} ({nbytes / 1e6:.2f} MB) copied in {1000 * seconds:.1f} ms; "
                       "it decodes there, where no prompt is prefilled")]
