@@ -9,6 +9,7 @@ import random
 import threading
 import time
 from concurrent.futures import wait
+from contextlib import ExitStack, closing
 
 import pytest
 from engine_helpers import check_kv_invariants, greedy, mixed_prompts
@@ -29,11 +30,9 @@ def make(model_dir, **overrides) -> DisaggregatedEngine:
 
 @pytest.fixture
 def new_lane():
-    """make(), closed at the test's end whatever happens."""
-    made = []
-    yield lambda model_dir, **overrides: made.append(make(model_dir, **overrides)) or made[-1]
-    for eng in made:
-        eng.close()
+    """make(), closed at the test's end whatever happens (each lane, even if another's close raises)."""
+    with ExitStack() as lanes:
+        yield lambda model_dir, **overrides: lanes.enter_context(closing(make(model_dir, **overrides)))
 
 
 def step_until(eng, done, limit: int = 2000) -> list:
@@ -146,7 +145,9 @@ def test_aborts_at_any_moment_end_the_request_and_free_both_pools(tiny_model_dir
     ids = [eng.add_request(p, greedy(m + 2)) for p, m in zip(prompts, max_tokens)]
     doomed = set(rng.sample(ids, 4))
     ended = set()
-    while eng.has_unfinished():
+    for _ in range(2000):  # bounded: a lost request fails the test instead of hanging it
+        if not eng.has_unfinished():
+            break
         ev = eng.step()
         for rid in list(doomed):
             in_transfer = rid in ev.handed_off or rid in eng.prefill.engine.sent
@@ -154,6 +155,7 @@ def test_aborts_at_any_moment_end_the_request_and_free_both_pools(tiny_model_dir
                 eng.abort(rid, "test abort")
                 doomed.discard(rid)
                 ended.add(rid)
+    assert not eng.has_unfinished()
     outs = {rid: eng.pop_output(rid) for rid in ids}
     ref = reference_greedy(tiny_model_dirs["llama"], prompts, [m + 2 for m in max_tokens])
     for rid, want in zip(ids, ref):
