@@ -123,9 +123,7 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
     ctx.fillStyle = line;
     ctx.fillRect(0, top + 1, W, 1);
     for (let i = 0; i < g.cells; i++) {
-      const first = i * g.group;
-      let o = -1;
-      for (let b = first; b < Math.min(host.num_blocks, first + g.group) && o < 0; b++) o = owner.get(b) ?? -1;
+      const o = cellOwner(owner, host.num_blocks, g, i);
       ctx.globalAlpha = o < 0 || inst.sel == null || o === inst.sel ? 1 : 0.22;
       ctx.fillStyle = o < 0 ? C.free : reqColor(o);
       ctx.fillRect(g.ox + (i % g.cols) * g.s, y0 + Math.floor(i / g.cols) * g.s, g.s - g.gap, g.s - g.gap);
@@ -133,6 +131,12 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
     ctx.globalAlpha = 1;
     return { g, top: y0, owner, n: host.num_blocks, rids: Object.keys(host.block_tables || {}).map(Number),
              sameRam: !!host.same_ram };
+  }
+
+  // A cell's request: its block's, or for a cell of several blocks the first held one's (-1: all free).
+  function cellOwner(owner, n, g, i) {
+    for (let b = i * g.group; b < Math.min(n, (i + 1) * g.group); b++) if (owner.has(b)) return owner.get(b);
+    return -1;
   }
 
   function hostCaption(host, S, contract) {
@@ -243,7 +247,7 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
       const g = h.g;
       const cx = Math.floor((e.clientX - r.left - g.ox) / g.s), cy = Math.floor((e.clientY - r.top - h.top) / g.s);
       const c = cy * g.cols + cx;
-      if (cx >= 0 && cx < g.cols && cy >= 0 && c < g.cells) return [h, c * g.group, h.owner.get(c * g.group) ?? -1];
+      if (cx >= 0 && cx < g.cols && cy >= 0 && c < g.cells) return [h, c * g.group, cellOwner(h.owner, h.n, g, c)];
     }
     return null;
   }
