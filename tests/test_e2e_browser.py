@@ -229,10 +229,10 @@ def _keys_pause_and_slow_down(page, server) -> None:
     slider = page.locator('[data-testid="stSlider"]', has_text="Slow motion").get_by_role("slider")
     page.keyboard.press("s")
     _wait_status(server, lambda s: s["slow_motion_s"] > 0)
-    expect(slider).to_have_value("0.5", timeout=10_000)  # the slider follows the key
+    expect(slider).to_have_value("0.5", timeout=20_000)  # the slider follows the key
     page.keyboard.press("s")
     _wait_status(server, lambda s: s["slow_motion_s"] == 0)
-    expect(slider).to_have_value("0", timeout=10_000)
+    expect(slider).to_have_value("0", timeout=20_000)
 
 
 CARD_VALUE_PX = "() => { const v = document.querySelector('.ifl-mc-value'); " \
