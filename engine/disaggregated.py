@@ -67,10 +67,8 @@ class _Half:
         self.stalled = False
 
     def launch(self) -> None:
-        on_cpu = self.engine.runner.device.type == "cpu"
-        step = self.engine.step
-        self.inflight = self.pool.submit(
-            (lambda: CORES.run(self, step, group=self.group, fraction=0.5, turns=self.turns)) if on_cpu else step)
+        self.inflight = self.pool.submit(self.engine.step_on_cores, self, group=self.group, fraction=0.5,
+                                         turns=self.turns)
 
     def has_work(self) -> bool:
         return not self.stalled and (self.engine.has_unfinished() or self.engine.has_news())

@@ -436,7 +436,7 @@ class LLMEngine:
             tokens_used=sched.num_tokens,
             token_budget=self.cfg.max_num_batched_tokens if sched.token_budget is None else sched.token_budget,
             num_blocks=self.cache.num_blocks, block_size=self.cfg.block_size,
-            used_blocks=self.cache.num_blocks - self.cache.num_free, block_tables=tables, kv_tokens=kv_tokens,
+            used_blocks=self.kv_blocks[0], block_tables=tables, kv_tokens=kv_tokens,
             reserved_unused_slots=held - sum(kv_tokens.values()), sampled=sampled,
             cached_blocks=self.cache.cached_blocks, prefix_queries=sched.prefix_queries,
             prefix_hits=sched.prefix_hits, waits=waits,
@@ -463,10 +463,10 @@ class LLMEngine:
             self.draining = was
         return [self.pop_output(rid) for rid in ids]
 
-    def step_on_cores(self, owner: object) -> StepEvent:
-        """One step on `owner`'s share of the CPU cores (engine/cpu_share.py); on a GPU, the cores are
-        left to the others."""
-        return CORES.run(owner, self.step) if self.runner.device.type == "cpu" else self.step()
+    def step_on_cores(self, owner: object, **part) -> StepEvent:
+        """One step on `owner`'s share of the CPU cores (engine/cpu_share.py; part: CoreShare.run's group,
+        fraction and turns, for a part of a lane); on a GPU, the cores are left to the others."""
+        return CORES.run(owner, self.step, **part) if self.runner.device.type == "cpu" else self.step()
 
     def close(self) -> None:
         """Nothing to stop: this engine steps on its caller's thread (a DisaggregatedEngine has two of its own)."""
