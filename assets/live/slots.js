@@ -6,7 +6,7 @@
 
 defineLive("Slots", ["Common", "LiveState"], () => {
   const { C, FONT, fmt, mix, reqColor, hatchPattern } = Common;
-  const { KIND, maxBatch, isRemote } = LiveState;
+  const { KIND, maxBatch, engineSteps, isRemote } = LiveState;
   const REMOTE_NOTE = "A remote server does not expose its batch slots (its rows are timed at this client)";
 
   // Columns of the grid, as edges: one column per iteration; on the time axis idle time between
@@ -67,15 +67,13 @@ defineLive("Slots", ["Common", "LiveState"], () => {
   // engine (as in the KV map), each with its own slots, "p" before the prefill engine's. The prefill
   // engine's grid has as many slots as its steps kept have used (it runs few rows: long prompts).
   function engineGrids(inst, S, fc, range, pxPerX) {
-    const parts = inst.contract.parts;
-    const own = (steps, nSlots, prefix) => {
+    const grid = (steps, nSlots, prefix) => {
       for (const st of steps) for (const c of st.cells) nSlots = Math.max(nSlots, c.slot + 1);
       return { ...slotColumns({ steps }, fc, range, pxPerX), nSlots, prefix };
     };
-    const configured = maxBatch(S, inst.laneConfig(S.name)) || 1;
-    if (!S.steps.some((st) => st.part)) return [own(S.steps, configured, "")];
-    return [own(S.steps.filter((st) => st.part !== parts.prefill), configured, ""),
-            own(S.steps.filter((st) => st.part === parts.prefill), 1, "p")];
+    const [own, prefill] = engineSteps(S, inst.contract);
+    const grids = [grid(own, maxBatch(S, inst.laneConfig(S.name)) || 1, "")];
+    return prefill ? [...grids, grid(prefill, 1, "p")] : grids;
   }
 
   function divider(ctx, inst, sub) {

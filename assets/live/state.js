@@ -201,7 +201,7 @@ defineLive("LiveState", ["Waits"], () => {
     }
     if (ev.part) S.handoffs = ev.handoffs || [];  // this iteration's copies (none on a prefill step)
     S.lastIt = it;
-    if (ev.part) S.partIt = { ...S.partIt, [ev.part]: it };
+    if (ev.part) (S.partIt ||= {})[ev.part] = it;
     S.lastT = t1;
     S.lastStepMs = 1000 * (t1 - t0);
     reconcile(S, ev, groups, contract);
@@ -516,6 +516,14 @@ defineLive("LiveState", ["Waits"], () => {
     return Math.max(configured || 0, seen) || null;
   }
 
+  // A lane's kept iterations per engine: [its own], or for a disaggregated lane [the decode engine's,
+  // the prefill engine's].
+  function engineSteps(S, contract) {
+    if (!S.pools) return [S.steps];
+    const prefill = (st) => st.part === contract.parts.prefill;
+    return [S.steps.filter((st) => !prefill(st)), S.steps.filter(prefill)];
+  }
+
   // Whether a lane caches prefixes: its configuration says so; before the first status, whether it
   // has looked anything up.
   function prefixOn(S, config) {
@@ -528,5 +536,5 @@ defineLive("LiveState", ["Waits"], () => {
     return config ? config.source === "remote" : S.remote;
   }
 
-  return { KIND, HIT_WINDOW_S, newState, applyBatch, computing, maxBatch, prefixOn, isRemote };
+  return { KIND, HIT_WINDOW_S, newState, applyBatch, computing, maxBatch, engineSteps, prefixOn, isRemote };
 });

@@ -5,7 +5,7 @@
 
 defineLive("UtilView", ["Axes", "Common", "LiveState"], () => {
   const { C, FONT, fmt, pct, rgba } = Common;
-  const { HIT_WINDOW_S, maxBatch, prefixOn, isRemote } = LiveState;
+  const { HIT_WINDOW_S, maxBatch, engineSteps, prefixOn, isRemote } = LiveState;
   const UTIL_LINES = [
     { key: "busy", name: "busy slots", color: "#F8FAFC", dash: [], width: 2.8 },
     { key: "budget", name: "token budget", color: "#FBBF24", dash: [2, 3], width: 2.3 },
@@ -40,7 +40,7 @@ defineLive("UtilView", ["Axes", "Common", "LiveState"], () => {
                   tpsTop: 10, prefix: prefixOn(S, cfg), roof: false, budgeted, over: {} };
     // a disaggregated lane: the decode engine's iterations (its batch, budget and pool; the prefill
     // engine's are in the slots and the KV map); tokens/s counts both
-    const steps = S.pools ? S.steps.filter((st) => st.part !== inst.contract.parts.prefill) : S.steps;
+    const steps = engineSteps(S, inst.contract)[0];
     let prev = null;
     for (let i = 0; i < steps.length; i++) {
       const st = steps[i];
