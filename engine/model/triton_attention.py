@@ -11,9 +11,16 @@ of its own sequence (minus those outside the sliding window). Packed tokens in n
 Work split: program (tile, kv_head) takes BLOCK_Q query tokens of one sequence times the
 GROUP query heads that share kv_head (GQA), so each K/V block is loaded once per group.
 Sequence s owns tiles tile_start[s] .. tile_start[s] + cdiv(query_len[s], BLOCK_Q) - 1;
-tile_start is an exclusive cumsum computed on the device, so the grid (num_tokens // BLOCK_Q
-+ num_seqs, kv_heads) depends only on host-known sizes: no host sync, CUDA-graph friendly.
-Spare programs find no query rows and store nothing.
+tile_start is an exclusive cumsum computed on the device, and tile_seq (which sequence each tile
+belongs to) a search in it, so the grid (num_tokens // BLOCK_Q + num_seqs, kv_heads) depends only on
+host-known sizes: no host sync, CUDA-graph friendly. Spare programs find no query rows and store nothing.
+
+Triton compiles a kernel once per variant: its constexprs and what it specialises its other arguments
+on (an integer equal to 1 or divisible by 16, a pointer's alignment). Nothing a step's size changes is
+specialised on (do_not_specialize: the sequence count, the block table's width, the query's and new
+K/V's token and head strides), so the only runtime choice of variant is the query tile, BLOCK_Q, from
+the longest query in the batch: query_tile_lengths() lists them, and the engine's warm-up
+(engine/model/warmup.py) compiles each before the engine serves.
 
 Runs on CUDA, or on CPU tensors under the Triton interpreter (TRITON_INTERPRET=1 set before
 triton is first imported). Two interpreter workarounds (triton 3.6 and 3.9, numpy 2.4), both
@@ -30,6 +37,8 @@ import torch
 import triton
 import triton.language as tl
 
+from . import kernel_variants
+
 # Query rows (tokens x heads of a GQA group) per tile: small for decode-only batches, where a
 # sequence has one token, larger when prefill chunks can fill them. tl.dot needs >= 16 rows.
 _DECODE_ROWS = 16
@@ -38,7 +47,7 @@ _MIN_ROWS = 16
 _NO_WINDOW = 2**30  # a window wider than any context: one kernel variant for both cases
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["s_kt", "s_kh", "s_vt", "s_vh"])
 def _write_kv_kernel(k_ptr, v_ptr, k_pool_ptr, v_pool_ptr, slot_ptr,
                      s_kt, s_kh, s_kd, s_vt, s_vh, s_vd,
                      s_pb, s_ps, s_ph, s_pd,
@@ -71,14 +80,6 @@ def _mma(a, b, acc, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _find_seq(tile_start_ptr, num_seqs, pid, SEQS_PAD: tl.constexpr):
-    """Index of the sequence owning tile pid: the last s with tile_start[s] <= pid."""
-    offs = tl.arange(0, SEQS_PAD)
-    starts = tl.load(tile_start_ptr + offs, mask=offs < num_seqs, other=2**30)
-    return tl.sum((starts <= pid).to(tl.int32), axis=0) - 1
-
-
-@triton.jit
 def _attend_keys(j0, hi, q, pos, window, scale_log2, m, denom, acc,
                  table_row, k_head, v_head, s_kb, s_ks, s_kd, s_vb, s_vs, s_vd,
                  d, d_ok, BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr,
@@ -103,11 +104,11 @@ def _attend_keys(j0, hi, q, pos, window, scale_log2, m, denom, acc,
     return m_new, denom, acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["s_qt", "s_qh", "s_ot", "s_oh", "s_tab"])
 def _paged_attn_kernel(
         q_ptr, k_pool_ptr, v_pool_ptr, o_ptr,
-        q_start_ptr, q_len_ptr, ctx_ptr, table_ptr, tile_start_ptr,
-        num_seqs, scale_log2, window,
+        q_start_ptr, q_len_ptr, ctx_ptr, table_ptr, tile_start_ptr, tile_seq_ptr,
+        scale_log2, window,
         s_qt, s_qh, s_qd,
         s_kb, s_ks, s_kh, s_kd,
         s_vb, s_vs, s_vh, s_vd,
@@ -115,12 +116,12 @@ def _paged_attn_kernel(
         s_tab,
         GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_Q: tl.constexpr,
         BLOCK_N: tl.constexpr, BLOCK_SIZE: tl.constexpr, HEAD_DIM: tl.constexpr,
-        BLOCK_D: tl.constexpr, SEQS_PAD: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+        BLOCK_D: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
         RANGE_LOOP: tl.constexpr):
     ROWS: tl.constexpr = BLOCK_Q * GROUP_PAD
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
-    s = _find_seq(tile_start_ptr, num_seqs, pid, SEQS_PAD)
+    s = tl.load(tile_seq_ptr + pid)
     tile = pid - tl.load(tile_start_ptr + s)
     q_start = tl.load(q_start_ptr + s)
     q_len = tl.load(q_len_ptr + s)
@@ -178,18 +179,22 @@ class PagedAttnInputs:
     block_tables: torch.Tensor  # [S, max_blocks] int32, padded with any valid block id
     slot_mapping: torch.Tensor  # [T] int64, pool slot of each packed token's K/V, -1: not stored
     max_query_len: int          # host-side: picks the tile shape
-    _tile_starts: dict = field(default_factory=dict, repr=False)  # BLOCK_Q -> [S] int32
+    _tiles: dict = field(default_factory=dict, repr=False)  # BLOCK_Q -> (tile_start, tile_seq)
 
     @property
     def num_seqs(self) -> int:
         return self.query_len.shape[0]
 
-    def tile_start(self, block_q: int) -> torch.Tensor:
-        """Exclusive cumsum of each sequence's tile count (device op, no sync)."""
-        if block_q not in self._tile_starts:
+    def tiles(self, block_q: int, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(tile_start [S]: exclusive cumsum of each sequence's tile count, tile_seq [grid]: the sequence
+        each tile belongs to, the last for spare tiles), device ops only, no sync; shared by the layers."""
+        if block_q not in self._tiles:
             tiles = (self.query_len + block_q - 1) // block_q
-            self._tile_starts[block_q] = (torch.cumsum(tiles, 0) - tiles).to(torch.int32)
-        return self._tile_starts[block_q]
+            start = torch.cumsum(tiles, 0) - tiles
+            pid = torch.arange(num_tokens // block_q + self.num_seqs, device=start.device, dtype=start.dtype)
+            seq = torch.searchsorted(start, pid, right=True) - 1
+            self._tiles[block_q] = (start.to(torch.int32), seq.to(torch.int32))
+        return self._tiles[block_q]
 
 
 def write_kv_triton(key: torch.Tensor, value: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
@@ -237,15 +242,13 @@ def _attention_launch(query, k_pool, v_pool, out, inputs, scale, sliding_window,
     grid = (T // block_q + inputs.num_seqs, kv_heads)
     args = (query, k_pool, v_pool, out,
             inputs.query_start, inputs.query_len, inputs.context_len, inputs.block_tables,
-            inputs.tile_start(block_q),
-            inputs.num_seqs, scale * 1.4426950408889634, sliding_window or _NO_WINDOW,  # log2(e)
+            *inputs.tiles(block_q, T), scale * 1.4426950408889634, sliding_window or _NO_WINDOW,  # log2(e)
             *query.stride(), *k_pool.stride(), *v_pool.stride(), *out.stride(),
             inputs.block_tables.stride(0))
     fp32 = query.dtype == torch.float32
     consts = dict(
         GROUP=group, GROUP_PAD=group_pad, BLOCK_Q=block_q, BLOCK_N=block_n or (32 if fp32 else 64),
         BLOCK_SIZE=k_pool.shape[1], HEAD_DIM=head_dim, BLOCK_D=max(triton.next_power_of_2(head_dim), 16),
-        SEQS_PAD=triton.next_power_of_2(inputs.num_seqs),
         UPCAST=_interpreting() and query.dtype == torch.bfloat16,
         PRECISION="ieee" if fp32 else "tf32", RANGE_LOOP=not _interpreting())
     return grid, args, consts
@@ -262,6 +265,43 @@ def _block_q(group_pad: int, max_query_len: int) -> int:
     rows = _DECODE_ROWS if max_query_len <= 1 else _PREFILL_ROWS
     block_q = min(max(rows // group_pad, 1), triton.next_power_of_2(max_query_len))
     return max(block_q, triton.cdiv(_MIN_ROWS, group_pad))
+
+
+MAX_HEAD_DIM = 256  # beyond it a tile's accumulators spill (and no supported model goes there)
+
+
+def cannot_run(heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device) -> str | None:
+    """Why these kernels cannot serve a model of this attention shape here, or None. Runs both kernels
+    once on a two-block pool: a machine where Triton cannot compile (no working toolchain, an
+    unsupported GPU) says so here, not in the middle of a request."""
+    if head_dim > MAX_HEAD_DIM:
+        return f"head size {head_dim} is beyond the Triton kernel's {MAX_HEAD_DIM}"
+    try:
+        pool = torch.zeros(2, 16, kv_heads, head_dim, dtype=dtype, device=device)
+        kv = torch.ones(1, kv_heads, head_dim, dtype=dtype, device=device)
+        one = torch.ones(1, dtype=torch.int32, device=device)
+        inputs = PagedAttnInputs(one - 1, one, one, torch.zeros(1, 1, dtype=torch.int32, device=device),
+                                 torch.zeros(1, dtype=torch.long, device=device), max_query_len=1)
+        write_kv_triton(kv, kv, pool, pool, inputs.slot_mapping)
+        out = paged_attention_triton(torch.ones(1, heads, head_dim, dtype=dtype, device=device), pool, pool, inputs,
+                                     head_dim ** -0.5)
+        if not bool((out == 1).all()):  # one key whose value is all ones
+            return "the Triton kernel gave a wrong result on this GPU"
+    except Exception as e:  # noqa: BLE001 - any failure to build or launch means: use the reference
+        return f"Triton could not run its kernels here ({type(e).__name__}: {str(e)[:200]})"
+    return None
+
+
+def query_tile_lengths(heads: int, kv_heads: int, max_query_len: int) -> list[int]:
+    """For each tile height (BLOCK_Q, a kernel variant) that batches whose longest query has at most
+    max_query_len tokens launch with, the shortest such longest query: a batch of each compiles them all."""
+    group_pad = triton.next_power_of_2(heads // kv_heads)
+    firsts: dict[int, int] = {}
+    q = 1
+    while q <= max_query_len:  # _block_q changes only where next_power_of_2(q) does: at 1, 2, 3, 5, 9, ...
+        firsts.setdefault(_block_q(group_pad, q), q)
+        q = q + 1 if q < 2 else triton.next_power_of_2(q) + 1
+    return sorted(firsts.values())
 
 
 def _interpreting() -> bool:
@@ -316,3 +356,6 @@ def paged_attention_hf(module, query, key, value, attention_mask, scaling=None, 
     out = paged_attention_triton(query[0].transpose(0, 1), k_pool, v_pool, inputs, scale,
                                  sliding_window=sliding_window or None)
     return out.unsqueeze(0), None
+
+
+kernel_variants.track(_write_kv_kernel, _paged_attn_kernel)
