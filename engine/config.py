@@ -1,7 +1,10 @@
 """EngineConfig: every knob of one engine, validated at construction."""
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
+import sysconfig
 from dataclasses import dataclass
 
 import torch
@@ -47,11 +50,15 @@ class EngineConfig:
     # None: $INFLIGHT_DTYPE or auto
     dtype: str | None = None
     # torch: the PyTorch reference (any device); triton: our Triton kernels (CUDA, or CPU under
-    # TRITON_INTERPRET=1). auto is torch until the Triton path is verified on a GPU.
+    # TRITON_INTERPRET=1). auto: triton on CUDA where Triton can run there, else torch; the runner
+    # says which ran and why (attention_choice, ModelRunner.backend_why).
     attention_backend: str = "auto"
     # Decode-only steps replayed from CUDA graphs (engine/model/decode_graphs.py); needs the Triton
     # backend. None: on wherever it can run (CUDA with Triton attention).
     cuda_graphs: bool | None = None
+    # Compile every kernel variant the engine can reach before it serves (engine/model/warmup.py).
+    # None: wherever kernels are compiled (Triton attention on CUDA).
+    warmup: bool | None = None
     # torch: F.linear; onednn: weights packed once for oneDNN (CPU, fp32/bf16; engine/model/packed_linear.py).
     # auto is onednn wherever it can run.
     linear_backend: str = "auto"
@@ -109,6 +116,7 @@ class EngineConfig:
                f"one of {', '.join(ATTENTION_BACKENDS)}")
         _check(self.cuda_graphs is None or isinstance(self.cuda_graphs, bool), "cuda_graphs", self.cuda_graphs,
                "None, True or False")
+        _check(self.warmup is None or isinstance(self.warmup, bool), "warmup", self.warmup, "None, True or False")
         _check(self.linear_backend in LINEAR_BACKENDS, "linear_backend", self.linear_backend,
                f"one of {', '.join(LINEAR_BACKENDS)}")
         _check(_count(self.block_size, 1), "block_size", self.block_size, f"an integer from 1 to {BIG}")
@@ -170,12 +178,38 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def resolve_backend(name: str, device: torch.device) -> str:
-    if name == "triton" and device.type != "cuda":
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            raise ValueError("attention_backend='triton' needs a CUDA device (or TRITON_INTERPRET=1 to run "
-                             "the kernels in Triton's CPU interpreter, for tests)")
-    return "torch" if name == "auto" else name
+def attention_choice(name: str, device: torch.device) -> tuple[str, str]:
+    """The attention backend an engine runs, and why (what the status, the benchmark and the page say).
+    On CUDA, auto is the Triton kernels unless Triton cannot build them here; the runner may still
+    fall back where they cannot run the model (ModelRunner._attention)."""
+    if name == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError("attention_backend='triton' needs a CUDA device (or TRITON_INTERPRET=1 to run "
+                         "the kernels in Triton's CPU interpreter, for tests)")
+    if name != "auto":
+        return name, "as set"
+    if device.type != "cuda":
+        return "torch", "auto: the PyTorch reference off a GPU"
+    missing = triton_missing()
+    if missing:
+        return "torch", f"auto: the PyTorch reference, {missing}"
+    return "triton", "auto: Triton kernels on a GPU"
+
+
+def triton_missing() -> str | None:
+    """Why Triton cannot build kernels on this machine, or None: it needs its package, a C compiler
+    and Python's headers (it compiles a small C launcher for each kernel)."""
+    if importlib.util.find_spec("triton") is None:
+        return "Triton is not installed"
+    if not (os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang") or shutil.which("cc")):
+        return "Triton finds no C compiler (gcc or clang) to build its kernel launcher"
+    if not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
+        return "Triton needs Python's headers (Python.h) to build its kernel launcher"
+    return None
+
+
+def resolve_warmup(flag: bool | None, device: torch.device, backend: str) -> bool:
+    """Whether an engine compiles its kernels before it serves: by default where it compiles any."""
+    return flag if flag is not None else device.type == "cuda" and backend == "triton"
 
 
 def resolve_cuda_graphs(flag: bool | None, device: torch.device, backend: str) -> bool:
@@ -218,5 +252,5 @@ def weights_key(cfg: EngineConfig) -> tuple:
     the same key can share one copy."""
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
-    return (cfg.model, device, dtype, resolve_backend(cfg.attention_backend, device),
+    return (cfg.model, device, dtype, attention_choice(cfg.attention_backend, device)[0],
             resolve_linear_backend(cfg.linear_backend, device, dtype))

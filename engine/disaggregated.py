@@ -34,6 +34,7 @@ from .device_memory import GiB
 from .events import DECODE_PART, PREFILL_PART, StepEvent
 from .kv.sizing import kv_budget_bytes
 from .llm_engine import KEEP_FINISHED, LLMEngine
+from .model.warmup import merged_warmup
 from .request import RequestOutput, SamplingParams
 from .untrusted import is_int
 
@@ -89,13 +90,16 @@ class DisaggregatedEngine:
     """The LLMEngine interface (add_request, step, abort, outputs) over a prefill half and a decode half."""
 
     def __init__(self, cfg: EngineConfig, progress=None, clock=time.perf_counter,
-                 share_weights_with: LLMEngine | DisaggregatedEngine | None = None):
+                 share_weights_with: LLMEngine | DisaggregatedEngine | None = None, on_warmup=None):
         if not cfg.disaggregated:
             raise ValueError("DisaggregatedEngine needs EngineConfig.disaggregated=True")
         self.cfg, self.clock = cfg, clock
         pcfg, dcfg = half_configs(cfg)
-        prefill = LLMEngine(pcfg, progress, clock, share_weights_with=share_weights_with)
-        decode = LLMEngine(dcfg, progress, clock, share_weights_with=prefill if pcfg.device == dcfg.device else None)
+        prefill = LLMEngine(pcfg, progress, clock, share_weights_with=share_weights_with, on_warmup=on_warmup)
+        decode = LLMEngine(dcfg, progress, clock, share_weights_with=prefill if pcfg.device == dcfg.device else None,
+                           on_warmup=on_warmup)
+        # the halves' warm-ups, one after the other (the decode half's finds most variants compiled)
+        self.warmup = merged_warmup(prefill.warmup, decode.warmup)
         prefill.hands_off = True
         decode.sender_pools = prefill._device_pools()
         turns = threading.Lock()  # on less than two cores the halves step in turn (engine/cpu_share.py)
@@ -137,6 +141,7 @@ class DisaggregatedEngine:
         return property(lambda self: sum(getattr(e, name) for e in self.halves))
 
     recomputed_tokens = _total("recomputed_tokens")
+    kernel_compiles = _total("kernel_compiles")
     step_s = _total("step_s")
     telemetry_s = _total("telemetry_s")
     num_running = _total("num_running")
@@ -364,8 +369,9 @@ class DisaggregatedEngine:
                 half.pool.shutdown(wait=False)
 
 
-def build_engine(cfg: EngineConfig, progress=None, clock=time.perf_counter, share_weights_with=None):
+def build_engine(cfg: EngineConfig, progress=None, clock=time.perf_counter, share_weights_with=None,
+                 on_warmup=None):
     """The engine a config describes: an LLMEngine, or a DisaggregatedEngine of two."""
     if cfg.disaggregated:
-        return DisaggregatedEngine(cfg, progress, clock, share_weights_with)
-    return LLMEngine(cfg, progress, clock, share_weights_with=share_weights_with)
+        return DisaggregatedEngine(cfg, progress, clock, share_weights_with, on_warmup)
+    return LLMEngine(cfg, progress, clock, share_weights_with=share_weights_with, on_warmup=on_warmup)

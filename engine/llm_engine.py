@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .config import EngineConfig
+from .config import EngineConfig, resolve_warmup
 from .cpu_share import CORES
 from .detokenizer import IncrementalDetokenizer, find_stop
 from .device_memory import GiB
@@ -16,9 +16,11 @@ from .events import PADDING, StepEntry, StepEvent
 from .kv import KVCacheManager, KVPool
 from .kv.sizing import kv_block_bytes, num_kv_blocks
 from .kv.transfer import HANDOFF, SWAP_IN, SWAP_OUT, Transfer, run_move
+from .model import kernel_variants
 from .model.draft_model import DraftModel
 from .model.runner import ModelRunner
 from .model.sampler import make_generator
+from .model.warmup import WarmupProgress, WarmupReport, warm_up
 from .request import Request, RequestOutput, SamplingParams, check_priority_tenant
 from .scheduler import SchedulerOutput, StaticScheduler, make_scheduler
 from .scheduler.waits import changes
@@ -30,9 +32,9 @@ KEEP_FINISHED = 10_000  # finished outputs kept for get_output(), oldest dropped
 
 class LLMEngine:
     def __init__(self, cfg: EngineConfig | None = None, progress=None, clock=time.perf_counter,
-                 share_weights_with: LLMEngine | None = None):
+                 share_weights_with: LLMEngine | None = None, on_warmup: WarmupProgress | None = None):
         """share_weights_with: an engine on the same model, device and dtype whose loaded weights
-        this one reuses (both may step in different threads)."""
+        this one reuses (both may step in different threads). on_warmup: told how the warm-up goes."""
         self.cfg = cfg or EngineConfig()
         self.clock = clock
         self.runner = ModelRunner(self.cfg, progress, share=share_weights_with and share_weights_with.runner)
@@ -45,6 +47,8 @@ class LLMEngine:
                                 max(self.cfg.max_num_seqs, self.cfg.static_batch_size), self.max_model_len)
         if self.drafter:
             self.drafter.allocate_kv(num_blocks, self.cfg.block_size)
+        self.warmup = self._warm_up(on_warmup)
+        self.kernel_compiles = 0  # kernel variants compiled by this engine's steps (after its warm-up)
         self.host_pools = self._host_pools()
         # swap preemption's copies so far, per direction (engine/kv/transfer.py)
         self.moved = {SWAP_OUT: Transfer(), SWAP_IN: Transfer(), HANDOFF: Transfer()}
@@ -87,6 +91,15 @@ class LLMEngine:
         self._fresh_state()
         self.scheduler.draining = draining
         return ended
+
+    def _warm_up(self, on_warmup: WarmupProgress | None) -> WarmupReport | None:
+        """Every kernel variant this engine can reach, compiled before it serves (None: no warm-up here)."""
+        if not resolve_warmup(self.cfg.warmup, self.runner.device, self.runner.backend):
+            return None
+        runners = [self.runner] + ([self.drafter.runner] if self.drafter else [])
+        largest = min(self.cfg.max_num_batched_tokens, self.max_model_len)
+        chunked = self.cfg.strategy == "continuous" and self.cfg.enable_chunked_prefill
+        return warm_up(runners, largest if chunked else self.max_model_len, largest, self.clock, on_warmup)
 
     def _max_model_len(self) -> int:
         limit = self.runner.max_positions
@@ -329,9 +342,12 @@ class LLMEngine:
         return ev
 
     def _forward(self, sched: SchedulerOutput) -> list[int]:
+        compiled = kernel_variants.compiled_in_this_thread()
         if self.drafter:
             self.drafter.propose(sched.rows, self.cache)
-        return self.runner.execute(sched.rows, self.cache)
+        tokens = self.runner.execute(sched.rows, self.cache)
+        self.kernel_compiles += kernel_variants.compiled_in_this_thread() - compiled
+        return tokens
 
     def _move_blocks(self, sched: SchedulerOutput) -> tuple[Transfer, list[list]]:
         """The step's block copies (swap preemption's, a hand-off's), before the forward writes any block

@@ -64,18 +64,20 @@ _TRITON_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "
 
 def _compile_like_launch(kernel, args, consts, arch, num_warps):
     """triton.compile with the specialisation a launch would get: 16-byte aligned pointers and
-    ints divisible by 16 are marked so, ints equal to 1 become constants."""
+    ints divisible by 16 are marked so, ints equal to 1 become constants (but the kernel's
+    do_not_specialize arguments)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
     consts, sig, attrs = dict(consts), {}, {}
+    free = set(kernel.do_not_specialize)
     for i, (name, value) in enumerate(zip(kernel.arg_names, args)):
         if isinstance(value, torch.Tensor):
             sig[name] = "*" + _TRITON_TYPES[value.dtype]
             aligned = value.data_ptr() % 16 == 0
-        elif isinstance(value, int) and value == 1:
+        elif isinstance(value, int) and value == 1 and name not in free:
             sig[name], consts[name], aligned = "constexpr", 1, False
         elif isinstance(value, int):
-            sig[name], aligned = "i32" if abs(value) < 2**31 else "i64", value % 16 == 0
+            sig[name], aligned = "i32" if abs(value) < 2**31 else "i64", value % 16 == 0 and name not in free
         else:
             sig[name], aligned = "fp32", False
         if aligned:
@@ -301,6 +303,66 @@ def test_engine_greedy_matches_generate_on_triton_backend(tiny_model_dirs, strat
     outs = eng.generate(prompts, [greedy(m) for m in max_tokens])
     assert [o.output_token_ids for o in outs] == refs
     check_drained(eng)
+
+
+# --- the warm-up: every kernel variant compiled before the engine serves (engine/model/warmup.py) ---
+
+@kernels
+@pytest.mark.parametrize("lane", ["continuous", "static", "draft model"])
+def test_a_warm_engine_compiles_nothing_while_it_serves(tiny_model_dirs, tiny_draft_dirs, lane):
+    """Under the interpreter every launch is keyed as Triton's JIT keys its cache (kernel_variants.py),
+    from a process that compiled nothing: the warm-up meets every variant that mixed prefill chunks,
+    decodes, static padding and draft-model steps reach, so serving meets none (the same workload on an
+    engine without the warm-up compiles in its steps: the count is real). The warm-up's time is on the
+    engine's clock and its progress is told as it goes."""
+    from engine import EngineConfig, LLMEngine
+    from engine.model import kernel_variants
+    from engine_helpers import check_drained, greedy, mixed_prompts
+    from tiny_models import reference_greedy
+    family = "qwen3"
+    prompts, max_tokens = mixed_prompts(7)
+    max_tokens = [min(m, 5) for m in max_tokens]
+    extra = dict(strategy="static") if lane == "static" else {}
+    if lane == "draft model":
+        extra = dict(speculative="draft", speculative_model=str(tiny_draft_dirs[family]))
+    for warm in (True, False) if lane == "continuous" else (True,):
+        kernel_variants.forget()
+        ticks, told = iter(range(10**6)), []
+        cfg = EngineConfig(model=str(tiny_model_dirs[family]), device=DEVICE, dtype="float32", block_size=4,
+                           num_kv_blocks=40, max_model_len=64, max_num_seqs=4, static_batch_size=4,
+                           max_num_batched_tokens=16, attention_backend="triton", warmup=warm, **extra)
+        eng = LLMEngine(cfg, clock=lambda: float(next(ticks)), on_warmup=lambda *a: told.append(a))
+        if warm:
+            report = eng.warmup
+            # the write kernel and two tile heights (on CUDA the graph captures at load met the decode one)
+            assert report.seconds == 1.0 and report.compiled >= (1 if _CUDA else 3)
+            assert told == [(i, len(report.batches), b) for i, b in enumerate(report.batches)] + \
+                [(len(report.batches), len(report.batches), "done")]
+            assert report.batches[0] == "decode row" and "prefill of 16 tokens" in report.batches
+            assert any("(draft model)" in b for b in report.batches) == (lane == "draft model")
+        outs = eng.generate(prompts, [greedy(m) for m in max_tokens])
+        assert [o.output_token_ids for o in outs] == reference_greedy(tiny_model_dirs[family], prompts, max_tokens)
+        assert (eng.kernel_compiles == 0) == warm, eng.kernel_compiles
+        check_drained(eng)
+
+
+def test_one_warmup_forward_per_tile_height():
+    """Every query length up to the longest a step holds launches the attention kernel with the tile
+    height of one warm-up forward, and the largest forward is the token budget itself."""
+    from engine.model.triton_attention import _block_q
+    from engine.model.warmup import warmup_lengths
+    for heads, kv_heads in [(9, 3), (14, 2), (16, 8), (4, 4), (32, 1)]:
+        runner = SimpleNamespace(backend="triton", hf_config=SimpleNamespace(num_attention_heads=heads),
+                                 kv_shape=SimpleNamespace(kv_heads=kv_heads))
+        gp = triton.next_power_of_2(heads // kv_heads)
+        for longest, largest in [(512, 512), (4096, 512), (64, 16), (8, 8), (1, 1)]:
+            lengths = warmup_lengths(runner, longest, largest)
+            assert lengths[0] == 1 and largest in lengths and max(lengths) <= max(longest, largest)
+            warm = {_block_q(gp, n) for n in lengths}
+            assert {_block_q(gp, q) for q in range(1, longest + 1)} <= warm, (heads, kv_heads, longest)
+            assert len(warm) >= len(lengths) - 1  # a tile height twice at most: the decode row's
+    torch_runner = SimpleNamespace(backend="torch")
+    assert warmup_lengths(torch_runner, 4096, 512) == [1, 512]
 
 
 # --- decode steps through CUDA-graph buckets (EngineConfig.cuda_graphs) -------------------------

@@ -115,15 +115,18 @@ def run_hf_generate(workloads: list[Workload], cfg: BenchConfig, progress=None, 
     try:
         check_cancel(cancel)
         report(progress, strategy="hf-generate", stage="warmup")
-        if cfg.warmup_requests:
-            warm = workloads[0].requests[:cfg.warmup_requests]
+        warmup_s = clock()
+        if cfg.warmup_requests:  # a whole batch of the run's shape, as the engine's warm-up reaches its sizes
+            warm = workloads[0].requests[:max(cfg.warmup_requests, cfg.engine.static_batch_size)]
             _generate(model, [dataclasses.replace(r, max_tokens=4) for r in warm], pad, device, clock)
+        warmup_s = clock() - warmup_s
         runs = []
         for w in workloads:
             gc.collect()
             run = _hf_generate_workload(model, w, cfg, pad, device, clock, sleep, progress, cancel)
             run.info.update({"device": str(device), **_precision(cfg.engine, device), "linear": "torch",
-                             "attn_implementation": attn, "batch_size": cfg.engine.static_batch_size})
+                             "attn_implementation": attn, "batch_size": cfg.engine.static_batch_size,
+                             "warmup_s": warmup_s})
             runs.append(run)
         return runs
     finally:
@@ -310,16 +313,19 @@ def _child_main(job_path: str) -> int:
     gen = GenerationConfig(do_sample=False, eos_token_id=None, pad_token_id=_pad_id(model, tok), max_new_tokens=16)
     workloads = [load_trace(p) for p in job["traces"]]
     runs = []
+    _emit("warmup", 0, 0)
+    warmup_s = time.perf_counter()
+    # transformers' own warm-up (its CUDA graphs, where it uses them) runs as the manager starts
     with model.continuous_batching_context_manager(generation_config=gen, continuous_batching_config=cb_cfg,
-                                                   block=True, timeout=30, warmup=False) as manager:
-        _emit("warmup", 0, 0)
+                                                   block=True, timeout=30, warmup=True) as manager:
         warm = workloads[0].requests[:bench.warmup_requests]
         if warm:
             _cb_run(manager, [dataclasses.replace(r, arrival_s=0.0, max_tokens=4) for r in warm], None, "warmup")
+        warmup_s = time.perf_counter() - warmup_s
         for i, w in enumerate(workloads):
             runs.append(_cb_run(manager, w.requests, i, f"run{i}-"))
     info = {"device": str(device), **_precision(cfg, device), "linear": "torch",
-            "attn_implementation": attn,
+            "attn_implementation": attn, "warmup_s": warmup_s,
             "kv_blocks": kv_blocks, "continuous_batching_config": cb_kw, "torch_threads": torch.get_num_threads()}
     Path(job["out"]).write_text(json.dumps({"runs": runs, "info": info}))
     return 0

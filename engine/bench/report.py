@@ -168,6 +168,9 @@ def format_table(results: list[dict]) -> str:
         if any(r.get("tenants") for r in rows):
             out.append("\nper tenant: tokens served (prompt + decode), and their rate while every tenant had "
                        "requests waiting\n" + tenant_table(rows))
+        how = how_lanes_ran(rows)
+        if how:
+            out.append("\nhow each ran (warm-ups are outside the measured runs)\n" + how)
         for base in baselines(rows):
             others = [r for r in rows if r is not base]
             if not others:
@@ -179,6 +182,31 @@ def format_table(results: list[dict]) -> str:
             out.append(_grid(["lane"] + [h for h, _, _ in RATIOS], body))
         out.append("")
     return "\n".join(out)
+
+
+def how_lanes_ran(rows: list[dict]) -> str:
+    """A line per lane: its attention backend and why, CUDA graphs, its warm-up and what the measured
+    run still compiled (a warm engine compiles nothing); a peer's attention and warm-up."""
+    lines = []
+    for r in rows:
+        info, parts = r.get("info", {}), []
+        if info.get("attention"):
+            graphs = info.get("cuda_graphs", "off")
+            parts.append(f"{info['attention']} attention ({info.get('attention_why', '?')})"
+                         + (f", CUDA graphs {graphs}" if graphs != "off" else ""))
+        elif info.get("attn_implementation"):
+            parts.append(f"transformers' {info['attn_implementation']} attention")
+        warm = info.get("warmup")
+        if warm:
+            parts.append(f"warm-up {warm['seconds']:.2f} s ({len(warm['batches'])} forwards, "
+                         f"{warm['compiled']} kernel variants compiled)")
+        elif info.get("warmup_s") is not None:
+            parts.append(f"warm-up {info['warmup_s']:.2f} s")
+        if info.get("kernel_compiles_in_run") is not None:
+            parts.append(f"{info['kernel_compiles_in_run']} compiled during the run")
+        if parts:
+            lines.append(f"{r['lane']}: " + "; ".join(parts))
+    return "\n".join(lines)
 
 
 def add_ratios(results: list[dict]) -> None:

@@ -75,6 +75,7 @@ def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, c
     report(progress, strategy=lane, stage="run", done=0, total=total, rate=rate)
     cpu = CpuShare()
     step_s0, telemetry_s0, graph_steps0 = eng.step_s, eng.telemetry_s, _graph_steps(eng)
+    compiles0 = eng.kernel_compiles
     recomputed0 = eng.recomputed_tokens
     t0 = clock()
     try:
@@ -135,8 +136,11 @@ def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, c
             "recomputed_tokens": eng.recomputed_tokens - recomputed0,
             "other_cpu_pct": cpu.other_cpu_pct(),
             "telemetry_pct": share_pct(eng.telemetry_s - telemetry_s0, eng.step_s - step_s0),
-            "attention": eng.runner.backend, "cuda_graphs": eng.runner.graphs_state(),
-            "graph_steps": _graph_steps(eng) - graph_steps0}
+            "attention": eng.runner.backend, "attention_why": eng.runner.backend_why,
+            "cuda_graphs": eng.runner.graphs_state(), "graph_steps": _graph_steps(eng) - graph_steps0,
+            # the engine's warm-up (before the run; None where it has none) and what the run still compiled
+            "warmup": None if eng.warmup is None else eng.warmup.as_dict(),
+            "kernel_compiles_in_run": eng.kernel_compiles - compiles0}
     report(progress, strategy=lane, stage="done", done=done, total=total, rate=rate)
     return LaneRun(lane, records, steps, t0, info)
 

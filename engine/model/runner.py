@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from typing import TYPE_CHECKING
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from ..config import EngineConfig, resolve_cuda_graphs, weights_key
+from ..config import EngineConfig, attention_choice, resolve_cuda_graphs, weights_key
 from ..device_memory import trim_malloc
 from ..kv import KVCacheManager, KVPool
 from ..kv.pool import blocks_for, kv_shape
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from .decode_graphs import DecodeGraphs
 
 
+log = logging.getLogger(__name__)
+
 # transformers' loading patches global state (meta-device init): one load at a time per process.
 _LOAD_LOCK = threading.Lock()
 
@@ -37,14 +40,15 @@ class ModelRunner:
         """share: a runner whose weights_key is the same; its weights are reused (read-only at
         inference, so engines in several threads can share them)."""
         self.weights_key = weights_key(cfg)
-        self.model_name, self.device, self.dtype, self.backend, self.linear = self.weights_key
-        self.cuda_graphs = resolve_cuda_graphs(cfg.cuda_graphs, self.device, self.backend)
+        self.model_name, self.device, self.dtype, _, self.linear = self.weights_key
         if share is not None and share.weights_key == self.weights_key:
             # Weights are shared; the tokenizer is not (fast tokenizers dislike concurrent use).
             self.model_dir, self.model = share.model_dir, share.model
+            self.backend, self.backend_why = share.backend, share.backend_why
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         else:
             self._load(cfg, progress)
+        self.cuda_graphs = resolve_cuda_graphs(cfg.cuda_graphs, self.device, self.backend)
         self.hf_config = self.model.config
         self.kv_shape = kv_shape(self.hf_config)
         self.vocab_size = self.hf_config.vocab_size
@@ -61,6 +65,7 @@ class ModelRunner:
     def _load_locked(self, cfg: EngineConfig, progress) -> None:
         self.model_dir = resolve_model_dir(cfg.model, progress)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.backend, self.backend_why = self._attention(cfg, AutoConfig.from_pretrained(self.model_dir))
         attn_impl = attention.register(self.backend)
         try:
             model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=self.dtype,
@@ -72,6 +77,20 @@ class ModelRunner:
         if self.linear == "onednn":
             pack_linears(self.model)
             trim_malloc()  # the unpacked weights: else malloc keeps their pages
+
+    def _attention(self, cfg: EngineConfig, hf_config) -> tuple[str, str]:
+        """(backend, why): attention_choice's, or on auto the reference where the Triton kernels
+        cannot serve this model on this device (a head size they do not take, a failed compile)."""
+        backend, why = attention_choice(cfg.attention_backend, self.device)
+        if cfg.attention_backend == "auto" and backend == "triton":
+            from .triton_attention import cannot_run  # imports triton only where it can run
+            shape = kv_shape(hf_config)
+            problem = cannot_run(hf_config.num_attention_heads, shape.kv_heads, shape.head_dim, self.dtype,
+                                 self.device)
+            if problem:
+                log.warning("%s: attention falls back to the PyTorch reference: %s", cfg.model, problem)
+                return "torch", f"auto: the PyTorch reference, {problem}"
+        return backend, why
 
     def graphs_state(self) -> str:
         """off | on (replayed CUDA graphs) | eager buckets (no CUDA: the tests' path) | failed (why)."""

@@ -71,6 +71,7 @@ class EngineWorker(threading.Thread):
         self.last_step_ms = 0.0
         self.steps = 0
         self.roofline: EngineRoofline | None = None  # the engine's model costs and device peaks
+        self.warming: dict | None = None  # while the engine warms up: {"done", "total", "what"}
 
     # ---- called from other threads -----------------------------------------------------------
     def add(self, handle: RequestHandle, sub: Submission) -> None:
@@ -133,6 +134,12 @@ class EngineWorker(threading.Thread):
             "device": None if eng is None else str(eng.runner.device),
             "dtype": None if eng is None else dtype_name(eng.runner.dtype),
             "dtype_why": None if eng is None else dtype_choice(eng.cfg.dtype, eng.runner.device)[1],
+            "attention": None if eng is None else eng.runner.backend,
+            "attention_why": None if eng is None else eng.runner.backend_why,
+            "cuda_graphs": None if eng is None else eng.runner.graphs_state(),
+            "warming_up": self.warming,
+            "warmup": None if eng is None or eng.warmup is None else eng.warmup.as_dict(),
+            "kernel_compiles": 0 if eng is None else eng.kernel_compiles,  # since its warm-up: 0 is warm
         }
 
     def _rest(self) -> None:
@@ -191,10 +198,17 @@ class EngineWorker(threading.Thread):
 
     def _build(self, cfg: EngineConfig) -> LLMEngine:
         with _BUILD_LOCK:  # model loading is not thread-safe (transformers initialises on the meta device)
-            engine = build_engine(cfg, progress=self.host.progress, clock=self.host.clock, share_weights_with=self._share)
+            engine = build_engine(cfg, progress=self.host.progress, clock=self.host.clock, share_weights_with=self._share,
+                                  on_warmup=self._warming)
             self.roofline = engine_roofline(engine)  # under the lock: no other load disturbs a first measurement
         CORES.resting(self)  # a new engine computes nothing yet (and one on a GPU never takes CPU cores)
         return engine
+
+    def _warming(self, done: int, total: int, what: str) -> None:
+        """The engine's warm-up goes on (engine/model/warmup.py): the status says so until it is done."""
+        self.warming = None if done >= total else {"done": done, "total": total, "what": what}
+        if self.warming:
+            self.host.progress(f"Warming up lane '{self.lane}': {what} ({done + 1} of {total})")
 
     def _run_commands(self) -> None:
         while True:

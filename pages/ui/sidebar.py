@@ -95,5 +95,8 @@ def config_summary(svc) -> str:
     """The model, the precision it runs in and why, and what the lanes compare, for the page's caption."""
     engines = [e for e in svc.status()["engines"].values() if e.get("dtype")]  # loaded, local
     precision = {(e["dtype"], e["dtype_why"]) for e in engines}
-    shown = " · ".join(f"{dtype} ({why})" for dtype, why in sorted(precision))
+    attention = {(e["attention"], e["attention_why"], e["cuda_graphs"]) for e in engines}
+    shown = " · ".join([f"{dtype} ({why})" for dtype, why in sorted(precision)]
+                       + [f"{a} attention ({why}){', CUDA graphs ' + g if g != 'off' else ''}"
+                          for a, why, g in sorted(attention)])
     return " · ".join(part for part in (svc.cfg.model, shown, f"lanes: {' vs '.join(svc.lanes)}") if part)

@@ -20,6 +20,15 @@ def loading_banner(svc) -> None:
             if e["error"]:
                 st.error(f"Engine **{s}** could not start: {e['error']}")
         loading = [s for s, e in engines.items() if not e["ready"] and not e["error"]]
+        warming = {s: engines[s]["warming_up"] for s in loading if engines[s].get("warming_up")}
+        if warming:
+            with st.status(f"Warming up {', '.join(warming)}…", expanded=True):
+                for lane, w in warming.items():
+                    st.write(f"{lane}: {w['what']} ({w['done'] + 1} of {w['total']})")
+                st.caption("Triton compiles each kernel variant an engine can reach once, before its first "
+                           "request, so no request waits for a compile (seconds on a fresh machine; from "
+                           "Triton's disk cache after).")
+            loading = [s for s in loading if s not in warming]
         if loading:
             with st.status(f"Loading the model for {', '.join(loading)}…", expanded=True):
                 st.write(svc.last_progress or "Reading weights…")
