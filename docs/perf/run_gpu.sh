@@ -1,59 +1,117 @@
 #!/usr/bin/env bash
-# The GPU figures of the performance write-up, one part per call (each meant to end inside 10 minutes):
+# The GPU figures of docs/PERFORMANCE.md. `all` runs every part in one go of at most $DEADLINE_S seconds
+# (default 530), each part under its own time cap, and packs what they wrote into one archive, $OUT.tar.gz:
 #
-#   bash docs/perf/run_gpu.sh check        # correctness on the GPU: kernels, fp32 equality, bf16, CUDA graphs
-#   bash docs/perf/run_gpu.sh floor        # decode step vs memory floor (graphs on/off, torch attention), profile
-#   bash docs/perf/run_gpu.sh anyscale     # anyscale workload: continuous, static, dynamic, hf-generate
-#   bash docs/perf/run_gpu.sh anyscale-cb  # the same workload: continuous beside hf-cb (at its KV memory)
-#   bash docs/perf/run_gpu.sh nano         # nano-vllm workload, Qwen3-0.6B shape
-#   bash docs/perf/run_gpu.sh lanes        # two lanes on one GPU: decode step alone and together
+#   bash docs/perf/run_gpu.sh all          # everything below, in this order, then the archive
+#   bash docs/perf/run_gpu.sh check        # versions, then the GPU tests (kernels, warm-up, fp32 equality, bf16)
+#   bash docs/perf/run_gpu.sh floor        # decode step vs memory floor, CUDA graphs on and off
+#   bash docs/perf/run_gpu.sh profile      # where a decode step's time goes: host phases vs GPU busy time
+#   bash docs/perf/run_gpu.sh anyscale     # anyscale workload: continuous, static, hf-generate (each warm)
+#   bash docs/perf/run_gpu.sh anyscale-cb  # the same workload: continuous beside hf-cb (same KV memory, warm)
+#   bash docs/perf/run_gpu.sh nano         # nano-vllm's workload, Qwen3-0.6B's shape
+#   bash docs/perf/run_gpu.sh lanes        # two lanes on one GPU: decode step alone and together (not in all)
 #
-# Results (JSON and logs) go to $OUT (default docs/perf). Models are random-weight folders with the
-# real shapes (engine/model/files/random_model.py), built on first use. Tunables, with their defaults:
-# DEVICE=cuda DTYPE=bfloat16 ATTN=triton QWEN25=random:Qwen2.5-0.5B-Instruct QWEN3=random:Qwen3-0.6B
-# BATCHES=1,16,64,256 CONTEXT=512 SCALE=0.2 (anyscale's share of its 1000 requests) NANO_SCALE=1
+# Results (JSON and logs) go to $OUT (default docs/perf/gpu-run). Models are random-weight folders with the
+# real shapes (engine/model/files/random_model.py), built on first use. Where the machine's transformers
+# is not the version requirements.txt pins, a wheel of it in .whl/ is installed under /tmp/site first
+# (../shared/NOTES.md, "The GPU machine"). Tunables, with their defaults:
+# DEVICE=cuda DTYPE=bfloat16 ATTN=auto QWEN25=random:Qwen2.5-0.5B-Instruct QWEN3=random:Qwen3-0.6B
+# BATCHES=1,16,64,256 CONTEXT=512 SCALE=0.1 (anyscale's share of its 1000 requests) NANO_SCALE=1
 # MAX_SEQS=256 STATIC_BATCH=32 BUDGET=8192 (tokens per step) KV_GB=16 (the same KV memory for every lane)
+# DEADLINE_S=530, and each part's cap: CAP_CHECK=75 CAP_FLOOR=80 CAP_PROFILE=50 CAP_ANYSCALE=140
+# CAP_ANYSCALE_CB=80 CAP_NANO=75 (seconds; a part never runs past the deadline less PACK_S=10).
 set -uo pipefail
-OUT=${OUT:-docs/perf}
-DEVICE=${DEVICE:-cuda} DTYPE=${DTYPE:-bfloat16} ATTN=${ATTN:-triton}
+OUT=${OUT:-docs/perf/gpu-run}
+DEVICE=${DEVICE:-cuda} DTYPE=${DTYPE:-bfloat16} ATTN=${ATTN:-auto}
 QWEN25=${QWEN25:-random:Qwen2.5-0.5B-Instruct} QWEN3=${QWEN3:-random:Qwen3-0.6B}
-BATCHES=${BATCHES:-1,16,64,256} CONTEXT=${CONTEXT:-512} SCALE=${SCALE:-0.2} NANO_SCALE=${NANO_SCALE:-1}
+BATCHES=${BATCHES:-1,16,64,256} CONTEXT=${CONTEXT:-512} SCALE=${SCALE:-0.1} NANO_SCALE=${NANO_SCALE:-1}
 MAX_SEQS=${MAX_SEQS:-256} STATIC_BATCH=${STATIC_BATCH:-32} BUDGET=${BUDGET:-8192} KV_GB=${KV_GB:-16}
+DEADLINE_S=${DEADLINE_S:-530} PACK_S=${PACK_S:-10}
+TESTS=${TESTS:-tests/test_triton_attention.py tests/test_attention_choice.py tests/test_bf16_near_greedy.py \
+tests/test_sampler.py tests/test_decode_floor.py tests/test_step_profile.py}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 mkdir -p "$OUT"
 py=${PYTHON:-python3}
 engine=(--device "$DEVICE" --dtype "$DTYPE" --attention-backend "$ATTN")
 rc=0
-run() {  # run "log name" command...: output to the terminal and $OUT/<log>.log; a failure does not stop the part
+end=$((SECONDS + DEADLINE_S))
+
+run() {  # run "log name" command...: output to the terminal and $OUT/<log>.log; a failure does not stop the rest
   local log=$1; shift
-  "$@" 2>&1 | tee -a "$OUT/$log.log" || rc=1
+  echo "\$ $*" >>"$OUT/$log.log"
+  "$@" 2>&1 | tee -a "$OUT/$log.log"
+  local code=${PIPESTATUS[0]}
+  ((code == 0)) || { rc=1; echo "[$log: exit $code]" | tee -a "$OUT/$log.log"; }
 }
+
+capped() {  # capped part seconds: run the part under min(seconds, what the deadline leaves), say how long it took
+  local name=$1 cap=$2 left=$((end - SECONDS - PACK_S)) t0=$SECONDS
+  ((cap > left)) && cap=$left
+  if ((cap <= 0)); then
+    echo "[$name: skipped, the deadline has passed]" | tee -a "$OUT/parts.log"; rc=1; return
+  fi
+  echo "== $name (cap ${cap}s)" | tee -a "$OUT/parts.log"
+  CAP=$cap timeout --kill-after=5 "$cap" bash "$0" "$name"
+  local code=$?
+  ((code == 124 || code == 137)) && echo "[$name: stopped at its cap]" | tee -a "$OUT/parts.log"
+  ((code != 0)) && rc=1
+  echo "[$name: exit $code after $((SECONDS - t0))s]" | tee -a "$OUT/parts.log"
+}
+
+pinned_transformers() {  # the transformers requirements.txt pins, from .whl/ where the machine has another
+  local want have
+  want=$(sed -n 's/^transformers==//p' requirements.txt)
+  have=$("$py" -c "import transformers; print(transformers.__version__)" 2>/dev/null)
+  if [[ "$have" != "$want" ]] && ls .whl/transformers-"$want"-*.whl >/dev/null 2>&1; then
+    "$py" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/transformers-"$want"-*.whl \
+      && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+}
+
 anyscale() {  # anyscale json-name strategies
   run "$1" "$py" -m engine.bench --model "$QWEN25" "${engine[@]}" --workload anyscale --scale "$SCALE" \
     --strategies "$2" --max-num-seqs "$MAX_SEQS" --static-batch-size "$STATIC_BATCH" \
     --max-num-batched-tokens "$BUDGET" --kv-memory-gb "$KV_GB" --no-progress --json "$OUT/$1.json"
 }
 
+[[ -n "${CAP:-}" ]] || pinned_transformers  # (a part run by `all` inherits it)
+
 case "${1:-}" in
+all)
+  { date -u; nvidia-smi -L 2>/dev/null; git rev-parse HEAD 2>/dev/null; } >"$OUT/parts.log"
+  # the models are built (on the CPU, once) while the tests run
+  for m in "$QWEN25" "$QWEN3"; do
+    [[ $m == random:* ]] && { "$py" -m engine.model.files.random_model "${m#random:}" >>"$OUT/models.log" 2>&1 & }
+  done
+  capped check "${CAP_CHECK:-75}"
+  wait
+  capped floor "${CAP_FLOOR:-80}"
+  capped profile "${CAP_PROFILE:-50}"
+  capped anyscale "${CAP_ANYSCALE:-140}"
+  capped anyscale-cb "${CAP_ANYSCALE_CB:-80}"
+  capped nano "${CAP_NANO:-75}"
+  echo "[all: exit $rc after ${SECONDS}s]" | tee -a "$OUT/parts.log"
+  tar -czf "$OUT.tar.gz" -C "$(dirname "$OUT")" "$(basename "$OUT")" && echo "packed $OUT.tar.gz"
+  ;;
 check)
   run check "$py" -c "import shutil, torch, triton, transformers; print(torch.__version__, triton.__version__, \
 transformers.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA', \
 'C compiler (Triton builds its launcher):', shutil.which('gcc') or shutil.which('cc') or 'none')"
-  run check "$py" -m pytest -q -p no:cacheprovider tests/test_triton_attention.py tests/test_bf16_near_greedy.py \
-    tests/test_random_model.py tests/test_decode_floor.py tests/test_step_profile.py tests/test_engine_equality.py
+  # shellcheck disable=SC2086
+  run check "$py" -m pytest -q -p no:cacheprovider --junitxml="$OUT/check.xml" $TESTS
   ;;
 floor)
   for graphs in on off; do
     run floor "$py" -m engine.bench.decode_floor --model "$QWEN25" "${engine[@]}" --cuda-graphs "$graphs" \
-      --batches "$BATCHES" --context "$CONTEXT" --json "$OUT/decode_floor_${ATTN}_graphs_$graphs.json"
+      --batches "$BATCHES" --context "$CONTEXT" --json "$OUT/decode_floor_graphs_$graphs.json"
   done
-  run floor "$py" -m engine.bench.decode_floor --model "$QWEN25" --device "$DEVICE" --dtype "$DTYPE" \
-    --attention-backend torch --cuda-graphs off --batches "$BATCHES" --context "$CONTEXT" \
-    --json "$OUT/decode_floor_torch.json"
-  run floor "$py" -m engine.bench.step_profile --model "$QWEN25" "${engine[@]}" --cuda-graphs off --batches 1,64 \
+  ;;
+profile)
+  run profile "$py" -m engine.bench.step_profile --model "$QWEN25" "${engine[@]}" --batches 1,64,256 \
     --contexts "$CONTEXT" --json "$OUT/step_profile.json"
   ;;
-anyscale) anyscale anyscale continuous,static,dynamic,hf-generate ;;
+anyscale) anyscale anyscale continuous,static,hf-generate ;;
 anyscale-cb) anyscale anyscale_cb continuous,hf-cb ;;
 nano)
   run nano "$py" -m engine.bench --model "$QWEN3" "${engine[@]}" --workload nano-vllm --scale "$NANO_SCALE" \
@@ -65,6 +123,6 @@ lanes)
     --json "$OUT/lanes_together.json"
   ;;
 *)
-  sed -n '2,16p' "$0"; exit 2 ;;
+  sed -n '2,21p' "$0"; exit 2 ;;
 esac
 exit $rc
