@@ -18,7 +18,7 @@
 # DEVICE=cuda DTYPE=bfloat16 ATTN=auto QWEN25=random:Qwen2.5-0.5B-Instruct QWEN3=random:Qwen3-0.6B
 # BATCHES=1,16,64,256 CONTEXT=512 SCALE=0.1 (anyscale's share of its 1000 requests) NANO_SCALE=1
 # MAX_SEQS=256 STATIC_BATCH=32 BUDGET=8192 (tokens per step) KV_GB=16 (the same KV memory for every lane)
-# DEADLINE_S=530, and each part's cap: CAP_CHECK=75 CAP_FLOOR=80 CAP_PROFILE=50 CAP_ANYSCALE=140
+# DEADLINE_S=530, and each part's cap: CAP_CHECK=100 CAP_FLOOR=70 CAP_PROFILE=45 CAP_ANYSCALE=140
 # CAP_ANYSCALE_CB=80 CAP_NANO=75 (seconds; a part never runs past the deadline less PACK_S=10).
 set -uo pipefail
 OUT=${OUT:-docs/perf/gpu-run}
@@ -84,10 +84,10 @@ all)
   for m in "$QWEN25" "$QWEN3"; do
     [[ $m == random:* ]] && { "$py" -m engine.model.files.random_model "${m#random:}" >>"$OUT/models.log" 2>&1 & }
   done
-  capped check "${CAP_CHECK:-75}"
+  capped check "${CAP_CHECK:-100}"
   wait
-  capped floor "${CAP_FLOOR:-80}"
-  capped profile "${CAP_PROFILE:-50}"
+  capped floor "${CAP_FLOOR:-70}"
+  capped profile "${CAP_PROFILE:-45}"
   capped anyscale "${CAP_ANYSCALE:-140}"
   capped anyscale-cb "${CAP_ANYSCALE_CB:-80}"
   capped nano "${CAP_NANO:-75}"
