@@ -140,8 +140,9 @@ def test_a_new_tab_adopts_the_running_lanes(svc):
     at = app("playground.py")
     assert at.sidebar.radio(key="compare").value == "Steady Poisson load: continuous vs dynamic"
     assert next(b for b in at.button if b.label == "Run scenario")  # that scenario's lanes and stream
-    # the caption says the precision and why (the tests pin float32: conftest.py)
-    assert any(" · float32 (as set) · lanes: " in c.value for c in at.caption), [c.value for c in at.caption]
+    # the caption says the precision and the attention backend, and why (the tests pin float32: conftest.py)
+    shown = " · float32 (as set) · torch attention (auto: the PyTorch reference off a GPU) · lanes: "
+    assert any(shown in c.value for c in at.caption), [c.value for c in at.caption]
 
 
 def test_single_lane_custom_lanes_and_playback_controls(svc):
