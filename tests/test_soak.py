@@ -6,9 +6,11 @@ from engine.bench.soak import run_soak
 
 
 def test_soak_loses_nothing_and_leaks_no_block(tiny_llama_dir, tmp_path):
-    """A disaggregated lane among them: its two engines reset by step faults mid-flight and reconfigured."""
+    """A disaggregated lane among them: its two engines reset by step faults mid-flight and reconfigured;
+    and a remote lane whose server misbehaves in every way in turn: each of its requests ends with an error."""
     r = run_soak(0.5, str(tiny_llama_dir), rate=4.0, fault_rate=0.01, num_kv_blocks=512,
-                 log_path=str(tmp_path / "server.log"), fuzz_every_s=0.3, uploads_every_s=2.0, split_lane=True)
+                 log_path=str(tmp_path / "server.log"), fuzz_every_s=0.3, uploads_every_s=2.0, split_lane=True,
+                 hostile_lane=True)
     assert r["lost"] == 0, (r["lost_client_side"], r["unfinished_on_server"])
     assert r["kv_blocks_leaked"] == 0 and r["in_flight_after"] == 0
     assert r["completed"] > 0 and r["server_requests"] > 0 and r["monitor_skipped_events"] == 0
@@ -17,3 +19,5 @@ def test_soak_loses_nothing_and_leaks_no_block(tiny_llama_dir, tmp_path):
     assert r["controls_refused"] > 0 and r["configures"] > 0
     assert r["fuzz_sent"] > 20 and r["fuzz_answered"] == r["fuzz_sent"] and r["fuzz_5xx"] == 0
     assert r["uploads"] > 3 and r["uploads_failed"] == 0 and r["uploads_refused"] > 0
+    # bad-gauges answers politely ("fine"): a sixth of them; the rest cross a bound and end with an error
+    assert r["hostile_requests"] > 5 and r["hostile_errors"] >= r["hostile_requests"] // 2

@@ -40,6 +40,7 @@ from .soak_clients import (
     server_status,
     viewer_tries_controls,
 )
+from .hostile_remote import LANE as HOSTILE_LANE, MIXED
 from .workloads import load_prompts
 
 IDLE_TIMEOUT_S = 300.0
@@ -64,6 +65,22 @@ def soak_server(model: str | None, port: int, token: str, fault_rate: float, log
         yield proc
     finally:
         stop_process(proc, 30)
+
+
+@contextmanager
+def hostile_server(on: bool, log):
+    """A HostileRemote in a process of its own (its memory is not the app's), on the mixed mode: its URL."""
+    if not on:
+        yield None
+        return
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "engine.bench.hostile_remote", "--port", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_port(port, proc, 60)
+        yield f"http://127.0.0.1:{port}/{MIXED}/v1"
+    finally:
+        stop_process(proc, 10)
 
 
 def _wait_port(port: int, proc, timeout: float = 900) -> None:
@@ -146,13 +163,24 @@ def _report(t: Tally, monitor: Monitor, status: dict, rss: list, elapsed: float)
         "fuzz_5xx": t.fuzz_5xx,
         "rss_mb_after_warmup": warm[0] if warm else None, "rss_mb_end": rss[-1][1] if rss else None,
         "rss_mb_max_after_warmup": max(warm) if warm else None, "rss_samples": rss,
+        **_hostile(monitor),
     }
+
+
+def _hostile(monitor: Monitor) -> dict:
+    """The hostile remote lane's requests (soak_server --hostile-lane), and how they ended."""
+    ended = [reason for (lane, _), reason in monitor.ended.items() if lane == HOSTILE_LANE]
+    if not any(lane == HOSTILE_LANE for lane, _ in monitor.accepted):
+        return {}
+    return {"hostile_requests": sum(lane == HOSTILE_LANE for lane, _ in monitor.accepted),
+            "hostile_errors": ended.count("error"), "hostile_other_ends": len(ended) - ended.count("error")}
 
 
 def table(r: dict) -> str:
     cols = ["submitted", "completed", "aborted", "errored", "refused", "lost", "kv_blocks_leaked",
             "latency_p50_s", "latency_p99_s", "rss_mb_after_warmup", "rss_mb_max_after_warmup", "rss_mb_end",
-            "fuzz_sent", "fuzz_answered", "fuzz_5xx", "uploads", "uploads_played", "uploads_refused", "uploads_failed"]
+            "fuzz_sent", "fuzz_answered", "fuzz_5xx", "uploads", "uploads_played", "uploads_refused", "uploads_failed",
+            "hostile_requests", "hostile_errors", "hostile_other_ends"]
     return ("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n| "
             + " | ".join(str(r.get(c, "-")) for c in cols) + " |")
 
@@ -166,17 +194,20 @@ def failed(r: dict) -> bool:
 def run_soak(minutes: float, model: str | None = None, rate: float = 0.7, seed: int = 0,
              fault_rate: float = 0.002, max_tokens: tuple = (8, 48), config_every_s: float | None = None,
              num_kv_blocks: int | None = None, log_path: str = os.devnull, port: int | None = None,
-             fuzz_every_s: float | None = 1.0, uploads_every_s: float | None = 5.0, split_lane: bool = False) -> dict:
+             fuzz_every_s: float | None = 1.0, uploads_every_s: float | None = 5.0, split_lane: bool = False,
+             hostile_lane: bool = False) -> dict:
     """fuzz_every_s / uploads_every_s: mean seconds between fuzzed inputs / fuzzed recording uploads
-    (None: none); split_lane: a disaggregated lane beside the continuous and static ones."""
+    (None: none); split_lane: a disaggregated lane beside the continuous and static ones; hostile_lane: a
+    remote lane whose server misbehaves in every way in turn (engine/bench/hostile_remote.py)."""
     port = port or free_port()
     token = secrets.token_urlsafe(18)
     seconds = minutes * 60
     with tempfile.TemporaryDirectory() as tmp, open(log_path, "w") as log:
         report = Path(tmp) / "uploads.json"
         uploads = dict(uploads_every=uploads_every_s, uploads_report=report) if uploads_every_s else {}
-        with soak_server(model, port, token, fault_rate, log, num_kv_blocks=num_kv_blocks, split_lane=split_lane,
-                         **uploads) as proc:
+        with hostile_server(hostile_lane, log) as hostile_url, \
+                soak_server(model, port, token, fault_rate, log, num_kv_blocks=num_kv_blocks, split_lane=split_lane,
+                            hostile_url=hostile_url, **uploads) as proc:
             result = asyncio.run(drive(f"127.0.0.1:{port}", token, proc.pid, seconds, rate, seed, max_tokens,
                                        config_every_s or max(5.0, seconds / 8), fuzz_every_s))
         if report.exists():
@@ -197,13 +228,15 @@ def main(argv=None) -> int:
     ap.add_argument("--uploads-every", type=float, default=5.0,
                     help="mean seconds between fuzzed recording uploads (0: off)")
     ap.add_argument("--split-lane", action="store_true", help="a disaggregated lane beside the other two")
+    ap.add_argument("--hostile-lane", action="store_true",
+                    help="a remote lane whose server misbehaves in every way in turn (it must cost bounded memory)")
     ap.add_argument("--json", default=None, help="write the full result here")
     ap.add_argument("--log", default=os.devnull, help="the server's log")
     args = ap.parse_args(argv)
     lo, hi = (int(x) for x in args.max_tokens.split(","))
     r = run_soak(args.minutes, args.model, args.rate, args.seed, args.fault_rate, (lo, hi), log_path=args.log,
                  fuzz_every_s=args.fuzz_every or None, uploads_every_s=args.uploads_every or None,
-                 split_lane=args.split_lane)
+                 split_lane=args.split_lane, hostile_lane=args.hostile_lane)
     print(table(r))
     print(f"RSS MB over time (s, MB): {r['rss_samples'][:: max(1, len(r['rss_samples']) // 12)]}")
     print(f"malformed frames answered {r['malformed_answered']}/{r['malformed_sent']}, viewer controls refused "

@@ -25,9 +25,11 @@ import uvicorn
 from ..api.server import create_app
 from ..config import EngineConfig
 from ..room.access import Access
+from ..serving.remote.config import RemoteConfig
 from ..serving.service import EngineService, strategy_lanes
 from ..workshop.recording import SHIPPED, play_file, stop_replay
 from . import fuzz
+from .hostile_remote import LANE as HOSTILE_LANE
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +88,15 @@ class Uploads(threading.Thread):
 
 
 def build_service(model: str | None, token: str, api_key: str, fault_rate: float, device: str = "cpu",
-                  split_lane: bool = False, **engine_fields) -> EngineService:
-    """split_lane: a disaggregated lane (engine/disaggregated.py) beside the continuous and static ones."""
+                  split_lane: bool = False, hostile_url: str | None = None, **engine_fields) -> EngineService:
+    """split_lane: a disaggregated lane (engine/disaggregated.py) beside the continuous and static ones;
+    hostile_url: a remote lane "hostile" served by a HostileRemote there (engine/bench/hostile_remote.py)."""
     cfg = EngineConfig(model=model, device=device, **engine_fields)
     lanes = strategy_lanes(cfg, ("continuous", "static"))
     if split_lane:
         lanes["disaggregated"] = dataclasses.replace(cfg, disaggregated=True)
+    if hostile_url:
+        lanes[HOSTILE_LANE] = RemoteConfig(hostile_url, "hostile", timeout_s=1.0, max_request_s=3.0)
     svc = EngineService(cfg, lanes=lanes, access=Access(room=True, token=token, api_key=api_key))
     svc.wait_ready(900)
     svc.step_fault = StepFaults(fault_rate) if fault_rate > 0 else None
@@ -109,11 +114,13 @@ def main(argv=None) -> None:
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--num-kv-blocks", type=int, default=None)
     ap.add_argument("--split-lane", action="store_true", help="a disaggregated lane too")
+    ap.add_argument("--hostile-url", default=None,
+                    help=f"a remote lane '{HOSTILE_LANE}' served there (engine/bench/hostile_remote.py's mixed mode)")
     ap.add_argument("--uploads-every", type=float, default=0.0, help="seconds between fuzzed uploads (0: none)")
     ap.add_argument("--uploads-report", default=None, help="write the upload counts here on exit (JSON)")
     args = ap.parse_args(argv)
     svc = build_service(args.model, args.token, args.api_key, args.fault_rate, args.device, args.split_lane,
-                        max_model_len=args.max_model_len, num_kv_blocks=args.num_kv_blocks)
+                        args.hostile_url, max_model_len=args.max_model_len, num_kv_blocks=args.num_kv_blocks)
     uploads = Uploads(args.uploads_every, args.uploads_report) if args.uploads_every > 0 and args.uploads_report \
         else None
     if uploads is not None:

@@ -24,6 +24,7 @@ class RemoteConfig:
     api_key: str | None = field(default=None, repr=False)
     max_concurrency: int = 16      # requests streaming at once; more wait on our side
     timeout_s: float = 30.0        # no byte from the server for this long ends the request as an error
+    max_request_s: float = 300.0   # a request still streaming this long after it was sent ends as an error
     metrics: bool = True           # poll the server's /metrics (vLLM or SGLang names) for its own gauges
 
     def __post_init__(self):
@@ -34,6 +35,8 @@ class RemoteConfig:
                self.max_concurrency, f"an integer from 1 to {MAX_CONCURRENCY}")
         _check(is_number(self.timeout_s) and 0 < self.timeout_s <= 3600, "timeout_s", self.timeout_s,
                "a number of seconds in (0, 3600]")
+        _check(is_number(self.max_request_s) and 0 < self.max_request_s <= 3600, "max_request_s",
+               self.max_request_s, "a number of seconds in (0, 3600]")
         _check(isinstance(self.metrics, bool), "metrics", self.metrics, "True or False")
 
     strategy = REMOTE  # what the lane's events carry as their strategy

@@ -35,6 +35,7 @@ from ...untrusted import is_int
 from ..handles import RequestHandle
 from ..lane_host import LaneHost
 from . import metrics as remote_metrics
+from .bounded import TooMuch
 from .config import RemoteConfig
 from .stream import Chunk, RemoteError, stream
 
@@ -86,6 +87,7 @@ class RemoteWorker(threading.Thread):
         self.steps = 0
         self.last_step_ms = 0.0
         self.gauges: dict | None = None  # the server's latest /metrics reading
+        self.metrics_stopped: str | None = None  # why its /metrics is no longer polled
 
     # ---- called from other threads -----------------------------------------------------------
     def add(self, handle: RequestHandle, sub) -> None:
@@ -130,7 +132,8 @@ class RemoteWorker(threading.Thread):
         return {"ready": self._ready.is_set(), "error": None, "reconfiguring": False, "in_flight": len(flights),
                 "steps": self.steps, "last_step_ms": self.last_step_ms, "kv_blocks": None, "kv_used_blocks": None,
                 "num_running": sent, "num_waiting": sum(f.sent_s is None for f in flights), "max_model_len": None,
-                "device": f"remote {self.cfg.host}", "remote_metrics": self.gauges}
+                "device": f"remote {self.cfg.host}", "remote_metrics": self.gauges,
+                "remote_metrics_stopped": self.metrics_stopped}
 
     def _call(self, fn, *args) -> None:
         self._ready.wait(5)
@@ -164,8 +167,7 @@ class RemoteWorker(threading.Thread):
             self._publish(StatusEvent(event="ready"))
             side = [asyncio.create_task(self._ticker())]
             if self.cfg.metrics:
-                side.append(asyncio.create_task(remote_metrics.poll(client, self.cfg, self._on_metrics,
-                                                                    self.host.clock)))
+                side.append(asyncio.create_task(self._poll_metrics(client)))
             await self._stopping.wait()
             tasks = [f.task for f in list(self.handles.values()) if f.task is not None] + side
             for t in tasks:
@@ -176,6 +178,9 @@ class RemoteWorker(threading.Thread):
             for f in list(self.handles.values()):
                 self._end(f, "abort", self._stop_reason)
             self._tick()
+
+    async def _poll_metrics(self, client: httpx.AsyncClient) -> None:
+        self.metrics_stopped = await remote_metrics.poll(client, self.cfg, self._on_metrics, self.host.clock)
 
     def _launch(self, f: _Flight) -> None:
         if f.aborted:
@@ -211,16 +216,19 @@ class RemoteWorker(threading.Thread):
         try:
             async with self._sem:
                 f.sent_s = self.host.clock()
-                async for chunk in stream(self._client, self.cfg, f.sub):
-                    self._on_chunk(f, chunk)
+                async with asyncio.timeout(self.cfg.max_request_s):  # silence is timeout_s; this, the whole
+                    async for chunk in stream(self._client, self.cfg, f.sub):
+                        self._on_chunk(f, chunk)
             self._end(f, f.reason or "stop")
         except asyncio.CancelledError:
             self._end(f, "abort", self._why_cancelled())
         except httpx.TimeoutException as e:
             self._end(f, "error", f"{where}: no answer within {self.cfg.timeout_s:g} s ({type(e).__name__})")
+        except TimeoutError:
+            self._end(f, "error", f"{where}: not finished within max_request_s={self.cfg.max_request_s:g} s")
         except httpx.HTTPError as e:
             self._end(f, "error", f"{where}: {type(e).__name__}: {e or 'connection failed'}")
-        except RemoteError as e:
+        except (RemoteError, TooMuch) as e:
             self._end(f, "error", f"{where}: {e}")
         except Exception as e:  # noqa: BLE001 - one request's surprise must not stop the lane
             log.exception("remote lane %s: request %d failed", self.lane, f.handle.request_id)

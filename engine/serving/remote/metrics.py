@@ -3,7 +3,10 @@ Prometheus /metrics under vLLM's names (SGLang's and llama.cpp's as fallbacks) a
 RemoteMetricsEvent.
 
 These are the server's numbers, not measured by us; a server without /metrics (404, or none of the
-names) is asked once and then left alone.
+names) is asked once and then left alone. Its reply is untrusted: read under a size and a line bound
+and a deadline (engine/serving/remote/bounded.py), only the lines of the names above parsed (at most
+MAX_SERIES of each), and a value outside what the gauge can hold (negative, not finite, a usage above
+1) shown as unknown. A reply over the bounds ends the polling, and the lane's status says why.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from ...events import RemoteMetricsEvent
+from .bounded import KiB, MiB, TooMuch, read_lines
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0
@@ -26,54 +30,96 @@ NAMES = {
     "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"),
 }
 MEAN = {"kv_usage"}  # one value per engine (data parallel): their mean; counts are summed
+RANGE = {"num_running": (0, 1e7), "num_waiting": (0, 1e7), "kv_usage": (0.0, 1.0)}  # what each gauge can be
+WANTED = tuple(name for names in NAMES.values() for name in names)
+MAX_BYTES = 4 * MiB      # a whole reply (vLLM's is some hundreds of KiB)
+MAX_LINE = 64 * KiB      # one line of it
+MAX_SERIES = 4096        # series of one name kept (an engine per series)
+DEADLINE_S = 5.0         # for one poll, reply included
 
 
 def read_metrics(text: str, model: str) -> dict | None:
-    """{num_running, num_waiting, kv_usage} from an exposition (None: none of the names is there).
-    Series labelled with another model_name are left out when some carry this one."""
+    """{num_running, num_waiting, kv_usage} from an exposition (None: none of the names is there; a
+    value that is there but impossible: None). Series labelled with another model_name are left out
+    when some carry this one."""
     samples: dict[str, list[tuple[dict, float]]] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families("\n".join(wanted_lines(text.splitlines())) + "\n"):
         for s in family.samples:
             samples.setdefault(s.name, []).append((s.labels, s.value))
-    out = {field: _value(samples, names, model, field in MEAN) for field, names in NAMES.items()}
-    return out if any(v is not None for v in out.values()) else None
+    if not any(name in samples for name in WANTED):
+        return None
+    return {field: _value(samples, names, model, field) for field, names in NAMES.items()}
 
 
-def _value(samples: dict, names: tuple[str, ...], model: str, mean: bool) -> float | None:
+def wanted_lines(lines) -> list[str]:
+    """The sample lines of our names, at most MAX_SERIES of each (comments and every other metric
+    are never parsed)."""
+    kept, count = [], dict.fromkeys(WANTED, 0)
+    for line in lines:
+        if not line.startswith(WANTED):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in count and count[name] < MAX_SERIES:
+            count[name] += 1
+            kept.append(line)
+    return kept
+
+
+def _value(samples: dict, names: tuple[str, ...], model: str, field: str) -> float | None:
     for name in names:
         series = samples.get(name)
         if not series:
             continue
         mine = [v for labels, v in series if labels.get("model_name") == model]
         values = mine or [v for _, v in series]
-        value = sum(values) / len(values) if mean else sum(values)
-        return value if math.isfinite(value) else None  # Prometheus allows NaN; our events do not
+        value = sum(values) / len(values) if field in MEAN else sum(values)
+        low, high = RANGE[field]
+        return value if math.isfinite(value) and low <= value <= high else None
     return None
 
 
-async def poll(client: httpx.AsyncClient, cfg, publish, clock) -> None:
+async def poll(client: httpx.AsyncClient, cfg, publish, clock) -> str:
     """Every POLL_S: read cfg.metrics_url and publish what it says (a RemoteMetricsEvent, without its
-    lane: publish stamps it). A server that is down is asked again next time."""
+    lane: publish stamps it). A server that is down or slow is asked again next time; returns why it
+    stopped asking (no /metrics, none of the names, a reply over the bounds)."""
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
     while True:
         try:
-            resp = await client.get(cfg.metrics_url, headers=headers, timeout=min(cfg.timeout_s, 5.0))
-        except httpx.HTTPError:
-            resp = None
-        if resp is not None and resp.status_code == 200:
-            values = _parse(resp.text, cfg.model)
+            async with asyncio.timeout(min(cfg.timeout_s, DEADLINE_S)):
+                status, lines = await _fetch(client, cfg.metrics_url, headers)
+        except (httpx.HTTPError, TimeoutError):
+            status, lines = None, None
+        except TooMuch as e:
+            return _stopped(cfg, f"its /metrics {str(e).removeprefix('the reply ')}")
+        if status == 200:
+            values = _parse(lines, cfg.model)
             if values is None:
-                log.info("remote %s: /metrics has none of %s; not polling it", cfg.host, sorted(NAMES))
-                return
+                return _stopped(cfg, f"its /metrics has none of {', '.join(WANTED)}")
             publish(RemoteMetricsEvent(t=clock(), **values))
-        elif resp is not None and resp.status_code == 404:
-            log.info("remote %s has no /metrics; not polling it", cfg.host)
-            return
+        elif status == 404:
+            return _stopped(cfg, "it has no /metrics")
         await asyncio.sleep(POLL_S)
 
 
-def _parse(text: str, model: str) -> dict | None:
+async def _fetch(client: httpx.AsyncClient, url: str, headers: dict) -> tuple[int, list[str] | None]:
+    """(HTTP status, the wanted lines of a 200 reply), read under the bounds."""
+    async with client.stream("GET", url, headers=headers) as resp:
+        if resp.status_code != 200:
+            return resp.status_code, None
+        lines = []
+        async for line in read_lines(resp, MAX_LINE, MAX_BYTES, "the reply"):
+            if line.startswith(WANTED):
+                lines.append(line)
+        return 200, wanted_lines(lines)
+
+
+def _stopped(cfg, why: str) -> str:
+    log.info("remote %s: not polling its /metrics: %s", cfg.host, why)
+    return why
+
+
+def _parse(lines: list[str], model: str) -> dict | None:
     try:
-        return read_metrics(text, model)
+        return read_metrics("\n".join(lines), model)
     except ValueError:  # not the Prometheus text format
         return None

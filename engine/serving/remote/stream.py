@@ -13,9 +13,14 @@ from dataclasses import dataclass
 import httpx
 
 from ...untrusted import parse_json, scrub
+from .bounded import KiB, MiB, TooMuch, read_body, read_lines
 
 FINISH_REASONS = ("stop", "length", "abort")
 MAX_ERROR_CHARS = 300
+MAX_ERROR_BYTES = 64 * KiB     # of an error body (its message is cut at MAX_ERROR_CHARS anyway)
+MAX_LINE_BYTES = 1 * MiB       # one server-sent event's line (a chunk of a token or a few, with logprobs)
+MAX_CHARS_PER_TOKEN = 256      # more text than this per token asked for is not an answer to the request
+BYTES_PER_TOKEN = 64 * KiB     # a response's bytes: 1 MiB, plus this per token asked for
 
 
 class RemoteError(Exception):
@@ -44,24 +49,52 @@ def request(cfg, sub) -> tuple[str, dict]:
 
 
 async def stream(client: httpx.AsyncClient, cfg, sub) -> AsyncIterator[Chunk]:
-    """The server's chunks, in order; RemoteError if it refuses, reports an error, or ends the stream
-    before the request finished. httpx's own errors (connect, timeout, dropped connection) pass through."""
+    """The server's chunks, in order; RemoteError if it refuses, reports an error, ends the stream before
+    the request finished, or sends more than the request asked for (TooMuch: more pieces of text than
+    max_tokens, more text than they can hold, an over-long line or response). httpx's own errors
+    (connect, timeout, dropped connection) pass through."""
     path, body = request(cfg, sub)
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {}
     async with client.stream("POST", cfg.remote + path, json=body, headers=headers) as resp:
         if resp.status_code != 200:
-            raise RemoteError(f"HTTP {resp.status_code}: {_error_text(await resp.aread())}")
-        finished = False
-        async for line in resp.aiter_lines():
+            raise RemoteError(f"HTTP {resp.status_code}: {await _error_body(resp)}")
+        finished, answer = False, _Answer(sub.params.max_tokens)
+        lines = read_lines(resp, MAX_LINE_BYTES, MiB + sub.params.max_tokens * BYTES_PER_TOKEN, "the stream")
+        async for line in lines:
             data = line[5:].strip() if line.startswith("data:") else None
             if data == "[DONE]":
                 break
             if data:
-                chunk = _chunk(data)
+                chunk = answer.check(_chunk(data))
                 finished = finished or chunk.finish_reason is not None
                 yield chunk
         if not finished:
             raise RemoteError("the server ended the stream before the request finished")
+
+
+class _Answer:
+    """What a request asked for, held against what the server streams."""
+
+    def __init__(self, max_tokens: int):
+        self.max_tokens, self.pieces, self.chars = max_tokens, 0, 0
+
+    def check(self, chunk: Chunk) -> Chunk:
+        if chunk.text:
+            self.pieces += 1
+            self.chars += len(chunk.text)
+            if self.pieces > self.max_tokens:
+                raise TooMuch(f"the server streamed more pieces of text than max_tokens={self.max_tokens}")
+            if self.chars > self.max_tokens * MAX_CHARS_PER_TOKEN:
+                raise TooMuch(f"the server streamed more text than max_tokens={self.max_tokens} can hold "
+                              f"({MAX_CHARS_PER_TOKEN} characters a token)")
+        return chunk
+
+
+async def _error_body(resp: httpx.Response) -> str:
+    try:
+        return _error_text(await read_body(resp, MAX_ERROR_BYTES, "its error body"))
+    except TooMuch as e:
+        return str(e)
 
 
 def _chunk(data: str) -> Chunk:
