@@ -77,7 +77,9 @@ class _Connection:
     async def serve(self) -> None:
         try:
             await self._send({"type": "hello", "status": self.src.status(), "cursor": self.cursor,
-                              "role": self.role, "room": self.svc.access.room})
+                              "role": self.role, "room": self.svc.access.room,
+                              # a viewer's own requests carry this tenant (nobody else's do)
+                              "tenant": None if self.client.presenter else self.svc.access.tenant_of(self.client.key)})
             tasks = [asyncio.create_task(self._receive_loop()), asyncio.create_task(self._send_loop())]
         except (TimeoutError, WebSocketDisconnect, RuntimeError, OSError):
             return

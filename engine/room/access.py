@@ -119,6 +119,12 @@ class Access:
             return None
         return pid
 
+    def tenant_of(self, key: str) -> str:
+        """A viewer's tenant as everyone sees it (events, recordings, a remote server's `user`): a label
+        that tells its requests apart from others' without its address or phone id, and that nobody
+        without this server's secret can trace back."""
+        return f"viewer {self._sign('tenant:' + key)[:8]}"
+
     def _sign(self, pid: str) -> str:
         return hmac.new(self.secret, pid.encode(), "sha256").hexdigest()[:32]
 

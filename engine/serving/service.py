@@ -18,7 +18,7 @@ from ..config import STRATEGIES, EngineConfig, resolve_device, weights_key
 from ..device_memory import GiB, check_kv_fits
 from ..event_hub import EventHub
 from ..events import PAUSED, RESUMED, RUN_STARTED, LanesEvent, StatusEvent
-from ..request import MAX_TENANT_CHARS, SamplingParams, check_priority_tenant
+from ..request import SamplingParams, check_priority_tenant
 from ..room.access import LOCAL, Access, Client
 from ..room.limits import ClientLimiter, ClientLimits
 from ..room.participants import Participants, clean_name
@@ -143,7 +143,8 @@ class EngineService:
         (checked by the engines themselves, so the limits are exact) and nothing is queued.
         A viewer `client` is held to the room's limits (LimitExceeded, a ValueError); it may not
         jump the queue (a priority below 0 is refused: NotPresenter), and its tenant is its client
-        key whatever it names, so it can neither pose as another tenant nor split itself into many.
+        key's label (Access.tenant_of: no address or phone id) whatever it names, so it can neither
+        pose as another tenant nor split itself into many.
         `name`: the participant's display name (plain text, see engine/room/participants.py); a named
         request counts toward the room's participants."""
         prompt, messages = checked_prompt(prompt, messages)
@@ -153,7 +154,7 @@ class EngineService:
         if priority < 0:
             self.access.require_presenter(client, "a priority better than 0")
         if not client.presenter:
-            tenant = client.key[:MAX_TENANT_CHARS]
+            tenant = self.access.tenant_of(client.key)
         params = params or SamplingParams()
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
