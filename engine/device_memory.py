@@ -66,14 +66,15 @@ def _libc():
 _LIBC = _libc()
 
 
-def check_kv_fits(nbytes: int, device: torch.device) -> None:
-    """Raise ValueError if a KV pool of nbytes would not fit in USABLE_SHARE of the free memory."""
+def check_kv_fits(nbytes: int, device: torch.device, what: str = "the KV pool",
+                  fix: str = "lower kv_cache_memory_gb or num_kv_blocks") -> None:
+    """Raise ValueError if a KV pool of nbytes would not fit in USABLE_SHARE of the free memory; the
+    message starts with `what` and ends with `fix` (the settings that size that pool)."""
     free = free_bytes(device)
     if free is None:
         return
     bound = int(free * USABLE_SHARE)
     if nbytes > bound:
         raise ValueError(
-            f"the KV pool would take {nbytes / GiB:.2f} GiB, but at most {bound / GiB:.2f} GiB can be used on "
-            f"{device.type} ({USABLE_SHARE:.0%} of the {free / GiB:.2f} GiB free now); lower kv_cache_memory_gb "
-            f"or num_kv_blocks")
+            f"{what} would take {nbytes / GiB:.2f} GiB, but at most {bound / GiB:.2f} GiB can be used on "
+            f"{device.type} ({USABLE_SHARE:.0%} of the {free / GiB:.2f} GiB free now); {fix}")

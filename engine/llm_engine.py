@@ -11,7 +11,7 @@ import torch
 from .config import EngineConfig, resolve_warmup
 from .cpu_share import CORES
 from .detokenizer import IncrementalDetokenizer, find_stop
-from .device_memory import GiB
+from .device_memory import GiB, check_kv_fits
 from .events import PADDING, StepEntry, StepEvent
 from .kv import KVCacheManager, KVPool
 from .kv.sizing import kv_block_bytes, num_kv_blocks
@@ -125,6 +125,8 @@ class LLMEngine:
         if n < 1:
             raise ValueError(f"EngineConfig.swap_space_gb={self.cfg.swap_space_gb} holds no KV block "
                              f"({per_block} bytes)")
+        check_kv_fits(n * per_block, torch.device("cpu"), f"EngineConfig.swap_space_gb={self.cfg.swap_space_gb:g}: "
+                      "the host pool", "lower swap_space_gb")
         return [KVPool(shape, n, self.cfg.block_size, self.runner.dtype, torch.device("cpu"))
                 for shape in self._kv_shapes()]
 

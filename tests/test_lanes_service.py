@@ -127,10 +127,20 @@ def test_socket_sets_lanes_and_filters_by_lane(svc, tiny_model_dirs):
             await ws.send(json.dumps({"cmd": "lanes", "lanes": {"x": {"block_size": 0}}}))
             err = await _reply(ws)
             assert err["type"] == "error" and "EngineConfig.block_size" in err["message"]
+            # a lane that fails to start: the command's own answer says which and why, once rolled back
+            await ws.send(json.dumps({"cmd": "lanes", "lanes": {
+                "chunked": {}, "bad": {"speculative": "draft", "speculative_model": "/usr"}}}))
+            err = await _reply(ws)
+            assert err["type"] == "error" and err["message"].startswith(
+                "lane 'bad' could not start: EngineConfig.speculative_model: model directory '/usr'"), err
+            await ws.send(json.dumps({"cmd": "configure", "changes": {"max_num_seqs": 4}}))
+            ok = await _reply(ws)
+            assert ok["type"] == "reply" and ok["settled"] is True
     with serve(create_app(svc)) as base:
         asyncio.run(asyncio.wait_for(main(f"ws://{base}/engine/ws"), 60))
-    assert svc.lanes["no chunking"].enable_chunked_prefill is False
+    assert svc.lanes["no chunking"].enable_chunked_prefill is False and svc.lanes["chunked"].max_num_seqs == 4
     wait_settled(svc)
+    svc.configure(max_num_seqs=8)
     svc.set_lanes({"block 4": svc.cfg, "block 16": dataclasses.replace(svc.cfg, block_size=16)})
     wait_settled(svc)
 
@@ -142,12 +152,14 @@ async def _reply(ws) -> dict:
             return m
 
 
-def test_a_lane_that_fails_to_load_can_be_fixed_or_removed(svc):
+def test_a_lane_that_fails_to_load_goes_and_the_same_name_can_start_or_be_removed(svc):
     good = dict(svc.lanes)
     svc.set_lanes({**good, "broken": {"model": "/nonexistent/model"}})
-    with pytest.raises(ValueError, match="not available"):
+    wait_settled(svc)
+    assert svc.lanes == good
+    with pytest.raises(ValueError, match="lane 'broken' is not running"):
         svc.submit([5], greedy(1), lanes=["broken"])
-    svc.set_lanes({**good, "broken": {}})  # reconfigured to settings that load
+    svc.set_lanes({**good, "broken": {}})  # settings that load
     wait_settled(svc)
     assert svc.submit([5, 6], greedy(2), lanes=["broken"])[0].result(30).finish_reason == "length"
     svc.set_lanes({**good, "broken2": {"model": "/nonexistent/model"}})
@@ -158,14 +170,47 @@ def test_a_lane_that_fails_to_load_can_be_fixed_or_removed(svc):
         assert w.engine is not None
 
 
-def test_a_failed_change_keeps_the_lanes_asked_for(svc):
+@pytest.mark.parametrize("lanes, why", [
+    ({"block 4": {"model": "/nonexistent/model"}, "added": {"max_num_seqs": 2}},
+     "lane 'block 4' could not start: EngineConfig.model: model '/nonexistent/model': no such directory"),
+    ({"block 4": {}, "block 16": {"block_size": 16}, "bad": {"speculative": "draft", "speculative_model": "/usr"}},
+     "lane 'bad' could not start: EngineConfig.speculative_model: model directory '/usr'"),
+    ({"block 4": {}, "block 16": {"block_size": 16}, "bad": {"preemption_mode": "swap", "swap_space_gb": 1024}},
+     "lane 'bad' could not start: EngineConfig.swap_space_gb=1024: the host pool would take"),
+])
+def test_a_lanes_change_that_cannot_start_is_rolled_back_whole_and_says_why(svc, lanes, why):
+    """The answer names the lane and the field; every lane is back as it was (a removed one restarted, a
+    new one gone), and a viewer's request that names no lane is served on all of them."""
+    from engine.room.access import Client
     before = dict(svc.lanes)
-    svc.set_lanes({"block 4": {"model": "/nonexistent/model"}, "added": {"max_num_seqs": 2}})
+    with pytest.raises(ValueError) as failed:
+        svc.set_lanes(lanes, wait_s=60)
+    assert str(failed.value).startswith(why), failed.value
     wait_settled(svc)
-    assert svc.lane_names == ["block 4", "added"]  # "block 16" stays removed, "added" stays
-    assert svc.lanes["block 4"] == before["block 4"] and svc.lanes["added"].max_num_seqs == 2
-    svc.set_lanes(before)
-    wait_settled(svc)
+    assert svc.lanes == before
+    handles = svc.submit([5, 6], greedy(3), client=Client("ip:10.0.0.9", presenter=False))
+    assert [h.lane for h in handles] == list(before) and all(h.result(30).finish_reason == "length" for h in handles)
+
+
+def test_a_lane_that_could_not_start_is_left_out_of_what_names_no_lane(tiny_model_dirs):
+    """At start there is nothing to roll back to: the lane stays, says why in the status, and a request
+    that names no lane goes to the others; one that names it is refused without the server's paths."""
+    from engine import EngineConfig
+    from engine.serving.service import EngineService
+    base = EngineConfig(model=str(tiny_model_dirs["llama"]), device="cpu", dtype="float32", block_size=4,
+                        num_kv_blocks=64, max_model_len=64)
+    svc = EngineService(base, lanes={"ok": {}, "bad": {"model": "/usr"}})
+    try:
+        svc.workers["ok"].wait_ready(60)
+        with pytest.raises(ValueError, match="EngineConfig.model"):
+            svc.workers["bad"].wait_ready(60)
+        assert "EngineConfig.model: model directory '/usr'" in svc.status()["engines"]["bad"]["error"]
+        handles = svc.submit([5, 6], greedy(2))
+        assert [h.lane for h in handles] == ["ok"] and handles[0].result(30).finish_reason == "length"
+        with pytest.raises(ValueError, match="lane 'bad' is not available: it could not start$"):
+            svc.submit([5, 6], greedy(2), lanes=["bad"])
+    finally:
+        svc.stop()
 
 
 def test_submissions_during_a_paused_reconfigure_do_not_wait_for_the_drain(svc):

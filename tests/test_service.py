@@ -10,7 +10,7 @@ from engine import SamplingParams
 from engine.events import RequestEvent
 from engine.serving.service import strategy_lanes
 from engine_helpers import greedy, mixed_prompts
-from service_helpers import assert_all_free, service_fixture
+from service_helpers import assert_all_free, service_fixture, wait_settled
 from tiny_models import reference_greedy
 
 
@@ -149,10 +149,11 @@ def test_scheduler_exception_restarts_engine(svc):
 
 def test_configure_loses_nothing(svc):
     hs = svc.submit([5] * 10, greedy(30))
-    cfg = svc.configure(block_size=8, max_num_seqs=4)
+    svc.configure(block_size=8, max_num_seqs=4)
     late = svc.submit([6] * 10, greedy(5))  # queued while the engines drain
     assert all(h.result(60).finish_reason == "length" for h in hs + late)
-    assert cfg.block_size == 8
+    wait_settled(svc)
+    assert svc.cfg.block_size == 8
     assert all(w.engine.cfg.block_size == 8 for w in svc.workers.values())
     with pytest.raises(ValueError, match="EngineConfig.block_size"):
         svc.configure(block_size=0)

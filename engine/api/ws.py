@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..events import FinishedEvent
+from ..serving.service import SETTLE_WAIT_S
 from ..room.access import PRESENTER_COOKIE, NotPresenter
 from ..untrusted import is_int
 from ..wire_json import dumps
@@ -207,11 +208,13 @@ class _Connection:
             svc.set_slow_motion(msg.get("interval_s"))
         elif cmd == "configure":
             changes = msg.get("changes") or {}
-            if not isinstance(changes, dict):
+            if not isinstance(changes, dict) or "wait_s" in changes:
                 raise ProtocolError("changes must be an object of EngineConfig fields")
-            await run_in_threadpool(svc.configure, lane_names(msg), **changes)
+            settled = await run_in_threadpool(lambda: svc.configure(lane_names(msg), SETTLE_WAIT_S, **changes))
+            return {"cmd": cmd, "status": self.src.status(), "role": self.role, "settled": settled}
         elif cmd == "lanes":
-            await run_in_threadpool(svc.set_lanes, lane_specs(msg.get("lanes")))
+            settled = await run_in_threadpool(svc.set_lanes, lane_specs(msg.get("lanes")), SETTLE_WAIT_S)
+            return {"cmd": cmd, "status": self.src.status(), "role": self.role, "settled": settled}
         elif cmd == "scenario":  # the n-th shipped scenario (1-9 on the presenter's keyboard): its lanes, its stream
             await run_in_threadpool(scenario_runner.start, svc, by_number(msg.get("number")), self.client)
         return {"cmd": cmd, "status": self.src.status(), "role": self.role}

@@ -36,9 +36,10 @@ _LOAD_LOCK = threading.Lock()
 class ModelRunner:
     """Loads a Hugging Face causal LM with Inflight's paged attention and runs it."""
 
-    def __init__(self, cfg: EngineConfig, progress=None, share: ModelRunner | None = None):
+    def __init__(self, cfg: EngineConfig, progress=None, share: ModelRunner | None = None, field: str = "model"):
         """share: a runner whose weights_key is the same; its weights are reused (read-only at
-        inference, so engines in several threads can share them)."""
+        inference, so engines in several threads can share them). field: the EngineConfig field that
+        named this model (a draft model's is speculative_model), which a failure to load names."""
         self.weights_key = weights_key(cfg)
         self.model_name, self.device, self.dtype, _, self.linear = self.weights_key
         if share is not None and share.weights_key == self.weights_key:
@@ -47,7 +48,7 @@ class ModelRunner:
             self.backend, self.backend_why = share.backend, share.backend_why
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         else:
-            self._load(cfg, progress)
+            self._load(cfg, progress, field)
         self.cuda_graphs = resolve_cuda_graphs(cfg.cuda_graphs, self.device, self.backend)
         self.hf_config = self.model.config
         self.kv_shape = kv_shape(self.hf_config)
@@ -58,9 +59,12 @@ class ModelRunner:
         self.pool: KVPool | None = None
         self.graphs: DecodeGraphs | None = None
 
-    def _load(self, cfg: EngineConfig, progress) -> None:
+    def _load(self, cfg: EngineConfig, progress, field: str) -> None:
         with _LOAD_LOCK:
-            self._load_locked(cfg, progress)
+            try:
+                self._load_locked(cfg, progress)
+            except (ValueError, OSError) as e:  # the field that named the model, first
+                raise ValueError(f"EngineConfig.{field}: {e}") from e
 
     def _load_locked(self, cfg: EngineConfig, progress) -> None:
         self.model_dir = resolve_model_dir(cfg.model, progress)

@@ -39,6 +39,9 @@ LaneConfig = EngineConfig | RemoteConfig
 # at least this long, so a presenter can talk over a handful of rows; a crowd runs at full speed
 AUTO_SLOW_MAX_RUNNING = 4
 AUTO_SLOW_INTERVAL_S = 0.4
+# how long a settings change's caller (the socket's configure and lanes, the pages) waits for it to take or
+# fail, so the answer names what failed; past it (lanes still drain their requests) it says "applying"
+SETTLE_WAIT_S = 30.0
 Lanes = dict[str, LaneConfig]
 
 
@@ -64,6 +67,9 @@ class EngineService:
         self.progress = progress or self._publish_progress
         self._t0 = time.perf_counter()
         self._lock = threading.RLock()
+        self._settled = threading.Condition(self._lock)  # notified when a change took or was rolled back
+        self._changes = 0  # settings changes applied so far
+        self._failure: tuple[int, str] | None = None  # (change, why) of the last change rolled back
         self._next_id = 0
         self.paused = threading.Event()
         self.min_interval_s = 0.0  # slow motion: each iteration lasts at least this long
@@ -239,10 +245,11 @@ class EngineService:
         return max(self.min_interval_s, AUTO_SLOW_INTERVAL_S if auto else 0.0)
 
     # ---- settings and lanes --------------------------------------------------------------------
-    def configure(self, lanes=None, **changes) -> EngineConfig:
+    def configure(self, lanes=None, wait_s: float = 0.0, **changes) -> bool:
         """Change settings (any EngineConfig field but strategy) on the given lanes (default: all
         local lanes and the base config new lanes start from; a remote lane's settings are its
-        server's). Returns the new base config."""
+        server's). If a lane cannot start with them, every lane goes back to what ran before.
+        wait_s, and what it returns: see settle()."""
         if "strategy" in changes:
             raise ValueError("a lane's strategy is part of the lane: change it with set_lanes")
         with self._lock:
@@ -254,25 +261,36 @@ class EngineService:
             names -= set(remote)
             new_base = dataclasses.replace(base, **changes) if lanes is None else base
             new_lanes = {n: dataclasses.replace(c, **changes) if n in names else c for n, c in target.items()}
-            self._apply(new_base, new_lanes)
+            change = self._apply(new_base, new_lanes)
         self._status("configured")
-        return new_base
+        return self.settle(change, wait_s)
 
-    def set_lanes(self, lanes: dict) -> None:
+    def set_lanes(self, lanes: dict, wait_s: float = 0.0) -> bool:
         """Run exactly these lanes (name -> an EngineConfig, or a dict of the fields that differ from
         the base config; or a RemoteConfig, or a dict with a "remote" URL), in display order: new ones
         start, changed ones drain and restart, removed ones drain and stop. Requests in flight always
-        finish."""
+        finish. If a lane cannot start, every lane goes back to what ran before. wait_s: see settle()."""
         with self._lock:
             base = self._target[0]
-            self._apply(base, _check_lanes(lanes, base))
+            change = self._apply(base, _check_lanes(lanes, base))
         self._publish_lanes()
+        return self.settle(change, wait_s)
+
+    def settle(self, change: int, wait_s: float) -> bool:
+        """Wait up to wait_s for settings change `change` to take (True) or to fail (ValueError, saying
+        which lane and field, once every lane is back on what ran before); False: still applying (lanes
+        drain their requests in flight first)."""
+        with self._settled:
+            done = self._settled.wait_for(lambda: not self._configuring or self._changes != change, wait_s)
+            if self._failure is not None and self._failure[0] == change:
+                raise ValueError(self._failure[1])
+            return done and self._changes == change
 
     def _publish_lanes(self) -> None:
         lanes = self._target[1]
         self.hub.publish(LanesEvent(lanes={n: lane_dict(c) for n, c in lanes.items()}))
 
-    def _apply(self, base: EngineConfig, lanes: Lanes) -> None:
+    def _apply(self, base: EngineConfig, lanes: Lanes) -> int:
         """Each engine stops admitting, finishes its in-flight requests, restarts with the new
         settings and then takes the requests that queued meanwhile: nothing is lost. The committed
         settings change once every engine runs the new ones; if one fails to start with them,
@@ -282,10 +300,13 @@ class EngineService:
             if getattr(c, "kv_cache_memory_gb", None) is not None and (w is None or w.cfg != c):
                 check_kv_fits(int(c.kv_cache_memory_gb * GiB), resolve_device(c.device))
         self._target = (base, lanes)
+        self._changes += 1
         workers = dict(self.workers)
         for name, c in lanes.items():  # new lanes first: they may share the weights of lanes going away
             if name not in workers:
                 workers[name] = self._new_worker(name, c)
+                if not c.is_remote:  # settled once it has loaded (_restarted)
+                    self._configuring.add(name)
         for name, w in list(workers.items()):
             if name not in lanes:  # off the screen: its requests end now, said why, and it stops computing
                 w.stop(reason=f"lane '{name}' was removed")
@@ -295,6 +316,7 @@ class EngineService:
         self.workers = {name: workers[name] for name in lanes}  # display order; one assignment
         if not self._configuring:
             self._commit()
+        return self._changes
 
     def _change(self, w, cfg: LaneConfig):
         """The worker that runs cfg in w's lane: w itself (reconfigured if need be), or, when w or cfg
@@ -312,17 +334,20 @@ class EngineService:
     def _commit(self) -> None:
         self._committed = self._target
         self.cfg = self._target[0]
+        self._settled.notify_all()
 
     def _before_step(self, lane: str) -> None:
         if self.step_fault is not None:
             self.step_fault(lane)
 
     def _restarted(self, worker: EngineWorker, error: Exception | None) -> None:
-        """A worker finished a reconfigure (error: it kept its old engine). Called from its thread."""
-        if self.workers.get(worker.lane) is not worker:
-            return  # a lane removed meanwhile: nothing to keep in step
+        """A worker loaded its first engine or finished a reconfigure (error: it has no engine, or kept
+        its old one). Called from its thread."""
         with self._lock:
+            if self.workers.get(worker.lane) is not worker:
+                return  # a lane removed meanwhile (or being built): nothing to keep in step
             if error is not None:
+                self._failure = (self._changes, f"lane '{worker.lane}' could not start: {error}")
                 self._roll_back()
             want = self._target[1].get(worker.lane)
             if want is not None and worker.cfg != want:
@@ -335,13 +360,25 @@ class EngineService:
             self._publish_lanes()
 
     def _roll_back(self) -> None:
-        """A lane could not start with the new settings: the lanes that ran before go back to what
-        they ran (the set of lanes stays as asked: new lanes keep their settings, removed ones stay
-        removed), and the base config to the committed one."""
-        old = self._committed[1]
-        lanes = {name: old.get(name, c) for name, c in self._target[1].items()}
-        self._target = (self._committed[0], lanes)
-        self.workers = {name: self._change(w, lanes[name]) for name, w in self.workers.items()}
+        """A lane could not start with the new settings: every lane goes back to what ran before (the
+        settings, and the set of lanes: a new lane stops, a removed one starts again), and the base
+        config to the committed one."""
+        base, old = self._committed
+        self._target = (base, old)
+        workers = dict(self.workers)
+        for name, w in workers.items():
+            if name not in old:
+                w.stop(reason=f"lane '{name}' could not start")
+                self._configuring.discard(name)
+        for name, c in old.items():
+            if name not in workers:
+                workers[name] = self._new_worker(name, c)
+                if not c.is_remote:
+                    self._configuring.add(name)
+            else:
+                workers[name] = self._change(workers[name], c)
+        self.workers = {name: workers[name] for name in old}
+        self._settled.notify_all()
 
     # ---- state ---------------------------------------------------------------------------------
     def status(self) -> dict:
@@ -382,9 +419,13 @@ class EngineService:
         self.hub.publish(StatusEvent(event=what, t=self.clock()))
 
     def _running(self, lanes) -> list[str]:
-        """The named lanes (default: all), each checked to be running."""
+        """The named lanes (default: all that run or are starting; a lane that could not start is
+        left out), each checked to be running."""
         if lanes is None:
-            return self.lane_names
+            names = [n for n, w in list(self.workers.items()) if w.load_error is None or w.engine is not None]
+            if not names:
+                raise ValueError("lanes: no lane is running (each one could not start; the status says why)")
+            return names
         if isinstance(lanes, str):
             lanes = [lanes]
         if not isinstance(lanes, (list, tuple)) or not all(isinstance(n, str) for n in lanes):

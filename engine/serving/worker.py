@@ -175,6 +175,7 @@ class EngineWorker(threading.Thread):
             self._ready.set()
         self._publish(StatusEvent(event="ready" if self.load_error is None else "load_error",
                                   error=None if self.load_error is None else str(self.load_error)))
+        self.host.restarted(self, self.load_error)
         while not self._halt.is_set():
             self._run_commands()
             if self.engine is None:  # failed to load: only a reconfigure or a stop can help
@@ -292,8 +293,8 @@ class EngineWorker(threading.Thread):
 
     # ---- submissions -------------------------------------------------------------------------
     def _add(self, handle: RequestHandle, sub: Submission) -> None:
-        if self.engine is None:
-            handle.reject(f"lane '{self.lane}' is not available: {self.load_error}")
+        if self.engine is None:  # why is the presenter's to read (status): it may name server paths
+            handle.reject(f"lane '{self.lane}' is not available: it could not start")
             return
         if self._pending_cfg is not None:
             # Queued until the lane restarts. Accepted now, so that no caller waits on a drain that

@@ -14,6 +14,7 @@ import streamlit as st
 
 from engine.config import MAX_MODEL_NAME_CHARS, MAX_SPECULATIVE_TOKENS, PREEMPTION_MODES, SPECULATIVE, STRATEGIES
 from engine.serving.lanes import check_lane_name
+from engine.serving.service import SETTLE_WAIT_S
 from engine.workshop.scenarios.catalog import by_title, running_scenario, shipped
 
 
@@ -138,9 +139,10 @@ def _apply_lanes(svc, edited: list[tuple[str, dict]]) -> None:
         names = [check_lane_name(name) for name, _ in edited]
         if len(set(names)) < len(names):
             raise ValueError("give each lane its own name")
-        svc.set_lanes(dict(edited))
-        st.toast("Applying: lanes finish their in-flight requests, then restart.")
-    except ValueError as e:
+        with st.spinner("Starting the lanes…"):
+            settled = svc.set_lanes(dict(edited), wait_s=SETTLE_WAIT_S)
+        st.toast("Lanes running." if settled else "Applying: lanes finish their in-flight requests, then restart.")
+    except ValueError as e:  # a lane that could not start: every lane is back as it was
         st.error(str(e))
 
 

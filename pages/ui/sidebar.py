@@ -5,7 +5,7 @@ import streamlit as st
 
 from engine.config import DEFAULT_MODEL, MAX_SLO_S
 from engine.serving.lanes import lane_headers
-from engine.serving.service import AUTO_SLOW_INTERVAL_S, AUTO_SLOW_MAX_RUNNING
+from engine.serving.service import AUTO_SLOW_INTERVAL_S, AUTO_SLOW_MAX_RUNNING, SETTLE_WAIT_S
 
 from .compare import compare_control
 
@@ -85,9 +85,10 @@ def engine_settings(svc) -> None:
             changes = {k: v for k, v in changes.items() if getattr(cfg, k) != v}
             if changes:
                 try:
-                    svc.configure(**changes)
-                    st.toast("Applying: engines finish their in-flight requests, then restart.")
-                except ValueError as e:
+                    with st.spinner("Restarting the engines…"):
+                        settled = svc.configure(wait_s=SETTLE_WAIT_S, **changes)
+                    st.toast("Applied." if settled else "Applying: engines finish their in-flight requests, then restart.")
+                except ValueError as e:  # an engine that could not start: every lane is back as it was
                     st.error(str(e))
 
 
