@@ -12,6 +12,7 @@ import uvicorn
 
 from engine import EngineConfig
 from engine.api.server import create_app
+from engine.api.ws import PING_S
 from engine.bench.app_process import free_port  # noqa: F401 - the tests take it from here
 from engine.serving.service import EngineService, get_service, shutdown_service
 
@@ -92,7 +93,8 @@ def assert_all_free(svc: EngineService) -> None:
 def serve(asgi_app):
     """Run an ASGI app on 127.0.0.1:<free port> in a thread; yields the base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(asgi_app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(asgi_app, host="127.0.0.1", port=port, log_level="warning",
+                                           ws_ping_interval=PING_S, ws_ping_timeout=PING_S))  # as the app's
     t = threading.Thread(target=server.run, daemon=True)
     t.start()
     deadline = time.monotonic() + 20

@@ -310,6 +310,32 @@ def test_streamlit_refuses_large_frames_and_uploads_before_buffering():
     cfg = tomllib.loads((Path(__file__).resolve().parents[1] / ".streamlit" / "config.toml").read_text())
     assert cfg["server"]["maxMessageSize"] <= 2  # MB; Streamlit's default (200) buffered 200 MB frames
     assert cfg["server"]["maxUploadSize"] <= 16  # MB; a recording is bounded again once decompressed
+    assert cfg["server"]["websocketPingInterval"] == ws_module.PING_S  # a stalled reader is noticed
+
+
+def test_a_reader_that_stops_while_little_is_sent_is_dropped_by_an_unanswered_ping(base, svc):
+    """Under every byte bound (the kernels hold what it did not read), a socket that never reads never
+    answers the server's ping: it is closed within 2 * PING_S, and its requests aborted."""
+    svc.pause()
+    stuck = _never_reading_client(base)
+    port = stuck.getsockname()[1]
+    try:
+        stuck.sendall(_client_frame(json.dumps({"cmd": "submit", "prompt": [5] * 4, "tag": "quiet",
+                                                "params": {"max_tokens": 5}})))
+        t0 = time.monotonic()
+        while not _tagged(svc, "quiet") and time.monotonic() - t0 < 10:
+            time.sleep(0.05)
+        assert _server_side_of(port), "the client should be connected while it may still answer"
+        deadline = t0 + 2 * ws_module.PING_S + 5
+        while _server_side_of(port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _server_side_of(port), "a reader that never answers a ping is still connected"
+        ended = {item.request_id: item.finish_reason for _, item in svc.hub.read(0, limit=10**6).events
+                 if isinstance(item, FinishedEvent)}
+        assert all(ended.get(r) == "abort" for r in _tagged(svc, "quiet"))
+    finally:
+        stuck.close()
+        svc.resume()
 
 
 def test_room_mode_shows_no_traceback_on_any_page():
@@ -469,3 +495,54 @@ def test_api_refuses_a_rebound_host_on_loopback(tiny_model_dirs):
             assert httpx.get(f"http://{b}/v1/models").status_code == 200
     finally:
         s.stop()
+
+
+def test_a_viewer_replaying_the_ring_in_a_loop_gets_a_bounded_number_of_bytes(base, svc):
+    """Each re-subscribe from the ring's oldest event replays it; a viewer's replays draw on a byte budget
+    (engine/room/replays.py), and past it the rest of each replay is skipped (said in `skipped`)."""
+    from engine.room.replays import ReplayBudget
+    while svc.hub.head < svc.hub.capacity:  # a full ring to replay
+        for h in svc.submit([6] * 30, greedy(60)):
+            h.result(30)
+    burst, rate = 300_000, 100_000
+    saved, svc.replays = svc.replays, ReplayBudget(burst, rate)
+
+    async def viewer():
+        got, skipped = 0, 0
+        async with websockets.connect(f"ws://{base}/engine/ws") as ws:
+            await ws.recv()
+            t0 = time.monotonic()
+            for i in range(20):
+                await ws.send(json.dumps({"cmd": "subscribe", "from_seq": "oldest", "ref": i}))
+                deadline = time.monotonic() + 0.3
+                while time.monotonic() < deadline:
+                    try:
+                        msg = json.loads(await asyncio.wait_for(ws.recv(), 0.1))
+                    except TimeoutError:
+                        continue
+                    if msg["type"] == "events":
+                        got += sum(len(json.dumps(e)) for e in msg["events"])
+                        skipped += msg["skipped"]
+            return got, skipped, time.monotonic() - t0
+    try:
+        got, skipped, elapsed = run(viewer())
+    finally:
+        svc.replays = saved
+    one_ring = len(str([e for _, e in svc.hub.read(0).events]))
+    assert one_ring > 3 * burst  # without the budget it would have had 20 rings
+    assert got <= burst + rate * elapsed + 20 * 64_000, (got, one_ring)  # + one message's overdraw each time
+    assert skipped > 0
+
+
+def test_the_replay_budget_refills_at_its_rate_per_client():
+    from engine.room.replays import ReplayBudget
+    now = [0.0]
+    budget = ReplayBudget(1000, 100, clock=lambda: now[0])
+    assert budget.spend("a", 900) and budget.spend("a", 500) and not budget.spend("a", 1)  # one overdraw
+    assert budget.spend("b", 10)  # another client has its own
+    now[0] = 3.0  # -400 + 300: still in debt
+    assert not budget.spend("a", 1)
+    now[0] = 5.0
+    assert budget.spend("a", 50)
+    now[0] = 100.0
+    assert budget._refilled("a") == 1000  # never more than the burst

@@ -43,6 +43,11 @@ MAX_EVENTS_PER_MESSAGE = 512
 # wait in the ring, and it is told how many it missed when it reads again.
 SEND_TIMEOUT_S = 10.0
 MAX_QUEUED_BYTES = 1 << 20
+# A client that stops reading while little is sent holds no backlog here (the kernels buffer it), so the
+# server pings every socket this often and closes one that has not answered within as long (uvicorn's
+# ws_ping_interval and ws_ping_timeout; Streamlit's server.websocketPingInterval sets both): a browser's
+# socket answers even from a background tab, a stalled reader is gone within 2 * PING_S.
+PING_S = 5
 POLICY_VIOLATION = 1008
 SOURCE_CHANGED = 1012  # "service restart": the client reconnects
 REPLAY_COMMANDS = ("auth", "subscribe", "status", "pause", "resume")  # what a replay answers
@@ -74,6 +79,7 @@ class _Connection:
         self.mine: dict[int, set[str]] = {}  # this client's unfinished requests -> lanes; aborted if it leaves
         self.transport = socket_backlog.find_transport(ws._send)  # None: backlog not measured
         self.stalled = False  # dropped for not reading: the connection is aborted, not closed
+        self.replay_end: int | None = None  # a viewer's replay from the ring's past runs up to here
 
     async def serve(self) -> None:
         try:
@@ -148,11 +154,24 @@ class _Connection:
         batch = self.hub.read(self.cursor, limit=MAX_EVENTS_PER_MESSAGE)
         if not batch.events:
             return
-        self.cursor = batch.cursor
         events = [v for _, item in batch.events if (v := self.sub.view(item)) is not None]
+        if self._over_replay_budget(batch.events[0][0], events):
+            skipped, first = self.replay_end - batch.events[0][0] + batch.skipped, batch.events[0][0]
+            self.cursor, self.replay_end = self.replay_end, None
+            await self._send(events_message(first, self.cursor - 1, skipped, []))
+            return
+        self.cursor = batch.cursor
         self._forget_finished(batch.events)
         if events or batch.skipped:
             await self._send(events_message(batch.events[0][0], batch.events[-1][0], batch.skipped, events))
+
+    def _over_replay_budget(self, first_seq: int, events: list[str]) -> bool:
+        """Whether these events replay the ring's past past this viewer's budget (engine/room/replays.py):
+        then the rest of its replay is skipped, and it is told how many events it missed."""
+        if self.replay_end is None or first_seq >= self.replay_end:
+            self.replay_end = None
+            return False
+        return not self.svc.replays.spend(self.client.key, sum(map(len, events)))
 
     def _forget_finished(self, events) -> None:
         for _, event in events:
@@ -191,6 +210,7 @@ class _Connection:
             from_seq = self.sub.update(msg)
             if from_seq is not None:  # the hub skips what it no longer has; nothing is past its head
                 self.cursor = 0 if from_seq == "oldest" else min(from_seq, self.hub.head)
+                self.replay_end = None if self.client.presenter else self.hub.head
             return {"cmd": cmd, "cursor": self.cursor}
         if cmd == "submit":
             return await self._submit(msg)

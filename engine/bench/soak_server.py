@@ -23,6 +23,7 @@ from types import SimpleNamespace
 import uvicorn
 
 from ..api.server import create_app
+from ..api.ws import PING_S
 from ..config import EngineConfig
 from ..room.access import Access
 from ..serving.remote.config import RemoteConfig
@@ -128,6 +129,7 @@ def main(argv=None) -> None:
     print("soak server ready", flush=True)
     try:
         uvicorn.run(create_app(svc), host="127.0.0.1", port=args.port, log_level="warning",
+                    ws_ping_interval=PING_S, ws_ping_timeout=PING_S,
                     ws_max_size=WS_MAX_BYTES)
     finally:
         svc.stop()

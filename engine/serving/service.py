@@ -22,6 +22,7 @@ from ..request import SamplingParams, check_priority_tenant
 from ..room.access import LOCAL, Access, Client
 from ..room.limits import ClientLimiter, ClientLimits
 from ..room.participants import Participants, clean_name
+from ..room.replays import ReplayBudget
 from ..telemetry.gpu_monitor import start_gpu_monitor
 from ..telemetry.prometheus import ServiceMetrics
 from ..untrusted import shown
@@ -59,6 +60,7 @@ class EngineService:
         self._configuring: set[str] = set()
         self.access = access or Access.from_env()
         self.limiter = ClientLimiter(limits or ClientLimits.from_env())
+        self.replays = ReplayBudget()  # what a viewer may have the socket send again (engine/room/replays.py)
         self.participants = Participants()  # who joined through /join
         self.step_fault = None  # chaos testing: called before each step with the lane; may raise
         self.hub = EventHub(hub_capacity)
