@@ -80,6 +80,7 @@ class _Connection:
         self.transport = socket_backlog.find_transport(ws._send)  # None: backlog not measured
         self.stalled = False  # dropped for not reading: the connection is aborted, not closed
         self.replay_end: int | None = None  # a viewer's replay from the ring's past runs up to here
+        self.answering = 0  # commands being run: the socket stays open until each has its answer
 
     async def serve(self) -> None:
         try:
@@ -128,7 +129,8 @@ class _Connection:
         period, stalled_since = 1 / MAX_RATE_HZ, None
         try:
             while True:
-                if source(self.svc) is not self.src or self.src.hub is not self.hub:
+                changed = source(self.svc) is not self.src or self.src.hub is not self.hub
+                if changed and not self.answering:  # (lanes and configure wait for engines that load)
                     await self.ws.close(code=SOURCE_CHANGED)
                     return
                 if self._backlogged():
@@ -183,6 +185,7 @@ class _Connection:
 
     async def _handle(self, text: str) -> None:
         ref = None
+        self.answering += 1
         try:
             msg = parse_command(text)
             ref = msg.get("ref")
@@ -193,6 +196,8 @@ class _Connection:
         except Exception as e:  # noqa: BLE001 - one bad command must not end the connection
             log.exception("websocket command failed")
             await self._send({"type": "error", "ref": ref, "message": f"internal error: {e}"})
+        finally:
+            self.answering -= 1
 
     async def _run(self, msg: dict) -> dict:
         cmd, svc = msg["cmd"], self.svc

@@ -195,10 +195,11 @@ def run_soak(minutes: float, model: str | None = None, rate: float = 0.7, seed: 
              fault_rate: float = 0.002, max_tokens: tuple = (8, 48), config_every_s: float | None = None,
              num_kv_blocks: int | None = None, log_path: str = os.devnull, port: int | None = None,
              fuzz_every_s: float | None = 1.0, uploads_every_s: float | None = 5.0, split_lane: bool = False,
-             hostile_lane: bool = False) -> dict:
+             hostile_lane: bool = False, heap_report: str | None = None, heap_every_s: float = 60.0) -> dict:
     """fuzz_every_s / uploads_every_s: mean seconds between fuzzed inputs / fuzzed recording uploads
     (None: none); split_lane: a disaggregated lane beside the continuous and static ones; hostile_lane: a
-    remote lane whose server misbehaves in every way in turn (engine/bench/hostile_remote.py)."""
+    remote lane whose server misbehaves in every way in turn (engine/bench/hostile_remote.py); heap_report:
+    where the server writes its Python heap's growth every heap_every_s (engine/bench/heap_watch.py)."""
     port = port or free_port()
     token = secrets.token_urlsafe(18)
     seconds = minutes * 60
@@ -207,7 +208,8 @@ def run_soak(minutes: float, model: str | None = None, rate: float = 0.7, seed: 
         uploads = dict(uploads_every=uploads_every_s, uploads_report=report) if uploads_every_s else {}
         with hostile_server(hostile_lane, log) as hostile_url, \
                 soak_server(model, port, token, fault_rate, log, num_kv_blocks=num_kv_blocks, split_lane=split_lane,
-                            hostile_url=hostile_url, **uploads) as proc:
+                            hostile_url=hostile_url, heap_report=heap_report,
+                            heap_every=heap_every_s if heap_report else None, **uploads) as proc:
             result = asyncio.run(drive(f"127.0.0.1:{port}", token, proc.pid, seconds, rate, seed, max_tokens,
                                        config_every_s or max(5.0, seconds / 8), fuzz_every_s))
         if report.exists():
@@ -230,13 +232,15 @@ def main(argv=None) -> int:
     ap.add_argument("--split-lane", action="store_true", help="a disaggregated lane beside the other two")
     ap.add_argument("--hostile-lane", action="store_true",
                     help="a remote lane whose server misbehaves in every way in turn (it must cost bounded memory)")
+    ap.add_argument("--heap-report", default=None,
+                    help="the server writes tracemalloc's view of its Python heap here, every minute (JSON)")
     ap.add_argument("--json", default=None, help="write the full result here")
     ap.add_argument("--log", default=os.devnull, help="the server's log")
     args = ap.parse_args(argv)
     lo, hi = (int(x) for x in args.max_tokens.split(","))
     r = run_soak(args.minutes, args.model, args.rate, args.seed, args.fault_rate, (lo, hi), log_path=args.log,
                  fuzz_every_s=args.fuzz_every or None, uploads_every_s=args.uploads_every or None,
-                 split_lane=args.split_lane, hostile_lane=args.hostile_lane)
+                 split_lane=args.split_lane, hostile_lane=args.hostile_lane, heap_report=args.heap_report)
     print(table(r))
     print(f"RSS MB over time (s, MB): {r['rss_samples'][:: max(1, len(r['rss_samples']) // 12)]}")
     print(f"malformed frames answered {r['malformed_answered']}/{r['malformed_sent']}, viewer controls refused "

@@ -30,6 +30,7 @@ from ..serving.remote.config import RemoteConfig
 from ..serving.service import EngineService, strategy_lanes
 from ..workshop.recording import SHIPPED, play_file, stop_replay
 from . import fuzz
+from .heap_watch import HeapWatch
 from .hostile_remote import LANE as HOSTILE_LANE
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,12 @@ def main(argv=None) -> None:
                     help=f"a remote lane '{HOSTILE_LANE}' served there (engine/bench/hostile_remote.py's mixed mode)")
     ap.add_argument("--uploads-every", type=float, default=0.0, help="seconds between fuzzed uploads (0: none)")
     ap.add_argument("--uploads-report", default=None, help="write the upload counts here on exit (JSON)")
+    ap.add_argument("--heap-report", default=None,
+                    help="write tracemalloc's view of the Python heap here every --heap-every seconds (JSON)")
+    ap.add_argument("--heap-every", type=float, default=60.0)
     args = ap.parse_args(argv)
+    if args.heap_report:
+        HeapWatch(args.heap_report, args.heap_every, baseline_after_s=args.heap_every).start()
     svc = build_service(args.model, args.token, args.api_key, args.fault_rate, args.device, args.split_lane,
                         args.hostile_url, max_model_len=args.max_model_len, num_kv_blocks=args.num_kv_blocks)
     uploads = Uploads(args.uploads_every, args.uploads_report) if args.uploads_every > 0 and args.uploads_report \
