@@ -47,9 +47,9 @@ class LLMEngine:
                                 max(self.cfg.max_num_seqs, self.cfg.static_batch_size), self.max_model_len)
         if self.drafter:
             self.drafter.allocate_kv(num_blocks, self.cfg.block_size)
+        self.host_pools = self._host_pools()  # (before the warm-up: a pool that does not fit says so first)
         self.warmup = self._warm_up(on_warmup)
         self.kernel_compiles = 0  # kernel variants compiled by this engine's steps (after its warm-up)
-        self.host_pools = self._host_pools()
         # swap preemption's copies so far, per direction (engine/kv/transfer.py)
         self.moved = {SWAP_OUT: Transfer(), SWAP_IN: Transfer(), HANDOFF: Transfer()}
         # A disaggregated lane's halves (engine/disaggregated.py). The prefill half hands every request on

@@ -88,3 +88,43 @@ def test_a_hostile_metrics_reply_is_bounded_and_impossible_gauges_are_unknown(sv
               if isinstance(e, RemoteMetricsEvent) and e.lane == "remote"]
     assert gauges == ([(None, None, None)] * len(gauges) if mode == "bad-gauges" else [])
     assert mode != "bad-gauges" or gauges
+
+
+def test_lines_are_read_whole_wherever_the_chunks_split_them_and_bounded():
+    """bounded.read_lines on random lines (LF, CRLF or a lone CR, as server-sent events may end them; the
+    last maybe unended) cut into random chunks gives back exactly the lines; past a bound, TooMuch."""
+    import asyncio
+    import random
+
+    from engine.serving.remote.bounded import TooMuch, read_lines
+
+    class Body:
+        def __init__(self, chunks):
+            self.chunks = chunks
+
+        async def aiter_bytes(self):
+            for c in self.chunks:
+                yield c
+
+    def read(data: bytes, cuts: int, max_line=64, max_total=1 << 20) -> list[str]:
+        at = sorted(rng.sample(range(1, len(data)), min(cuts, len(data) - 1))) if len(data) > 1 else []
+        chunks = [data[a:b] for a, b in zip([0] + at, at + [len(data)])]
+
+        async def go():
+            return [line async for line in read_lines(Body(chunks), max_line, max_total, "the stream")]
+        return asyncio.run(go())
+
+    rng = random.Random(0)
+    for _ in range(500):
+        lines = ["".join(rng.choice("ab é") for _ in range(rng.randint(0, 8))) for _ in range(rng.randint(1, 6))]
+        ends = [rng.choice(["\n", "\r\n", "\r"]) for _ in lines]
+        for i in range(len(lines) - 1):  # a CR and then an empty line's LF would read as one CRLF
+            if ends[i] == "\r" and not lines[i + 1]:
+                lines[i + 1] = "c"
+        tail = rng.choice(["", "tail"])
+        data = ("".join(line + end for line, end in zip(lines, ends)) + tail).encode()
+        assert read(data, rng.randint(0, 12)) == lines + ([tail] if tail else [])
+    with pytest.raises(TooMuch, match="the stream has a line over 64 bytes"):
+        read(b"x" * 200 + b"\n", 5)
+    with pytest.raises(TooMuch, match="the stream is over 1000 bytes"):
+        read(b"ab\n" * 1000, 5, max_total=1000)

@@ -42,7 +42,8 @@ class ModelRunner:
         named this model (a draft model's is speculative_model), which a failure to load names."""
         self.weights_key = weights_key(cfg)
         self.model_name, self.device, self.dtype, _, self.linear = self.weights_key
-        if share is not None and share.weights_key == self.weights_key:
+        if share is not None and share.weights_key == self.weights_key and \
+                cfg.attention_backend in ("auto", share.backend):  # (auto may have fallen back to torch)
             # Weights are shared; the tokenizer is not (fast tokenizers dislike concurrent use).
             self.model_dir, self.model = share.model_dir, share.model
             self.backend, self.backend_why = share.backend, share.backend_why
@@ -87,10 +88,14 @@ class ModelRunner:
         cannot serve this model on this device (a head size they do not take, a failed compile)."""
         backend, why = attention_choice(cfg.attention_backend, self.device)
         if cfg.attention_backend == "auto" and backend == "triton":
-            from .triton_attention import cannot_run  # imports triton only where it can run
             shape = kv_shape(hf_config)
-            problem = cannot_run(hf_config.num_attention_heads, shape.kv_heads, shape.head_dim, self.dtype,
-                                 self.device)
+            try:
+                from .triton_attention import cannot_run  # imports triton only where it can run
+            except Exception as e:  # noqa: BLE001 - a Triton that does not import: the reference
+                problem = f"Triton could not be imported ({type(e).__name__}: {str(e)[:200]})"
+            else:
+                problem = cannot_run(hf_config.num_attention_heads, shape.kv_heads, shape.head_dim, self.dtype,
+                                     self.device)
             if problem:
                 log.warning("%s: attention falls back to the PyTorch reference: %s", cfg.model, problem)
                 return "torch", f"auto: the PyTorch reference, {problem}"

@@ -83,8 +83,9 @@ class EngineService:
                              paused=self.paused.is_set, pace_s=self.pace_s, before_step=self._before_step,
                              engine_on=self.engine_on, restarted=self._restarted)  # all a worker may use
         self.workers: dict[str, EngineWorker] = {}  # replaced whole, never changed in place
-        for name, lane_cfg in lanes.items():
-            self.workers = {**self.workers, name: self._new_worker(name, lane_cfg)}
+        with self._lock:  # a lane that fails at once waits for the others to be here (_restarted)
+            for name, lane_cfg in lanes.items():
+                self.workers = {**self.workers, name: self._new_worker(name, lane_cfg)}
         self.gpu_monitor = self._gpu_monitor()
 
     # ---- clock and lifecycle -----------------------------------------------------------------
@@ -256,7 +257,7 @@ class EngineService:
             raise ValueError("a lane's strategy is part of the lane: change it with set_lanes")
         with self._lock:
             base, target = self._target
-            names = set(self._running(lanes))
+            names = set(self.lane_names if lanes is None else self._running(lanes))  # a failed lane too
             remote = [n for n in names if target[n].is_remote]
             if lanes is not None and remote:
                 raise ValueError(f"lane {remote[0]!r} is a remote server: its settings are the server's")
@@ -331,7 +332,10 @@ class EngineService:
             return w
         w.stop(drain=True)
         self._configuring.discard(w.lane)
-        return self._new_worker(w.lane, cfg)
+        new = self._new_worker(w.lane, cfg)
+        if not cfg.is_remote:  # settled once it has loaded
+            self._configuring.add(w.lane)
+        return new
 
     def _commit(self) -> None:
         self._committed = self._target
@@ -342,20 +346,25 @@ class EngineService:
         if self.step_fault is not None:
             self.step_fault(lane)
 
-    def _restarted(self, worker: EngineWorker, error: Exception | None) -> None:
-        """A worker loaded its first engine or finished a reconfigure (error: it has no engine, or kept
-        its old one). Called from its thread."""
+    def _restarted(self, worker: EngineWorker, tried: EngineConfig, error: Exception | None) -> None:
+        """A worker loaded its first engine or finished a reconfigure to `tried` (error: it has no engine,
+        or kept its old one). Called from its thread. Only a failure of the settings the last change asked
+        for rolls the lanes back; one of settings since withdrawn, or of those that ran before (nothing to
+        go back to), leaves that lane as it is."""
         with self._lock:
             if self.workers.get(worker.lane) is not worker:
-                return  # a lane removed meanwhile (or being built): nothing to keep in step
-            if error is not None:
-                self._failure = (self._changes, f"lane '{worker.lane}' could not start: {error}")
-                self._roll_back()
+                return  # a lane removed or replaced meanwhile: nothing to keep in step
             want = self._target[1].get(worker.lane)
-            if want is not None and worker.cfg != want:
-                worker.reconfigure(want)   # ran settings that were since withdrawn
+            if error is not None and tried == want and want != self._committed[1].get(worker.lane):
+                self._failure = (self._changes, f"lane '{worker.lane}' could not start: {error}")
+                self._roll_back()  # (which asks this worker for what it ran before, if it must)
+                if self.workers.get(worker.lane) is worker and worker.cfg == self._target[1].get(worker.lane):
+                    self._configuring.discard(worker.lane)  # it kept what ran before
+            elif want is not None and worker.cfg != want and tried != want:
+                worker.reconfigure(want)  # ran settings that were since withdrawn
                 return
-            self._configuring.discard(worker.lane)
+            else:
+                self._configuring.discard(worker.lane)
             if not self._configuring:
                 self._commit()
         if error is not None:

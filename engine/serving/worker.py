@@ -175,7 +175,7 @@ class EngineWorker(threading.Thread):
             self._ready.set()
         self._publish(StatusEvent(event="ready" if self.load_error is None else "load_error",
                                   error=None if self.load_error is None else str(self.load_error)))
-        self.host.restarted(self, self.load_error)
+        self.host.restarted(self, self.cfg, self.load_error)
         while not self._halt.is_set():
             self._run_commands()
             if self.engine is None:  # failed to load: only a reconfigure or a stop can help
@@ -199,8 +199,11 @@ class EngineWorker(threading.Thread):
 
     def _build(self, cfg: EngineConfig) -> LLMEngine:
         with _BUILD_LOCK:  # model loading is not thread-safe (transformers initialises on the meta device)
-            engine = build_engine(cfg, progress=self.host.progress, clock=self.host.clock, share_weights_with=self._share,
-                                  on_warmup=self._warming)
+            try:
+                engine = build_engine(cfg, progress=self.host.progress, clock=self.host.clock,
+                                      share_weights_with=self._share, on_warmup=self._warming)
+            finally:
+                self.warming = None  # done, or failed part way
             self.roofline = engine_roofline(engine)  # under the lock: no other load disturbs a first measurement
         CORES.resting(self)  # a new engine computes nothing yet (and one on a GPU never takes CPU cores)
         return engine
@@ -393,7 +396,7 @@ class EngineWorker(threading.Thread):
         finally:
             self._share = None  # the old engine's last reference: its KV pool goes now
         release_freed_memory()  # and back to the system (trimmed before this point it would stay)
-        self.host.restarted(self, error)
+        self.host.restarted(self, cfg, error)
         deferred, self._deferred = self._deferred, []
         for args in deferred:
             self._add(*args)

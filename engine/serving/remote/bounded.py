@@ -9,6 +9,7 @@ poll's.)
 """
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 
 import httpx
@@ -31,26 +32,30 @@ async def read_body(resp: httpx.Response, limit: int, what: str) -> bytes:
 
 
 async def read_lines(resp: httpx.Response, max_line: int, max_total: int, what: str) -> AsyncIterator[str]:
-    """The body's lines (decoded as UTF-8, bad bytes replaced, without their line end), or TooMuch once a
-    line passes `max_line` bytes or the body `max_total` (reading stops there)."""
-    buf, total, seen = bytearray(), 0, 0  # seen: bytes of buf already searched for a newline
+    """The body's lines (ended by LF, CRLF or a lone CR, as server-sent events may be; decoded as UTF-8,
+    bad bytes replaced), or TooMuch once a line passes `max_line` bytes or the body `max_total` (reading
+    stops there)."""
+    buf, total, seen = bytearray(), 0, 0  # seen: bytes of buf already searched for a line end
     async for chunk in resp.aiter_bytes():
         total += len(chunk)
         if total > max_total:
             raise TooMuch(f"{what} is over {_size(max_total)}")
         buf += chunk
-        while (end := buf.find(b"\n", seen)) >= 0:
-            if end > max_line:
-                break
-            line = bytes(buf[:end])
-            del buf[:end + 1]
+        while (end := _LINE_END.search(buf, seen)) is not None and end.start() <= max_line:
+            if end.group() == b"\r" and end.end() == len(buf):
+                break  # a CR last: its LF may come with the next chunk
+            line = bytes(buf[:end.start()])
+            del buf[:end.end()]
             seen = 0
-            yield line.decode("utf-8", "replace").rstrip("\r")
-        if len(buf) > max_line:
+            yield line.decode("utf-8", "replace")
+        if len(buf) > max_line + 1:
             raise TooMuch(f"{what} has a line over {_size(max_line)}")
-        seen = len(buf)
+        seen = max(0, len(buf) - 1)
     if buf:
-        yield buf.decode("utf-8", "replace").rstrip("\r")
+        yield buf.rstrip(b"\r").decode("utf-8", "replace")
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 def _size(n: int) -> str:
