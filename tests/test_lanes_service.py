@@ -209,6 +209,15 @@ def test_a_lane_that_could_not_start_is_left_out_of_what_names_no_lane(tiny_mode
         assert [h.lane for h in handles] == ["ok"] and handles[0].result(30).finish_reason == "length"
         with pytest.raises(ValueError, match="lane 'bad' is not available: it could not start$"):
             svc.submit([5, 6], greedy(2), lanes=["bad"])
+        # a change that fixes it and adds a lane that cannot start goes back to what ran, the broken lane's
+        # settings included, and settles there: those failing again roll nothing back again (the lane
+        # keeps the engine it had loaded meanwhile)
+        with pytest.raises(ValueError, match="lane 'worse' could not start: EngineConfig.speculative_model"):
+            svc.set_lanes({"ok": {}, "bad": {}, "worse": {"speculative": "draft", "speculative_model": "/usr"}},
+                          wait_s=60)
+        assert list(svc.lanes) == ["ok", "bad"] and not svc._configuring and svc._target == svc._committed
+        assert svc.configure(wait_s=60, model=base.model)  # reaches the lane that could not start
+        assert [h.lane for h in svc.submit([5, 6], greedy(2))] == ["ok", "bad"]
     finally:
         svc.stop()
 
