@@ -4,7 +4,7 @@ Each way of misbehaving is a mode, served under /<mode>/v1/completions (and chat
 and counts the bytes it sent, so a test can tell how much the client let through before it hung up:
 
   endless      a stream of one-token chunks that never finishes; /metrics: a body that never ends
-  flood        one 30 MB chunk as the answer; /metrics: one 20 MB label value, then the gauges
+  flood        one 30 MB chunk as the answer; /metrics: a line with a 20 MB label value
   no-newline   bytes without a newline, forever (both)
   error-flood  HTTP 500 with an error body that never ends (both)
   drip         one byte every DRIP_S, forever (both)

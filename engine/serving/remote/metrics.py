@@ -102,7 +102,8 @@ async def poll(client: httpx.AsyncClient, cfg, publish, clock) -> str:
 
 
 async def _fetch(client: httpx.AsyncClient, url: str, headers: dict) -> tuple[int, list[str] | None]:
-    """(HTTP status, the wanted lines of a 200 reply), read under the bounds."""
+    """(HTTP status, the lines of a 200 reply that start with one of our names), read under the bounds;
+    read_metrics keeps at most MAX_SERIES of each."""
     async with client.stream("GET", url, headers=headers) as resp:
         if resp.status_code != 200:
             return resp.status_code, None
@@ -110,7 +111,7 @@ async def _fetch(client: httpx.AsyncClient, url: str, headers: dict) -> tuple[in
         async for line in read_lines(resp, MAX_LINE, MAX_BYTES, "the reply"):
             if line.startswith(WANTED):
                 lines.append(line)
-        return 200, wanted_lines(lines)
+        return 200, lines
 
 
 def _stopped(cfg, why: str) -> str:
