@@ -2,7 +2,7 @@
 (AMX, Arm's BF16 matrix multiply) it also multiplies faster, so dtype "auto" picks it there
 (engine/config.py dtype_choice). With AVX-512 BF16 alone, oneDNN's bf16 matmuls ran slower than fp32 on
 a 2-core Intel Xeon (0.20 against 0.35 TFLOP/s, `python -m engine.bench.decode_floor`): prefill got
-slower, decode a little faster, the quick workload 1.08x (README), so auto stays fp32 there."""
+slower, decode a little faster, the quick workload 1.08x (docs/benchmark.md), so auto stays fp32 there."""
 from __future__ import annotations
 
 import functools

@@ -3,7 +3,7 @@
 On the CPU, PyTorch runs a forward's operators on an OpenMP team that belongs to the calling thread, and
 MKL and oneDNN size theirs the same way. Two lanes stepping at once on 2 cores then run 4 threads that
 spin-wait on each other: a batch-8 decode step took 1.8-2x as long beside another lane as alone
-(sharing off in `python -m engine.bench.lanes_together`, README), no better than taking turns. So each lane steps on its share of the cores: the cores divided by the lanes
+(sharing off in `python -m engine.bench.lanes_together`, docs/room.md), no better than taking turns. So each lane steps on its share of the cores: the cores divided by the lanes
 stepping now, at least 1; a lane alone gets every core. INFLIGHT_CPU_SHARE=0 turns the sharing off. A
 lane of two engines stepping at once (engine/disaggregated.py) counts once: each of its halves gets its
 fraction of the lane's share; where that is less than a core, they take turns, so that the lane never
@@ -13,7 +13,7 @@ Where a step runs matters as much as its team size. GNU OpenMP keeps a team's id
 thread that ever led a team, and once the parked workers of all threads outnumber the cores, every
 team stops spin-waiting between operators and sleeps instead: a lane alone in the app
 stepped at 79-80 ms where the same batch-8 decode step takes 53 ms on a helper (`python -m
-engine.bench.lanes_together`, README). So lane threads themselves only ever run 1-thread teams;
+engine.bench.lanes_together`, docs/room.md). So lane threads themselves only ever run 1-thread teams;
 a step with a larger share runs on a helper thread that leads a team of exactly that size, and the
 helper exits (its workers with it) when the lane's share changes to another size or the lane rests. A
 lane gets more than one core only while the lanes stepping are fewer than the cores, so the parked

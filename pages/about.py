@@ -78,6 +78,6 @@ iteration, so you can follow a schedule decision by decision. Slow motion makes 
 at least the time you set.
 
 **Talk to it from outside.** Any OpenAI client pointed at `http://<host>:8501/v1` sends requests that
-show up in these views, tagged `openai`. The README has the details, including the `/engine/ws`
+show up in these views, tagged `openai`. docs/api.md has the details, including the `/engine/ws`
 event protocol the views are built on.
 """)

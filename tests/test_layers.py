@@ -1,4 +1,4 @@
-"""The house's plan, read from the code: every import in engine/ runs down the layers (README, "How the
+"""The house's plan, read from the code: every import in engine/ runs down the layers (docs/internals.md, "How the
 engine works"), the engine never imports Streamlit, and pages/ holds Streamlit code only."""
 from __future__ import annotations
 

@@ -76,7 +76,7 @@ def test_the_headless_scenario_command_names_one_scenario_or_says_which_there_ar
 
 
 def test_a_scenario_runs_headless_and_prints_each_lanes_metrics_and_the_narration(tiny_model_dirs, capsys):
-    """python -m engine.bench.scenario_run KEY --narration: the figures a README quotes, and what the room heard."""
+    """python -m engine.bench.scenario_run KEY --narration: the figures docs/room.md quotes, and what the room heard."""
     from engine.bench.scenario_run import main
     main(["02-burst", "--model", str(tiny_model_dirs["llama"]), "--narration"])
     lines = capsys.readouterr().out.splitlines()

@@ -1,7 +1,7 @@
 // The timeline: every time-based view of every lane's column (Gantt, batch slots, utilization) on one
 // canvas sharing the x axis (service seconds, or iterations). A frame is a few hundred fillRect / stroke
 // calls: 2-4 ms of script on a 2-core machine, where a plotly figure of the same views took ~130 ms
-// (python -m engine.bench.ui_cost; README). Hover, click-to-pick, drag-to-zoom and double-click-to-follow
+// (python -m engine.bench.ui_cost; docs/room.md). Hover, click-to-pick, drag-to-zoom and double-click-to-follow
 // are handled here too; each band's drawing and hit test live in its own module.
 
 defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots", "UtilView"], () => {

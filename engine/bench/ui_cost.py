@@ -7,7 +7,7 @@ mean frame time (from the live view's counters), and the browser's CPU use.
 
   python -m engine.bench.ui_cost --tabs 0,2 --rounds 2 [--model M] [--requests 8 --max-tokens 64]
 
-Needs playwright and chromium (`apt-get install chromium`); see the README.
+Needs playwright and chromium (`apt-get install chromium`); see docs/room.md.
 """
 from __future__ import annotations
 

@@ -2,13 +2,13 @@
 
 PyTorch's CPU `F.linear` calls MKL, which on the AMD CPUs measured here runs a decode step's skinny
 matmuls (1-16 rows) far from the memory bandwidth. oneDNN's linear over a weight reordered once into
-its blocked layout ran the model's linear layers 1.6x faster at 1 row and 2.1x at 8 (README, "Where a
+its blocked layout ran the model's linear layers 1.6x faster at 1 row and 2.1x at 8 (docs/benchmark.md, "Where a
 CPU step's time goes"). Packing replaces each `nn.Linear` of the loaded model with a `PackedLinear`
 that holds only the packed copy; a weight tied to the embedding is copied (the embedding keeps its own).
 
 Sibling projections that read the same input (an attention block's q/k/v, an MLP's gate/up) are
 packed as one matrix: one matmul instead of three reads the weights as one stream and pays oneDNN's
-per-call cost once (decode steps 2-5% faster: README, "Where a CPU step's time goes").
+per-call cost once (decode steps 2-5% faster: docs/benchmark.md, "Where a CPU step's time goes").
 
 `python -m engine.bench.step_profile --linear torch,onednn` measures both side by side.
 """

@@ -91,7 +91,7 @@ def decode_compute_bound_batch(cost: ModelCost, ridge: float, context: int) -> f
 
 
 def model_summary(cost: ModelCost, peaks=None, contexts=(0, 512, 2048)) -> dict:
-    """The model's numbers where people look for them (the KV page, the README's command)."""
+    """The model's numbers where people look for them (the KV page, docs/views.md's command)."""
     out = {**asdict(cost), "weight_bytes": cost.weight_bytes}
     if peaks is not None:
         ridge = peaks.flops_per_s / peaks.bytes_per_s
