@@ -315,7 +315,7 @@ def test_load_generator_follows_its_sliders_and_says_why_it_is_refused(svc, monk
     def refuse(*args, **kwargs):
         raise ValueError("this participant already has 2 requests in flight")
 
-    monkeypatch.setattr(svc, "submit", refuse)
+    monkeypatch.setattr(svc, "send", refuse)  # what the generator calls at each arrival
     at = app("playground.py")
     at.slider(key="lg_rate").set_value(0.1).run()
     at.button(key="lg_toggle").click().run()

@@ -109,3 +109,29 @@ def test_the_speculative_scenario_keeps_its_claim_where_auto_picks_bf16(tiny_mod
         assert len(texts["spec on"]) == 4 and texts["spec off"] == texts["spec on"]
     finally:
         svc.stop()
+
+
+def test_arrivals_keep_their_times_while_a_lane_takes_long_steps(svc):
+    """"16 at once" arrive at once, whatever the engines are doing: the stream sends each arrival at its
+    time and confirms it later, so a lane's slow step (350 ms here) delays no arrival. Waiting for each
+    request to be taken spread them over 16 steps; the Gantt's arrival marks (each request event's
+    arrival) showed it."""
+    import time
+
+    from engine.events import RequestEvent
+    burst = next(s for s in shipped() if "burst" in s.key)
+    svc.set_lanes(burst.lanes)
+    wait_settled(svc)
+    svc.step_fault = lambda lane: time.sleep(0.35)
+    try:
+        cursor = svc.hub.head
+        stream = scenario_runner.start(svc, burst)
+        stream.join(120)
+        assert stream.submitted == 16 and not stream.errors
+        wait_settled(svc)
+    finally:
+        svc.step_fault = None
+    arrivals = {e.request_id: e.arrival_s for _, e in svc.hub.read(cursor).events if isinstance(e, RequestEvent)}
+    assert len(arrivals) == 16
+    assert max(arrivals.values()) - min(arrivals.values()) < 0.1, sorted(arrivals.values())
+    assert_all_free(svc)

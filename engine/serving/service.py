@@ -146,7 +146,8 @@ class EngineService:
                lanes=None, tag: str = "api", timeout: float = 60.0,
                client: Client = LOCAL, priority: int = 0, tenant: str | None = None,
                name: str | None = None) -> list[RequestHandle]:
-        """Queue one request on each lane (default: all); returns one handle per lane.
+        """Queue one request on each lane (default: all) and wait until each lane took it; returns one
+        handle per lane. send() and confirm() are its two steps, for a caller that keeps a schedule.
 
         Give `prompt` (text or token ids) or chat `messages`. Bad input raises ValueError
         (checked by the engines themselves, so the limits are exact) and nothing is queued.
@@ -155,7 +156,20 @@ class EngineService:
         key's label (Access.tenant_of: no address or phone id) whatever it names, so it can neither
         pose as another tenant nor split itself into many.
         `name`: the participant's display name (plain text, see engine/room/participants.py); a named
-        request counts toward the room's participants."""
+        request counts toward the room's participants once the lanes took it."""
+        handles = self.send(prompt, params, messages=messages, lanes=lanes, tag=tag, client=client,
+                            priority=priority, tenant=tenant, name=name)
+        self.confirm(handles, timeout)
+        if name is not None:
+            self.participants.count(client.key, clean_name(name), self.clock())
+        return handles
+
+    def send(self, prompt=None, params: SamplingParams | None = None, *, messages=None, lanes=None,
+             tag: str = "api", client: Client = LOCAL, priority: int = 0,
+             tenant: str | None = None, name: str | None = None) -> list[RequestHandle]:
+        """submit's first step: check what can be checked here (ValueError), then queue the request on
+        each lane and return at once, its arrival stamped now, whatever step the lanes are in. The
+        lanes check the rest as they take it: confirm(handles) says whether they did."""
         prompt, messages = checked_prompt(prompt, messages)
         check_tag(tag)
         name = None if name is None else clean_name(name)
@@ -180,22 +194,26 @@ class EngineService:
             w.add(h, Submission(prompt, messages, params, arrival, priority, tenant, name))
         if reservation is not None:
             reservation.hold(handles)  # counts as in flight until every copy has finished
-        for w, h in zip(workers, handles):
-            if not h.accepted.wait(timeout):
-                self._abort_handles(workers, handles)
+        return handles
+
+    def confirm(self, handles: list[RequestHandle], timeout: float = 60.0) -> None:
+        """submit's second step: wait until every lane took its copy. If one refused it (ValueError, its
+        reason) or did not take it within `timeout` s (TimeoutError), every copy is aborted."""
+        deadline = time.monotonic() + timeout
+        for h in handles:
+            if not h.accepted.wait(max(0.0, deadline - time.monotonic())):
+                self._abort_handles(handles)
                 raise TimeoutError(f"lane {h.lane!r} did not accept the request within {timeout:.0f} s")
         rejected = next((h for h in handles if h.rejection), None)
         if rejected is not None:
-            self._abort_handles(workers, handles)
+            self._abort_handles(handles)
             raise ValueError(rejected.rejection)
-        if name is not None:
-            self.participants.count(client.key, name, arrival)
-        return handles
 
-    @staticmethod
-    def _abort_handles(workers, handles: list[RequestHandle]) -> None:
-        for w, h in zip(workers, handles):
-            w.abort(h.request_id)
+    def _abort_handles(self, handles: list[RequestHandle]) -> None:
+        for h in handles:
+            worker = self.workers.get(h.lane)
+            if worker is not None:
+                worker.abort(h.request_id)
 
     def abort(self, request_id: int, lanes=None) -> None:
         with self._lock:  # the lanes named now (a lane removed later drains its requests itself)

@@ -39,6 +39,7 @@ class LoadGenerator(Submitter):
             if not self.wake.wait(self.rng.expovariate(self.rate)):
                 self.submit_one()
             # else woken: stopped, or a new rate (arrivals are memoryless: the next gap is drawn afresh)
+        self.settle()
 
     def submit_one(self) -> None:
         messages = [{"role": "user", "content": self.rng.choice(self.prompts)}]

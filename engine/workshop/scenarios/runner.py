@@ -70,6 +70,7 @@ class StreamRunner(Submitter):
             params = SamplingParams(max_tokens=a.max_tokens, temperature=0.0, ignore_eos=True)
             prompt, messages = (None, a.chat()) if a.messages else (a.prompt(i), None)
             self.submit(prompt, params, messages=messages, tag=TAG, priority=a.priority, tenant=a.tenant)
+        self.settle()
 
 
 _current: StreamRunner | None = None  # one per process, like the service it feeds
