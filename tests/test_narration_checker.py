@@ -1,6 +1,7 @@
 """The narration is never wrong: every sentence the narrator says over the shipped recording, live runs of
 the shipped scenarios and random workloads is checked true against the events (tests/narration_checker.py),
-also for a narrator started mid-stream ("Clear views")."""
+also for a narrator started mid-stream ("Clear views"). Nor is a scenario's "What to watch": its claims
+(engine/workshop/scenarios/claims.py) hold on the same runs, in the machine's default dtype."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +16,8 @@ from engine.events import FinishedEvent, LanesEvent, RequestEvent, StepMessage
 from engine.workshop.narration import Narrator
 from engine.workshop.recording import load
 from engine.workshop.recording.stage import SHIPPED
-from engine.workshop.scenarios import runner
+from engine.bench.live_metrics import LiveMetrics
+from engine.workshop.scenarios import claims, runner
 from engine.workshop.scenarios.catalog import shipped
 from narration_checker import check, kind, typed
 from service_helpers import make_service, wait_idle, wait_settled
@@ -64,8 +66,9 @@ def test_the_shipped_recording_is_narrated_truly():
 # ---- live runs of the shipped scenarios ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def scenario_runs(tiny_model_dirs) -> dict[str, tuple[list[dict], list]]:
-    """Each shipped scenario, run (4x faster arrivals) on a tiny model: key -> (its hub items, sentences)."""
-    svc = make_service(tiny_model_dirs["llama"], strategies=("continuous",), max_model_len=256)
+    """Each shipped scenario, run (4x faster arrivals) on a tiny model in the machine's default dtype:
+    key -> (its hub items, sentences)."""
+    svc = make_service(tiny_model_dirs["llama"], strategies=("continuous",), max_model_len=256, dtype="auto")
     items: list[dict] = []
     svc.hub.add_listener(items.append)  # every event, however many (the hub's ring keeps the latest)
     runs = {}
@@ -81,7 +84,7 @@ def scenario_runs(tiny_model_dirs) -> dict[str, tuple[list[dict], list]]:
 
 
 def run_scenario(svc, scenario, speedup: float = 4.0) -> None:
-    svc.set_lanes({name: {**lane, "max_model_len": min(lane.get("max_model_len", 256), MAX_LEN)}
+    svc.set_lanes({name: {**lane, "max_model_len": min(lane.get("max_model_len", MAX_LEN), MAX_LEN)}
                    for name, lane in scenario.lanes.items()})
     wait_settled(svc)
     t0 = time.monotonic()
@@ -116,6 +119,24 @@ def test_the_scenarios_show_what_they_are_made_for(scenario_runs):
              ("15-disaggregated-prefill", "disaggregated", "moved from the prefill engine to the decode engine")]
     assert [x for x in shown if not has(said[x[0]], x[1], x[2])] == []
     assert not has(said["04-memory-pressure"], "pool 512 blocks", "preempted")
+
+
+def test_what_each_scenario_says_to_watch_holds_on_its_run(scenario_runs):
+    """Every claim of every scenario's "What to watch" (its [[claims]]), judged on the run's own events and
+    the live metrics the cards show; a scenario that states nothing checkable would ship unchecked."""
+    failed, judged = [], 0
+    for scenario in shipped():
+        items, _ = scenario_runs[scenario.key]
+        metrics = LiveMetrics()
+        for item in items:
+            metrics.on_event(item)
+        slos = {name: (lane.get("slo_ttft_s"), lane.get("slo_tpot_s")) for name, lane in scenario.lanes.items()}
+        assert scenario.claims, scenario.key
+        verdicts = claims.check(scenario.claims, metrics.summary(slos), items, default_model=False)
+        failed += [f"{scenario.key}: {v.line()}" for v in verdicts if v.holds is False]
+        judged += sum(v.holds is not None for v in verdicts)
+    assert failed == [], "\n".join(failed)
+    assert judged == sum(len(s.claims) for s in shipped()) - 1  # all but speculation's gain, on the default model
 
 
 def test_a_narrator_made_by_clear_views_mid_stream(tiny_model_dirs):

@@ -76,13 +76,15 @@ def test_the_headless_scenario_command_names_one_scenario_or_says_which_there_ar
 
 
 def test_a_scenario_runs_headless_and_prints_each_lanes_metrics_and_the_narration(tiny_model_dirs, capsys):
-    """python -m engine.bench.scenario_run KEY --narration: the figures docs/room.md quotes, and what the room heard."""
+    """python -m engine.bench.scenario_run KEY --narration: the figures docs/room.md quotes, whether each claim of
+    its "What to watch" held, and what the room heard."""
     from engine.bench.scenario_run import main
-    main(["02-burst", "--model", str(tiny_model_dirs["llama"]), "--narration"])
+    assert main(["02-burst", "--model", str(tiny_model_dirs["llama"]), "--narration"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split("completed=")[0] for line in lines[:2]] == ["max batch 4 ", "max batch 32 "]
     assert all("completed=16 " in line for line in lines[:2]), lines[:2]
-    said = lines[2:]
+    assert [line.split(":")[0] for line in lines[2:5]] == ["holds"] * 3, lines[2:5]
+    said = lines[5:]
     assert said and any("max batch 4: iteration" in s for s in said) and any("finished all 16" in s for s in said)
 
 

@@ -158,6 +158,18 @@ GOOD = """title = "t"\nwatch = "w"\nexplain = "e"\n[lanes.a]\nstrategy = "contin
     ('headline = ["speed"]\n' + GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\n",
      "headline: 'speed' is not a live metric"),
     ("headline = []\n" + GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\n", "headline: must be a list"),
+    *((GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\n[[claims]]\n" + claim, field) for claim, field in [
+        ('says = "x"\nlane = "a"\nnumber = "preemptions"\nequals = 0\n', "claims[0].says: must quote"),
+        ('says = "w"\nlane = "b"\nnumber = "preemptions"\nequals = 0\n', "claims[0].lane"),
+        ('says = "w"\nlane = "a"\nnumber = "speed"\nequals = 0\n', "claims[0].number"),
+        ('says = "w"\nlane = "a"\nnumber = "preemptions"\nequals = 0\nabove = 1\n', "claims[0]: give exactly one"),
+        ('says = "w"\nlane = "a"\nnumber = "preemptions"\nbetter_than = "a"\n', "claims[0].better_than"),
+        ('says = "w"\nlane = "a"\nnumber = "preemptions"\nequals = "0"\n', "claims[0].equals: must be a number"),
+        ('says = "w"\nsame_answers = ["a"]\n', "claims[0].same_answers"),
+        ('says = "w"\nsame_answers = ["a", "a"]\nwhy = 1\n', "claims[0].why: unknown field"),
+        ('says = "w"\nsame_answers = ["a", "a"]\ndefault_model = "yes"\n', "claims[0].default_model"),
+        ('says = "w"\nlane = "a"\nnumber = "ttft_p50_s"\ntenant = "t"\nequals = 0\n', "claims[0].tenant"),
+    ]),
 ])
 def test_loader_errors_name_the_file_and_the_field(tmp_path, body, field):
     path = tmp_path / "1-bad.toml"
@@ -207,3 +219,53 @@ def test_a_run_headline_names_the_worse_lane_and_the_ratio():
     assert run_headline(METRICS["output_tokens_per_s"], summaries) == "continuous's Throughput was 2.25x static's"
     assert run_headline(METRICS["preemptions"], summaries) is None  # nothing to divide by: not said
     assert run_headline(METRICS["duration_s"], {"continuous": summaries["continuous"]}) is None
+    summaries["continuous"].update(num_steps=107, mean_step_ms=150.0)
+    summaries["static"].update(num_steps=192, mean_step_ms=170.0)
+    assert run_headline(METRICS["duration_s"], summaries) == (
+        "static needed 2.30x the time continuous took for the same requests: 1.79x the iterations (192 vs 107) "
+        "at 1.13x the time per iteration (170 vs 150 ms)")
+
+
+def test_a_busier_machine_shows_as_drift_not_as_a_result():
+    """Static's second batch ran 750-875 ms steps against 150 ms in its first (a busy machine): the same
+    decode steps got 5x slower, which step_time_drift measures and the cards then say; a lane whose steps
+    only changed size (fewer rows) has not drifted."""
+    from engine.bench.metrics import step_time_drift
+    from engine.bench.records import StepSample
+    from engine.workshop.scenarios.headline import drift_warning
+
+    def steps(rows_ms):
+        out, t = [], 0.0
+        for rows, ms in rows_ms:
+            out.append(StepSample(t, t + ms / 1000, rows, rows, 0, rows, 0))
+            t += ms / 1000
+        return out
+    busy = steps([(8, 150)] * 20 + [(8, 800)] * 20)
+    shrinking = steps([(8, 150)] * 12 + [(4, 100)] * 12 + [(2, 80)] * 12)
+    assert step_time_drift(busy) == pytest.approx(800 / 150)
+    assert step_time_drift(shrinking) == pytest.approx(1.0)
+    assert step_time_drift(steps([(8, 150)] * 5)) is None  # too few to tell
+    said = drift_warning({"static": {"step_time_drift": 5.3}, "continuous": {"step_time_drift": 1.1}})
+    assert said.startswith("Iterations of the same size got slower") and "static's 5.3x" in said
+    assert "continuous" not in said and drift_warning({"static": {"step_time_drift": None}}) is None
+
+
+def test_a_claim_fails_when_its_run_contradicts_it():
+    """Judged on the run, not assumed: answers that differ, a number on the wrong side of its bound or of the
+    other lane, a number the run never produced; a tie only satisfies as_good_as."""
+    from engine.events import FinishedEvent
+    from engine.workshop.scenarios.claims import Claim, check
+
+    def answer(lane, rid, text):
+        return FinishedEvent(lane=lane, request_id=rid, finish_reason="length", error=None, text=text,
+                             num_prompt_tokens=1, num_output_tokens=1, arrival_s=0.0, first_token_s=0.0, finish_s=0.0)
+    events = [answer("a", 1, "same"), answer("b", 1, "same"), answer("a", 2, "I'm glad"), answer("b", 2, "I'm really")]
+    summaries = {"a": {"preemptions": 0, "ttft_p50_s": 1.0, "slo_attainment_pct": 100.0},
+                 "b": {"preemptions": 3, "ttft_p50_s": 1.0, "slo_attainment_pct": 100.0}}
+    claims = [Claim("s", same_answers=("a", "b")), Claim("s", "b", "preemptions", "equals", 0),
+              Claim("s", "a", "ttft_p50_s", "better_than", "b"), Claim("s", "a", "slo_attainment_pct", "as_good_as", "b"),
+              Claim("s", "a", "swap_mb", "above", 0), Claim("s", "b", "preemptions", "above", 0),
+              Claim("s", same_answers=("a", "b"), default_model=True)]
+    verdicts = check(claims, summaries, events, default_model=False)
+    assert [v.holds for v in verdicts] == [False, False, False, True, False, True, None]
+    assert "request 2 differs" in verdicts[0].line() and verdicts[0].line().startswith("FAILS")

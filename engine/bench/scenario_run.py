@@ -1,7 +1,10 @@
 """Run a shipped scenario headless, as the app runs it (its lanes side by side on this machine's cores),
-and print each lane's metrics as the cards compute them (and, asked, what the narration said).
+and print each lane's metrics as the cards compute them, whether each claim of its "What to watch" held
+(engine/workshop/scenarios/claims.py) and, asked, what the narration said.
 
     python -m engine.bench.scenario_run 15-disaggregated-prefill [--model M] [--narration]
+
+Exit status 1 if a claim failed.
 
 The scenario is named by its key or a part of it (its file name under assets/scenarios/).
 """
@@ -10,10 +13,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..config import EngineConfig
+from ..config import EngineConfig, default_model
 from ..serving.service import EngineService
 from ..workshop.narration import Narrator
-from ..workshop.scenarios import runner
+from ..workshop.scenarios import claims, runner
 from ..workshop.scenarios.catalog import shipped
 from .live_metrics import LiveMetrics
 
@@ -22,9 +25,9 @@ SHOWN = ("completed", "ttft_p50_s", "tpot_p50_s", "max_token_wait_s", "output_to
 TIMEOUT_S = 1800
 
 
-def run(key: str, model: str | None = None) -> tuple[dict[str, dict], list]:
-    """Each lane's metrics once the scenario's stream has been served, and the narration's sentences
-    (oldest first), as the room would have heard them."""
+def run(key: str, model: str | None = None) -> tuple[dict[str, dict], list, list]:
+    """Each lane's metrics once the scenario's stream has been served, the verdicts on its claims, and the
+    narration's sentences (oldest first), as the room would have heard them."""
     matches = [s for s in shipped() if key in s.key]
     if len(matches) != 1:
         raise SystemExit(f"{key!r} names {len(matches)} scenarios; keys: {', '.join(s.key for s in shipped())}")
@@ -42,23 +45,28 @@ def run(key: str, model: str | None = None) -> tuple[dict[str, dict], list]:
         slos = {name: (c.slo_ttft_s, c.slo_tpot_s) for name, c in svc.lanes.items()}
         summary = metrics.summary(slos)
         in_order = {name: summary[name] for name in matches[0].lanes if name in summary}  # the scenario's order
-        return in_order, narrator.recent(10_000, now=svc.clock() + 10)[::-1]
+        events = [e for _, e in svc.hub.read(0).events]
+        verdicts = claims.check(matches[0].claims, summary, events, default_model=(model or default_model()) == default_model())
+        return in_order, verdicts, narrator.recent(10_000, now=svc.clock() + 10)[::-1]
     finally:
         svc.stop()
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("scenario", help="a scenario's key, or a part of it")
     ap.add_argument("--model", default=None)
     ap.add_argument("--narration", action="store_true", help="print what the narration said, too")
     args = ap.parse_args(argv)
-    summary, said = run(args.scenario, args.model)
+    summary, verdicts, said = run(args.scenario, args.model)
     for lane, r in summary.items():
         print(lane, "  ".join(f"{k}={r[k]:.3g}" if isinstance(r.get(k), float) else f"{k}={r.get(k)}" for k in SHOWN))
+    for v in verdicts:
+        print(v.line())
     for s in said if args.narration else ():
         print(f"{s.t:7.1f} s  {s.lane or 'both'}: {s.text}")
+    return 1 if any(v.holds is False for v in verdicts) else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -4,6 +4,7 @@
     watch = "..."                        # what to look at
     explain = "..."                      # what is sent
     headline = ["duration_s", "ttft_p50_s"]  # optional: the live metrics the lesson is about (headline.py)
+    [[claims]]                           # what watch states, checked on runs (claims.py)
     system = "..."                       # optional: a system message before every prompt (a shared prefix)
     [lanes.continuous]                   # lane name -> EngineConfig overrides of the base config
     strategy = "continuous"
@@ -37,6 +38,7 @@ from engine.untrusted import INT64, is_int, is_number, is_text
 
 from ...paths import ASSETS
 from ..prompts import load_prompts, message
+from .claims import read_claims
 from .headline import check_keys
 from .model import Arrival, Scenario
 from .toml_read import read_toml
@@ -49,7 +51,7 @@ MAX_RATE = 1000.0         # poisson_rate, arrivals per second
 MAX_TEXT_CHARS = 8000     # title, watch, explain, a text prompt
 MAX_SYSTEM_CHARS = 16_000  # a system prompt shared by a stream
 MAX_JOIN = 100            # bundled prompts joined into one message
-_TOP = {"title", "watch", "explain", "headline", "system", "lanes", "requests"}
+_TOP = {"title", "watch", "explain", "headline", "system", "lanes", "requests", "claims"}
 _GROUP = {"count", "at_s", "every_s", "poisson_rate", "seed", "prompt_len", "text", "prompts", "join", "system",
           "prompt_tokens", "max_tokens", "shared_prefix", "tenant", "priority"}
 
@@ -81,8 +83,12 @@ def load_scenario(path: Path) -> Scenario:
     system = data.get("system")
     arrivals = [a for i, g in enumerate(groups) for a in _group(where, f"requests[{i}]", g, system)]
     _static_batches(where, lanes, len(arrivals))
+    try:
+        claims = read_claims(data.get("claims"), lanes, text["watch"])
+    except ValueError as e:
+        raise ScenarioError(f"{where}: {e}") from None
     return Scenario(key=Path(path).stem, lanes=lanes, arrivals=tuple(sorted(arrivals, key=lambda a: a.at_s)),
-                    headline=_headline(where, data.get("headline", Scenario.headline)), **text)
+                    headline=_headline(where, data.get("headline", Scenario.headline)), claims=claims, **text)
 
 
 def _headline(where: str, keys) -> tuple[str, ...]:

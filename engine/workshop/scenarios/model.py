@@ -53,6 +53,7 @@ class Scenario:
     explain: str             # what is sent, one line
     arrivals: tuple[Arrival, ...]
     headline: tuple[str, ...] = ("duration_s", "ttft_p50_s")  # the live metrics its lesson is about, first first
+    claims: tuple = ()       # what `watch` states, as checks a run can fail (claims.py)
 
     def fitted(self, fit: Fit) -> list[Arrival]:
         """The arrivals, each shortened to fit the context (the prompt keeps at least 1 token; chat
