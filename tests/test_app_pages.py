@@ -205,6 +205,18 @@ def test_metric_cards_computed_from_events(svc):
     assert re.fullmatch(r"\$\d+\.\d\d/M tok", values["Cost"])
 
 
+def test_a_lessons_figures_are_provisional_while_a_lane_still_works():
+    """'Time for the run: static 32.63 s' once became 97.83 s: while a shown lane has requests in flight, the
+    scenario's cards say "so far" and compare nothing; once all finished, the ratio."""
+    from engine.workshop.scenarios.headline import METRICS
+    from pages.ui.metric_cards import _lead_cards
+    mine, theirs = {"duration_s": 32.63}, {"duration_s": 10.0}
+    (card,) = _lead_cards(METRICS["duration_s"], mine, "continuous", theirs, in_flight=5)
+    assert (card.value, card.delta, card.tone) == ("32.63 s", "so far: 5 in flight", "off")
+    (card,) = _lead_cards(METRICS["duration_s"], mine, "continuous", theirs, in_flight=0)
+    assert (card.delta, card.tone) == ("3.26x vs continuous", "down")
+
+
 def test_clear_views_starts_the_cards_and_the_narration_afresh(svc):
     hs = svc.submit([5, 6, 7], None, lanes=["continuous"])
     hs[0].result(30)

@@ -37,6 +37,10 @@ i.e. when requests with arrival offset 0 arrive):
 - preemptions, recomputed_tokens, swapped_blocks, swap_mb, swap_ms: requests preempted, tokens computed
   again after a preemption dropped their KV (preemption_mode "recompute", or "swap" with a full host
   pool; prefix cache hits excluded), and swap preemption's copies out and in (blocks, MB, ms).
+- step_time_drift: how much slower the lane's iterations of one size got during the run: over decode-only
+  steps grouped by their row count, the median step time of each group's last third / that of its first
+  third, the largest over groups with at least STEP_DRIFT_MIN_STEPS steps (None: no such group). A machine
+  that got busy shows here; the work did not change (the KV it reads grows a little).
 - prefix_hit_rate: prompt tokens served from the prefix cache / prompt tokens looked up in it,
   summed over steps (vLLM's definition; every admission is a lookup); None when nothing was looked up.
 - classes (workloads whose requests carry a class, e.g. short/long): per class, its request count
@@ -167,6 +171,25 @@ def breakdowns(run: LaneRun, done: list[RequestRecord], specs: list[RequestSpec]
     return res
 
 
+STEP_DRIFT_MIN_STEPS = 9
+
+
+def step_time_drift(steps) -> float | None:
+    """The largest slowdown of same-sized decode steps from the first to the last third of the run."""
+    by_rows: dict[int, list[float]] = {}
+    for s in steps:
+        if s.decode_tokens and not s.prefill_tokens:
+            by_rows.setdefault(s.rows, []).append(s.t_end - s.t_start)
+    drifts = []
+    for times in by_rows.values():
+        if len(times) >= STEP_DRIFT_MIN_STEPS:
+            third = len(times) // 3
+            early, late = float(np.median(times[:third])), float(np.median(times[-third:]))
+            if early > 0:
+                drifts.append(late / early)
+    return max(drifts, default=None)
+
+
 def summarize(run: LaneRun, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
               specs: list[RequestSpec] | None = None) -> dict:
     """Every metric of one run as a JSON-ready dict (see the module docstring); `specs`, the
@@ -198,6 +221,7 @@ def summarize(run: LaneRun, slo_ttft_s: float | None = None, slo_tpot_s: float |
         "num_steps": len(steps) if steps else None,
         "mean_step_ms": 1000.0 * float(np.mean([s.t_end - s.t_start for s in steps])) if steps else None,
         "busy_s": float(sum(s.t_end - s.t_start for s in steps)) if steps else None,
+        "step_time_drift": step_time_drift(steps),
         # share of our engine's step time spent building StepEvents (None for peers)
         "telemetry_pct": run.info.get("telemetry_pct"),
         "slo_ttft_s": slo_ttft_s,

@@ -7,7 +7,7 @@ import streamlit as st
 from engine.bench.live_metrics import ratio
 from engine.telemetry.cost import usd_per_million_tokens
 from engine.workshop.scenarios.catalog import running_scenario
-from engine.workshop.scenarios.headline import METRICS, run_headline, values
+from engine.workshop.scenarios.headline import METRICS, drift_warning, run_headline, values
 
 from .cards import Card, show_cards
 from .price import current as current_price
@@ -33,9 +33,13 @@ def metric_cards(svc, lanes: list[str]) -> None:
     scenario = running_scenario(svc.lanes, svc.cfg)
     keys = scenario.headline if scenario is not None and m.run_title == scenario.title else ()
     result = _result(keys, {s: summary[s] for s in shown}) if m.ended(now) else None
+    in_flight = sum(summary[s]["in_flight"] for s in shown)  # while any, a lesson's figures are not final
     columns = [(s, lane_cards(summary[s], other.get(s), summary.get(other.get(s)), keys,
-                              s in svc.lanes and svc.lanes[s].is_remote)) for s in shown]
+                              s in svc.lanes and svc.lanes[s].is_remote, in_flight)) for s in shown]
     show_cards(columns, result, large=st.session_state.get("large_text", False))
+    drift = drift_warning({s: summary[s] for s in shown})
+    if drift:
+        st.caption(f"⚠ {drift}")
     if m.skipped:
         st.caption(f"This tab fell behind: {m.skipped:,} engine events went by unread, so these numbers "
                    "leave some requests out.")
@@ -68,15 +72,19 @@ TIMED_HERE = Card("Timed", "at this client", help="A remote server's requests ar
 
 
 def lane_cards(r: dict, other_name: str | None, other: dict | None, keys: tuple[str, ...] = (),
-               remote: bool = False) -> list[Card]:
-    """The scenario's metrics (keys) first, marked, then the usual ones not already shown."""
-    lead = [c for key in keys for c in _lead_cards(METRICS[key], r, other_name, other)]
+               remote: bool = False, in_flight: int = 0) -> list[Card]:
+    """The scenario's metrics (keys) first, marked (provisional while `in_flight` requests of the shown
+    lanes run), then the usual ones not already shown."""
+    lead = [c for key in keys for c in _lead_cards(METRICS[key], r, other_name, other, in_flight)]
     cards = lead + [c for c in _all_cards(r, other_name, other) if c.label not in {x.label for x in lead}]
     return [c for c in cards if c.label not in ENGINE_ONLY] + [TIMED_HERE] if remote else cards
 
 
-def _lead_cards(metric, r: dict, other_name: str | None, other: dict | None) -> list[Card]:
+def _lead_cards(metric, r: dict, other_name: str | None, other: dict | None, in_flight: int = 0) -> list[Card]:
+    """So far, with no ratio, while requests still run: 'Time for the run: static 32.63 s' once became 97.83 s."""
     vs = versus(r, other_name, other, metric.key, metric.higher_is_better) if metric.per is None else {}
+    if in_flight:
+        vs = {"delta": f"so far: {in_flight} in flight", "tone": "off"}
     return [Card(metric.label if part is None else f"{metric.label} · {part}", metric.text(v), **vs,
                  help=f"What this scenario is about. {metric.help}", lead=True) for part, v in values(metric, r)]
 

@@ -84,7 +84,28 @@ def run_headline(metric: Metric, summaries: dict[str, dict]) -> str | None:
     (a, va), (b, vb) = sorted(known.items(), key=lambda kv: kv[1], reverse=not metric.higher_is_better)
     r = va / vb if not metric.higher_is_better else vb / va
     if metric.key == "duration_s":
-        return f"{a} needed {r:.2f}x the time {b} took for the same requests"
+        return f"{a} needed {r:.2f}x the time {b} took for the same requests{_made_of(summaries[a], summaries[b])}"
     if metric.higher_is_better:
         return f"{b}'s {metric.label} was {r:.2f}x {a}'s"
     return f"{a}'s {metric.label} was {r:.2f}x {b}'s"
+
+
+def _made_of(a: dict, b: dict) -> str:
+    """What a ratio of times is made of: iterations, and time per iteration (where a busy machine shows)."""
+    na, nb, ma, mb = a.get("num_steps"), b.get("num_steps"), a.get("mean_step_ms"), b.get("mean_step_ms")
+    if not (na and nb and ma and mb):
+        return ""
+    return (f": {na / nb:.2f}x the iterations ({na:,} vs {nb:,}) at {ma / mb:.2f}x the time per iteration "
+            f"({ma:,.0f} vs {mb:,.0f} ms)")
+
+
+def drift_warning(summaries: dict[str, dict], bound: float = 1.5) -> str | None:
+    """A caution when a lane's same-sized iterations got much slower during the run (a busy machine),
+    which inflates its times: compare iterations then. None when every lane kept its pace."""
+    drifted = {lane: d for lane, s in summaries.items() if (d := s.get("step_time_drift")) and d >= bound}
+    if not drifted:
+        return None
+    lanes = ", ".join(f"{lane}'s {d:.1f}x" for lane, d in drifted.items())
+    return (f"Iterations of the same size got slower during this run ({lanes} from its first third to its "
+            "last): the machine got busier, and times and ratios built on them grew with it. Iteration "
+            "counts are not affected.")
