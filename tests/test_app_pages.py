@@ -89,6 +89,32 @@ def test_policy_scenario_sets_the_lanes_policies_and_its_stream_carries_tenants_
     assert svc.lane_names == ["continuous", "dynamic"]
 
 
+def test_a_scenario_picked_while_a_shared_lane_drains_stays_picked(svc):
+    """Head-of-line blocking, then at once An urgent request: their "fcfs" lanes differ (max batch 2 vs 4), so
+    fcfs drains before it restarts and meanwhile runs its old settings. The choice stays the urgent request
+    (it once fell to Custom, the button to "Send requests"), then and once the lanes have settled."""
+    from engine import SamplingParams
+    hol, urgent = "Head-of-line blocking: FCFS vs SJF", "An urgent request: FCFS vs priority"
+    at = app("playground.py")
+    at.sidebar.radio(key="compare").set_value(hol).run()
+    wait_settled(svc)
+    svc.set_slow_motion(0.05)  # fcfs has a request in flight for a while: its restart waits for it
+    try:
+        svc.submit(list(range(20, 40)), SamplingParams(max_tokens=40, ignore_eos=True), lanes=["fcfs"])
+        at.sidebar.radio(key="compare").set_value(urgent).run()
+        assert svc.lanes["fcfs"].max_num_seqs == 2  # still draining
+        at.run()
+        assert at.sidebar.radio(key="compare").value == urgent
+        assert any(b.label == "Run scenario" for b in at.button)
+    finally:
+        svc.set_slow_motion(0.0)
+    wait_settled(svc)
+    at.run()
+    assert svc.lanes["fcfs"].max_num_seqs == 4 and at.sidebar.radio(key="compare").value == urgent
+    at.sidebar.radio(key="compare").set_value("Steady Poisson load: continuous vs dynamic").run()
+    wait_settled(svc)
+
+
 def test_viewer_cannot_fire_a_stream_that_names_tenants(svc, monkeypatch):
     """A viewer is its own tenant and may not ask for priority -1: the button says it is the presenter's."""
     from engine.room.access import Access, Client

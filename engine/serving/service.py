@@ -140,6 +140,13 @@ class EngineService:
     def lane_names(self) -> list[str]:
         return list(self.workers)
 
+    @property
+    def wanted_lanes(self) -> Lanes:
+        """The lanes last asked for: what `lanes` becomes once the change has taken (a changed lane runs
+        its old settings until its requests drain); after a change that failed, what runs again."""
+        with self._lock:
+            return dict(self._target[1])
+
 
     # ---- commands ----------------------------------------------------------------------------
     def submit(self, prompt=None, params: SamplingParams | None = None, *, messages=None,

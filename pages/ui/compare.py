@@ -26,10 +26,12 @@ BUDGETS = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 
 
 def running_choice(svc) -> str:
-    """The choice that shows what the service runs now."""
-    if len(svc.lanes) == 1:
+    """The choice that shows the lanes the service runs, or is changing to (a changed lane keeps its old
+    settings while it drains: judged on those, a scenario's choice read as Custom)."""
+    lanes = svc.wanted_lanes
+    if len(lanes) == 1:
         return SINGLE
-    s = running_scenario(svc.lanes, svc.cfg)
+    s = running_scenario(lanes, svc.cfg)
     return s.title if s else CUSTOM
 
 
@@ -49,10 +51,10 @@ def _apply_choice(svc) -> None:
 def compare_control(svc, presenter: bool) -> str:
     """The radio (scenarios, Custom, Single lane) and, for Custom and Single lane, the lane editor.
     Returns the choice shown."""
-    running, names = running_choice(svc), svc.lane_names
-    if not presenter or st.session_state.get("compare_lanes", names) != names:
+    running, wanted = running_choice(svc), repr(svc.wanted_lanes)
+    if not presenter or st.session_state.get("compare_lanes", wanted) != wanted:
         st.session_state.compare = running  # follow what the presenter runs, or a change made elsewhere
-    st.session_state.compare_lanes = names
+    st.session_state.compare_lanes = wanted
     st.session_state.setdefault("compare", running)
     st.sidebar.header("Compare")
     choice = st.sidebar.radio("Lanes", CHOICES, key="compare", on_change=_apply_choice, args=(svc,),

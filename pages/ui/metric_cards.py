@@ -30,7 +30,7 @@ def metric_cards(svc, lanes: list[str]) -> None:
     other = {shown[0]: shown[1], shown[1]: shown[0]} if len(shown) == 2 else {}  # each lane vs the other
     for r in summary.values():
         r["usd_per_million_output_tokens"] = usd_per_million_tokens(r["output_tokens_per_s"], current_price())
-    scenario = running_scenario(svc.lanes, svc.cfg)
+    scenario = running_scenario(svc.wanted_lanes, svc.cfg)
     keys = scenario.headline if scenario is not None and m.run_title == scenario.title else ()
     result = _result(keys, {s: summary[s] for s in shown}) if m.ended(now) else None
     in_flight = sum(summary[s]["in_flight"] for s in shown)  # while any, a lesson's figures are not final

@@ -36,7 +36,7 @@ def _what_to_watch(svc, scenario, compact: bool) -> None:
 @st.fragment(run_every=1.0)
 def narration(svc, large: bool = False, compact: bool = False) -> None:
     """compact (a projector, above the views): "What to watch" in one line, and the latest sentences."""
-    scenario = running_scenario(svc.lanes, svc.cfg)
+    scenario = running_scenario(svc.wanted_lanes, svc.cfg)
     if scenario is not None:
         _what_to_watch(svc, scenario, compact)
     said = narrator(svc).recent(COMPACT if compact else SHOWN, now=svc.clock())
