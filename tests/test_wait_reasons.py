@@ -57,6 +57,20 @@ def test_behind_the_head_in_the_policys_order():
     assert why(step(s), 2)["order"] == "arrival"
 
 
+def test_behind_an_aged_job_the_reason_is_the_starvation_bound_not_its_length():
+    """#1 (64 tokens) has waited past SJF's 2 s bound, so the shorter #2 waits behind it: the reason says
+    so ("by shortest job first" would be false: #2 is the shorter job)."""
+    clock = FakeClock(0.0)
+    s = scheduler(max_num_seqs=1, scheduling_policy="sjf", clock=clock)
+    s.add(request(0, prompt_len=4, max_tokens=40))
+    step(s)  # 0 runs
+    s.add(request(1, prompt_len=60, max_tokens=4, arrival_s=0.0))
+    clock.t = 2.5
+    s.add(request(2, prompt_len=3, max_tokens=4, arrival_s=2.5))
+    out = step(s)
+    assert say(why(out, 2)) == "behind #1 in the queue: number 2 of 2 by age: #1 waited over 2 s, SJF's bound on starvation"
+
+
 def test_preempted_to_free_blocks_for_whom_until_it_runs_again():
     s = scheduler(num_blocks=4, block_size=2, max_num_batched_tokens=64)
     for rid, max_tokens in enumerate((2, 5, 5)):

@@ -50,6 +50,10 @@ class Policy:
         """May `waiting` preempt `running` to start?"""
         return False
 
+    def why_first(self, head: Request, now: float) -> str | None:
+        """Why `head` leads the ordered queue, where the policy's usual order is not the reason (None)."""
+        return None
+
     def on_add(self, request: Request) -> None:
         """A request entered the scheduler."""
 
@@ -79,6 +83,11 @@ class PriorityPolicy(Policy):
 class SJFPolicy(Policy):
     def order(self, requests, now):
         return sorted(requests, key=lambda r: self._rank(r, now))
+
+    def why_first(self, head, now):
+        if now - head.arrival_s >= SJF_MAX_WAIT_S:
+            return f"age: #{head.request_id} waited over {SJF_MAX_WAIT_S:g} s, SJF's bound on starvation"
+        return None
 
     @staticmethod
     def _rank(r: Request, now: float) -> tuple:

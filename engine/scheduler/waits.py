@@ -93,8 +93,9 @@ def batch_running(rows: int) -> dict:
     return {"why": BATCH_RUNNING, "rows": rows}
 
 
-def behind(head: int, rank: int, of: int, policy: str) -> dict:
-    return {"why": BEHIND, "head": head, "rank": rank, "of": of, "order": ORDER.get(policy, policy)}
+def behind(head: int, rank: int, of: int, order: str) -> dict:
+    """order: what put the head first (the policy's ORDER, or the policy's own reason for this head)."""
+    return {"why": BEHIND, "head": head, "rank": rank, "of": of, "order": order}
 
 
 def preempted_for_blocks(by: int | None) -> dict:
