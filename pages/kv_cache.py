@@ -44,8 +44,8 @@ def fragmentation(lane: str, selected: int | None) -> None:
     st.dataframe(pd.DataFrame(rows).set_index("lane").T.map(cell), width="stretch")
     st.caption(
         "Allocated: slots in the blocks requests hold now. Holding tokens: slots with a token in them. "
-        "Unused: allocated minus holding. 'Contiguous reservation' is what the same requests would take "
-        "if each reserved prompt + max_tokens up front, as static batching does. Shared: blocks in more "
+        "Unused: allocated minus holding. 'Contiguous' is what the same requests would take if each "
+        "reserved prompt + max_tokens up front, as static batching does. Shared: blocks in more "
         "than one request's table; cached: held by none, kept for a prefix hit (evicted least recently used "
         "first). Hit rate: prompt tokens served from the prefix cache ÷ prompt tokens looked up, since this "
         "page opened.")

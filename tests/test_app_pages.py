@@ -241,6 +241,8 @@ def test_a_lessons_figures_are_provisional_while_a_lane_still_works():
     assert (card.value, card.delta, card.tone) == ("32.63 s", "so far: 5 in flight", "off")
     (card,) = _lead_cards(METRICS["duration_s"], mine, "continuous", theirs, in_flight=0)
     assert (card.delta, card.tone) == ("3.26x vs continuous", "down")
+    (card,) = _lead_cards(METRICS["swap_mb"], {"swap_mb": 0.0}, "swap", {"swap_mb": 12.5})
+    assert (card.value, card.delta, card.tone) == ("0.0 MB", None, "off")  # no "0.00x", no green
 
 
 def test_clear_views_starts_the_cards_and_the_narration_afresh(svc):
@@ -395,3 +397,18 @@ def test_viewer_in_a_room_gets_no_controls_but_can_submit(svc, monkeypatch):
     bench = app("benchmark.py")
     assert "viewer" in bench.info[0].value and not any(b.label == "Run benchmark" for b in bench.button)
     assert_all_free(svc)
+
+
+def test_the_roofline_chart_colours_lanes_as_the_playground_and_labels_each_decade_once():
+    """The KV page's roofline once drew lanes in plotly's colours, not the playground's, and its log axes read
+    "2 / 1000 / 5". Its colours are the live view's palette by lane order, whatever order steps came in."""
+    from engine.telemetry.roofline_window import RooflineWindow
+    from pages.ui.roofline_panel import LANE_COLORS, roofline_chart
+    palette = re.search(r"const PALETTE = \[([^\]]+)\]", Path("assets/live/common.js").read_text()).group(1)
+    assert list(LANE_COLORS) == re.findall(r'"(#[0-9A-Fa-f]{6})"', palette)[:4]
+    window = RooflineWindow()
+    window.steps = {"static": [{"intensity": 3.0, "flops_per_s": 2e10}], "continuous": [{"intensity": 9.0, "flops_per_s": 6e10}]}
+    fig = roofline_chart(window, {"flops_per_s": 1e12, "bytes_per_s": 1e11}, ["continuous", "static"])
+    colors = {t.name: t.marker.color for t in fig.data if t.mode == "markers"}
+    assert colors == {"continuous": LANE_COLORS[0], "static": LANE_COLORS[1]}
+    assert fig.layout.xaxis.dtick == 1 and fig.layout.yaxis.dtick == 1

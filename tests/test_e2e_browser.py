@@ -97,6 +97,14 @@ def test_prompt_streams_into_gantt_and_text(page):
     expect(page.locator(".ifl-follow")).to_be_hidden(timeout=5_000)
     assert page.dialogs == [], "the prompt ran script"
     assert page.locator(".ifl-root img[src='x']").count() == 0
+    # the answers' pane leaves the wheel to the page until it is clicked, and again once the mouse leaves
+    pane = page.locator(".ifl-cards").first
+    overflow = "(el) => getComputedStyle(el).overflowY"
+    assert pane.evaluate(overflow) == "hidden"
+    pane.click()
+    assert pane.evaluate(overflow) == "auto"
+    page.mouse.move(1, 1)
+    assert pane.evaluate(overflow) == "hidden"
     no_exception(page)
 
 

@@ -67,6 +67,10 @@ def test_load_lanes_from_json(tmp_path):
     ({"kv_cache_memory_gb": 2}, ["KV 2 GiB"]),
     ({"static_batch_size": 4}, []),  # a continuous lane never reads it: not in its header
     ({"strategy": "static", "static_batch_size": 4, "max_num_seqs": 4}, ["static", "static batch 4"]),
+    ({"swap_space_gb": 0.25}, []),  # recompute has no host pool: "host pool 1 GiB" beside swap's misled
+    ({"preemption_mode": "swap", "swap_space_gb": 0.25}, ["preempt by swap", "host pool 0.25 GiB"]),
+    ({"num_speculative_tokens": 2}, []),  # no drafts: not read
+    ({"speculative": "ngram", "num_speculative_tokens": 2}, ["ngram drafts", "up to 2 drafts"]),
 ])
 def test_describe_difference(overrides, labels):
     a = EngineConfig(**{**BASE.__dict__, **overrides})

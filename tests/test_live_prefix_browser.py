@@ -61,5 +61,14 @@ def test_kv_detail_names_the_requests_a_request_shares_with(browser, rec):
     rid = max(tables, key=lambda r: sum(sum(b in u for u in tables.values()) > 1 for b in tables[r]))
     page = open_replay(browser, rec, events, lanes=[lane], views=["kv"], mode="kv_detail", selected=int(rid))
     expect(page.locator(".ifl-frag-pool").last).to_contain_text("blocks shared — with #")
+    # the bars share one scale: each row's fill is as long as its number says, whatever its note's length
+    rows = page.evaluate("""() => [...document.querySelectorAll('.ifl-frag-row')].map(r => [
+        r.querySelector('.ifl-frag-bar').getBoundingClientRect().width,
+        r.querySelector('.ifl-frag-fill').getBoundingClientRect().width,
+        parseInt(r.querySelector('.ifl-frag-note').textContent.match(/[\\d,]+(?= (tokens in KV|slots))/)[0]
+                 .replace(/,/g, ''))])""")
+    assert len({round(bar) for bar, _, _ in rows}) == 1, rows
+    top = max(n for _, _, n in rows)
+    assert all(abs(fill - bar * n / top) <= 2 for bar, fill, n in rows), rows
     page.screenshot(path=str(ARTIFACTS / "prefix-kv-detail.png"), full_page=True)
     page.close()

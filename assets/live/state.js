@@ -272,7 +272,7 @@ defineLive("LiveState", ["Waits"], () => {
     R.state = KIND.finished;
     R.done = true;
     R.lost = true;
-    R.reason = R.reason ?? "unknown (events coalesced)";  // no finish marker: its time is unknown
+    R.reason = R.reason ?? "unknown (events skipped: this view fell behind)";  // no finish marker: its time is unknown
   }
 
   // A decode bar's tokens: one per step, and with speculative decoding the drafts each step accepted.

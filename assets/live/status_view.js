@@ -122,7 +122,12 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
     b.gpu.hidden = !g;
     if (g) setText(b.gpu, `GPU ${fmt(g.util, 0)}% · ${fmt(g.usedMb / 1024, 1)} / ${fmt(g.totalMb / 1024, 1)} GiB`);
     b.note.hidden = !(st && st.coalesced > 0);
-    if (st && st.coalesced > 0) setText(b.note, `${st.coalesced.toLocaleString()} events coalesced`);
+    if (st && st.coalesced > 0) {
+      setText(b.note, `fell behind: ${st.coalesced.toLocaleString()} events skipped`);
+      b.note.title = "This view could not keep up with the engines, so the server sent it only the latest "
+        + "events and skipped the ones between: a row may end unseen and a chart may have a gap. The engines "
+        + "lost nothing.";
+    }
     drawBanner(inst, b.banner);
   }
 

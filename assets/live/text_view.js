@@ -7,6 +7,11 @@ defineLive("TextView", ["Common", "LiveState", "Waits"], () => {
 
   function build(inst, cell) {
     const list = el("div", "ifl-cards");
+    // The wheel scrolls the page, not this pane, until the pane is clicked (it used to catch the wheel of
+    // anyone scrolling past it); leaving it gives the wheel back to the page.
+    list.title = "Click to scroll the answers";
+    list.addEventListener("click", () => list.classList.add("ifl-armed"));
+    list.addEventListener("mouseleave", () => list.classList.remove("ifl-armed"));
     cell.appendChild(list);
     return { cell, list, cards: new Map(), order: "" };
   }
@@ -18,7 +23,7 @@ defineLive("TextView", ["Common", "LiveState", "Waits"], () => {
   }
 
   function stateLabel(R, S) {
-    if (R.lost) return "ended unseen (events coalesced)";
+    if (R.lost) return "ended unseen (events skipped: this view fell behind)";
     if (R.reason === "abort") return "aborted";
     if (R.reason === "error") return "error";
     if (R.state === KIND.finished) {

@@ -149,6 +149,17 @@ UNUSED_BY = {
 }
 
 
+def unused_settings(cfg) -> set[str]:
+    """Settings this lane never reads, given its strategy and its other settings (a recompute lane has no
+    host pool: "host pool 1 GiB" on it read as if it had one)."""
+    unused = set(UNUSED_BY.get(cfg.strategy, set()))
+    if cfg.preemption_mode != "swap":
+        unused.add("swap_space_gb")
+    if cfg.speculative == "off":
+        unused.add("num_speculative_tokens")
+    return unused
+
+
 def describe_difference(a, b) -> list[str]:
     """Short labels of how a differs from b, in field order, e.g. ["static", "block 128"], leaving out
     settings a's strategy never reads. Beside a remote lane, each side says what it is:
@@ -156,7 +167,7 @@ def describe_difference(a, b) -> list[str]:
     if a.is_remote or b.is_remote:
         where = f"remote {a.host}" if a.is_remote else a.strategy
         return [where, _LABELS["model"](a.model)]
-    unused = UNUSED_BY.get(a.strategy, set())
+    unused = unused_settings(a)
     return [_LABELS.get(k, lambda v, k=k: f"{k} {v}")(v) for k, v in lane_overrides(a, b).items() if k not in unused]
 
 

@@ -60,8 +60,8 @@ class KVStats(HubReader):
                 "holding tokens": holding,
                 "unused": unused,
                 "unused %": round(100 * unused / allocated, 1) if allocated else 0.0,
-                "contiguous reservation (slots)": reserved,
-                "reservation unused %": round(100 * (reserved - holding) / reserved, 1) if reserved else 0.0,
+                "contiguous (slots)": reserved,   # short: the page's label column cut the long name
+                "contiguous unused %": round(100 * (reserved - holding) / reserved, 1) if reserved else 0.0,
                 "pool used %": round(100 * allocated / capacity, 1),
             })
         return rows

@@ -55,9 +55,10 @@ def _result(keys: tuple[str, ...], summaries: dict[str, dict]) -> str | None:
 
 
 def versus(r: dict, other_name: str | None, other: dict | None, key: str, higher_is_better: bool) -> dict:
-    """The card's ratio against the other lane ("1.80x vs static") and whether that is good."""
+    """The card's ratio against the other lane ("1.80x vs static") and whether that is good; none where
+    either is 0 (a recompute lane's "KV swapped 0.0 MB, 0.00x", green, said nothing true)."""
     a, b = r.get(key), (other or {}).get(key)
-    vs = ratio(a, b) if isinstance(a, (int, float)) and isinstance(b, (int, float)) else None
+    vs = ratio(a, b) if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a and b else None
     if vs is None:
         return {}
     good = vs >= 1 if higher_is_better else vs <= 1

@@ -10,19 +10,27 @@ from engine.telemetry.roofline_window import RooflineWindow, model_lines
 from .hub_reader import session_reader
 
 
-def roofline_chart(window: RooflineWindow, peaks: dict) -> go.Figure:
-    """Recent steps (FLOPs per byte, achieved FLOP/s) under the device's roof, one colour per lane."""
+# the live view's lane colours, by lane order (assets/live/roofline_view.js: the palette's first four)
+LANE_COLORS = ("#38BDF8", "#FB923C", "#A3E635", "#F472B6")
+# one label a decade ("1", "10", "100", ...): plotly's default also labels 2 and 5 ("2 / 1000 / 5")
+LOG_AXIS = {"type": "log", "dtick": 1, "tickformat": "~s"}
+
+
+def roofline_chart(window: RooflineWindow, peaks: dict, lanes: list[str]) -> go.Figure:
+    """Recent steps (FLOPs per byte, achieved FLOP/s) under the device's roof, each lane in its colour on
+    the playground (`lanes`: the service's lane order)."""
     ridge = peaks["flops_per_s"] / peaks["bytes_per_s"]
     xs = [ridge / 100, ridge, ridge * 100]
     fig = go.Figure()
     fig.add_scatter(x=xs, y=[min(x * peaks["bytes_per_s"], peaks["flops_per_s"]) / 1e9 for x in xs],
                     mode="lines", name="roof", line={"color": "#9aa4b5", "dash": "dash"})
     for lane, steps in window.steps.items():
+        color = LANE_COLORS[lanes.index(lane) % len(LANE_COLORS)] if lane in lanes else "#9aa4b5"
         fig.add_scatter(x=[s["intensity"] for s in steps], y=[s["flops_per_s"] / 1e9 for s in steps],
-                        mode="markers", name=lane, marker={"size": 5, "opacity": 0.6})
+                        mode="markers", name=lane, marker={"size": 5, "opacity": 0.6, "color": color})
     fig.update_layout(template="plotly_dark", height=380, margin={"t": 30, "b": 70, "l": 80},
-                      xaxis={"type": "log", "title": {"text": "arithmetic intensity (FLOPs per byte moved)"}},
-                      yaxis={"type": "log", "title": {"text": "achieved GFLOP/s"}})
+                      xaxis={**LOG_AXIS, "title": {"text": "arithmetic intensity (FLOPs per byte moved)"}},
+                      yaxis={**LOG_AXIS, "title": {"text": "achieved GFLOP/s"}})
     return fig
 
 
@@ -45,4 +53,4 @@ def roofline_section(svc) -> None:
         return
     st.dataframe(rows, width="stretch", hide_index=True)
     if summary.get("peaks"):
-        st.plotly_chart(roofline_chart(window, summary["peaks"]), width="stretch")
+        st.plotly_chart(roofline_chart(window, summary["peaks"], svc.lane_names), width="stretch")
