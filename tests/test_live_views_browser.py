@@ -251,3 +251,24 @@ def test_a_disaggregated_lanes_batch_slots_show_each_engines_own_slots(browser, 
     expect(page.locator(".ifl-tip")).to_contain_text("slot p0")
     expect(page.locator(".ifl-tip")).to_contain_text("(prefill engine)")
     page.close()
+
+
+def test_an_ended_run_is_shown_whole_on_one_axis_for_every_lane(browser, rec):
+    """Once nothing computes, the faster lane's run no longer scrolls away and each lane stops having its own
+    iteration range: every column shows the run from its first iteration (or arrival) to its last, on one
+    shared range, in the iterations view and the time view."""
+    events = accepted_events(rec)
+    last_it = max(e["step"] for e in events if e["type"] == "step")
+    first_arrival = min(e["arrival_s"] for e in events if e["type"] == "request")
+    last_t = max(e.get("t_end", e.get("finish_s") or 0) for e in events if e["type"] in ("step", "finished"))
+    ranges = f"() => {INST}.timeline.cols.map(c => c.range)"
+    for axis in ("iterations", "time"):
+        page = open_replay(browser, rec, events, views=["gantt", "slots"], axis=axis)
+        cols = page.evaluate(ranges)
+        assert len(cols) == len(rec["lanes"]) and all(c == cols[0] for c in cols), cols
+        lo, hi = cols[0]
+        if axis == "iterations":
+            assert lo < 1 and last_it < hi < last_it + 0.1 * last_it + 2, (lo, hi, last_it)
+        else:
+            assert lo < first_arrival and last_t < hi < last_t + 0.1 * (last_t - first_arrival) + 1, (lo, hi)
+        page.close()

@@ -20,7 +20,8 @@ defineLive("LiveState", ["Waits"], () => {
   // contract: Contract.fromWire(...) (the step entry layout and phase names).
   function newState(lanes, contract) {
     return { contract, by: new Map(lanes.map((name) => [name, newLane(name)])), coalesced: 0, latestT: null,
-             progress: null, gpu: [], gpuRev: 0, named: 0, pauses: [] };
+             progress: null, gpu: [], gpuRev: 0, named: 0, pauses: [],
+             run: null };  // the current scenario run: {t0, it0: lane -> its first iteration} (run_started)
   }
 
   function newLane(name) {
@@ -478,6 +479,9 @@ defineLive("LiveState", ["Waits"], () => {
       return true;
     }
     if (!ev.lane && typeof ev.t === "number") notePause(st, ev.event, ev.t);
+    if (!ev.lane && ev.event === (st.contract.status || {}).run_started && typeof ev.t === "number") {
+      st.run = { t0: ev.t, it0: new Map([...st.by.values()].map((S) => [S.name, S.lastIt + 1])) };
+    }
     const S = ev.lane ? st.by.get(ev.lane) : null;
     if (S) S.lastEvent = { event: ev.event, error: ev.error ?? null };
     return true;
@@ -505,6 +509,22 @@ defineLive("LiveState", ["Waits"], () => {
       for (const R of S.reqs.values()) if (!R.done && !R.open) return true;
     }
     return false;
+  }
+
+  // What the last run covers, for the axes to show whole once it has ended: {t0, t1} service seconds (from
+  // the scenario's start, else the earliest arrival kept) and {it0, it1}, one iteration range for every
+  // lane (from the first iteration of the run on any lane to the last on any). null before any step.
+  function runExtent(st) {
+    let t0 = st.run ? st.run.t0 : Infinity, it0 = Infinity, it1 = -Infinity;
+    for (const S of st.by.values()) {
+      if (!S.steps.length) continue;
+      const first = st.run && st.run.it0.has(S.name) ? st.run.it0.get(S.name) : S.steps[0].it;
+      it0 = Math.min(it0, Math.max(first, S.steps[0].it));
+      it1 = Math.max(it1, S.lastIt);
+      if (!st.run) for (const R of S.reqs.values()) if (R.arrival != null) t0 = Math.min(t0, R.arrival);
+    }
+    if (it1 < 0 || st.latestT == null) return null;
+    return { t0: Math.min(t0, st.latestT), t1: st.latestT, it0: Math.min(it0, it1), it1 };
   }
 
   // The lane's batch limit. The service status reports the lane's configured value; if the engine kept
@@ -536,5 +556,5 @@ defineLive("LiveState", ["Waits"], () => {
     return config ? config.source === "remote" : S.remote;
   }
 
-  return { KIND, HIT_WINDOW_S, newState, applyBatch, computing, maxBatch, engineSteps, prefixOn, isRemote };
+  return { KIND, HIT_WINDOW_S, newState, applyBatch, computing, runExtent, maxBatch, engineSteps, prefixOn, isRemote };
 });

@@ -6,11 +6,12 @@
 
 defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots", "UtilView"], () => {
   const { C, el } = Common;
-  const { computing } = LiveState;
+  const { computing, runExtent } = LiveState;
   const { VIEW_HEIGHT } = Layout;
   const BANDS = { gantt: Gantt, slots: Slots, util: UtilView, tps: { draw: UtilView.drawTps, hit: UtilView.hit } };
   const WINDOW_S = 20;    // sliding window on the time axis (s)
   const WINDOW_IT = 90;   // sliding window on the iteration axis
+  const WHOLE_MAX_S = 600, WHOLE_MAX_IT = 5000;  // an ended run shown whole, up to this much of its end
   const DRAG_MIN_PX = 5;  // a shorter drag is a click
 
   // The timeline's own state. prev: the timeline this one replaces (a new layout): its zoom carries over.
@@ -208,10 +209,11 @@ defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots
     const open = computing(inst.state);
     const now = open ? serviceNow(inst) : inst.state.latestT;
     const fc = { axis, now, open, time: null, it: new Map(), rows: new Map() };
+    const whole = open ? null : runExtent(inst.state);  // an ended run: every lane whole, on one axis
     if (axis === "time") {
       const right = now ?? inst.serviceClock() ?? WINDOW_S;
       const left = Math.max(-0.3, right - WINDOW_S * 0.96);  // the service clock starts at 0
-      const follow = [left, left + WINDOW_S];
+      const follow = whole ? padded(Math.max(whole.t0, whole.t1 - WHOLE_MAX_S), whole.t1) : [left, left + WINDOW_S];
       fc.time = tl.zoom.time || follow;
       const rows = Gantt.rows([...inst.state.by.values()], fc.time, "time", fc);
       for (const name of inst.state.by.keys()) fc.rows.set(name, rows);
@@ -219,13 +221,20 @@ defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots
       for (const S of inst.state.by.values()) {
         const right = S.lastIt + 1;
         const left = Math.max(-0.5, right - WINDOW_IT * 0.96);
-        const follow = [left, left + WINDOW_IT];
+        const follow = whole ? padded(Math.max(whole.it0, whole.it1 - WHOLE_MAX_IT) - 0.5, whole.it1 + 0.5)
+          : [left, left + WINDOW_IT];
         const range = tl.zoom[`it:${S.name}`] || follow;
         fc.it.set(S.name, range);
         fc.rows.set(S.name, Gantt.rows([S], range, "iterations", fc));
       }
     }
     return fc;
+  }
+
+  // [a, b] with a margin of 2% each side (and at least a small span)
+  function padded(a, b) {
+    const m = Math.max((b - a) * 0.02, 0.5);
+    return [a - m, b + m];
   }
 
   function xRange(fc, S) {

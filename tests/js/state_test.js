@@ -452,6 +452,24 @@ const tests = {
     const same = replay(batches);
     for (const [lane, S] of same.by) assert.equal(st.by.get(lane).steps.length, S.steps.length, lane);
   },
+
+  "an ended run spans every lane's iterations on one range, from the run's start to its last event"() {
+    const st = replay(acceptedBatches(rec.messages));
+    const ext = LiveState.runExtent(st);
+    const lanes = [...st.by.values()].filter((S) => S.steps.length);
+    assert.ok(ext && lanes.length >= 2);
+    assert.equal(ext.it1, Math.max(...lanes.map((S) => S.lastIt)));  // the longer lane's last iteration
+    assert.equal(ext.it0, Math.min(...lanes.map((S) => S.steps[0].it)));
+    assert.equal(ext.t1, st.latestT);
+    const arrivals = lanes.flatMap((S) => [...S.reqs.values()].map((R) => R.arrival)).filter((t) => t != null);
+    assert.equal(ext.t0, Math.min(...arrivals));
+    // a scenario's run_started: the run begins there, each lane at its next iteration
+    const started = { type: "status", event: contract.status.run_started, t: st.latestT + 1 };
+    LiveState.applyBatch(st, { skipped: 0, events: [started] });
+    assert.equal(st.run.t0, started.t);
+    for (const S of lanes) assert.equal(st.run.it0.get(S.name), S.lastIt + 1);
+    assert.equal(LiveState.runExtent(new LiveState.newState(rec.lanes, contract)), null);
+  },
 };
 
 let failed = 0;
