@@ -272,3 +272,38 @@ def test_an_ended_run_is_shown_whole_on_one_axis_for_every_lane(browser, rec):
         else:
             assert lo < first_arrival and last_t < hi < last_t + 0.1 * (last_t - first_arrival) + 1, (lo, hi)
         page.close()
+
+
+def stalled_events(lane: str) -> list[dict]:
+    """Two rows decode at 0.1 s an iteration, then a 900-token prompt is prefilled whole beside them in a 1 s
+    iteration: their next token waited 0.9 s more (chunked prefill on vs off, as a lane sends it)."""
+    def entry(rid, phase, tokens, slot):
+        return [rid, phase, tokens, 10, slot, 0, 0, 0]  # the contract's entry_fields, in order
+    decodes = [entry(1, "decode", 1, 0), entry(2, "decode", 1, 1)]
+    out = [{"type": "request", "lane": lane, "request_id": r, "arrival_s": 0.0, "max_tokens": 50, "tag": "api",
+            "prompt": None, "messages": None, "num_prompt_tokens": 900 if r == 3 else 8} for r in (1, 2, 3)]
+    t = 0.0
+    for i, (dur, entries) in enumerate([(0.1, decodes)] * 4 + [(1.0, [*decodes, entry(3, "prefill", 900, 2)])], 1):
+        out.append({"type": "step", "lane": lane, "step": i, "t_start": t, "t_end": t + dur, "entries": entries,
+                    "preempted": [], "finished": [], "admitted": [], "sampled": {}, "deltas": {}, "waits": {}})
+        t += dur
+    return out
+
+
+def test_a_stall_shows_on_the_gantt_and_the_slots_with_its_reason(browser, rec):
+    """The decoding rows that waited for a whole prompt's prefill: amber over that iteration on the Gantt and
+    the batch slots, a legend entry, and a tooltip that says who waited how long for what."""
+    lane = rec["lanes"][0]
+    page = open_replay(browser, {**rec, "lanes": [lane]}, stalled_events(lane), views=["gantt", "slots"], axis="time")
+    expect(page.locator(".ifl-root")).to_have_class(re.compile(r"\bifl-has-stall\b"))
+    expect(page.locator(".ifl-timeline .ifl-legend-stall").first).to_be_visible()
+    tips = page.evaluate(f"""() => {INST}.timeline.cols[0].bands.find(b => b.view === 'gantt').hits
+        .filter(h => h.rid === null).map(h => h.tip().join(' '))""")
+    assert len(tips) == 1 and re.search(r"iteration 5 · 1\.00 s: a stall.*2 decoding rows waited 0\.90 s.*900 prompt tokens",
+                                        tips[0]), tips
+    slot_tip = page.evaluate(f"""() => {{ const i = {INST}, col = i.timeline.cols[0];
+        const band = col.bands.find(b => b.view === 'slots'), sub = band.subs[0], c = sub.cols[sub.cols.length - 1];
+        return Slots.hit(i, band, (c.xa + c.xb) / 2, sub.y + sub.h - sub.slotH / 2).tip.join(' '); }}""")
+    assert "a stall" in slot_tip and "waited 0.90 s" in slot_tip, slot_tip
+    page.screenshot(path=str(ARTIFACTS / "live-stall.png"), full_page=True)
+    page.close()

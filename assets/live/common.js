@@ -12,8 +12,31 @@ defineLive("Common", [], () => {
     swapped: "#E879F9",  // preempted with its KV swapped to the host pool (fuchsia: not a request's color)
     transfer: "#22D3EE",  // a disaggregated lane's KV hand-off, prefill engine -> decode engine (cyan)
     cached: "#94A3B8",  // cached-evictable KV blocks (slate: no request's color, brighter than free)
+    stall: "#FBBF24",  // an iteration whose decoding rows waited for a prefill (amber, as waits)
     white: "#FFFFFF",
   };
+  // A stall's words, for the Gantt and the batch slots (state.js finds them).
+  function stallTip(st) {
+    const s = st.stall;
+    return [`iteration ${st.it} · ${fmt(st.t1 - st.t0, 2)} s: a stall`,
+            `${s.rows} decoding row${s.rows === 1 ? "" : "s"} waited ${fmt(s.waited, 2)} s more than a usual `
+              + `iteration (${fmt(s.usual, 2)} s) for their next token,`,
+            `while ${s.prefill.toLocaleString()} prompt tokens were prefilled in the same iteration`];
+  }
+
+  // Amber over an iteration that stalled: its x span [xa, xb] and the band's height; labelled where it fits.
+  function drawStall(ctx, k, xa, xb, y, h, label) {
+    ctx.fillStyle = rgba(C.stall, 0.16);
+    ctx.fillRect(xa, y, Math.max(xb - xa, 2), h);
+    ctx.fillStyle = C.stall;
+    ctx.fillRect(xa, y, Math.max(xb - xa, 2), Math.max(2, 2 * k));
+    ctx.font = `600 ${Math.round(11 * k)}px ${FONT}`;
+    if (!label || ctx.measureText(label).width + 6 > xb - xa) return;
+    ctx.textBaseline = "top";
+    ctx.textAlign = "left";
+    ctx.fillText(label, xa + 3, y + 3 * k);
+  }
+
   const FONT = "Inter, 'Source Sans Pro', 'Segoe UI', Roboto, Helvetica, Arial, sans-serif";
 
   const paletteIndex = (rid) => ((rid % PALETTE.length) + PALETTE.length) % PALETTE.length;
@@ -120,6 +143,6 @@ defineLive("Common", [], () => {
     };
   }
 
-  return { PALETTE, C, FONT, reqColor, clamp, perfNow, sameList, fmt, pct, reqLabel, rgba, mix, el, setText, hatchPattern,
+  return { PALETTE, C, FONT, stallTip, drawStall, reqColor, clamp, perfNow, sameList, fmt, pct, reqLabel, rgba, mix, el, setText, hatchPattern,
            canvasContext, tooltip };
 });

@@ -1,7 +1,7 @@
 // Timeline band: the Gantt chart, one row per request (newest on top), one bar per phase run.
 
 defineLive("Gantt", ["Common", "Waits"], () => {
-  const { C, FONT, fmt, rgba, mix, reqColor, reqLabel, hatchPattern } = Common;
+  const { C, FONT, fmt, rgba, mix, reqColor, reqLabel, hatchPattern, stallTip, drawStall } = Common;
   const MAX_ROWS = 26;  // rows: the newest requests that touch the visible window
   const MIN_ROWS = 8;   // rows are never taller than 1/MIN_ROWS of the plot
   const NAME_CHARS = 10;  // a participant's name in a row label (the timeline widens its margin for it)
@@ -160,6 +160,7 @@ defineLive("Gantt", ["Common", "Waits"], () => {
       band.hits.push({ xa, xb, ya: y, yb: y + h, rid: R.rid, tip, color: reqColor(R.rid) });
     };
     const range = col.range;
+    stalls(ctx, k, S, fc, X, band, range);
     for (const rid of ids) {
       const R = S.reqs.get(rid);
       if (!R) continue;
@@ -183,6 +184,20 @@ defineLive("Gantt", ["Common", "Waits"], () => {
     band.yticks = ids.filter((r) => r % every === 0 || r === inst.sel)
       .map((r) => ({ y: Y(r), label: reqLabel(S.reqs.get(r) || { rid: r }, NAME_CHARS), strong: r === inst.sel }));
     col.rows = ids.slice();
+  }
+
+  // Iterations whose decoding rows waited for a prefill: amber behind the bars, with a tooltip of their own
+  // (pushed first: a bar over one still wins the hover).
+  function stalls(ctx, k, S, fc, X, band, range) {
+    for (const st of S.steps) {
+      if (!st.stall) continue;
+      const a = fc.axis === "time" ? st.t0 : st.it - 0.5, b = fc.axis === "time" ? st.t1 : st.it + 0.5;
+      if (b < range[0] || a > range[1]) continue;
+      const xa = X(Math.max(a, range[0])), xb = X(Math.min(b, range[1]));
+      drawStall(ctx, k, xa, xb, band.y, band.h, `decodes waited ${fmt(st.stall.waited, 1)} s`);
+      band.hits.push({ xa, xb: Math.max(xb, xa + 2), ya: band.y, yb: band.y + band.h, rid: null,
+                       tip: () => stallTip(st), color: C.stall });
+    }
   }
 
   // The bar under (x, y): { rid, tip: [lines], color } or null.

@@ -3,9 +3,10 @@
 // and phase are drawn as one rectangle. A speculating row's drafts are ticks along its cell's foot:
 // white where accepted, red where rejected. On the time axis an iteration spans [t_start, t_end]; idle time
 // stays empty. A disaggregated lane has a grid per engine: the decode engine's above the prefill engine's.
+// An iteration whose decoding rows waited for a prefill (a stall, state.js) is marked amber.
 
 defineLive("Slots", ["Common", "LiveState"], () => {
-  const { C, FONT, fmt, mix, reqColor, hatchPattern } = Common;
+  const { C, FONT, fmt, mix, reqColor, hatchPattern, stallTip, drawStall } = Common;
   const { KIND, maxBatch, engineSteps, isRemote } = LiveState;
   const REMOTE_NOTE = "A remote server does not expose its batch slots (its rows are timed at this client)";
 
@@ -111,6 +112,9 @@ defineLive("Slots", ["Common", "LiveState"], () => {
     cols.forEach((st, j) => {  // speculative decoding: each step's drafts over its cells
       if (st && st.drafted) drawDrafts(ctx, inst, st, px[j], Math.max(px[j + 1], px[j] + 1), Y, slotH, gapY);
     });
+    cols.forEach((st, j) => {  // iterations whose decoding rows waited for a prefill (state.js: stall)
+      if (st && st.stall) drawStall(ctx, inst.scale, px[j], Math.max(px[j + 1], px[j] + 1), sub.y, sub.h, "stall");
+    });
     const fit = Math.max(1, Math.floor(sub.h / (16 * inst.scale)));  // labels a line apart at the least
     const dtick = [1, 2, 4, 5, 8, 10, 16, 20, 32, 50, 64, 100].find((d) => nSlots / d <= fit)
       ?? Math.ceil(nSlots / fit);
@@ -173,10 +177,12 @@ defineLive("Slots", ["Common", "LiveState"], () => {
     if (!c) return null;
     const slot = sub.nSlots - 1 - Math.floor((y - sub.y) / sub.slotH);  // slot s spans [Y(s), Y(s) + slotH)
     const cell = c.st.bySlot[slot];
+    const stalled = c.st.stall ? ["", ...stallTip(c.st)] : [];
     if (!cell) {
-      return { rid: null, tip: [`slot ${sub.prefix}${slot} · empty`, `iteration ${c.st.it}${partOf(c.st)}`], color: C.muted };
+      return { rid: null, tip: [`slot ${sub.prefix}${slot} · empty`, `iteration ${c.st.it}${partOf(c.st)}`, ...stalled],
+               color: C.muted };
     }
-    return { rid: cell.rid, tip: cellTip(cell, c.st, sub.prefix), color: reqColor(cell.rid) };
+    return { rid: cell.rid, tip: [...cellTip(cell, c.st, sub.prefix), ...stalled], color: reqColor(cell.rid) };
   }
 
   return { draw, hit };

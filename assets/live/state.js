@@ -13,6 +13,10 @@ defineLive("LiveState", ["Waits"], () => {
   const MAX_GPU_SAMPLES = 600;  // NVML samples kept (5 min at the monitor's 2 per second)
   const MAX_REMOTE_SAMPLES = 300;  // a remote server's gauges kept (5 min at one poll a second)
   const HIT_WINDOW_S = 5.0;     // prefix cache hit rate, "recent": admissions over this window
+  // A stall: an iteration with decoding rows and prefill work that took STALL_FACTOR x the lane's usual
+  // decode-only iteration (the median of its last STALL_BASE), and at least STALL_MIN_S: its decoding rows
+  // each waited that long for their next token, for someone's prefill.
+  const STALL_FACTOR = 3, STALL_BASE = 32, STALL_MIN_S = 0.05;
   // What a request is doing, per segment and overall (views shade by these).
   const KIND = { queued: "queued", prefill: "prefill", recompute: "recompute", decode: "decode", held: "held",
                  preempted: "preempted", swapped: "swapped", transfer: "transfer", finished: "finished" };
@@ -182,6 +186,8 @@ defineLive("LiveState", ["Waits"], () => {
                       queries: ev.prefix_queries || 0, hits: ev.prefix_hits || 0, hitAll: null, hitRecent: null,
                       roof: roofPoint(S, ev.roofline), part: ev.part || null };
     summary.tps = rollingRate(S.steps, summary);
+    summary.stall = stall(S, cells, t1 - t0);
+    if (summary.stall) S.stalls = (S.stalls || 0) + 1;  // the legend explains them from the first
     S.drafted = (S.drafted || 0) + drafted;  // speculative decoding: draft tokens over the lane's stream
     prefixRates(S, summary);
     S.steps.push(summary);
@@ -207,6 +213,26 @@ defineLive("LiveState", ["Waits"], () => {
     S.lastStepMs = 1000 * (t1 - t0);
     reconcile(S, ev, groups, contract);
     applyWaits(S, ev.waits, t1);
+  }
+
+  // This iteration's stall ({waited, usual, rows, prefill}: seconds beyond the usual decode iteration, that
+  // usual length, the decoding rows that waited, the prefill tokens they waited for), or null. A decode-only
+  // iteration adds to the lane's usual length instead.
+  function stall(S, cells, dur) {
+    let rows = 0, prefill = 0;
+    for (const c of cells) {
+      if (c.kind === KIND.decode) rows++;
+      else if (c.kind === KIND.prefill || c.kind === KIND.recompute) prefill += c.real;
+    }
+    const base = (S.decodeS ||= []);
+    if (!prefill) {
+      if (rows) base.push(dur);
+      if (base.length > STALL_BASE) base.shift();
+      return null;
+    }
+    if (!rows || base.length < 3) return null;
+    const usual = [...base].sort((a, b) => a - b)[base.length >> 1];
+    return dur >= STALL_FACTOR * usual && dur - usual >= STALL_MIN_S ? { waited: dur - usual, usual, rows, prefill } : null;
   }
 
   // Why requests wait, as the scheduler decided (changes only: a request id -> its reason, or null once

@@ -115,6 +115,7 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
     inst.root.classList.toggle("ifl-has-prefix", lanes.some((S) => hasPrefix(inst, S)));
     inst.root.classList.toggle("ifl-has-spec", lanes.some((S) => speculates(inst, S)));
     inst.root.classList.toggle("ifl-has-swap", lanes.some((S) => S.host != null));
+    inst.root.classList.toggle("ifl-has-stall", lanes.some((S) => S.stalls > 0));
     inst.root.classList.toggle("ifl-has-split", lanes.some((S) => S.pools != null));
     inst.root.classList.toggle("ifl-has-roofline", lanes.some((S) => S.peaks != null));
     inst.root.classList.toggle("ifl-has-paused", !!st && st.pauses.length > 0 && inst.cfg.axis === "time");

@@ -470,6 +470,39 @@ const tests = {
     for (const S of lanes) assert.equal(st.run.it0.get(S.name), S.lastIt + 1);
     assert.equal(LiveState.runExtent(new LiveState.newState(rec.lanes, contract)), null);
   },
+
+  "a stall: decoding rows that waited for a prefill in their iteration, measured against the lane's usual"() {
+    const lane = rec.lanes[0];
+    const entry = (rid, phase, tokens, slot) => {
+      const e = [];
+      for (const [k, i] of Object.entries(E)) e[i] = { rid, phase, tokens, slot, ctx: 10 }[k] ?? 0;
+      return e;
+    };
+    let t = 0, step = 0;
+    const stepEv = (dur, entries) => {
+      const ev = { type: "step", lane, step: ++step, t_start: t, t_end: t + dur, entries, preempted: [], finished: [],
+                   admitted: [], sampled: {}, deltas: {}, waits: {} };
+      t += dur;
+      return ev;
+    };
+    const decodes = [entry(1, P.decode, 1, 0), entry(2, P.decode, 1, 1)];
+    const events = [{ type: "request", lane, request_id: 1, arrival_s: 0, max_tokens: 50 },
+                    { type: "request", lane, request_id: 2, arrival_s: 0, max_tokens: 50 },
+                    { type: "request", lane, request_id: 3, arrival_s: 0, max_tokens: 50 },
+                    stepEv(0.1, decodes), stepEv(0.1, decodes), stepEv(0.12, decodes), stepEv(0.1, decodes),
+                    stepEv(0.2, [...decodes, entry(3, P.prefill, 64, 2)]),    // a short chunk: not a stall
+                    stepEv(1.0, [...decodes, entry(3, P.prefill, 900, 2)])];  // the whole prompt at once: a stall
+    const st = LiveState.newState([lane], contract);
+    LiveState.applyBatch(st, { skipped: 0, events });
+    const S = st.by.get(lane);
+    assert.deepEqual(S.steps.map((x) => !!x.stall), [false, false, false, false, false, true]);
+    const stall = S.steps[5].stall;
+    assert.equal(stall.rows, 2);
+    assert.equal(stall.prefill, 900);
+    assert.ok(Math.abs(stall.usual - 0.1) < 1e-9 && Math.abs(stall.waited - 0.9) < 1e-9, JSON.stringify(stall));
+    assert.equal(S.stalls, 1);
+    assert.match(Common.stallTip(S.steps[5]).join(" "), /2 decoding rows waited 0\.90 s more .* 900 prompt tokens/);
+  },
 };
 
 let failed = 0;
