@@ -138,5 +138,16 @@ def test_on_a_projector_the_views_come_first(browser, server, width, height):
         # retried: the narration fragment re-renders every second, so one measure can land between two renders
         expect(what.first).to_be_in_viewport(ratio=1, timeout=10_000)
     page.screenshot(path=str(ARTIFACTS / f"first-contact-projector-{width}x{height}.png"))
+    # nothing grows as the presenter scrolls: the page's scrolling section moves, the charts keep their size
+    sizes = f"() => {INST}.timeline.geom.bands.map((b) => Math.round(b.h))"
+    before = page.evaluate(sizes)
+    scrolled = page.evaluate(f"""() => {{ let el = {INST}.timeline.wrap.parentElement;
+        while (el && !(el.scrollHeight > el.clientHeight && /auto|scroll/.test(getComputedStyle(el).overflowY)))
+            el = el.parentElement;
+        if (!el) return 0;
+        el.scrollTop += 300; return el.scrollTop; }}""")
+    assert scrolled > 0, "the page did not scroll"
+    page.wait_for_timeout(500)
+    assert page.evaluate(sizes) == before
     no_exception(page)
     page.context.close()

@@ -95,8 +95,11 @@ defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots
   }
 
   // Pixels from the timeline's top to the bottom of the browser's first screen (a projector's view).
+  // Measured from the page's top, not the viewport's: Streamlit scrolls a section of its page, not the
+  // window, so without its scroll the fit grew as the presenter scrolled (the slots from 110 px to 560).
   function firstScreen(wrap) {
-    const top = wrap.getBoundingClientRect().top + window.scrollY;
+    let top = wrap.getBoundingClientRect().top + window.scrollY;
+    for (let el = wrap.parentElement; el; el = el.parentElement) top += el.scrollTop;
     return Math.round(window.innerHeight - top - 8);
   }
 
