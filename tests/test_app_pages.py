@@ -412,3 +412,13 @@ def test_the_roofline_chart_colours_lanes_as_the_playground_and_labels_each_deca
     colors = {t.name: t.marker.color for t in fig.data if t.mode == "markers"}
     assert colors == {"continuous": LANE_COLORS[0], "static": LANE_COLORS[1]}
     assert fig.layout.xaxis.dtick == 1 and fig.layout.yaxis.dtick == 1
+
+
+def test_what_to_watch_says_so_far_while_a_lane_still_works(monkeypatch):
+    from pages.ui import run_metrics
+    summaries = {"continuous": {"duration_s": 4.0, "in_flight": 0}, "static": {"duration_s": 8.8, "in_flight": 3}}
+    monkeypatch.setattr(run_metrics, "run_summary", lambda svc, m: summaries)
+    line = run_metrics.headline_line(None, None, ("duration_s",), ["continuous", "static"])
+    assert line == "Time for the run (so far): continuous 4.00 s · static 8.80 s"
+    summaries["static"]["in_flight"] = 0
+    assert run_metrics.headline_line(None, None, ("duration_s",), ["continuous", "static"]).startswith("Time for the run:")

@@ -50,7 +50,8 @@ def inputs(svc, client, compare: str) -> None:
 def compact_inputs(svc, client, compare: str, toggle) -> None:
     """One line for a projector: the scenario button, the prompt box, the rest in a popover, and
     toggle() (presentation mode's own switch) at the end."""
-    c_run, c_box, c_more, c_mode = st.columns([1.3, 4, 0.8, 1.2], vertical_alignment="center")
+    c_run, c_box, c_more, c_mode = st.columns([1.3, 3.6, 0.8, 1.6], vertical_alignment="center")  # the toggle's
+    # label whole at 1280 px
     with c_run:
         scenario_button(svc, client, compare, caption=False)
     with c_box:

@@ -25,10 +25,10 @@ def _what_to_watch(svc, scenario, compact: bool) -> None:
     """The number the scenario is about (this run's, per lane) first, then what to look at."""
     number = headline_line(svc, run_metrics(svc), scenario.headline, svc.lane_names) or \
         f"{METRICS[scenario.headline[0]].title}, once this run's first requests finish"
-    if compact:  # one line; the whole of it on hover
-        st.html(f'<div title="{html.escape(scenario.watch)}" style="white-space:nowrap;overflow:hidden;'
-                f'text-overflow:ellipsis;color:#9aa4b5"><b>What to watch:</b> <b style="color:#e8ecf3">'
-                f'{html.escape(number)}</b> · {html.escape(scenario.watch)}</div>')
+    if compact:  # all of it, a size smaller (cut to one line, the projector showed less than it named)
+        st.html(f'<div class="ifl-watch" style="font-size:0.92rem;line-height:1.35;color:#9aa4b5">'
+                f'<b>What to watch:</b> <b style="color:#e8ecf3">{html.escape(number)}</b> · '
+                f'{html.escape(scenario.watch)}</div>')
     else:
         st.info(f"**What to watch: {markdown_text(number)}**\n\n{markdown_text(scenario.watch)}", icon=":material/visibility:")
 

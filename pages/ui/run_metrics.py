@@ -61,13 +61,15 @@ def run_label(m: LiveMetrics, now: float) -> str:
 
 
 def headline_line(svc, m: LiveMetrics, keys: tuple[str, ...], lanes: list[str]) -> str | None:
-    """"TTFT p50: continuous 0.42 s · dynamic 1.31 s" for the scenario's first metric, this run."""
+    """"TTFT p50: continuous 0.42 s · dynamic 1.31 s" for the scenario's first metric, this run; "so far"
+    while a lane still has requests in flight (the figures will change)."""
     summary = run_summary(svc, m)
     if not keys or not any(lane in summary for lane in lanes):
         return None
     metric = METRICS[keys[0]]
     parts = [f"{lane} {_values_text(metric, summary[lane])}" for lane in lanes if lane in summary]
-    return f"{metric.title}: " + " · ".join(parts)
+    so_far = " (so far)" if any(summary[lane]["in_flight"] for lane in lanes if lane in summary) else ""
+    return f"{metric.title}{so_far}: " + " · ".join(parts)
 
 
 def _values_text(metric, lane_summary: dict) -> str:

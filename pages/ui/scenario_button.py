@@ -22,8 +22,9 @@ def scenario_button(svc, client, choice: str, caption: bool = True) -> None:
         help_ += f" For the presenter: {runner.PRESENTER_ONLY}."
     if client.presenter:
         help_ += f" Keys: {KEYS}."
+    # on a projector no tooltip unless it says why the button is off: clicked, it stayed over the narration
     if st.button("Run scenario" if scenario else "Send requests", icon=":material/bolt:", type="primary",
-                 width="stretch", disabled=locked, help=help_):
+                 width="stretch", disabled=locked, help=help_ if caption or locked else None):
         try:
             start = runner.start if scenario else runner.fire
             st.session_state.stream = start(svc, shown, client)
