@@ -2,7 +2,8 @@
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-ASSETS = REPO / "assets"
+# a checkout's assets/, or, installed from a wheel, the same files as the package inflight.assets (setup.py)
+ASSETS = REPO / "assets" if (REPO / "assets").is_dir() else REPO / "inflight" / "assets"
 LIVE_VIEW = ASSETS / "live"  # the live views' browser code: live_view.html, .css and the .js modules
 LIVE_VIEW_ENTRY = "export default function liveView"
 
