@@ -194,8 +194,8 @@ class Scheduler(ABC):
         """Every waiting request's reason at this step: a preempted one's preemption; the head's, why the
         queue stopped there; the others', `rest`, or their place behind the head in the policy's order."""
         queue = self.waiting
-        order = (self.policy.why_first(queue[0], self.clock()) if queue else None) or \
-            waits.ORDER.get(self.cfg.scheduling_policy, self.cfg.scheduling_policy)
+        aged = queue and out.t_scheduled is not None and self.policy.why_first(queue[0], out.t_scheduled)
+        order = aged or waits.ORDER.get(self.cfg.scheduling_policy, self.cfg.scheduling_policy)
         for rank, req in enumerate(queue, 1):
             why = self.preempted_why.get(req.request_id) or (head if rank == 1 else rest)
             out.waits[req.request_id] = why or waits.behind(queue[0].request_id, rank, len(queue), order)
