@@ -158,9 +158,14 @@ GOOD = """title = "t"\nwatch = "w"\nexplain = "e"\n[lanes.a]\nstrategy = "contin
     ('headline = ["speed"]\n' + GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\n",
      "headline: 'speed' is not a live metric"),
     ("headline = []\n" + GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\n", "headline: must be a list"),
+    # before tomllib: a value nested too deep or a number too long, named with its table and key
+    (GOOD + "[[requests]]\nprompt_len = " + "[" * 9 + "1" + "]" * 9 + "\n", "line 7: [requests] prompt_len: nested"),
+    (GOOD + "[[requests]]\nmax_tokens = " + "9" * 41 + "\n", "line 7: [requests] max_tokens: a number of more than"),
     *((GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\n[[claims]]\n" + claim, field) for claim, field in [
         ('says = "x"\nlane = "a"\nnumber = "preemptions"\nequals = 0\n', "claims[0].says: must quote"),
-        ('says = "w"\nlane = "b"\nnumber = "preemptions"\nequals = 0\n', "claims[0].lane"),
+        ('says = "w"\nlane = "b"\nnumber = "preemptions"\nequals = 0\n', "claims[0].lane: 'b' is not one of the lanes"),
+        ('says = "w"\nlane = ["a"]\nnumber = "preemptions"\nequals = 0\n', "claims[0].lane: ['a']"),
+        ('says = "w"\nlane = "a"\nnumber = ["x"]\nequals = 0\n', "claims[0].number"),
         ('says = "w"\nlane = "a"\nnumber = "speed"\nequals = 0\n', "claims[0].number"),
         ('says = "w"\nlane = "a"\nnumber = "preemptions"\nequals = 0\nabove = 1\n', "claims[0]: give exactly one"),
         ('says = "w"\nlane = "a"\nnumber = "preemptions"\nbetter_than = "a"\n', "claims[0].better_than"),
@@ -196,7 +201,7 @@ def test_every_bundled_prompt_has_its_answer_length_measured():
     assert max(r["answer_tokens"] for r in rows) >= 1.25 * max(a.max_tokens for s in shipped() for a in s.arrivals)
 
 
-@pytest.mark.slow
+@pytest.mark.default_model
 def test_each_scenario_sends_the_prompt_lengths_its_lesson_states():
     """Tokenized as the engine does, with the default model's own chat template."""
     from transformers import AutoTokenizer

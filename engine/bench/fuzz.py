@@ -206,11 +206,11 @@ def scenario_toml(rng: random.Random, base: dict) -> Fuzzed:
 
 
 def toml_text(table: dict) -> str:
-    """TOML of a scenario-shaped table: scalars, then [lanes.NAME] tables, then [[requests]] groups (a Raw
+    """TOML of a scenario-shaped table: scalars, then [lanes.NAME] tables, then [[requests]] groups and [[claims]] (a Raw
     value is written as its text: mostly not TOML at all)."""
     out, tables = [], []
     for k, v in table.items():
-        if k in ("lanes", "requests") and isinstance(v, (dict, list)) and v:
+        if k in ("lanes", "requests", "claims") and isinstance(v, (dict, list)) and v:
             tables.append((k, v))
         else:
             out.append(f"{_key(k)} = {_toml_value(v)}")

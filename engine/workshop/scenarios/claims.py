@@ -97,23 +97,31 @@ def _read_claim(field: str, c, lanes: dict, watch: str) -> Claim:
         raise ValueError(f"{field}.default_model: true or false")
     if "same_answers" in c:
         same = c["same_answers"]
-        if not isinstance(same, list) or len(same) < 2 or any(lane not in lanes for lane in same):
+        if not isinstance(same, list) or len(same) < 2:
             raise ValueError(f"{field}.same_answers: name two or more of the lanes ({', '.join(lanes)})")
+        for lane in same:
+            _lane(f"{field}.same_answers", lane, lanes)
         return Claim(says, same_answers=tuple(same), default_model=default_model)
     return Claim(says, *_comparison(field, c, lanes), default_model=default_model)
 
 
+def _lane(field: str, value, lanes: dict) -> str:
+    """value if it names one of the lanes, else a ValueError naming the field and what it held."""
+    if not isinstance(value, str) or value not in lanes:
+        raise ValueError(f"{field}: {value!r:.60} is not one of the lanes ({', '.join(lanes)})")
+    return value
+
+
 def _comparison(field: str, c: dict, lanes: dict) -> tuple:
-    if c.get("lane") not in lanes:
-        raise ValueError(f"{field}.lane: name one of the lanes ({', '.join(lanes)})")
-    if c.get("number") not in NUMBERS:
+    _lane(f"{field}.lane", c.get("lane"), lanes)
+    if not isinstance(c.get("number"), str) or c["number"] not in NUMBERS:
         raise ValueError(f"{field}.number: one of {', '.join(sorted(NUMBERS))}")
     tests = [t for t in (*BOUNDS, *VERSUS) if t in c]
     if len(tests) != 1:
         raise ValueError(f"{field}: give exactly one of {', '.join((*BOUNDS, *VERSUS))}")
     test, value = tests[0], c[tests[0]]
-    if test in VERSUS and (value not in lanes or value == c["lane"]):
-        raise ValueError(f"{field}.{test}: name another of the lanes ({', '.join(lanes)})")
+    if test in VERSUS and _lane(f"{field}.{test}", value, lanes) == c["lane"]:
+        raise ValueError(f"{field}.{test}: name another lane than {value!r:.60} ({', '.join(lanes)})")
     if test in BOUNDS and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
         raise ValueError(f"{field}.{test}: must be a number")
     tenant = c.get("tenant")

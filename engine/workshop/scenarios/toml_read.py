@@ -1,6 +1,6 @@
 """A scenario file's TOML, read within bounds: its size, and (before tomllib, which would recurse without
 end or convert a number of thousands of digits) how deep its arrays nest and how long its numbers are,
-each refused naming the line and the key it belongs to."""
+each refused naming the line, the table it is in and its key."""
 from __future__ import annotations
 
 import re
@@ -11,6 +11,7 @@ MAX_FILE_BYTES = 64 * 1024
 MAX_NESTING = 8          # arrays and inline tables within one value
 MAX_DIGITS = 40
 _KEY = re.compile(r"[ \t]*([^=\[\s][^=\n]*?)[ \t]*=")  # at a line's start (match anchors at pos)
+_TABLE = re.compile(r"[ \t]*\[\[?([^\]\n]*)\]")          # a [table] or [[array of tables]] header line
 
 
 def read_toml(path: Path, error) -> dict:
@@ -35,16 +36,18 @@ def read_toml(path: Path, error) -> dict:
 
 
 def _too_big(text: str) -> str | None:
-    """'line N: KEY: ...' for the first value nested too deep or with too long a number (strings and
+    """'line N: [TABLE] KEY: ...' for the first value nested too deep or with too long a number (strings and
     comments skipped), else None."""
-    quote, depth, digits, line = None, 0, 0, 1
+    quote, depth, digits, line, table = None, 0, 0, 1, ""
     key = m.group(1).strip() if (m := _KEY.match(text)) else "?"
     i, n = 0, len(text)
     while i < n:
         c = text[i]
         if c == "\n":
             line, digits = line + 1, 0
-            if quote is None and depth == 0 and (m := _KEY.match(text, i + 1)):
+            if quote is None and depth == 0 and (m := _TABLE.match(text, i + 1)):
+                table = f"[{m.group(1).strip()}] "
+            elif quote is None and depth == 0 and (m := _KEY.match(text, i + 1)):
                 key = m.group(1).strip()
         if quote is not None:
             if text.startswith(quote, i) and not (quote[0] == '"' and _escaped(text, i)):
@@ -61,13 +64,13 @@ def _too_big(text: str) -> str | None:
         elif c in "[{" and (depth or _in_value(text, i)):
             depth += 1
             if depth > MAX_NESTING:
-                return f"line {line}: {key}: nested more than {MAX_NESTING} levels deep"
+                return f"line {line}: {table}{key}: nested more than {MAX_NESTING} levels deep"
         elif c in "]}" and depth:
             depth -= 1
         elif c.isdigit():
             digits += 1
             if digits > MAX_DIGITS:
-                return f"line {line}: {key}: a number of more than {MAX_DIGITS} digits"
+                return f"line {line}: {table}{key}: a number of more than {MAX_DIGITS} digits"
         else:
             digits = 0
         i += 1
