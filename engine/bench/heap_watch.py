@@ -3,10 +3,15 @@ the server has warmed up, written as JSON every so often (the soak's --heap-repo
 
 Each report holds the Python heap now and at its peak, and the source lines whose allocations grew most
 since the baseline (size, count). It sees what Python allocates (events, buffers, dicts, strings), not
-what torch or other native code allocates: an RSS that grows while this stays flat points there.
+what torch or other native code allocates: an RSS that grows while this stays flat points there. Beside
+it, glibc's own count (mallinfo2, every arena): bytes malloc has handed out and not had back, bytes freed
+but kept in its arenas, and bytes in mmapped chunks; with the RSS, they tell a leak (in use grows) from
+memory freed but kept (free grows).
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import threading
 import time
@@ -26,7 +31,12 @@ class HeapWatch(threading.Thread):
 
     def run(self) -> None:
         tracemalloc.start(FRAMES)
-        t0 = time.monotonic()
+        try:
+            self._watch(time.monotonic())
+        finally:
+            tracemalloc.stop()  # halted: the process runs at full speed again
+
+    def _watch(self, t0: float) -> None:
         if self.halt.wait(self.baseline_after_s):
             return
         baseline = tracemalloc.take_snapshot()
@@ -39,6 +49,7 @@ class HeapWatch(threading.Thread):
         current, peak = tracemalloc.get_traced_memory()
         grown = tracemalloc.take_snapshot().compare_to(baseline, "traceback")
         return {"t_s": round(elapsed, 1), "python_mb": round(current / 2**20, 1), "python_peak_mb": round(peak / 2**20, 1),
+                **native_memory(),
                 "grown": [{"kb": round(d.size_diff / 1024, 1), "count": d.count_diff,
                            "where": [f"{f.filename}:{f.lineno}" for f in d.traceback]}
                           for d in grown[:TOP] if d.size_diff > 0]}
@@ -47,3 +58,27 @@ class HeapWatch(threading.Thread):
         part = self.report.with_suffix(".part")
         part.write_text(json.dumps({"samples": self.samples}, indent=1))
         part.replace(self.report)
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def native_memory() -> dict:
+    """The process's RSS and glibc's count over all arenas (MB); only the RSS where glibc has no mallinfo2."""
+    out = {"rss_mb": None}
+    try:
+        with open("/proc/self/status") as f:
+            out["rss_mb"] = next(round(int(line.split()[1]) / 1024, 1) for line in f if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        pass
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        return out
+    libc.mallinfo2.restype = _MallInfo2
+    m = libc.mallinfo2()
+    mb = lambda n: round(n / 2**20, 1)  # noqa: E731
+    return {**out, "malloc_in_use_mb": mb(m.uordblks), "malloc_free_kept_mb": mb(m.fordblks),
+            "malloc_mmapped_mb": mb(m.hblkhd)}

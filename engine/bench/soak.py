@@ -151,7 +151,7 @@ def _report(t: Tally, monitor: Monitor, status: dict, rss: list, elapsed: float)
     return {
         "elapsed_s": round(elapsed, 1), "submitted": t.submitted, "completed": t.completed, "aborted": t.aborted,
         "errored": t.errored, "refused": t.refused, "lost": t.lost + len(unfinished),
-        "lost_client_side": t.lost, "unfinished_on_server": [list(u) for u in unfinished[:20]],
+        "lost_client_side": t.lost, "lost_how": t.lost_how, "unfinished_on_server": [list(u) for u in unfinished[:20]],
         "server_requests": len(monitor.accepted), "monitor_skipped_events": monitor.skipped,
         "kv_blocks_leaked": sum(e["kv_used_blocks"] or 0 for e in status["engines"].values()),
         "in_flight_after": sum(e["in_flight"] for e in status["engines"].values()),
@@ -249,6 +249,8 @@ def main(argv=None) -> int:
           f"{r['fuzz_sent']} ({r['fuzz_faulted']} ended by an injected fault, {r['fuzz_5xx']} other 5xx); "
           f"uploads played {r.get('uploads_played', 0)}, refused {r.get('uploads_refused', 0)}, "
           f"failed {r.get('uploads_failed', 0)}")
+    for how in r["lost_how"]:
+        print(f"lost: {how}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(r, f, indent=2)

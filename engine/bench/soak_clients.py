@@ -29,6 +29,7 @@ class Tally:
     errored: int = 0          # finish_reason "error" (injected step faults) or HTTP 5xx
     refused: int = 0          # 4xx: the room's limits, a prompt too long
     lost: int = 0             # no outcome at all: must stay 0
+    lost_how: list = field(default_factory=list)  # what the client saw of each loss (the first 20)
     latencies_s: list = field(default_factory=list)
     malformed_sent: int = 0
     malformed_answered: int = 0
@@ -50,7 +51,12 @@ class Tally:
         elif reason == "error":
             self.errored += 1
         else:
-            self.lost += 1
+            self.lose(f"finish_reason {reason!r}")
+
+    def lose(self, how: str) -> None:
+        self.lost += 1
+        if len(self.lost_how) < 20:
+            self.lost_how.append(how)
 
 
 @dataclass
@@ -95,8 +101,8 @@ async def _http_one(c: httpx.AsyncClient, load: Load, kind: str) -> None:
             _http_outcome(t, r.status_code, r.json(), t0)
         else:
             await _http_stream(c, load, body, t0, drop_after=load.rng.randint(1, 4) if kind == "drop" else None)
-    except (httpx.HTTPError, ValueError):
-        t.lost += 1
+    except (httpx.HTTPError, ValueError) as e:
+        t.lose(f"{kind} HTTP request: {type(e).__name__}: {str(e)[:200]}")
 
 
 def _http_outcome(t: Tally, status: int, body: dict, t0: float) -> None:
@@ -227,7 +233,8 @@ class SocketClient:
         deadline = time.monotonic() + timeout
         while self.pending and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
-        self.load.tally.lost += len(self.pending)
+        for rid in self.pending:
+            self.load.tally.lose(f"socket request {rid}: no finished event within {timeout:.0f} s")
         self.pending.clear()
 
 
