@@ -54,6 +54,13 @@ def test_the_landing_page_plays_the_shipped_recording_until_the_engines_are_read
     svc.wait_ready(120)
     at.run()
     assert not at.exception and not marked(at) and svc.replay is None
+    # later, lanes that load (a scenario picked) leave the views live: the recording is the first start's
+    gate.clear()
+    svc.set_lanes({"continuous": {"strategy": "continuous"}, "dynamic": {"strategy": "dynamic"}})
+    at.run()
+    assert not at.exception and not marked(at) and svc.replay is None
+    gate.set()
+    svc.wait_ready(120)
 
 
 def test_the_presenter_records_and_replays_with_speed_pause_and_seek(gated):

@@ -7,6 +7,7 @@ the shipped recording while the engines load, and the replay ends itself once th
 from __future__ import annotations
 
 import threading
+import weakref
 from pathlib import Path
 
 from ...paths import ASSETS
@@ -15,6 +16,7 @@ from .replayer import Replayer
 
 SHIPPED = ASSETS / "recordings" / "continuous_vs_static.jsonl.gz"
 _lock = threading.Lock()
+_served = weakref.WeakSet()  # services whose engines have been ready: their later loads are lane changes
 
 
 def source(svc):
@@ -62,12 +64,15 @@ def loading(svc) -> bool:
 
 
 def play_while_loading(svc, path: Path = SHIPPED) -> Replayer | None:
-    """The shipped recording, looping until the engines are ready; returns what plays (None: live).
-    A landing replay whose engines are ready is ended here too, not only by its thread's next check, so
-    the page that notices the engines are ready draws them."""
+    """The shipped recording, looping until the engines are ready, on a fresh start only (a scenario's
+    lanes loading later once flashed the recording); returns what plays (None: live). A landing replay
+    whose engines are ready is ended here too, not only by its thread's next check, so the page that
+    notices the engines are ready draws them."""
     with _lock:
-        r = svc.replay
-        if r is None and path.exists() and loading(svc):
+        r, busy = svc.replay, loading(svc)
+        if not busy:
+            _served.add(svc)
+        if r is None and path.exists() and busy and svc not in _served:
             play(svc, load(path), loop=True, until=lambda: not loading(svc))
         elif r is not None and r.until is not None and r.until():
             stop_replay(svc)
