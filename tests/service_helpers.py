@@ -48,6 +48,22 @@ def service_fixture(registered: bool = False, **settings):
     return svc
 
 
+def clean_fixture(limits=None):
+    """A module's autouse fixture around each test on its `svc`: a fresh allowance under `limits` first (room
+    limits; None: left as they are); after, the service resumed at full speed, nothing in flight and every
+    KV block free."""
+    @pytest.fixture(autouse=True)
+    def _clean(svc):
+        if limits is not None:
+            from engine.room.limits import ClientLimiter
+            svc.limiter = ClientLimiter(limits)
+        yield
+        svc.resume()
+        svc.set_slow_motion(0)
+        assert_all_free(svc)
+    return _clean
+
+
 def app_fixture(name: str, url: str = "http://{}"):
     """A module's fixture `name`: its `svc` served (HTTP API and socket) on a free port, as `url` with the
     address in it ("ws://{}/engine/ws", "{}": the bare address)."""

@@ -10,10 +10,10 @@ import pytest
 
 from engine.room.access import PRESENTER_COOKIE, Access
 from engine.api.join_route import MAX_PROMPT_CHARS
-from engine.room.limits import ClientLimiter, ClientLimits
+from engine.room.limits import ClientLimits
 from engine.room.participants import MAX_NAME_CHARS, Participants, clean_name
 from engine.events import FinishedEvent, RequestEvent
-from service_helpers import app_fixture, assert_all_free, service_fixture
+from service_helpers import app_fixture, clean_fixture, service_fixture
 
 TOKEN = "presenter-token-join-1"
 LIMITS = ClientLimits(burst=4, per_minute=600, max_in_flight=1, max_tokens=12)
@@ -23,12 +23,7 @@ svc = service_fixture(access=Access(room=True, token=TOKEN), limits=LIMITS)
 base = app_fixture("base")
 
 
-@pytest.fixture(autouse=True)
-def _clean(svc):
-    svc.limiter = ClientLimiter(LIMITS)
-    yield
-    svc.set_slow_motion(0)
-    assert_all_free(svc)
+_clean = clean_fixture(LIMITS)
 
 
 def ask(base, name="Ada", prompt="Hello there", **kw) -> httpx.Response:

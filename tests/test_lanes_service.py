@@ -13,7 +13,7 @@ import websockets
 from engine.api.server import create_app
 from engine_helpers import greedy, mixed_prompts
 from engine.events import FinishedEvent, RequestEvent, StepMessage
-from service_helpers import assert_all_free, make_service, serve, wait_settled
+from service_helpers import assert_all_free, clean_fixture, make_service, serve, wait_settled
 from tiny_models import reference_greedy
 
 
@@ -26,11 +26,7 @@ def svc(tiny_model_dirs):
     s.stop()
 
 
-@pytest.fixture(autouse=True)
-def _clean(svc):
-    yield
-    svc.resume()
-    assert_all_free(svc)
+_clean = clean_fixture()
 
 
 def test_lanes_differing_in_block_size_give_identical_greedy_text(svc, tiny_model_dirs):

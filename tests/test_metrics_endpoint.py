@@ -13,7 +13,7 @@ from engine.room.access import Access
 from engine.events import DECODE, PADDING, PREFILL, StatusEvent, StepEntry, StepMessage
 from engine.telemetry.prometheus import ServiceMetrics
 from event_factories import finished_event, request_event
-from service_helpers import app_fixture, assert_all_free, service_fixture
+from service_helpers import app_fixture, clean_fixture, service_fixture
 
 LANES = ("continuous", "dynamic")
 TOKEN = "presenter-token-metrics-1"
@@ -23,11 +23,7 @@ svc = service_fixture(strategies=LANES)
 base = app_fixture("base")
 
 
-@pytest.fixture(autouse=True)
-def _clean(svc):
-    yield
-    svc.resume()
-    assert_all_free(svc)
+_clean = clean_fixture()
 
 
 def scrape(base, **headers) -> dict:

@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 
 from engine.detokenizer import apply_chat_template
 from engine.events import FinishedEvent, RequestEvent
-from service_helpers import app_fixture, assert_all_free, service_fixture
+from service_helpers import app_fixture, clean_fixture, service_fixture
 
 MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
             {"role": "user", "content": "What is the answer?"}]
@@ -34,11 +34,7 @@ def client(base):
         yield c
 
 
-@pytest.fixture(autouse=True)
-def _clean(svc):
-    yield
-    svc.set_slow_motion(0)
-    assert_all_free(svc)  # nothing in flight, every KV block free, on every engine
+_clean = clean_fixture()
 
 
 def _events(svc, cursor, kind, timeout=10.0, until=lambda evs: True):

@@ -23,8 +23,9 @@ from engine.events import FinishedEvent, RequestEvent
 from engine.room.access import Access, Client, is_loopback
 from engine.api import ws as ws_module
 from engine.api.server import create_app
-from engine.room.limits import ClientLimiter, ClientLimits
-from service_helpers import app_fixture, assert_all_free, make_service, run, serve, service_fixture, wait_idle, wait_settled
+from engine.room.limits import ClientLimits
+from service_helpers import (app_fixture, clean_fixture, make_service, run, serve, service_fixture,
+                             wait_idle, wait_settled)
 
 TOKEN, API_KEY = "presenter-token-123", "audience-key-456"
 LIMITS = ClientLimits(burst=3, per_minute=60, max_in_flight=2, max_tokens=40)
@@ -39,12 +40,7 @@ svc = service_fixture(access=Access(room=True, token=TOKEN, api_key=API_KEY, ori
 base = app_fixture("base", "{}")
 
 
-@pytest.fixture(autouse=True)
-def _clean(svc):
-    svc.limiter = ClientLimiter(LIMITS)  # every test starts with a full allowance
-    yield
-    svc.resume()
-    assert_all_free(svc)
+_clean = clean_fixture(LIMITS)
 
 
 async def command(ws, msg: dict) -> dict:
