@@ -165,3 +165,14 @@ def test_set_lanes_by_strategy(svc):
     assert svc.lane_names == ["continuous", "dynamic", "static"]
     svc.set_lanes(strategy_lanes(svc.cfg, ["continuous", "dynamic"]))
     assert svc.lane_names == ["continuous", "dynamic"]
+
+
+def test_both_kinds_of_lane_worker_keep_the_declared_protocol(svc):
+    """The service holds local and remote lanes as LaneWorkers: a local lane's worker and a remote one (not
+    started) each have every member the protocol declares."""
+    from engine.serving.lane_worker import LaneWorker
+    from engine.serving.remote.config import RemoteConfig
+    from engine.serving.remote.lane import RemoteWorker
+    remote = RemoteWorker(svc.host, "far", RemoteConfig("http://127.0.0.1:9/v1", "m"))
+    for w in (*svc.workers.values(), remote):
+        assert isinstance(w, LaneWorker), type(w)

@@ -28,6 +28,7 @@ from ..telemetry.prometheus import ServiceMetrics
 from ..untrusted import shown
 from .handles import RequestHandle
 from .lane_host import LaneHost
+from .lane_worker import LaneWorker
 from .lanes import check_lane_name, lane_spec
 from .remote.config import RemoteConfig
 from .remote.lane import RemoteWorker
@@ -82,7 +83,7 @@ class EngineService:
         self.host = LaneHost(clock=self.clock, publish=self.hub.publish, progress=lambda m: self.progress(m),
                              paused=self.paused.is_set, pace_s=self.pace_s, before_step=self._before_step,
                              engine_on=self.engine_on, restarted=self._restarted)  # all a worker may use
-        self.workers: dict[str, EngineWorker] = {}  # replaced whole, never changed in place
+        self.workers: dict[str, LaneWorker] = {}  # replaced whole, never changed in place
         with self._lock:  # a lane that fails at once waits for the others to be here (_restarted)
             for name, lane_cfg in lanes.items():
                 self.workers = {**self.workers, name: self._new_worker(name, lane_cfg)}
@@ -93,7 +94,7 @@ class EngineService:
         """Seconds since the service started: the time axis every engine and view shares."""
         return time.perf_counter() - self._t0
 
-    def _new_worker(self, lane: str, cfg: LaneConfig) -> EngineWorker | RemoteWorker:
+    def _new_worker(self, lane: str, cfg: LaneConfig) -> LaneWorker:
         if cfg.is_remote:
             w = RemoteWorker(self.host, lane, cfg)
             w.start()
