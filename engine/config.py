@@ -82,7 +82,7 @@ class EngineConfig:
     # swap_space_gb (on a CPU device, a second pool in the same RAM) and copied back (continuous only:
     # static and dynamic batching never preempt). A full host pool falls back to recompute.
     # Latency SLOs (seconds; None: none): what the "slo" policy schedules for, and what a request meets
-    # to count in goodput (engine/bench/metrics.py)
+    # to count in goodput (engine/telemetry/metrics.py)
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
     preemption_mode: str = "recompute"

@@ -15,7 +15,7 @@ COMMANDS = {
     "app": (None, (), "the playground: streamlit run app.py (more arguments go to streamlit)"),
     "generate": ("engine.__main__", (), "stream one answer, one line per engine iteration"),
     "bench": ("engine.bench.__main__", (), "run lanes of our engine and peers on one workload and compare them"),
-    "scenario": ("engine.bench.scenario_run", (), "run a shipped scenario headless: metrics and claims"),
+    "scenario": ("engine.workshop.scenarios.headless", (), "run a shipped scenario headless: metrics and claims"),
     "record": ("engine.workshop.recording.__main__", ("record",), "record a scenario's run to a file"),
     "info": ("engine.workshop.recording.__main__", ("info",), "what a recording holds"),
     "html": ("engine.workshop.recording.__main__", ("html",), "a recording as one offline web page"),

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from engine import StepEntry, StepEvent
-from engine.bench.fairness import backlogged_window, intersect, jain_index, merge, tenant_service
-from engine.bench.metrics import summarize
-from engine.bench.records import RequestRecord, StepSample, LaneRun, step_sample
+from engine.telemetry.fairness import backlogged_window, intersect, jain_index, merge, tenant_service
+from engine.telemetry.metrics import summarize
+from engine.telemetry.records import RequestRecord, StepSample, LaneRun, step_sample
 from engine.bench.report import format_table
 from engine.bench.workloads import RequestSpec
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from engine import RequestOutput, StepEntry, StepEvent
-from engine.bench.metrics import summarize
+from engine.telemetry.metrics import summarize
 from engine.bench.peers import generate_steps
-from engine.bench.records import LaneRun, request_record, step_sample
+from engine.telemetry.records import LaneRun, request_record, step_sample
 from engine.bench.report import add_ratios, format_table, speedup
 from engine.bench.workloads import RequestSpec
 from engine_helpers import greedy, make_engine

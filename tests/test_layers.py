@@ -64,3 +64,11 @@ def test_imports_run_down_the_layers(path):
 def test_pages_hold_streamlit_code_only(path):
     assert any(name.startswith("streamlit") for _, name in imported(path)), (
         f"{path.relative_to(ROOT)} never imports Streamlit: it belongs in engine/")
+
+
+@pytest.mark.parametrize("path", [p for p in PAGES if p.name != "benchmark.py"], ids=lambda p: p.name)
+def test_only_the_benchmark_page_imports_the_benchmark(path):
+    """What the cards and the benchmark both compute lives below both (engine/telemetry/): a page other than
+    the Benchmark page's job imports nothing from engine.bench."""
+    bench = [(line, name) for line, name in imported(path) if name.startswith("engine.bench")]
+    assert bench == [], f"{path.relative_to(ROOT)} imports {bench}"

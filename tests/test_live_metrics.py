@@ -8,7 +8,7 @@ import pytest
 from engine_helpers import greedy
 from engine.events import StepMessage
 from service_helpers import assert_all_free, service_fixture
-from engine.bench.live_metrics import LiveMetrics, ratio
+from engine.telemetry.live_metrics import LiveMetrics, ratio
 
 
 svc = service_fixture(strategies=("continuous", "static"), static_batch_size=4)

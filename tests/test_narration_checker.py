@@ -16,7 +16,7 @@ from engine.events import FinishedEvent, LanesEvent, RequestEvent, StepMessage
 from engine.workshop.narration import Narrator
 from engine.workshop.recording import load
 from engine.workshop.recording.stage import SHIPPED
-from engine.bench.live_metrics import LiveMetrics
+from engine.telemetry.live_metrics import LiveMetrics
 from engine.workshop.scenarios import claims, runner
 from engine.workshop.scenarios.catalog import shipped
 from narration_checker import check, kind, typed

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine.bench.pauses import Pauses
+from engine.telemetry.pauses import Pauses
 from engine.events import PAUSED, RESUMED, StatusEvent, StepMessage
 
 DT = 0.01  # the brute force's grid

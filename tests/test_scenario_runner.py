@@ -66,9 +66,9 @@ def test_text_prompts_and_a_viewer_s_limits(svc, tmp_path):
 
 
 def test_the_headless_scenario_command_names_one_scenario_or_says_which_there_are():
-    """python -m engine.bench.scenario_run KEY: a part of a key that names no scenario, or several, is refused
+    """python -m engine.workshop.scenarios.headless KEY: a part of a key that names no scenario, or several, is refused
     before any engine loads, listing the keys."""
-    from engine.bench.scenario_run import run
+    from engine.workshop.scenarios.headless import run
     with pytest.raises(SystemExit, match="names 0 scenarios; keys: 01-straggler"):
         run("no-such-scenario")
     with pytest.raises(SystemExit, match="names 2 scenarios"):
@@ -76,9 +76,9 @@ def test_the_headless_scenario_command_names_one_scenario_or_says_which_there_ar
 
 
 def test_a_scenario_runs_headless_and_prints_each_lanes_metrics_and_the_narration(tiny_model_dirs, capsys):
-    """python -m engine.bench.scenario_run KEY --narration: the figures docs/room.md quotes, whether each claim of
+    """python -m engine.workshop.scenarios.headless KEY --narration: the figures docs/room.md quotes, whether each claim of
     its "What to watch" held, and what the room heard."""
-    from engine.bench.scenario_run import main
+    from engine.workshop.scenarios.headless import main
     assert main(["02-burst", "--model", str(tiny_model_dirs["llama"]), "--narration"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split("completed=")[0] for line in lines[:2]] == ["max batch 4 ", "max batch 32 "]

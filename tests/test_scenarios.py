@@ -235,8 +235,8 @@ def test_a_busier_machine_shows_as_drift_not_as_a_result():
     """Static's second batch ran 750-875 ms steps against 150 ms in its first (a busy machine): the same
     decode steps got 5x slower, which step_time_drift measures and the cards then say; a lane whose steps
     only changed size (fewer rows) has not drifted."""
-    from engine.bench.metrics import step_time_drift
-    from engine.bench.records import StepSample
+    from engine.telemetry.metrics import step_time_drift
+    from engine.telemetry.records import StepSample
     from engine.workshop.scenarios.headline import drift_warning
 
     def steps(rows_ms):

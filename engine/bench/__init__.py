@@ -8,12 +8,12 @@ From Python (e.g. a page running it in a background thread):
     res = run_benchmark(make_workload(preset("quick")), "continuous,hf-generate", BenchConfig(engine=base),
                         lanes={"block 128": dataclasses.replace(base, block_size=128)},
                         progress=lambda p: ..., cancel=threading.Event())
-    res.results   # one metrics dict per lane and peer (see engine.bench.metrics)
+    res.results   # one metrics dict per lane and peer (see engine.telemetry.metrics)
 """
 from .config import ALL_STRATEGIES, BenchConfig
 from .control import Cancelled, Progress
-from .metrics import summarize
-from .records import RequestRecord, StepSample, LaneRun
+from ..telemetry.metrics import summarize
+from ..telemetry.records import RequestRecord, StepSample, LaneRun
 from .suite import BenchmarkResult, run_benchmark
 from .workloads import (
                         PRESETS,

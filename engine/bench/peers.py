@@ -43,7 +43,7 @@ from ..model.tokens import eos_token_ids, pad_token_id
 from ..paths import REPO
 from .config import BenchConfig
 from .control import Cancelled, CpuShare, check_cancel, is_cancelled, report
-from .records import RequestRecord, StepSample, LaneRun
+from ..telemetry.records import RequestRecord, StepSample, LaneRun
 from .workloads import RequestSpec, Workload, load_trace, save_trace
 
 # ---------------------------------------------------------------------------- shared loading

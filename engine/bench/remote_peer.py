@@ -13,7 +13,7 @@ from ..request import SamplingParams
 from ..serving.remote.config import RemoteConfig
 from ..serving.service import EngineService
 from .control import check_cancel, report
-from .records import LaneRun, request_record
+from ..telemetry.records import LaneRun, request_record
 from .workloads import Workload
 
 RESULT_TIMEOUT_S = 600.0  # one request, from its arrival

@@ -20,7 +20,7 @@ from ..disaggregated import build_engine
 from ..llm_engine import LLMEngine
 from ..request import SamplingParams
 from .control import Cancelled, CpuShare, check_cancel, is_cancelled, report
-from .records import RequestRecord, StepSample, LaneRun, request_record, step_sample
+from ..telemetry.records import RequestRecord, StepSample, LaneRun, request_record, step_sample
 from .workloads import Workload
 
 IDLE_TICK_S = 0.002  # sleep between idle steps (static waiting for a full batch, dynamic for its timeout)

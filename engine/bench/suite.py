@@ -20,8 +20,8 @@ from ..telemetry.cost import usd_per_million_tokens
 from ..telemetry.device_peaks import cpu_model
 from .config import ALL_STRATEGIES, OUR_STRATEGIES, PEER_STRATEGIES, BenchConfig
 from .control import check_cancel
-from .metrics import summarize
-from .records import LaneRun
+from ..telemetry.metrics import summarize
+from ..telemetry.records import LaneRun
 from .workloads import Workload, materialize
 
 

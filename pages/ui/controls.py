@@ -9,7 +9,7 @@ import streamlit as st
 
 from engine import SamplingParams
 from engine.workshop import loadgen
-from engine.bench.workloads import load_prompts
+from engine.workshop.prompts import load_prompts
 
 from .scenario_button import scenario_button
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from engine.bench.live_metrics import ratio
+from engine.telemetry.live_metrics import ratio
 from engine.telemetry.cost import usd_per_million_tokens
 from engine.workshop.scenarios.catalog import running_scenario
 from engine.workshop.scenarios.headline import METRICS, drift_warning, run_headline, values

@@ -1,10 +1,10 @@
-"""The current run's metrics for this browser session (engine/bench/live_metrics.py), shared by the metric
+"""The current run's metrics for this browser session (engine/telemetry/live_metrics.py), shared by the metric
 cards and "What to watch"; Clear views starts a new run here and a fresh narration."""
 from __future__ import annotations
 
 import streamlit as st
 
-from engine.bench.live_metrics import LiveMetrics
+from engine.telemetry.live_metrics import LiveMetrics
 from engine.workshop.narration import Narrator
 from engine.workshop.scenarios.headline import METRICS, values
 from engine.serving.service import lane_dict

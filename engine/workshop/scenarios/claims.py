@@ -1,6 +1,6 @@
 """What a scenario's "What to watch" states, as checks a run can fail: each claim quotes the words it checks
 and compares one number of a lane with a bound or with another lane, or the lanes' answers with each
-other. A headless run (`python -m engine.bench.scenario_run KEY`) and the tests check them on the machine's
+other. A headless run (`python -m engine.workshop.scenarios.headless KEY`) and the tests check them on the machine's
 own dtype and speed, so a sentence the screen could contradict does not ship.
 
     [[claims]]

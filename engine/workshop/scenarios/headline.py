@@ -1,4 +1,4 @@
-"""The number a scenario is about: which of the live metrics (engine/bench/live_metrics.py) its lesson
+"""The number a scenario is about: which of the live metrics (engine/telemetry/live_metrics.py) its lesson
 shows, how each reads, and the run's one-line headline once it has ended ("static needed 2.3x the time
 continuous took"). Pure data and functions: the page draws them."""
 from __future__ import annotations

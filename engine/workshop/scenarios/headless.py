@@ -2,7 +2,7 @@
 and print each lane's metrics as the cards compute them, whether each claim of its "What to watch" held
 (engine/workshop/scenarios/claims.py) and, asked, what the narration said.
 
-    python -m engine.bench.scenario_run 15-disaggregated-prefill [--model M] [--narration]
+    python -m engine.workshop.scenarios.headless 15-disaggregated-prefill [--model M] [--narration]
 
 Exit status 1 if a claim failed.
 
@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import time
 
-from ..config import EngineConfig, default_model
-from ..serving.service import EngineService
-from ..workshop.narration import Narrator
-from ..workshop.scenarios import claims, runner
-from ..workshop.scenarios.catalog import shipped
-from .live_metrics import LiveMetrics
+from engine.config import EngineConfig, default_model
+from engine.serving.service import EngineService
+from engine.telemetry.live_metrics import LiveMetrics
+
+from ..narration import Narrator
+from . import claims, runner
+from .catalog import shipped
 
 SHOWN = ("completed", "ttft_p50_s", "tpot_p50_s", "max_token_wait_s", "output_tokens_per_s",
          "slo_attainment_pct", "goodput_requests_per_s", "duration_s")

@@ -55,8 +55,7 @@ import numpy as np
 
 from ..slo import meets_slo, tpot_s
 from .fairness import tenant_service
-from .records import RequestRecord, StepSample, LaneRun
-from .workloads import RequestSpec
+from .records import LaneRun, RequestLabel, RequestRecord, StepSample
 
 PERCENTILES = (50, 90, 99)
 DONE = ("length", "stop")
@@ -112,7 +111,7 @@ def latencies(done: list[RequestRecord]) -> dict:
     return res
 
 
-def class_metrics(done: list[RequestRecord], specs: dict[int, RequestSpec]) -> dict:
+def class_metrics(done: list[RequestRecord], specs: dict[int, RequestLabel]) -> dict:
     """{class: {"requests": n, **latencies}} for the classes the workload names, in order."""
     names = list(dict.fromkeys(s.cls for s in specs.values() if s.cls is not None))
     return {c: {"requests": sum(1 for s in specs.values() if s.cls == c),
@@ -160,7 +159,7 @@ def handoff_metrics(run: LaneRun) -> dict:
             "handoff_ms": 1000.0 * sum(s.handoff_s or 0 for s in run.steps)}
 
 
-def breakdowns(run: LaneRun, done: list[RequestRecord], specs: list[RequestSpec] | None) -> dict:
+def breakdowns(run: LaneRun, done: list[RequestRecord], specs: list[RequestLabel] | None) -> dict:
     """Per-class and per-tenant metrics, for workloads whose requests carry those labels."""
     by_index = {s.index: s for s in specs or []}
     res: dict = {}
@@ -191,9 +190,10 @@ def step_time_drift(steps) -> float | None:
 
 
 def summarize(run: LaneRun, slo_ttft_s: float | None = None, slo_tpot_s: float | None = None,
-              specs: list[RequestSpec] | None = None) -> dict:
-    """Every metric of one run as a JSON-ready dict (see the module docstring); `specs`, the
-    workload's requests, give the per-class and per-tenant breakdowns."""
+              specs: list[RequestLabel] | None = None) -> dict:
+    """Every metric of one run as a JSON-ready dict (see the module docstring); `specs`, the run's requests
+    labelled (RequestLabels, or the benchmark's RequestSpecs: anything with index, cls and tenant), give the
+    per-class and per-tenant breakdowns."""
     done = [r for r in run.requests if r.finish_reason in DONE and r.finish_s is not None]
     duration = max((r.finish_s for r in done), default=run.t0) - run.t0
     rate = (lambda x: x / duration) if duration > 0 else (lambda x: None)

@@ -15,8 +15,7 @@ from ..event_hub import HubReader
 from ..events import RUN_STARTED, FinishedEvent, RequestEvent, StatusEvent, StepMessage
 from .metrics import summarize, ttft
 from .pauses import Pauses
-from .records import RequestRecord, LaneRun, step_sample
-from .workloads import RequestSpec
+from .records import LaneRun, RequestLabel, RequestRecord, step_sample
 
 WINDOW_STEPS = 2000      # per lane
 WINDOW_REQUESTS = 500    # finished requests kept per lane
@@ -77,7 +76,7 @@ class _LaneWindow:
         """The lane's metrics; goodput and the share of requests meeting `slo` (TTFT, TPOT seconds)."""
         done = list(self.done)
         t0 = min((r.arrival_s for r in done), default=0.0)
-        specs = [RequestSpec(r.index, 0.0, 0, tenant=self._label(r)[1]) for r in done]
+        specs = [RequestLabel(r.index, tenant=self._label(r)[1]) for r in done]
         res = summarize(LaneRun(lane, done, list(self.steps), t0=t0), *slo, specs=specs)
         res["in_flight"] = self.in_flight
         res["preemptions"] = self.preemptions

@@ -12,6 +12,15 @@ from ..events import DECODE, PADDING, PHASES, PREFILL, StepEvent
 from ..request import RequestOutput
 
 
+@dataclass(frozen=True)
+class RequestLabel:
+    """What a run's breakdowns group a request by (metrics.py): its index in the run, its class and its
+    tenant. The benchmark's RequestSpec carries the same three."""
+    index: int
+    cls: str | None = None
+    tenant: str | None = None
+
+
 @dataclass
 class RequestRecord:
     """One request's life.
