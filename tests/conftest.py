@@ -1,8 +1,10 @@
-"""Shared pytest fixtures: tiny random-weight models built once per session."""
+"""Shared pytest fixtures (tiny random-weight models built once per session) and the test tiers: each test is
+marked by what it needs, read from its module (TIERS), and a test that needs none of it is `fast`."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -24,8 +26,41 @@ if _TESTS_DIR not in sys.path:
 from tiny_models import FAMILIES, make_draft_model, make_tiny_model  # noqa: E402
 
 
+# marker -> what in a test module's source says its tests need it (default_model is marked by hand)
+TIERS = {
+    "browser": r"playwright|live_replay|browser_helpers",
+    "app": r"running_app\(|app_fixture\(|serve\(create_app|AppTest|uvicorn",
+    "service": r"make_service\(|service_fixture\(|EngineService\(|get_service\(",
+    "soak": r"harness\.soak|harness import soak|hostile_remote|harness\.fuzz|harness import fuzz|heap_watch",
+    "kernels": r"TRITON_INTERPRET",
+}
+NEEDS = {**{k: f"needs {k}" for k in TIERS}, "browser": "drives Chromium (Playwright)",
+         "app": "runs the Streamlit pages or a real HTTP / socket server",
+         "service": "runs an EngineService (engine threads) on a tiny model",
+         "soak": "the soak harness, a hostile server or the fuzzer",
+         "kernels": "runs the Triton kernels (in the interpreter on a CPU: slow)",
+         "default_model": "loads the real default model (SmolLM2-135M-Instruct)"}
+
+
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: long-running test (deselect with -m 'not slow')")
+    import tiers
+    tiers.FAST = config.option.markexpr.strip() == "fast"  # property tests draw fewer examples (tiers.py)
+    for name, what in NEEDS.items():
+        config.addinivalue_line("markers", f"{name}: {what}")
+    config.addinivalue_line("markers", "fast: needs none of the above (pytest -m fast: the inner loop)")
+
+
+def pytest_collection_modifyitems(config, items):
+    needs: dict[str, set[str]] = {}
+    for item in items:
+        path = str(item.path)
+        if path not in needs:
+            text = item.path.read_text(encoding="utf-8")
+            needs[path] = {name for name, pattern in TIERS.items() if re.search(pattern, text)}
+        for name in needs[path]:
+            item.add_marker(name)
+        if not any(item.get_closest_marker(name) for name in NEEDS):
+            item.add_marker("fast")
 
 
 @pytest.fixture(scope="session")

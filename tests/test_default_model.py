@@ -7,7 +7,7 @@ from engine import EngineConfig, LLMEngine, SamplingParams
 from engine_helpers import check_drained
 from tiny_models import reference_greedy
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.default_model
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from browser_helpers import CHROMIUM, require_browser
-from engine.bench.app_process import CHROMIUM_ARGS, running_app
+from engine.harness.app_process import CHROMIUM_ARGS, running_app
 from service_helpers import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.default_model
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("INFLIGHT_ARTIFACTS", REPO / "test-artifacts"))
 INST = "document.querySelector('.ifl-root').inflight"

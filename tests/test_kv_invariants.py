@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from engine.config import SCHEDULING_POLICIES, STRATEGIES
 from engine.kv import BlockAllocator, KVCacheManager, OutOfBlocks
 from engine_helpers import check_drained, check_kv_invariants, greedy, make_engine
+from tiers import examples
 
 ops = st.lists(
     st.one_of(
@@ -44,7 +45,7 @@ def engines(tiny_model_dirs):
 
 @pytest.mark.parametrize("policy", SCHEDULING_POLICIES)
 @pytest.mark.parametrize("strategy", STRATEGIES)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seq=ops)
 def test_random_add_abort_step(engines, strategy, policy, seq):
     _random_run(engines[strategy, policy, False], seq)
@@ -52,7 +53,7 @@ def test_random_add_abort_step(engines, strategy, policy, seq):
 
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])
 @pytest.mark.parametrize("strategy", STRATEGIES)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seq=ops)
 def test_random_add_abort_step_with_prefix_caching(engines, strategy, policy, seq):
     _random_run(engines[strategy, policy, True], seq)
@@ -69,7 +70,7 @@ def swapping(tiny_model_dirs):
 
 @pytest.mark.parametrize("caching", [False, True])
 @pytest.mark.parametrize("policy", ["fcfs", "priority"])
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seq=ops)
 def test_random_add_abort_step_with_swap(swapping, policy, caching, seq):
     """Swap preemption: device and host blocks all accounted for (check_kv_invariants checks the host
@@ -88,7 +89,7 @@ def drafting(tiny_model_dirs, tiny_draft_dirs):
 
 @pytest.mark.parametrize("caching", [False, True])
 @pytest.mark.parametrize("strategy", STRATEGIES)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seq=ops)
 def test_random_add_abort_step_with_drafts(drafting, strategy, caching, seq):
     """Speculative decoding, every row drafting (its last token again, so some drafts are kept and some
@@ -100,7 +101,7 @@ def test_random_add_abort_step_with_drafts(drafting, strategy, caching, seq):
 
 @pytest.mark.parametrize("caching", [False, True])
 @pytest.mark.parametrize("strategy", STRATEGIES)
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seq=ops)
 def test_random_add_abort_step_with_a_draft_model(drafting, strategy, caching, seq):
     """A draft model's drafts (accepted in part) in the same pool layout: no block or request lost."""

