@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from browser_helpers import CHROMIUM, require_browser
-from engine.bench.app_process import CHROMIUM_ARGS
+from engine.harness.app_process import CHROMIUM_ARGS
 from engine.paths import LIVE_VIEW, live_view_script
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ import uvicorn
 from engine import EngineConfig
 from engine.api.server import create_app
 from engine.api.ws import PING_S
-from engine.bench.app_process import free_port  # noqa: F401 - the tests take it from here
+from engine.harness.app_process import free_port  # noqa: F401 - the tests take it from here
 from engine.serving.service import EngineService, get_service, shutdown_service
 
 

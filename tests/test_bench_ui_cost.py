@@ -1,7 +1,7 @@
 """The browser-cost benchmark's report: slowdowns are paired per round against that round's 0-tab run."""
 from __future__ import annotations
 
-from engine.bench.ui_cost import report
+from engine.harness.ui_cost import report
 
 
 def _rec(rnd, tabs, ms, fps=None, frame=None, cpu=0.0):

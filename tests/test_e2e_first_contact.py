@@ -14,7 +14,7 @@ import pytest
 from websockets.sync.client import connect
 
 from browser_helpers import CHROMIUM, require_browser
-from engine.bench.app_process import CHROMIUM_ARGS, running_app
+from engine.harness.app_process import CHROMIUM_ARGS, running_app
 from engine.workshop.scenarios.catalog import shipped
 from service_helpers import free_port
 

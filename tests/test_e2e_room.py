@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.bench.app_process import CHROMIUM_ARGS, running_app
+from engine.harness.app_process import CHROMIUM_ARGS, running_app
 from browser_helpers import CHROMIUM, require_browser
 from service_helpers import free_port, serve
 from test_join_proxy import PROXY_ADDRESS, reverse_proxy

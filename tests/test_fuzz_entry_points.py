@@ -1,4 +1,4 @@
-"""Every entry point, fuzzed (hypothesis drives engine/bench/fuzz.py, and shrinks what fails): the socket's
+"""Every entry point, fuzzed (hypothesis drives engine/harness/fuzz.py, and shrinks what fails): the socket's
 commands, OpenAI bodies, /join bodies, recording files, scenario files, the event encoder. Each input
 gets a clear answer that names the field it broke, never a 500, a traceback or an "internal error";
 meanwhile another client keeps being served, and afterwards every event the server holds still encodes.
@@ -23,7 +23,7 @@ from websockets.sync.client import connect
 from engine import SamplingParams, wire_json
 from engine.room.access import PRESENTER_COOKIE, Access
 from engine.api.protocol import MAX_MESSAGE_BYTES
-from engine.bench import fuzz
+from engine.harness import fuzz
 from engine.workshop.recording import Replayer, load
 from engine.workshop.recording.format import RecordingError
 from engine.workshop.recording.stage import SHIPPED

@@ -1,4 +1,4 @@
-"""A hostile server as a remote lane (engine/bench/hostile_remote.py): whatever it sends, a request ends
+"""A hostile server as a remote lane (engine/harness/hostile_remote.py): whatever it sends, a request ends
 with an error naming the bound it crossed, in bounded time, having read a bounded number of bytes, while
 the local lane keeps serving; its /metrics is read under a size and a line bound, impossible gauges show
 as unknown, and a reply over the bounds ends the polling with the reason in the lane's status."""
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from engine.bench.hostile_remote import HostileRemote
+from engine.harness.hostile_remote import HostileRemote
 from engine.events import RemoteMetricsEvent
 from engine_helpers import greedy
 from service_helpers import serve, service_fixture, wait_settled

@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # Lowest first: a module may import its own layer and the layers before it, never one after.
-LAYERS = ("core", "room", "telemetry", "serving", "workshop", "api", "bench")
+LAYERS = ("core", "room", "telemetry", "serving", "workshop", "api", "bench", "harness")
 LAYER_PACKAGES = set(LAYERS[1:])  # engine/<package> named after its layer; everything else is core
 
 
@@ -72,3 +72,10 @@ def test_only_the_benchmark_page_imports_the_benchmark(path):
     the Benchmark page's job imports nothing from engine.bench."""
     bench = [(line, name) for line, name in imported(path) if name.startswith("engine.bench")]
     assert bench == [], f"{path.relative_to(ROOT)} imports {bench}"
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p.name)
+def test_no_page_imports_the_harness(path):
+    """The harness (engine/harness/: soak, fuzzer, app launcher, browser cost) drives the product; nothing the
+    app runs imports it (in engine/, the layer order above says the same)."""
+    assert not [name for _, name in imported(path) if name.startswith("engine.harness")], path.name

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from engine.bench.soak import run_soak
+from engine.harness.soak import run_soak
 
 
 def test_soak_loses_nothing_and_leaks_no_block(tiny_llama_dir, tmp_path):
@@ -32,7 +32,7 @@ def test_the_heap_report_tells_python_from_native_memory(tmp_path):
     import time
     import tracemalloc
 
-    from engine.bench.heap_watch import HeapWatch, native_memory
+    from engine.harness.heap_watch import HeapWatch, native_memory
     before = native_memory()
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.bench import fuzz
+from engine.harness import fuzz
 from engine.events import FinishedEvent, RequestEvent, StatusEvent, StepEntry, StepMessage
 from engine.events import StepEvent
 from engine.wire_json import dumps

@@ -1,7 +1,7 @@
 """Fuzzed input for every entry point: nasty values, and valid inputs with one part replaced by one.
 
 Seeded and pure (everything comes from the random.Random it is given), so the soak harness
-(`python -m engine.bench.soak`) and the property tests (where hypothesis drives the Random and shrinks
+(`python -m engine.harness.soak`) and the property tests (where hypothesis drives the Random and shrinks
 what fails) share one generator. A mutation says which field it broke, so a check can ask that the
 error names it.
 """

@@ -11,7 +11,7 @@ and counts the bytes it sent, so a test can tell how much the client let through
   bad-gauges   a polite answer; /metrics: NaN, +Inf, -5 and 1e308 gauges, a KV usage of 12345
   mixed        each request and each /metrics poll the next of the modes above, in turn (the soak's lane)
 
-    python -m engine.bench.hostile_remote --port 8001     # then a lane {"remote": "http://127.0.0.1:8001/endless/v1", ...}
+    python -m engine.harness.hostile_remote --port 8001     # then a lane {"remote": "http://127.0.0.1:8001/endless/v1", ...}
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Chaos and soak harness: a server in room mode under Poisson load, random disconnects and aborts,
-malformed and fuzzed frames, fuzzed OpenAI and /join bodies and recording uploads (engine/bench/fuzz.py),
+malformed and fuzzed frames, fuzzed OpenAI and /join bodies and recording uploads (engine/harness/fuzz.py),
 settings changes and injected step faults; then the books are checked.
 
-    python -m engine.bench.soak --minutes 30                 # the default model
-    python -m engine.bench.soak --minutes 0.5 --model DIR    # a tiny model (what the test suite runs)
+    python -m engine.harness.soak --minutes 30                 # the default model
+    python -m engine.harness.soak --minutes 0.5 --model DIR    # a tiny model (what the test suite runs)
 
 Reports requests submitted / completed / aborted / errored / refused / lost (lost must be 0: every
 request ends with an outcome its client saw, and every request the server accepted ends in a
@@ -41,7 +41,7 @@ from .soak_clients import (
     viewer_tries_controls,
 )
 from .hostile_remote import LANE as HOSTILE_LANE, MIXED
-from .workloads import load_prompts
+from ..workshop.prompts import load_prompts
 
 IDLE_TIMEOUT_S = 300.0
 VIEWER_KEY = "soak-viewer-key"  # soak_server's default API key: the fuzzer calls the API as a viewer
@@ -50,7 +50,7 @@ SETTINGS = [{"max_num_seqs": 8}, {"block_size": 32}, {"max_num_seqs": 16}, {"blo
 
 @contextmanager
 def soak_server(model: str | None, port: int, token: str, fault_rate: float, log, **engine_flags):
-    cmd = [sys.executable, "-m", "engine.bench.soak_server", "--port", str(port), "--token", token,
+    cmd = [sys.executable, "-m", "engine.harness.soak_server", "--port", str(port), "--token", token,
            "--fault-rate", str(fault_rate)]
     if model:
         cmd += ["--model", model]
@@ -74,7 +74,7 @@ def hostile_server(on: bool, log):
         yield None
         return
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "engine.bench.hostile_remote", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "engine.harness.hostile_remote", "--port", str(port)],
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         _wait_port(port, proc, 60)
@@ -198,8 +198,8 @@ def run_soak(minutes: float, model: str | None = None, rate: float = 0.7, seed: 
              hostile_lane: bool = False, heap_report: str | None = None, heap_every_s: float = 60.0) -> dict:
     """fuzz_every_s / uploads_every_s: mean seconds between fuzzed inputs / fuzzed recording uploads
     (None: none); split_lane: a disaggregated lane beside the continuous and static ones; hostile_lane: a
-    remote lane whose server misbehaves in every way in turn (engine/bench/hostile_remote.py); heap_report:
-    where the server writes its Python heap's growth every heap_every_s (engine/bench/heap_watch.py)."""
+    remote lane whose server misbehaves in every way in turn (engine/harness/hostile_remote.py); heap_report:
+    where the server writes its Python heap's growth every heap_every_s (engine/harness/heap_watch.py)."""
     port = port or free_port()
     token = secrets.token_urlsafe(18)
     seconds = minutes * 60

@@ -1,6 +1,6 @@
 """What the soak harness's clients do: OpenAI calls (whole, streamed, dropped mid-stream), socket
 clients (submit, abort, malformed frames, reconnects), a presenter changing settings, a viewer
-trying controls, a viewer sending fuzzed frames and bodies (engine/bench/fuzz.py), and a monitor that
+trying controls, a viewer sending fuzzed frames and bodies (engine/harness/fuzz.py), and a monitor that
 sees every request the server accepted."""
 from __future__ import annotations
 
@@ -262,7 +262,7 @@ async def viewer_tries_controls(load: Load, every_s: float) -> None:
 
 
 async def fuzzer(load: Load, every_s: float, api_key: str) -> None:
-    """A viewer sending what engine/bench/fuzz.py makes: socket frames (commands and controls), OpenAI and
+    """A viewer sending what engine/harness/fuzz.py makes: socket frames (commands and controls), OpenAI and
     /join bodies. Each must be answered (a reply, an error, a status below 500) while the room is served."""
     rng, t = random.Random(load.rng.random()), load.tally
     headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}

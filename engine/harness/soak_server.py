@@ -1,8 +1,8 @@
-"""The server that `engine.bench.soak` drives: the app's routes over one EngineService, in its own
+"""The server that `engine.harness.soak` drives: the app's routes over one EngineService, in its own
 process (so its memory is measured alone), in room mode, with injected step faults, and a presenter
 uploading fuzzed recordings meanwhile.
 
-    python -m engine.bench.soak_server --port P --token T [--model M] [--fault-rate 0.002]
+    python -m engine.harness.soak_server --port P --token T [--model M] [--fault-rate 0.002]
                                        [--uploads-every S --uploads-report FILE]
 
 Step faults exist only here and in tests: `EngineService.step_fault` is never set by the app.
@@ -92,7 +92,7 @@ class Uploads(threading.Thread):
 def build_service(model: str | None, token: str, api_key: str, fault_rate: float, device: str = "cpu",
                   split_lane: bool = False, hostile_url: str | None = None, **engine_fields) -> EngineService:
     """split_lane: a disaggregated lane (engine/disaggregated.py) beside the continuous and static ones;
-    hostile_url: a remote lane "hostile" served by a HostileRemote there (engine/bench/hostile_remote.py)."""
+    hostile_url: a remote lane "hostile" served by a HostileRemote there (engine/harness/hostile_remote.py)."""
     cfg = EngineConfig(model=model, device=device, **engine_fields)
     lanes = strategy_lanes(cfg, ("continuous", "static"))
     if split_lane:
@@ -117,7 +117,7 @@ def main(argv=None) -> None:
     ap.add_argument("--num-kv-blocks", type=int, default=None)
     ap.add_argument("--split-lane", action="store_true", help="a disaggregated lane too")
     ap.add_argument("--hostile-url", default=None,
-                    help=f"a remote lane '{HOSTILE_LANE}' served there (engine/bench/hostile_remote.py's mixed mode)")
+                    help=f"a remote lane '{HOSTILE_LANE}' served there (engine/harness/hostile_remote.py's mixed mode)")
     ap.add_argument("--uploads-every", type=float, default=0.0, help="seconds between fuzzed uploads (0: none)")
     ap.add_argument("--uploads-report", default=None, help="write the upload counts here on exit (JSON)")
     ap.add_argument("--heap-report", default=None,

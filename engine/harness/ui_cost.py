@@ -1,11 +1,11 @@
-"""python -m engine.bench.ui_cost: what open browser tabs cost the engine, and their frame rate.
+"""python -m engine.harness.ui_cost: what open browser tabs cost the engine, and their frame rate.
 
 Starts `streamlit run app.py`, then for each tab count (interleaved rounds) opens that many
 chromium tabs on the playground, runs the same fixed load through /engine/ws and records:
 the engines' step time (from their own step events), output tokens/s, each tab's frames/s and
 mean frame time (from the live view's counters), and the browser's CPU use.
 
-  python -m engine.bench.ui_cost --tabs 0,2 --rounds 2 [--model M] [--requests 8 --max-tokens 64]
+  python -m engine.harness.ui_cost --tabs 0,2 --rounds 2 [--model M] [--requests 8 --max-tokens 64]
 
 Needs playwright and chromium (`apt-get install chromium`); see docs/room.md.
 """
@@ -28,7 +28,7 @@ PROMPT = "Write a short story about a lighthouse keeper who finds a message in a
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m engine.bench.ui_cost", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m engine.harness.ui_cost", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tabs", default="0,2", help="comma-separated tab counts to compare")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per tab count")

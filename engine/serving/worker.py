@@ -242,7 +242,7 @@ class EngineWorker(threading.Thread):
         if self._step_credits:
             self._step_credits -= 1
         try:
-            self.host.before_step(self.lane)  # chaos testing only (tests, engine.bench.soak)
+            self.host.before_step(self.lane)  # chaos testing only (tests, engine.harness.soak)
             ev = self.engine.step_on_cores(self)
         except Exception as e:  # noqa: BLE001 - end the affected requests, restart, keep serving
             log.exception("engine %s step failed; restarting it", self.lane)
