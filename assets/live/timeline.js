@@ -340,5 +340,5 @@ defineLive("Timeline", ["Axes", "Common", "Gantt", "Layout", "LiveState", "Slots
     if (tl) tl.zoom = {};
   }
 
-  return { build, draw, following, zoomed, unzoom };
+  return { build, draw, following, zoomed, unzoom, firstScreen };
 });
