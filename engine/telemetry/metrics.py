@@ -37,6 +37,7 @@ i.e. when requests with arrival offset 0 arrive):
 - preemptions, recomputed_tokens, swapped_blocks, swap_mb, swap_ms: requests preempted, tokens computed
   again after a preemption dropped their KV (preemption_mode "recompute", or "swap" with a full host
   pool; prefix cache hits excluded), and swap preemption's copies out and in (blocks, MB, ms).
+- max_rows, max_step_tokens: the most rows, and the most token slots (padding included), one step computed.
 - step_time_drift: how much slower the lane's iterations of one size got during the run: over decode-only
   steps grouped by their row count, the median step time of each group's last third / that of its first
   third, the largest over groups with at least STEP_DRIFT_MIN_STEPS steps (None: no such group). A machine
@@ -153,7 +154,7 @@ def preemption_metrics(run: LaneRun) -> dict:
 
 def handoff_metrics(run: LaneRun) -> dict:
     """A disaggregated lane: the KV copied from its prefill pool to its decode pool (MB, ms); None else."""
-    if not run.info.get("disaggregated"):
+    if not (run.info.get("disaggregated") or any(s.handoff_bytes for s in run.steps)):  # the cards' runs: no info
         return {"handoff_mb": None, "handoff_ms": None}
     return {"handoff_mb": sum(s.handoff_bytes or 0 for s in run.steps) / 1e6,
             "handoff_ms": 1000.0 * sum(s.handoff_s or 0 for s in run.steps)}
@@ -219,6 +220,8 @@ def summarize(run: LaneRun, slo_ttft_s: float | None = None, slo_tpot_s: float |
         "mean_batch_size": float(np.mean([s.rows for s in steps])) if steps else None,
         "mean_active_batch_size": float(np.mean([s.active_rows for s in steps])) if steps else None,
         "num_steps": len(steps) if steps else None,
+        "max_rows": max(s.rows for s in steps) if steps else None,
+        "max_step_tokens": max(s.computed_tokens for s in steps) if steps else None,
         "mean_step_ms": 1000.0 * float(np.mean([s.t_end - s.t_start for s in steps])) if steps else None,
         "busy_s": float(sum(s.t_end - s.t_start for s in steps)) if steps else None,
         "step_time_drift": step_time_drift(steps),

@@ -6,7 +6,7 @@ own dtype and speed, so a sentence the screen could contradict does not ship.
     [[claims]]
     says = "The large pool never preempts"     # the words of `watch` it checks
     lane = "pool 512 blocks"
-    number = "preemptions"                     # a live metric (headline.py) or a fact of the run's steps
+    number = "preemptions"                     # a live metric (headline.py) or a RUN_NUMBERS one
     equals = 0                                 # or above / below / at_most / at_least = N,
                                                # or better_than / as_good_as = "another lane"
     [[claims]]
@@ -16,22 +16,23 @@ own dtype and speed, so a sentence the screen could contradict does not ship.
                                                # judged only on a run of it (others: not judged)
 
 Pure data and functions: the caller runs the scenario and hands over the lanes' summaries (the live
-metrics) and the hub's events.
+metrics, engine/telemetry/metrics.py) and the hub's events (for the answers).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from engine.events import FinishedEvent, StepMessage
+from engine.events import FinishedEvent
 
 from .headline import METRICS
 
-# numbers of a run's steps, per lane, besides the live metrics
-STEP_FACTS = {
+# summary numbers a claim may name besides the live metrics (headline.py)
+RUN_NUMBERS = {
+    "num_steps": "the lane's iterations",
     "max_rows": "the most rows one iteration computed",
     "max_step_tokens": "the most tokens one iteration computed",
-    "handoffs": "requests whose KV moved from a prefill engine to a decode engine",
+    "handoff_mb": "KV copied from a prefill engine to a decode engine",
 }
 BOUNDS = ("equals", "above", "below", "at_most", "at_least")
 VERSUS = ("better_than", "as_good_as")
@@ -43,7 +44,7 @@ _HOLDS = {"equals": lambda a, b: a == b, "above": lambda a, b: a > b, "below": l
 class Claim:
     says: str                  # the words of the scenario's `watch` it checks
     lane: str | None = None
-    number: str | None = None  # a summary key or a STEP_FACTS key
+    number: str | None = None  # a live metric or a RUN_NUMBERS key
     test: str | None = None    # one of BOUNDS or VERSUS
     value: float | str | None = None  # the bound, or the other lane
     tenant: str | None = None  # a per-tenant metric: this tenant's value
@@ -68,7 +69,7 @@ class Verdict:
         return f"{word}: {self.claim.says!r} ({self.claim.wording()}; {self.seen})"
 
 
-NUMBERS = {*METRICS, *STEP_FACTS, "num_steps"}  # what a claim may name ("num_steps": the lane's iterations)
+NUMBERS = {*METRICS, *RUN_NUMBERS}  # what a claim may name
 MAX_CLAIMS = 16
 _FIELDS = {"says", "lane", "number", "tenant", "same_answers", "default_model", *BOUNDS, *VERSUS}
 
@@ -134,23 +135,11 @@ def _comparison(field: str, c: dict, lanes: dict) -> tuple:
 def check(claims, summaries: dict[str, dict], events, default_model: bool = True) -> list[Verdict]:
     """Each claim judged on one run: `summaries`, lane -> its live metrics; `events`, the run's hub items;
     default_model: the run's lanes ran the default model."""
-    facts, answers = step_facts(events), _answers(events)
-    numbers = lambda lane: {**facts.get(lane, {}), **summaries.get(lane, {})}  # noqa: E731
+    answers = _answers(events)
     return [Verdict(c, None, "another model ran") if c.default_model and not default_model
-            else _same(c, answers) if c.same_answers else _compare(c, numbers(c.lane), numbers(c.value))
+            else _same(c, answers) if c.same_answers
+            else _compare(c, summaries.get(c.lane, {}), summaries.get(c.value, {}))
             for c in claims]
-
-
-def step_facts(events) -> dict[str, dict]:
-    """Per lane, STEP_FACTS over the run's steps."""
-    out: dict[str, dict] = {}
-    for e in events:
-        if isinstance(e, StepMessage) and e.lane is not None:
-            f = out.setdefault(e.lane, {"max_rows": 0, "max_step_tokens": 0, "handoffs": 0})
-            f["max_rows"] = max(f["max_rows"], len({x.request_id for x in e.event.entries}))  # padding: same row
-            f["max_step_tokens"] = max(f["max_step_tokens"], e.event.tokens_used)
-            f["handoffs"] += len(e.event.handoffs)
-    return out
 
 
 def _answers(events) -> dict[str, dict[int, str]]:
