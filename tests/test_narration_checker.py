@@ -87,12 +87,14 @@ def run_scenario(svc, scenario, speedup: float = 4.0) -> None:
     svc.set_lanes({name: {**lane, "max_model_len": min(lane.get("max_model_len", MAX_LEN), MAX_LEN)}
                    for name, lane in scenario.lanes.items()})
     wait_settled(svc)
-    t0 = time.monotonic()
-    for i, a in enumerate(scenario.fitted(runner.fit_of(svc))):
+    t0, sent = time.monotonic(), []
+    for i, a in enumerate(scenario.fitted(runner.fit_of(svc))):  # sent on time, confirmed after, as the app does
         time.sleep(max(0.0, t0 + a.at_s / speedup - time.monotonic()))
         prompt, messages = (None, a.chat()) if a.messages else (a.prompt(i), None)
-        svc.submit(prompt, SamplingParams(max_tokens=a.max_tokens, temperature=0.0, ignore_eos=True),
-                   messages=messages, priority=a.priority, tenant=a.tenant)
+        sent.append(svc.send(prompt, SamplingParams(max_tokens=a.max_tokens, temperature=0.0, ignore_eos=True),
+                             messages=messages, priority=a.priority, tenant=a.tenant))
+    for handles in sent:
+        svc.confirm(handles)
     wait_idle(svc, 120)
 
 
