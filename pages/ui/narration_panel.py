@@ -44,7 +44,8 @@ def narration(svc, large: bool = False, compact: bool = False) -> None:
         st.caption("Narration: notable iterations are described here as they happen.")
         return
     size = "1.35rem" if compact else "1.6rem" if large else "1rem"
-    st.html(f'<ul class="ifl-narration" style="font-size:{size};line-height:1.4;list-style:none;padding:0">'
+    place = " ifl-compact" if compact else ""  # above the views (a projector) or under them
+    st.html(f'<ul class="ifl-narration{place}" style="font-size:{size};line-height:1.4;list-style:none;padding:0">'
             + "".join(_line(s) for s in said) + "</ul>"
             "<style>.ifl-narration li:first-child{font-weight:600}.ifl-who{opacity:.65;margin-right:.4em}"
             ".ifl-who::after{content:':'}</style>")
