@@ -18,7 +18,20 @@ def test_profile_splits_decode_steps_into_phases(tiny_llama_dir, tmp_path, capsy
         phases = sum(r["phases_ms"].values())
         assert 0 < r["phases_ms"]["forward"] and phases <= r["step_ms"] * 1.05
         assert abs(sum(r["forward_ms"].values()) - r["phases_ms"]["forward"]) < 0.05 * r["phases_ms"]["forward"] + 0.01
+        # the host's share: the step less its forward (no GPU), per step and per row
+        assert abs(r["host_ms"] - (r["step_ms"] - r["phases_ms"]["forward"])) < 1e-6
+        assert abs(r["host_us_per_row"] - 1e3 * r["host_ms"] / r["batch"]) < 1e-6
     assert "batch build" in capsys.readouterr().out
+
+
+def test_wall_clock_mode_times_the_same_steps_without_the_profiler(tiny_llama_dir, tmp_path, capsys):
+    out = tmp_path / "profile.json"
+    step_profile.main(["--model", str(tiny_llama_dir), "--batches", "2", "--contexts", "12", "--steps", "3",
+                       "--no-ops", "--json", str(out)])
+    (r,) = json.loads(out.read_text())["rows"]
+    assert r["forward_ms"] == {} and 0 < r["host_ms"] < r["step_ms"]
+    text = capsys.readouterr().out
+    assert "wall clock, no profiler" in text and "host/row us" in text and "fwd:" not in text
 
 
 def test_fill_leaves_every_row_decoding_through_the_timed_steps(tiny_llama_dir):

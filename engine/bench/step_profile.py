@@ -10,6 +10,12 @@ wrapping the engine's own methods, so nothing here re-implements the engine.
     python -m engine.bench.step_profile --mixed --batches 16 --contexts 1024   # grouped vs one group
     python -m engine.bench.step_profile --linear torch,onednn   # linear layers through F.linear vs oneDNN
     python -m engine.bench.step_profile --device cuda --attention-backend triton --cuda-graphs off
+    python -m engine.bench.step_profile --batches 1,256 --contexts 128 --no-ops   # wall clock, no profiler
+
+`host` is what the step costs beside the model: the step less its forward on the CPU, less the GPU's
+busy time on a GPU (the time the GPU waits for Python), and `host/row` that per row, in microseconds.
+torch.profiler inflates small operators: --no-ops times the same steps by wall clock alone (no forward
+split by operator, and on a GPU no busy time).
 
 On a GPU the phases are host time (a kernel launch returns at once; the step waits for the GPU
 where it reads its sampled tokens back, which counts as sampling), and `gpu busy` is the time the
@@ -18,6 +24,7 @@ GPU's kernels ran per step: the step time minus that is what the host costs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 from collections import defaultdict
@@ -102,23 +109,27 @@ def fill_steps(budget: int, contexts: list[int]) -> int:
     return -(-sum(contexts) // max(1, budget - len(contexts))) + 1
 
 
-def profile_point(eng: LLMEngine, contexts: list[int], steps: int) -> dict:
+def profile_point(eng: LLMEngine, contexts: list[int], steps: int, ops: bool = True) -> dict:
+    """Time `steps` decode steps of len(contexts) rows; ops: under torch.profiler, the forward split by
+    operator (and on a GPU its busy time), else by wall clock alone."""
     fill(eng, contexts, steps)
     cuda = eng.runner.device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with PhaseTimer(eng) as timer, profile(activities=activities) as prof:
+    with PhaseTimer(eng) as timer, (profile(activities=activities) if ops else contextlib.nullcontext()) as prof:
         t0 = time.perf_counter()
         for _ in range(steps):
             eng.step()
         wall = time.perf_counter() - t0  # before the profiler's own processing at exit
     for rid in list(eng.requests):
         eng.abort(rid)
-    ops = _op_groups(prof, timer.total["forward"])
-    gpu_s = gpu_kernel_seconds(prof) if cuda else 0.0
+    forward_s = timer.total["forward"]
+    gpu_s = gpu_kernel_seconds(prof) if cuda and ops else 0.0
+    host_s = wall - (gpu_s if cuda else forward_s)
     return {"batch": len(contexts), "context": max(contexts), "steps": steps, "step_ms": 1e3 * wall / steps,
-            "gpu_busy_ms": 1e3 * gpu_s / steps,
+            "gpu_busy_ms": 1e3 * gpu_s / steps, "host_ms": 1e3 * host_s / steps,
+            "host_us_per_row": 1e6 * host_s / steps / len(contexts),
             "phases_ms": {k: 1e3 * v / steps for k, v in timer.phases().items()},
-            "forward_ms": {k: 1e3 * v / steps for k, v in ops.items()}}
+            "forward_ms": {k: 1e3 * v / steps for k, v in _op_groups(prof, forward_s).items()} if ops else {}}
 
 
 def gpu_kernel_seconds(prof) -> float:
@@ -134,7 +145,7 @@ def one_group(widths):
     return None
 
 
-def mixed_points(eng: LLMEngine, batches: list[int], contexts: list[int], steps: int) -> list[dict]:
+def mixed_points(eng: LLMEngine, batches: list[int], contexts: list[int], steps: int, ops: bool) -> list[dict]:
     """One row of each context beside short rows (MIXED_SHORT tokens), with decode rows grouped by
     length and with one group padded to the longest row (the path before grouping), side by side."""
     rows, grouped = [], runner_module.decode_groups
@@ -143,7 +154,7 @@ def mixed_points(eng: LLMEngine, batches: list[int], contexts: list[int], steps:
             for label, fn in (("grouped", grouped), ("one group", one_group)):
                 runner_module.decode_groups = fn
                 try:
-                    rows.append({**profile_point(eng, [c] + [MIXED_SHORT] * (b - 1), steps), "decode": label})
+                    rows.append({**profile_point(eng, [c] + [MIXED_SHORT] * (b - 1), steps, ops), "decode": label})
                 finally:
                     runner_module.decode_groups = grouped
     return rows
@@ -176,6 +187,8 @@ def main(argv=None) -> None:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--attention-backend", default="auto")
     ap.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto")
+    ap.add_argument("--no-ops", action="store_true",
+                    help="time by wall clock alone: no torch.profiler, no forward split by operator")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     graphs = {"auto": None, "on": True, "off": False}[args.cuda_graphs]
@@ -190,9 +203,9 @@ def main(argv=None) -> None:
         for rid in list(eng.requests):
             eng.abort(rid)
         if args.mixed:
-            points = mixed_points(eng, batches, contexts, args.steps)
+            points = mixed_points(eng, batches, contexts, args.steps, not args.no_ops)
         else:
-            points = [profile_point(eng, [c] * b, args.steps) for c in contexts for b in batches]
+            points = [profile_point(eng, [c] * b, args.steps, not args.no_ops) for c in contexts for b in batches]
         rows += [{**p, "linear": eng.runner.linear, "attention": eng.runner.backend,
                   "cuda_graphs": eng.runner.graphs_state()} for p in points]
         del eng
@@ -204,16 +217,19 @@ def main(argv=None) -> None:
 
 def render(rows: list[dict], threads: int) -> str:
     gpu = any(r["gpu_busy_ms"] for r in rows)
+    ops = all(r["forward_ms"] for r in rows)
+    groups = (*OP_GROUPS, "other") if ops else ()
     cols = ["linear", *(["decode"] if rows and "decode" in rows[0] else []), "step", *(["gpu busy"] if gpu else []),
-            *PHASES,
-            *(f"fwd: {g}" for g in (*OP_GROUPS, "other"))]
-    lines = [f"decode step, ms per step ({threads} threads); forward split by operator self time",
+            "host", "host/row us", *PHASES, *(f"fwd: {g}" for g in groups)]
+    how = "forward split by operator self time" if ops else "wall clock, no profiler"
+    lines = [f"decode step, ms per step ({threads} threads; host: the step less the "
+             f"{'GPU busy time' if gpu else 'forward'}); {how}",
              "batch   ctx  " + "  ".join(f"{c:>{max(6, len(c))}}" for c in cols)]
     for r in rows:
         vals = [r["linear"], *([r["decode"]] if "decode" in r else []), f"{r['step_ms']:.2f}",
-                *([f"{r['gpu_busy_ms']:.2f}"] if gpu else []),
-                *(f"{r['phases_ms'][p]:.1f}" for p in PHASES),
-                *(f"{r['forward_ms'][g]:.1f}" for g in (*OP_GROUPS, "other"))]
+                *([f"{r['gpu_busy_ms']:.2f}"] if gpu else []), f"{r['host_ms']:.2f}", f"{r['host_us_per_row']:.1f}",
+                *(f"{r['phases_ms'][p]:.2f}" for p in PHASES),
+                *(f"{r['forward_ms'][g]:.1f}" for g in groups)]
         cells = "  ".join(f"{v:>{max(6, len(c))}}" for c, v in zip(cols, vals))
         lines.append(f"{r['batch']:>5} {r['context']:>5}  {cells}")
     return "\n".join(lines)
