@@ -44,7 +44,21 @@ def check_kv_invariants(eng: LLMEngine) -> None:
     assert all(alloc.ref_count(b) == 0 for b in free | cached)
     if cache.prefix is None:
         assert all(n == 1 for n in holders.values()), "a block is shared without prefix caching"
+    check_table_matrix(cache)
     check_host_pool(cache)
+
+
+def check_table_matrix(cache) -> None:
+    """The table matrix (what a step's decode rows gather) holds every table as it is, zeros after it,
+    one row per request that holds blocks, and zeros in every other row."""
+    m = cache.tables
+    assert set(m.row) == {rid for rid, t in cache.block_tables.items() if t}, "matrix rows != tables"
+    assert len(set(m.row.values())) == len(m.row), "two requests share a matrix row"
+    for rid, r in m.row.items():
+        table = cache.block_tables[rid]
+        assert m.array[r, :len(table)].tolist() == table and not m.array[r, len(table):].any(), rid
+    idle = [r for r in range(m.array.shape[0]) if r not in set(m.row.values())]
+    assert not m.array[idle].any(), "a free matrix row is not zero"
 
 
 def check_host_pool(cache) -> None:

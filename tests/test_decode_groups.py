@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from engine.model import attention
-from engine.model.runner import decode_groups
+from engine.model.packed_batch import decode_groups
 
 
 def test_groups_split_where_a_row_needs_half_the_width_or_less():

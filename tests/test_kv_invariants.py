@@ -153,6 +153,27 @@ def test_allocator_refcounts():
         a.allocate(5)
 
 
+@settings(max_examples=100, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["grow", "trim", "free"]), st.integers(0, 99), st.integers(0, 80)),
+                    max_size=60))
+def test_the_table_matrix_follows_every_table(ops):
+    """Tables grown, trimmed and freed at random, past the matrix's first rows and columns: it holds
+    each as it is (what PackedBatch gathers a step's decode tables from)."""
+    from engine.kv import KVCacheManager
+    from engine_helpers import check_table_matrix
+    c = KVCacheManager(600, 2)
+    for rid in range(70):  # more requests than the matrix's first rows
+        c.allocate(rid, 3)
+    for op, rid, n in ops:
+        if op == "grow":  # (past the matrix's first columns: 16 blocks)
+            c.allocate(rid, n + len(c.block_tables.get(rid, ())) * 2)
+        elif op == "trim" and rid in c.block_tables:
+            c.trim(rid, n % (2 * len(c.block_tables[rid]) + 1))
+        elif op == "free":
+            c.free(rid)
+        check_table_matrix(c)
+
+
 def test_cache_manager_grows_on_demand():
     c = KVCacheManager(num_blocks=5, block_size=4)
     assert c.allocate(7, 5) and len(c.block_tables[7]) == 2

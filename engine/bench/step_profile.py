@@ -34,7 +34,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from ..config import EngineConfig
 from ..llm_engine import LLMEngine
-from ..model import runner as runner_module
+from ..model import packed_batch, runner as runner_module
 from ..request import SamplingParams
 from ..workshop.scenarios.model import prompt_ids
 
@@ -141,22 +141,22 @@ def gpu_kernel_seconds(prof) -> float:
 
 
 def one_group(widths):
-    """runner.decode_groups as it was: every decode row in one group, padded to the longest."""
+    """packed_batch.decode_groups as it was: every decode row in one group, padded to the longest."""
     return None
 
 
 def mixed_points(eng: LLMEngine, batches: list[int], contexts: list[int], steps: int, ops: bool) -> list[dict]:
     """One row of each context beside short rows (MIXED_SHORT tokens), with decode rows grouped by
     length and with one group padded to the longest row (the path before grouping), side by side."""
-    rows, grouped = [], runner_module.decode_groups
+    rows, grouped = [], packed_batch.decode_groups
     for c in contexts:
         for b in batches:
             for label, fn in (("grouped", grouped), ("one group", one_group)):
-                runner_module.decode_groups = fn
+                packed_batch.decode_groups = fn
                 try:
                     rows.append({**profile_point(eng, [c] + [MIXED_SHORT] * (b - 1), steps, ops), "decode": label})
                 finally:
-                    runner_module.decode_groups = grouped
+                    packed_batch.decode_groups = grouped
     return rows
 
 

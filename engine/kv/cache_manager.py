@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 from .block_allocator import BlockAllocator
 from .pool import blocks_for
 from .prefix_cache import PrefixCache, extend_block_hashes
+from .table_matrix import TableMatrix
 
 if TYPE_CHECKING:
     from ..request import Request
@@ -22,6 +23,7 @@ class KVCacheManager:
         self.block_size = block_size
         self.allocator = BlockAllocator(num_blocks)
         self.block_tables: dict[int, list[int]] = {}
+        self.tables = TableMatrix()  # the same tables as rows of one array (what a step's inputs gather)
         # swap preemption: a host pool's blocks, and the tables of the requests swapped out to it
         self.host = BlockAllocator(num_host_blocks) if num_host_blocks else None
         self.host_tables: dict[int, list[int]] = {}
@@ -108,16 +110,20 @@ class KVCacheManager:
             self.prefix.take(b)
             self.allocator.incref(b)
         table = self.block_tables.setdefault(request_id, list(cached))
+        self.tables.write(request_id, 0, cached)
         if need:
             short = need - self.allocator.num_free
             if short > 0:
                 self.allocator.put_free(self.prefix.evict(short))
-            table.extend(self.allocator.allocate(need))
+            new = self.allocator.allocate(need)
+            self.tables.write(request_id, len(table), new)
+            table.extend(new)
         return True
 
     def free(self, request_id: int) -> None:
         """Release the request's blocks, on the device and (swapped out) on the host."""
         self._release(self.block_tables.pop(request_id, None))
+        self.tables.drop(request_id)
         host = self.host_tables.pop(request_id, None)
         if host:
             self.host.put_free(self.host.release(host))
@@ -133,6 +139,7 @@ class KVCacheManager:
         if self.host is None or not table or len(table) > self.host.num_free:
             return None
         self._release(self.block_tables.pop(request_id))  # shared and cached blocks stay with the prefix cache
+        self.tables.drop(request_id)
         host = self.host_tables[request_id] = self.host.allocate(len(table))
         return table, host
 
@@ -165,6 +172,7 @@ class KVCacheManager:
         if len(table) > keep:
             self._release(table[keep:])
             del table[keep:]
+            self.tables.truncate(request_id, keep)
 
     def _release(self, table: list[int] | None) -> None:
         if not table:

@@ -98,8 +98,9 @@ class DecodeGraphs:
         if self._copied is not None and not self._copied.query():
             self._copied.synchronize()  # rare: the last step sampled nothing, so nothing waited for it
         n, k, pad = len(batch.ids), len(batch.sample_idx), self.pad_token_id
-        width = max(len(t) for t in batch.dec_tables)
-        slots = [-1] * size
+        tables = batch.decode_tables()  # row i is token i: a decode-only batch
+        width = tables.shape[1]
+        slots = [-1] * size  # padding rows and unstored tokens write nowhere
         for t, slot in zip(batch.write_tok, batch.write_slots):
             slots[t] = slot
         h = self.host64
@@ -107,16 +108,15 @@ class DecodeGraphs:
         h[1, :size] = torch.tensor(batch.positions + [0] * (size - n))
         h[2, :size] = torch.tensor(slots)
         h[3, :k] = torch.tensor(batch.sample_idx, dtype=torch.long)
-        ctx, tables = self.host32[:size], self.host32[size:size + n * width]
-        ctx.copy_(torch.tensor(batch.dec_ctx + [0] * (size - n), dtype=torch.int32))
-        tables.copy_(torch.tensor([b for t in batch.dec_tables for b in t + [0] * (width - len(t))],
-                                  dtype=torch.int32))
+        host_ctx, host_tables = self.host32[:size], self.host32[size:size + n * width]
+        host_ctx.copy_(torch.tensor(batch.dec_ctx + [0] * (size - n), dtype=torch.int32))
+        host_tables.copy_(torch.from_numpy(tables.reshape(-1)))
         self.ids[0, :size].copy_(h[0, :size], non_blocking=True)
         self.positions[0, :size].copy_(h[1, :size], non_blocking=True)
         self.slots[:size].copy_(h[2, :size], non_blocking=True)
         self.sample_rows[:k].copy_(h[3, :k], non_blocking=True)
-        self.context[:size].copy_(ctx, non_blocking=True)
-        self.tables[:n, :width].copy_(tables.view(n, width), non_blocking=True)
+        self.context[:size].copy_(host_ctx, non_blocking=True)
+        self.tables[:n, :width].copy_(host_tables.view(n, width), non_blocking=True)
         if self.capture:
             self._copied = torch.cuda.Event()
             self._copied.record()

@@ -19,7 +19,8 @@ import torch
 from ..config import EngineConfig
 from ..kv import KVCacheManager, KVPool
 from ..scheduler import ScheduledRow
-from .runner import ModelRunner, PackedBatch, on_device, token_slice
+from .packed_batch import PackedBatch, token_slice
+from .runner import ModelRunner, on_device
 
 
 class DraftModel:

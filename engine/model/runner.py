@@ -13,11 +13,11 @@ from ..config import EngineConfig, attention_choice, resolve_cuda_graphs, weight
 from ..device_memory import trim_malloc
 from ..kv import KVCacheManager, KVPool
 from ..kv.pool import blocks_for, kv_shape
-from ..request import Request
 from ..scheduler import ScheduledRow
 from . import attention
-from .attention import META_KWARG, BatchMeta, PrefillSeq
+from .attention import META_KWARG
 from .files.loader import resolve_model_dir
+from .packed_batch import PackedBatch
 from .packed_linear import pack_linears
 from .sampler import sample
 from .spec_sampling import NO_TOKEN, verify_draft
@@ -164,137 +164,3 @@ def sampled_tokens(logits: torch.Tensor, rows: list[ScheduledRow]) -> list[int]:
             out[i:i + row.num_samples] = verify_draft(logits[i:i + row.num_samples], row.draft, row.request.params,
                                                       row.request.generator)
     return out
-
-
-class PackedBatch:
-    """Accumulates one iteration's tokens and attention layout, row by row."""
-
-    def __init__(self, runner: ModelRunner, cache: KVCacheManager):
-        self.runner, self.cache = runner, cache
-        self.ids: list[int] = []
-        self.positions: list[int] = []
-        self.write_tok: list[int] = []
-        self.write_slots: list[int] = []
-        self.dec_idx: list[int] = []
-        self.dec_tables: list[list[int]] = []
-        self.dec_ctx: list[int] = []
-        self.prefills: list[tuple[int, int, int, list[int]]] = []
-        self.sample_idx: list[int] = []
-        self.sample_rows: list[ScheduledRow] = []
-
-    def add(self, row: ScheduledRow) -> None:
-        req, pad = row.request, self.runner.pad_token_id
-        if row.num_pad and row.num_new == 0:
-            # A finished row that still holds its slot: one pad token attending to its cache.
-            ctx = req.num_computed_tokens
-            self._decode_row(len(self.ids), req, ctx)
-            self.ids.append(pad)
-            self.positions.append(min(ctx, self.runner.max_positions - 1))
-        elif row.num_pad:
-            # Left padding: computed through every layer, attends to nothing, stored nowhere.
-            self.ids.extend([pad] * row.num_pad)
-            self.positions.extend([0] * row.num_pad)
-        if row.num_new:
-            self._real_tokens(row, req)
-
-    def _real_tokens(self, row: ScheduledRow, req: Request) -> None:
-        start = req.num_computed_tokens
-        ids = token_slice(req, start, start + row.num_new - len(row.draft))
-        if row.draft:  # a draft row samples at its last token and after each draft token
-            ids = ids + row.draft
-        self.add_tokens(req, ids, start, row.num_samples, row)
-
-    def add_tokens(self, req: Request, ids: list[int], start: int, num_samples: int = 0,
-                   sample_row: ScheduledRow | None = None) -> None:
-        """Tokens `ids` of req at positions start.., their K/V written to its blocks; the logits of the
-        last num_samples of them kept (sample_rows names `sample_row` for each)."""
-        t, n = len(self.ids), len(ids)
-        end = start + n
-        self.ids.extend(ids)
-        self.positions.extend(range(start, end))
-        self.write_tok.extend(range(t, t + n))
-        self.write_slots.extend(self.cache.slots(req.request_id, start, end))
-        if n == 1:
-            self._decode_row(t, req, end)
-        else:
-            blocks = self.cache.block_tables[req.request_id][:self.cache.blocks_for(end)]
-            self.prefills.append((t, t + n, end, blocks))
-        if num_samples:
-            self.sample_idx.extend(range(t + n - num_samples, t + n))
-            self.sample_rows.extend([sample_row] * num_samples)
-
-    def _decode_row(self, t: int, req: Request, ctx: int) -> None:
-        self.dec_idx.append(t)
-        self.dec_tables.append(self.cache.block_tables[req.request_id][:self.cache.blocks_for(ctx)])
-        self.dec_ctx.append(ctx)
-
-    def upload(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, BatchMeta]:
-        """(input ids [1, T], positions [1, T], sampling rows, BatchMeta) on the device, from one copy."""
-        # Decode rows longest first, so rows of similar length are neighbours (see decode_groups).
-        order = sorted(range(len(self.dec_ctx)), key=lambda i: -self.dec_ctx[i])
-        tables = [self.dec_tables[i] for i in order]
-        width = len(tables[0]) if tables else 0
-        all_written = len(self.write_tok) == len(self.ids)
-        up = HostInts()
-        ids, pos, keep, slots = (up.add(v) for v in (self.ids, self.positions, self.sample_idx, self.write_slots))
-        written = None if all_written else up.add(self.write_tok)
-        dec_idx, dec_ctx = up.add([self.dec_idx[i] for i in order]), up.add([self.dec_ctx[i] for i in order])
-        dec_blocks = up.add([b for t in tables for b in t + [0] * (width - len(t))])
-        layout = up.add([x for s, e, ctx, _ in self.prefills for x in (s, e - s, ctx)])
-        blocks = [up.add(b) for *_, b in self.prefills]
-        dev = up.send(self.runner.device)
-        meta = BatchMeta(
-            pool=self.runner.pool, num_tokens=len(self.ids),
-            write_idx=None if written is None else dev[written], write_slots=dev[slots],
-            decode_idx=dev[dec_idx], decode_blocks=dev[dec_blocks].view(len(tables), width), decode_ctx=dev[dec_ctx],
-            decode_groups=decode_groups([len(b) for b in tables]),
-            prefills=[PrefillSeq(s, e, ctx, dev[b]) for (s, e, ctx, _), b in zip(self.prefills, blocks)],
-            prefill_layout=dev[layout].view(len(self.prefills), 3))
-        return dev[ids].view(1, -1), dev[pos].view(1, -1), dev[keep], meta
-
-
-class HostInts:
-    """Lists of ints bound for the device as one tensor: a step's index tensors cost one transfer, and
-    on CUDA (pinned, non-blocking) no host sync; each list comes back as a view of the copy."""
-
-    def __init__(self):
-        self._flat: list[int] = []
-        self._parts: list[slice] = []
-
-    def add(self, values) -> int:
-        start = len(self._flat)
-        self._flat.extend(values)
-        self._parts.append(slice(start, len(self._flat)))
-        return len(self._parts) - 1
-
-    def send(self, device: torch.device) -> list[torch.Tensor]:
-        host = torch.tensor(self._flat, dtype=torch.long)
-        if device.type == "cuda":
-            host = host.pin_memory().to(device, non_blocking=True)
-        return [host[p] for p in self._parts]
-
-
-def decode_groups(widths: list[int]) -> list[tuple[int, int, int]]:
-    """(first row, end row, width in blocks) of runs of decode rows, given each row's block count in
-    descending order: a row starts a new run when it needs at most half its run's width, so the K/V
-    gathered for a row is never more than twice its own (padding every row to the longest, one row of
-    1,024 tokens among fifteen of 16 copies 13x the K/V the rows hold)."""
-    groups, start = [], 0
-    for i, w in enumerate(widths):
-        if i > start and 2 * w <= widths[start]:
-            groups.append((start, i, widths[start]))
-            start = i
-    if widths:
-        groups.append((start, len(widths), widths[start]))
-    return groups
-
-
-def token_slice(req: Request, start: int, end: int) -> list[int]:
-    """Tokens [start, end) of prompt + output without concatenating the whole sequence."""
-    p = req.prompt_token_ids
-    if end <= len(p):
-        return p[start:end]
-    o, lp = req.output_token_ids, len(p)
-    if start >= lp:
-        return o[start - lp:end - lp]
-    return p[start:] + o[:end - lp]

@@ -18,7 +18,8 @@ import torch
 from ..kv import KVCacheManager
 from ..request import SamplingParams
 from . import kernel_variants
-from .runner import ModelRunner, PackedBatch, on_device
+from .packed_batch import PackedBatch
+from .runner import ModelRunner, on_device
 from .sampler import make_generator, sample
 
 # (done, total, what runs next) while warming up

@@ -1,0 +1,179 @@
+"""PackedBatch: one iteration's tokens and attention layout, built row by row, sent in one copy."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from ..kv import KVCacheManager
+from ..request import Request
+from ..scheduler import ScheduledRow
+from .attention import BatchMeta, PrefillSeq
+
+if TYPE_CHECKING:
+    from .runner import ModelRunner
+
+
+class PackedBatch:
+    """Accumulates one iteration's tokens and attention layout, row by row. A decode row (one token)
+    costs a few appends: the block tables of all decode rows are gathered at once from the cache's
+    table matrix (engine/kv/table_matrix.py) when the batch is sent, not sliced and flattened per row."""
+
+    def __init__(self, runner: ModelRunner, cache: KVCacheManager):
+        self.runner, self.cache = runner, cache
+        self.ids: list[int] = []
+        self.positions: list[int] = []
+        self.write_tok: list[int] = []  # tokens whose K/V are stored (ascending), and their slots
+        self.write_slots: list[int] = []
+        # decode rows: token index, table matrix row, keys attended to
+        self.dec_idx: list[int] = []
+        self.dec_row: list[int] = []
+        self.dec_ctx: list[int] = []
+        self.prefills: list[tuple[int, int, int, list[int]]] = []
+        self.sample_idx: list[int] = []
+        self.sample_rows: list[ScheduledRow] = []
+
+    def add(self, row: ScheduledRow) -> None:
+        req, pad = row.request, self.runner.pad_token_id
+        if row.num_pad and row.num_new == 0:
+            # A finished row that still holds its slot: one pad token attending to its cache.
+            ctx = req.num_computed_tokens
+            self._decode_row(len(self.ids), req, ctx)
+            self.ids.append(pad)
+            self.positions.append(min(ctx, self.runner.max_positions - 1))
+        elif row.num_pad:
+            # Left padding: computed through every layer, attends to nothing, stored nowhere.
+            self.ids.extend([pad] * row.num_pad)
+            self.positions.extend([0] * row.num_pad)
+        if row.num_new:
+            self._real_tokens(row, req)
+
+    def _real_tokens(self, row: ScheduledRow, req: Request) -> None:
+        start = req.num_computed_tokens
+        ids = token_slice(req, start, start + row.num_new - len(row.draft))
+        if row.draft:  # a draft row samples at its last token and after each draft token
+            ids = ids + row.draft
+        self.add_tokens(req, ids, start, row.num_samples, row)
+
+    def add_tokens(self, req: Request, ids: list[int], start: int, num_samples: int = 0,
+                   sample_row: ScheduledRow | None = None) -> None:
+        """Tokens `ids` of req at positions start.., their K/V written to its blocks; the logits of the
+        last num_samples of them kept (sample_rows names `sample_row` for each)."""
+        t, n = len(self.ids), len(ids)
+        end = start + n
+        self.ids.extend(ids)
+        if n == 1:
+            bs = self.cache.block_size
+            self.positions.append(start)
+            self.write_tok.append(t)
+            self.write_slots.append(self.cache.block_tables[req.request_id][start // bs] * bs + start % bs)
+            self._decode_row(t, req, end)
+        else:
+            self.positions.extend(range(start, end))
+            self.write_tok.extend(range(t, t + n))
+            self.write_slots.extend(self.cache.slots(req.request_id, start, end))
+            blocks = self.cache.block_tables[req.request_id][:self.cache.blocks_for(end)]
+            self.prefills.append((t, t + n, end, blocks))
+        if num_samples:
+            self.sample_idx.extend(range(t + n - num_samples, t + n))
+            self.sample_rows.extend([sample_row] * num_samples)
+
+    def _decode_row(self, t: int, req: Request, ctx: int) -> None:
+        self.dec_idx.append(t)
+        self.dec_row.append(self.cache.tables.row[req.request_id])
+        self.dec_ctx.append(ctx)
+
+    def decode_tables(self, order: np.ndarray | None = None) -> np.ndarray:
+        """The decode rows' block tables [rows, blocks of the longest] int32 (in `order`, else row
+        order), each padded with 0 after the blocks its context needs: one gather from the matrix."""
+        bs, ctx = self.cache.block_size, self.dec_ctx
+        width = -(-max(ctx, default=0) // bs)
+        rows = np.array(self.dec_row, dtype=np.intp)
+        tables = self.cache.tables.array[rows if order is None else rows[order], :width]
+        if ctx and min(ctx) <= (width - 1) * bs:  # a row needs fewer blocks than the longest
+            need = -(-np.array(ctx, dtype=np.int64) // bs)
+            tables[np.arange(width) >= (need if order is None else need[order])[:, None]] = 0
+        return tables
+
+    def upload(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, BatchMeta]:
+        """(input ids [1, T], positions [1, T], sampling rows, BatchMeta) on the device, from one copy."""
+        # Decode rows longest first, so rows of similar length are neighbours (see decode_groups).
+        order = sorted(range(len(self.dec_ctx)), key=self.dec_ctx.__getitem__, reverse=True) \
+            if len(self.dec_ctx) > 1 else None
+        tables = self.decode_tables(None if order is None else np.array(order, dtype=np.intp))
+        if order is None:
+            dec_idx, dec_ctx = self.dec_idx, self.dec_ctx
+        else:
+            dec_idx, dec_ctx = [self.dec_idx[i] for i in order], [self.dec_ctx[i] for i in order]
+        all_written = len(self.write_tok) == len(self.ids)
+        up = HostInts()
+        ids, pos, keep, slots = (up.add(v) for v in (self.ids, self.positions, self.sample_idx, self.write_slots))
+        written = None if all_written else up.add(self.write_tok)
+        dec_idx, dec_ctx_part = up.add(dec_idx), up.add(dec_ctx)
+        layout = up.add([x for s, e, c, _ in self.prefills for x in (s, e - s, c)])
+        blocks = [up.add(b) for *_, b in self.prefills]
+        dec_blocks = up.add(tables)
+        dev = up.send(self.runner.device)
+        bs = self.cache.block_size
+        meta = BatchMeta(
+            pool=self.runner.pool, num_tokens=len(self.ids),
+            write_idx=None if written is None else dev[written], write_slots=dev[slots],
+            decode_idx=dev[dec_idx], decode_blocks=dev[dec_blocks].view(*tables.shape),
+            decode_ctx=dev[dec_ctx_part], decode_groups=decode_groups([-(-c // bs) for c in dec_ctx]),
+            prefills=[PrefillSeq(s, e, c, dev[b]) for (s, e, c, _), b in zip(self.prefills, blocks)],
+            prefill_layout=dev[layout].view(len(self.prefills), 3))
+        return dev[ids].view(1, -1), dev[pos].view(1, -1), dev[keep], meta
+
+
+class HostInts:
+    """Integers bound for the device as one tensor: a step's index tensors cost one transfer, and on
+    CUDA (pinned, non-blocking) no host sync. Lists are gathered into one Python list, arrays (a
+    gathered table) are appended whole; each part comes back as a flat view of the copy."""
+
+    def __init__(self):
+        self._flat: list[int] = []
+        self._arrays: list[np.ndarray] = []
+        self._parts: list[tuple[bool, int, int]] = []  # (an array?, start, length)
+
+    def add(self, values) -> int:
+        if isinstance(values, np.ndarray):
+            self._parts.append((True, sum(a.size for a in self._arrays), values.size))
+            self._arrays.append(values.reshape(-1))
+        else:
+            self._parts.append((False, len(self._flat), len(values)))
+            self._flat.extend(values)
+        return len(self._parts) - 1
+
+    def send(self, device: torch.device) -> list[torch.Tensor]:
+        host = torch.from_numpy(np.concatenate([np.array(self._flat, dtype=np.int64), *self._arrays], dtype=np.int64))
+        if device.type == "cuda":
+            host = host.pin_memory().to(device, non_blocking=True)
+        lists = len(self._flat)
+        return [host[o:o + n] for o, n in ((lists + start if array else start, n) for array, start, n in self._parts)]
+
+
+def decode_groups(widths: list[int]) -> list[tuple[int, int, int]]:
+    """(first row, end row, width in blocks) of runs of decode rows, given each row's block count in
+    descending order: a row starts a new run when it needs at most half its run's width, so the K/V
+    gathered for a row is never more than twice its own (padding every row to the longest, one row of
+    1,024 tokens among fifteen of 16 copies 13x the K/V the rows hold)."""
+    groups, start = [], 0
+    for i, w in enumerate(widths):
+        if i > start and 2 * w <= widths[start]:
+            groups.append((start, i, widths[start]))
+            start = i
+    if widths:
+        groups.append((start, len(widths), widths[start]))
+    return groups
+
+
+def token_slice(req: Request, start: int, end: int) -> list[int]:
+    """Tokens [start, end) of prompt + output without concatenating the whole sequence."""
+    p = req.prompt_token_ids
+    if end <= len(p):
+        return p[start:end]
+    o, lp = req.output_token_ids, len(p)
+    if start >= lp:
+        return o[start - lp:end - lp]
+    return p[start:] + o[:end - lp]
