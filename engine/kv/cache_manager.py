@@ -96,6 +96,9 @@ class KVCacheManager:
     def allocate(self, request_id: int, num_tokens: int, cached: list[int] = ()) -> bool:
         """Extend the request's table to cover num_tokens, starting a new table with the `cached`
         blocks from match(); False (and no change) if blocks run out."""
+        table = self.block_tables.get(request_id)
+        if table is not None and not cached and len(table) * self.block_size >= num_tokens:
+            return True  # most decode steps: the last block has room
         if cached and request_id in self.block_tables:
             raise ValueError(f"request {request_id} already has a block table; cached blocks start one")
         if cached:
