@@ -182,6 +182,7 @@ class LLMEngine:
                       eos_token_ids=self.runner.eos_token_ids, priority=priority, tenant=tenant)
         req.generator = make_generator(params.seed, self.runner.device)
         req.detok = IncrementalDetokenizer(tokenizer or self.tokenizer, ids)
+        req.stops = params.stop_strings()
         return req
 
     def enqueue(self, req: Request) -> None:
@@ -398,9 +399,8 @@ class LLMEngine:
             return "stop", True
         if p.stop_token_ids and tok in p.stop_token_ids:
             return "stop", True
-        stops = p.stop_strings()
-        if stops:
-            cut = find_stop(req.text, stops, before)
+        if req.stops:
+            cut = find_stop(req.text, req.stops, before)
             if cut is not None:
                 req.text = req.text[:cut]
                 return "stop", False

@@ -130,6 +130,7 @@ class Request:
     num_preemptions: int = 0
     generator: object | None = None  # torch.Generator when seeded
     detok: object | None = None      # IncrementalDetokenizer
+    stops: list[str] = field(default_factory=list)  # params.stop_strings(), checked once when it was made
 
     @property
     def num_tokens(self) -> int:

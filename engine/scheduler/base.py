@@ -122,8 +122,10 @@ class Scheduler(ABC):
             req = row.request
             if req.is_finished:  # a static padding row, or a row failed this step
                 continue
-            picks = [next(it) for _ in range(row.num_samples)]  # read before the count moves
-            new = _accept(row, picks)
+            if row.draft:  # read before the count moves
+                new = _accept(row, [next(it) for _ in range(row.num_samples)])
+            else:
+                new = [next(it)] if row.samples else []
             self.policy.on_served(req, row.num_new if row.phase == PREFILL else 0, len(new))
             req.num_computed_tokens += row.num_new - len(row.draft) + row.accepted
             req.output_token_ids.extend(new)  # before commit: accepted drafts are in full blocks' hashes
@@ -132,7 +134,7 @@ class Scheduler(ABC):
             self.cache.commit(req)
             if new and req.first_token_s is None:
                 req.first_token_s = now
-            sampled += [(req, tok) for tok in new]
+            sampled.extend((req, tok) for tok in new)
         return sampled
 
     def _draft(self, row: ScheduledRow, spare: int) -> None:
