@@ -439,7 +439,7 @@ class LLMEngine:
                                          row.num_cached, len(row.draft), row.accepted))
             if row.num_pad:
                 entries.append(StepEntry(req.request_id, PADDING, row.num_pad, req.num_computed_tokens, row.slot))
-        tables = {rid: list(t) for rid, t in self.cache.block_tables.items()}
+        tables = self.cache.tables.copies(self.cache.block_tables)  # (unchanged tables are not copied again)
         # Every block holder is in the scheduler's running set (static: finished rows included).
         kv_tokens = {r.request_id: r.num_computed_tokens for r in self.scheduler.running}
         kv_tokens.update(self.sent_tokens)  # held for the copy

@@ -158,7 +158,8 @@ def test_allocator_refcounts():
                     max_size=60))
 def test_the_table_matrix_follows_every_table(ops):
     """Tables grown, trimmed and freed at random, past the matrix's first rows and columns: it holds
-    each as it is (what PackedBatch gathers a step's decode tables from)."""
+    each as it is (what PackedBatch gathers a step's decode tables from), and the copies it keeps for
+    step events equal them."""
     from engine.kv import KVCacheManager
     from engine_helpers import check_table_matrix
     c = KVCacheManager(600, 2)
@@ -172,6 +173,8 @@ def test_the_table_matrix_follows_every_table(ops):
         elif op == "free":
             c.free(rid)
         check_table_matrix(c)
+        copies = c.tables.copies(c.block_tables)  # what a step event keeps: equal, never the cache's own lists
+        assert copies == c.block_tables and all(copies[r] is not t for r, t in c.block_tables.items())
 
 
 def test_cache_manager_grows_on_demand():

@@ -1,4 +1,5 @@
-"""The block tables as rows of one array: a step gathers its decode rows' tables with one index."""
+"""The block tables as rows of one array (a step gathers its decode rows' tables with one index), and as
+lists a step event may keep (copied only when they changed)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,11 +15,20 @@ class TableMatrix:
         self.array = np.zeros((rows, cols), dtype=np.int32)
         self.row: dict[int, int] = {}  # request id -> its row
         self._free = list(range(rows - 1, -1, -1))
+        self._copies: dict[int, list[int]] = {}  # request id -> its table as the last copies() gave it
+
+    def copies(self, tables: dict[int, list[int]]) -> dict[int, list[int]]:
+        """`tables` (the cache's lists) as lists a step event keeps: a table that has not changed since
+        the last call is the list that call gave (a decode step changes one table in block_size), so
+        callers must not mutate them."""
+        kept = self._copies
+        return {rid: kept.get(rid) or kept.setdefault(rid, list(t)) for rid, t in tables.items()}
 
     def write(self, request_id: int, start: int, blocks: list[int]) -> None:
         """Its table's entries start.. are now `blocks` (a new table, or blocks appended)."""
         if not blocks:
             return
+        self._copies.pop(request_id, None)
         r = self.row.get(request_id)
         if r is None:
             r = self.row[request_id] = self._take_row()
@@ -29,6 +39,7 @@ class TableMatrix:
 
     def truncate(self, request_id: int, keep: int) -> None:
         """Its table keeps its first `keep` blocks (none: its row goes)."""
+        self._copies.pop(request_id, None)
         r = self.row.get(request_id)
         if keep == 0:
             self.drop(request_id)
@@ -37,6 +48,7 @@ class TableMatrix:
 
     def drop(self, request_id: int) -> None:
         """It holds no blocks any more: its row is zeroed and free."""
+        self._copies.pop(request_id, None)
         r = self.row.pop(request_id, None)
         if r is not None:
             self.array[r] = 0
