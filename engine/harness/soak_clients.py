@@ -174,6 +174,7 @@ class SocketClient:
         self.load, self.share = load, share
         self.pending: dict[int, float] = {}   # request id -> submit time
         self.ended: dict[int, str] = {}       # finished events that came before their submit's reply
+        self.skipped = 0  # events the server said this socket missed (its ring dropped them unread)
 
     async def run(self) -> None:
         while time.monotonic() < self.load.stop_at:
@@ -219,6 +220,7 @@ class SocketClient:
             t.refused += 1
 
     def _on_events(self, msg: dict) -> None:
+        self.skipped += msg.get("skipped", 0)
         for ev in msg["events"]:
             if ev["type"] != "finished" or ev["lane"] != "continuous":
                 continue
@@ -233,8 +235,9 @@ class SocketClient:
         deadline = time.monotonic() + timeout
         while self.pending and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
-        for rid in self.pending:
-            self.load.tally.lose(f"socket request {rid}: no finished event within {timeout:.0f} s")
+        for rid in self.pending:  # (a finished event among those the server said it skipped is one way)
+            self.load.tally.lose(f"socket request {rid}: no finished event within {timeout:.0f} s; "
+                                 f"this socket was told it missed {self.skipped} events")
         self.pending.clear()
 
 
