@@ -99,7 +99,7 @@ class KVCacheManager:
         table = self.block_tables.get(request_id)
         if table is not None and not cached and len(table) * self.block_size >= num_tokens:
             return True  # most decode steps: the last block has room
-        if cached and request_id in self.block_tables:
+        if cached and table is not None:
             raise ValueError(f"request {request_id} already has a block table; cached blocks start one")
         if cached:
             need = max(0, self.blocks_for(num_tokens) - len(cached))

@@ -39,11 +39,11 @@ class TableMatrix:
 
     def truncate(self, request_id: int, keep: int) -> None:
         """Its table keeps its first `keep` blocks (none: its row goes)."""
+        if keep == 0:
+            return self.drop(request_id)
         self._copies.pop(request_id, None)
         r = self.row.get(request_id)
-        if keep == 0:
-            self.drop(request_id)
-        elif r is not None:
+        if r is not None:
             self.array[r, keep:] = 0
 
     def drop(self, request_id: int) -> None:

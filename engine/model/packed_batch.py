@@ -84,32 +84,29 @@ class PackedBatch:
         self.dec_row.append(self.cache.tables.row[req.request_id])
         self.dec_ctx.append(ctx)
 
-    def decode_tables(self, order: np.ndarray | None = None) -> np.ndarray:
-        """The decode rows' block tables [rows, blocks of the longest] int32 (in `order`, else row
-        order), each padded with 0 after the blocks its context needs: one gather from the matrix."""
-        bs, ctx = self.cache.block_size, self.dec_ctx
+    def decode_tables(self) -> np.ndarray:
+        """The decode rows' block tables in row order (the decode graphs' layout): see _tables."""
+        return self._tables(self.dec_row, self.dec_ctx)
+
+    def _tables(self, rows: list[int], ctx: list[int]) -> np.ndarray:
+        """The block tables [rows, blocks of the longest] int32 of matrix rows `rows` with contexts `ctx`,
+        each padded with 0 after the blocks its context needs: one gather from the matrix."""
+        bs = self.cache.block_size
         width = -(-max(ctx, default=0) // bs)
-        rows = np.array(self.dec_row, dtype=np.intp)
-        tables = self.cache.tables.array[rows if order is None else rows[order], :width]
+        tables = self.cache.tables.array[np.array(rows, dtype=np.intp), :width]
         if ctx and min(ctx) <= (width - 1) * bs:  # a row needs fewer blocks than the longest
-            need = -(-np.array(ctx, dtype=np.int64) // bs)
-            tables[np.arange(width) >= (need if order is None else need[order])[:, None]] = 0
+            tables[np.arange(width) >= -(-np.array(ctx, dtype=np.int64) // bs)[:, None]] = 0
         return tables
 
     def upload(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, BatchMeta]:
         """(input ids [1, T], positions [1, T], sampling rows, BatchMeta) on the device, from one copy."""
         # Decode rows longest first, so rows of similar length are neighbours (see decode_groups).
-        order = sorted(range(len(self.dec_ctx)), key=self.dec_ctx.__getitem__, reverse=True) \
-            if len(self.dec_ctx) > 1 else None
-        tables = self.decode_tables(None if order is None else np.array(order, dtype=np.intp))
-        if order is None:
-            dec_idx, dec_ctx = self.dec_idx, self.dec_ctx
-        else:
-            dec_idx, dec_ctx = [self.dec_idx[i] for i in order], [self.dec_ctx[i] for i in order]
-        all_written = len(self.write_tok) == len(self.ids)
+        order = sorted(range(len(self.dec_ctx)), key=self.dec_ctx.__getitem__, reverse=True)
+        dec_idx, dec_ctx = [self.dec_idx[i] for i in order], [self.dec_ctx[i] for i in order]
+        tables = self._tables([self.dec_row[i] for i in order], dec_ctx)
         up = HostInts()
         ids, pos, keep, slots = (up.add(v) for v in (self.ids, self.positions, self.sample_idx, self.write_slots))
-        written = None if all_written else up.add(self.write_tok)
+        written = None if len(self.write_tok) == len(self.ids) else up.add(self.write_tok)  # None: every token
         dec_idx, dec_ctx_part = up.add(dec_idx), up.add(dec_ctx)
         layout = up.add([x for s, e, c, _ in self.prefills for x in (s, e - s, c)])
         blocks = [up.add(b) for *_, b in self.prefills]
@@ -134,12 +131,14 @@ class HostInts:
     def __init__(self):
         self._flat: list[int] = []
         self._arrays: list[np.ndarray] = []
+        self._array_ints = 0
         self._parts: list[tuple[bool, int, int]] = []  # (an array?, start, length)
 
     def add(self, values) -> int:
         if isinstance(values, np.ndarray):
-            self._parts.append((True, sum(a.size for a in self._arrays), values.size))
+            self._parts.append((True, self._array_ints, values.size))
             self._arrays.append(values.reshape(-1))
+            self._array_ints += values.size
         else:
             self._parts.append((False, len(self._flat), len(values)))
             self._flat.extend(values)
