@@ -116,6 +116,9 @@ class StepEvent:
     part: str | None = None
     handed_off: list[int] = field(default_factory=list)
     handoffs: list[list] = field(default_factory=list)
+    # requests whose model sampled its end-of-text token this step while ignore_eos kept them going:
+    # request id -> the length of its text (characters) there, the end of its own answer
+    answer_ends: dict[int, int] = field(default_factory=dict)
 
     def block_holders(self) -> dict[int, list[int]]:
         """Block -> the requests holding it (more than one when prefix caching shares it): the block
@@ -170,6 +173,7 @@ class StepEvent:
             "waits": {str(k): v for k, v in self.waits.items()},
             **self._swap_dict(),
             **self._part_dict(),
+            **({"answer_ends": {str(k): v for k, v in self.answer_ends.items()}} if self.answer_ends else {}),
         }
 
     def _part_dict(self) -> dict:
@@ -268,6 +272,7 @@ class RequestEvent(Event):
 class FinishedEvent(Event):
     """A request ended (finished, aborted or failed), with its final text."""
     TYPE: ClassVar[str] = "finished"
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("answer_end",)
     request_id: int
     finish_reason: str
     error: str | None
@@ -278,13 +283,14 @@ class FinishedEvent(Event):
     first_token_s: float | None
     finish_s: float | None
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    answer_end: int | None = None  # ignore_eos: where the model ended its own answer (characters of text)
 
     @classmethod
     def of(cls, out: RequestOutput) -> FinishedEvent:
         return cls(request_id=out.request_id, finish_reason=out.finish_reason, error=out.error, text=out.text,
                    num_prompt_tokens=len(out.prompt_token_ids), num_output_tokens=len(out.output_token_ids),
                    arrival_s=out.arrival_s, first_token_s=out.first_token_s, finish_s=out.finish_s,
-                   num_cached_tokens=out.num_cached_tokens)
+                   num_cached_tokens=out.num_cached_tokens, answer_end=out.answer_end)
 
 
 @dataclass(kw_only=True)

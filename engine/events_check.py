@@ -188,6 +188,7 @@ _STEP_FIELDS = {
     "host": _object({"num_blocks": _int, "same_ram": _bool, "block_tables": _map(_id_key, _list(_int))},
                     frozenset({"num_blocks"})),
     "part": _part, "handed_off": _list(_int), "handoffs": _list(_handoff),
+    "answer_ends": _map(_id_key, _int),
 }
 _STEP_REQUIRED = frozenset({"type", "step", "t_start", "t_end", "entries", "num_waiting", "num_running", "kv"})
 

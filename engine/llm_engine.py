@@ -323,6 +323,7 @@ class LLMEngine:
         t_start = self.clock()
         sched = self.scheduler.schedule()
         sampled: dict[int, int] = {}
+        answer_ends: dict[int, int] = {}
         moved, handoffs = Transfer(), []
         if sched.rows or sched.moves:  # a step may only swap out: every running request preempted
             try:
@@ -332,13 +333,14 @@ class LLMEngine:
                 log.exception("engine step failed")
                 self._fail(sched, e)
                 tokens = []
-            self._update(sched, tokens, sampled)
+            self._update(sched, tokens, sampled, answer_ends)
             if self.hands_off:
                 self._hand_off(sched)
         self.scheduler.on_step_done()
         t_end = self.clock()
         self.step_count += bool(sched.rows or self._just_finished)
         ev = self._event(sched, sampled, moved, handoffs, t_start, t_end)
+        ev.answer_ends = answer_ends
         t_done = self.clock()
         self.telemetry_s += t_done - t_end
         self.step_s += t_done - t_start
@@ -365,16 +367,18 @@ class LLMEngine:
                 swapped.add(done)
         return swapped, handoffs
 
-    def _update(self, sched: SchedulerOutput, tokens: list[int], sampled: dict[int, int]) -> None:
+    def _update(self, sched: SchedulerOutput, tokens: list[int], sampled: dict[int, int],
+                answer_ends: dict[int, int]) -> None:
         """Each new token in order (a draft row may bring several): detokenized, checked for a stop.
-        A request that stops drops the tokens it made after the one it stopped at."""
+        A request that stops drops the tokens it made after the one it stopped at. answer_ends gets
+        the requests whose model ended its answer in this step while ignore_eos kept them going."""
         now = self.clock()
         new = self.scheduler.update(sched, tokens, now)
         for i, (req, tok) in enumerate(new):
             if req.is_finished:
                 continue  # made after its stop: unsampled when it stopped
             sampled[req.request_id] = tok
-            stop = self._process_token(req, tok)
+            stop = self._process_token(req, tok, answer_ends)
             if stop:
                 self.scheduler.unsample(sched, req, sum(1 for r, _ in new[i + 1:] if r is req))
                 self._finish(req, stop[0], now, flush=stop[1])
@@ -390,13 +394,16 @@ class LLMEngine:
                 self.sent_tokens[req.request_id] = req.num_computed_tokens
                 self._just_sent.append(req.request_id)
 
-    def _process_token(self, req: Request, tok: int) -> tuple[str, bool] | None:
+    def _process_token(self, req: Request, tok: int, answer_ends: dict[int, int]) -> tuple[str, bool] | None:
         """Detokenize a request's new token; (finish reason, flush) if the request stops here."""
         p = req.params
         before = len(req.text)
         req.text += req.detok.push(tok)
-        if not p.ignore_eos and tok in req.eos_token_ids:
-            return "stop", True
+        if tok in req.eos_token_ids:
+            if not p.ignore_eos:
+                return "stop", True
+            if req.answer_end is None:  # what follows is the model going on past its answer
+                req.answer_end = answer_ends[req.request_id] = len(req.text)
         if p.stop_token_ids and tok in p.stop_token_ids:
             return "stop", True
         if req.stops:

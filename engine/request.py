@@ -95,6 +95,7 @@ class RequestOutput:
     error: str | None = None
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at its first admission
+    answer_end: int | None = None  # see Request.answer_end
 
     @property
     def finished(self) -> bool:
@@ -131,6 +132,9 @@ class Request:
     generator: object | None = None  # torch.Generator when seeded
     detok: object | None = None      # IncrementalDetokenizer
     stops: list[str] = field(default_factory=list)  # params.stop_strings(), checked once when it was made
+    # ignore_eos: the length of `text` (in characters) when the model sampled its end-of-text token, the
+    # end of its own answer; what follows it is the model going on (it may read as a new turn, "system").
+    answer_end: int | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -161,4 +165,5 @@ class Request:
             error=self.error,
             num_preemptions=self.num_preemptions,
             num_cached_tokens=self.num_cached_tokens,
+            answer_end=self.answer_end,
         )

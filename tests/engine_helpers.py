@@ -24,7 +24,7 @@ def mixed_prompts(n: int, vocab: int = 200, seed: int = 0) -> tuple[list[list[in
 
 
 def greedy(max_tokens: int, **kw) -> SamplingParams:
-    return SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True, **kw)
+    return SamplingParams(max_tokens=max_tokens, **{"temperature": 0.0, "ignore_eos": True, **kw})
 
 
 def check_kv_invariants(eng: LLMEngine) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import pytest
 
 from engine.config import SCHEDULING_POLICIES, STRATEGIES
+from engine.events import FinishedEvent
+from engine.events_check import check_event
 from engine_helpers import check_drained, greedy, make_engine, mixed_prompts, run_checked
 from tiny_models import FAMILIES, reference_greedy
 
@@ -88,3 +90,30 @@ def test_policies_change_order_never_content(tiny_model_dirs, references, strate
         first = events[0].admitted if strategy != "continuous" else [
             rid for ev in events for rid in ev.admitted][:3]
         assert sorted(priorities[i] for i in first) == sorted(priorities)[:3]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_ignore_eos_marks_where_the_answer_would_have_ended(tiny_model_dirs, references, family):
+    """Under ignore_eos, the text up to answer_end is exactly what the same request makes without it, and
+    the step that sampled the end-of-text token reports it (the views dim what follows). The tiny models'
+    end-of-text token is set to one they make, so that both runs reach it."""
+    prompts, _, refs = references
+    eng = make_engine(tiny_model_dirs[family])
+    for i in range(4):
+        ref = refs[family][i]
+        k = len(ref) // 2
+        eng.runner.eos_token_ids = frozenset({ref[k]})  # the model "ends" where it first samples that token
+        first = ref.index(ref[k])
+        (kept, stopped), events = run_checked(eng, [prompts[i]] * 2, [greedy(len(ref)),
+                                                                     greedy(len(ref), ignore_eos=False)])
+        assert kept.output_token_ids == ref and stopped.output_token_ids == ref[:first + 1]
+        # the same text (a stop flushes bytes of an unfinished character as "\ufffd"; going on keeps them)
+        end = kept.answer_end
+        assert end is not None and stopped.text.startswith(kept.text[:end])
+        assert set(stopped.text[end:]) <= {"\ufffd"}
+        assert stopped.answer_end is None
+        reported = [ev.answer_ends for ev in events if ev.answer_ends]
+        assert reported == [{kept.request_id: kept.answer_end}]
+        assert FinishedEvent.of(kept).to_dict()["answer_end"] == kept.answer_end
+        assert "answer_end" not in FinishedEvent.of(stopped).to_dict()
+        check_event({**events[0].to_dict(), "answer_ends": {"1": 3}})

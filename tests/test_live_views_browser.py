@@ -307,3 +307,19 @@ def test_a_stall_shows_on_the_gantt_and_the_slots_with_its_reason(browser, rec):
     assert "a stall" in slot_tip and "waited 0.90 s" in slot_tip, slot_tip
     page.screenshot(path=str(ARTIFACTS / "live-stall.png"), full_page=True)
     page.close()
+
+
+def test_where_the_model_ended_its_answer_is_marked_and_what_it_made_after_is_dimmed(browser, rec):
+    events = accepted_events(rec)
+    fin = next(e for e in events if e["type"] == "finished" and len(e["text"]) > 6 and e["finish_reason"] == "length")
+    upto = events[:events.index(fin) + 1]
+    upto[-1] = {**fin, "text": fin["text"][:3] + "<b>system</b>", "answer_end": 3}  # text, never markup
+    page = open_replay(browser, rec, upto, views=["text"])
+    card = page.locator(".ifl-card", has=page.locator(".ifl-answer-end"))
+    expect(card).to_have_count(1)  # on its own lane only
+    expect(card.locator(".ifl-chip")).to_have_text(f"#{fin['request_id']}")
+    expect(card.locator(".ifl-answer-end")).to_have_text("end of answer")
+    expect(card.locator(".ifl-past-answer")).to_have_text("<b>system</b>")
+    assert card.locator(".ifl-out").inner_text().startswith(fin["text"][:3])
+    assert card.locator(".ifl-out b").count() == 0
+    page.close()

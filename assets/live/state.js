@@ -39,6 +39,7 @@ defineLive("LiveState", ["Waits"], () => {
              segs: [], open: null, text: "", textRev: 0, nOut: 0, preemptions: 0, cached: 0, finishT: null, finishX: null,
              reason: null, error: null, done: false, lost: false, endT: null, lastIt: null, lastKind: null, ctx: 0,
              wait: null,   // why it waits now (the scheduler's reason), null while it runs
+             answerEnd: null,  // ignore_eos: where the model's own answer ended (characters of text)
              synthetic: false };  // its prompt was token ids (a benchmark's, an API caller's): no text to show
   }
 
@@ -179,6 +180,7 @@ defineLive("LiveState", ["Waits"], () => {
     for (const rid of ev.handed_off || []) handedOff(S, rid, t1, it, contract);
     for (const rid of Object.keys(ev.sampled || {})) requestRecord(S, +rid).nOut += 1 + ((groups.get(+rid) || {}).accepted || 0);
     for (const [rid, text] of Object.entries(ev.deltas || {})) appendText(S, +rid, text);
+    for (const [rid, n] of Object.entries(ev.answer_ends || {})) markAnswerEnd(S, +rid, n);
     const kv = ev.kv || {};
     const summary = { it, t0, t1, cells, bySlot, real, pad, busy, rows: groups.size, drafted, accepted,
                       used: ev.tokens_used, budget: ev.token_budget, kvUsed: kv.used, kvBlocks: kv.num_blocks,
@@ -407,6 +409,7 @@ defineLive("LiveState", ["Waits"], () => {
     if (typeof ev.num_output_tokens === "number") R.nOut = ev.num_output_tokens;
     if (R.arrival == null && ev.arrival_s != null) R.arrival = ev.arrival_s;
     if (typeof ev.text === "string") R.text = ev.text;  // authoritative (covers deltas lost to coalescing)
+    markAnswerEnd(S, ev.request_id, ev.answer_end);
     R.textRev++;
     S.textRev++;
     const t = ev.finish_s ?? S.lastT;
@@ -420,6 +423,15 @@ defineLive("LiveState", ["Waits"], () => {
     R.lost = false;
     R.wait = null;
     R.endT = Math.max(R.endT ?? -Infinity, t ?? -Infinity);
+  }
+
+  // The model sampled its end-of-text token at character n of the text, and ignore_eos kept it going.
+  function markAnswerEnd(S, rid, n) {
+    const R = requestRecord(S, rid);
+    if (R.answerEnd != null || !Number.isInteger(n) || n < 0) return;
+    R.answerEnd = n;
+    R.textRev++;
+    S.textRev++;
   }
 
   function appendText(S, rid, text) {

@@ -92,10 +92,28 @@ defineLive("TextView", ["Common", "LiveState", "Waits"], () => {
     card.prompt.classList.toggle("ifl-synthetic", R.synthetic);
     if (card.textRev !== R.textRev || R.synthetic) {
       card.textRev = R.textRev;
-      setText(card.out, outText(R));
+      drawOut(card.out, R);
     }
     card.node.classList.toggle("ifl-dim", inst.sel != null && inst.sel !== R.rid);
     card.node.classList.toggle("ifl-sel", inst.sel === R.rid);
+  }
+
+  // The answer, and where the request went on past the model's own end (ignore_eos) a mark there and
+  // the rest dimmed: a fixed-length scenario's text after it (often a new turn, "system") is the model
+  // continuing, not a broken one.
+  function drawOut(node, R) {
+    const text = outText(R);
+    const chars = R.answerEnd == null || R.synthetic ? null : Array.from(text);  // counted in characters
+    if (!chars || R.answerEnd > chars.length) {
+      if (node.childElementCount || node.textContent !== text) node.textContent = text;
+      return;
+    }
+    const mark = el("span", "ifl-answer-end", "end of answer");
+    mark.title = "The model sampled its end-of-text token here. This request asked it to go on to its full "
+      + "length (ignore_eos: the scenario fixes every request's length), so the dimmed text after the mark is "
+      + "the model continuing past its answer; a chat server would have stopped here.";
+    node.replaceChildren(chars.slice(0, R.answerEnd).join(""), mark,
+                         el("span", "ifl-past-answer", chars.slice(R.answerEnd).join("")));
   }
 
   // A synthetic prompt's answer is shown as its length: decoded from random token ids, it reads as noise.

@@ -503,6 +503,39 @@ const tests = {
     assert.equal(S.stalls, 1);
     assert.match(Common.stallTip(S.steps[5]).join(" "), /2 decoding rows waited 0\.90 s more .* 900 prompt tokens/);
   },
+
+  "where the model ended its answer under ignore_eos: from the step that sampled its end, or the finished event"() {
+    const lane = rec.lanes[0];
+    const entry = (rid) => {
+      const e = [];
+      for (const [k, i] of Object.entries(E)) e[i] = { rid, phase: P.decode, tokens: 1, slot: rid, ctx: 10 }[k] ?? 0;
+      return e;
+    };
+    const stepEv = (n, more) => ({ type: "step", lane, step: n, t_start: n / 10, t_end: n / 10 + 0.05,
+                                   entries: [entry(1), entry(2)], preempted: [], finished: [], admitted: [],
+                                   sampled: { 1: 7, 2: 7 }, waits: {}, ...more });
+    const st = LiveState.newState([lane], contract);
+    LiveState.applyBatch(st, { skipped: 0, events: [
+      { type: "request", lane, request_id: 1, arrival_s: 0, max_tokens: 8 },
+      { type: "request", lane, request_id: 2, arrival_s: 0, max_tokens: 8 },
+      stepEv(1, { deltas: { 1: "Hi ✨", 2: "Yes" } }),
+      stepEv(2, { deltas: { 2: "." }, answer_ends: { 1: 4 } }),
+      stepEv(3, { deltas: { 1: "\nsystem", 2: "!" }, answer_ends: { 1: 99 } }),  // reported once: the first holds
+    ] });
+    const S = st.by.get(lane);
+    assert.equal(S.reqs.get(1).answerEnd, 4);
+    assert.equal(Array.from(S.reqs.get(1).text).slice(0, 4).join(""), "Hi ✨", "counted in characters");
+    assert.equal(S.reqs.get(2).answerEnd, null);
+    // a client that missed the step (skipped events) learns it from the finished event
+    LiveState.applyBatch(st, { skipped: 1, events: [
+      { type: "finished", lane, request_id: 2, finish_reason: "length", text: "Yes.!\nuser", answer_end: 5,
+        num_prompt_tokens: 3, num_output_tokens: 8, arrival_s: 0, first_token_s: 0.1, finish_s: 0.4 },
+      { type: "finished", lane, request_id: 1, finish_reason: "length", text: "Hi ✨\nsystem", answer_end: -1,
+        num_prompt_tokens: 3, num_output_tokens: 8, arrival_s: 0, first_token_s: 0.1, finish_s: 0.4 },
+    ] });
+    assert.equal(S.reqs.get(2).answerEnd, 5);
+    assert.equal(S.reqs.get(1).answerEnd, 4, "a bad value is ignored");
+  },
 };
 
 let failed = 0;
