@@ -10,8 +10,8 @@ requests (and their prefill blocks) back: the prefill half then waits for blocks
 
 One coordinator, the caller's thread (a lane's worker, the benchmark): it touches a half only while no
 step of that half is in flight. What it has for a half that is mid-step (requests, hand-offs, aborts,
-blocks to release) waits in a queue; every call (add_request, abort, step, rest) first takes in the steps
-that have landed and hands each idle half what waits for it. Steps start only in step(), on each idle
+blocks to release) waits in the lane's mail (_Mail); every call (add_request, abort, step, rest) first
+takes in the steps that have landed and hands each idle half what waits for it. Steps start only in step(), on each idle
 half with work; it returns the StepEvent of whichever half lands first, tagged with its part and
 numbered in the lane's one sequence of iterations, while the other half goes on stepping: decode steps
 never wait behind a long prefill. Each half has its own tokenizer, and so has the coordinator.
@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections import OrderedDict
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 import torch
@@ -33,9 +32,10 @@ from .detokenizer import apply_chat_template
 from .device_memory import GiB
 from .events import DECODE_PART, PREFILL_PART, StepEvent
 from .kv.sizing import kv_budget_bytes
-from .llm_engine import KEEP_FINISHED, LLMEngine
+from .llm_engine import LLMEngine
 from .model.warmup import merged_warmup
-from .request import RequestOutput, SamplingParams
+from .outputs import Outputs, ReadsOutputs
+from .request import SamplingParams
 from .untrusted import is_int
 
 
@@ -86,7 +86,44 @@ class _Half:
         return ev
 
 
-class DisaggregatedEngine:
+class _Mail:
+    """What waits for a half while it is mid-step: new requests and blocks to release for the prefill
+    half, hand-offs for the decode half, aborts for whichever half holds the request."""
+
+    def __init__(self):
+        self.adds: list = []       # new requests for the prefill half
+        self.handoffs: list = []   # (request, its blocks in the prefill pool) for the decode half
+        self.release: list[int] = []  # requests whose prefill blocks the decode half no longer needs
+        self.aborts: list[tuple[int, str | None]] = []
+
+    def deliver(self, half: _Half, prefill: bool, live: dict) -> tuple[bool, list[int]]:
+        """Hand an idle half what waits for it: (whether it was given anything, the requests it aborted)."""
+        eng = half.engine
+        if prefill:
+            given = bool(self.release or self.adds)
+            eng.release_sent(self.release)
+            for req in self.adds:
+                eng.enqueue(req)
+            self.release, self.adds = [], []
+        else:
+            given = bool(self.handoffs)
+            for req, blocks in self.handoffs:
+                eng.adopt(req, blocks)
+            self.handoffs = []
+        aborted = []
+        for rid, reason in list(self.aborts):
+            if rid not in live:
+                self.aborts.remove((rid, reason))
+            elif eng.abort(rid, reason):
+                self.aborts.remove((rid, reason))
+                aborted.append(rid)
+        if not prefill and eng.cache.returned:  # copied, or ended first: release them there
+            self.release += eng.cache.returned
+            eng.cache.returned = []
+        return given or bool(aborted), aborted
+
+
+class DisaggregatedEngine(ReadsOutputs):
     """The LLMEngine interface (add_request, step, abort, outputs) over a prefill half and a decode half."""
 
     def __init__(self, cfg: EngineConfig, progress=None, clock=time.perf_counter,
@@ -109,13 +146,9 @@ class DisaggregatedEngine:
         # the caller's own (fast tokenizers must not be used from two threads at once)
         self.tokenizer = AutoTokenizer.from_pretrained(prefill.runner.model_dir)
         self.max_model_len = min(prefill.max_model_len, decode.max_model_len)
-        self._live: dict[int, object] = {}  # unfinished requests (wherever they are) by id
-        self._finished: OrderedDict[int, RequestOutput] = OrderedDict()
+        self.outputs = Outputs()  # its live requests are wherever they are: a half, or queued for one
         self._next_id = 0
-        self._adds: list = []       # new requests for the prefill half
-        self._handoffs: list = []   # (request, its blocks in the prefill pool) for the decode half
-        self._release: list[int] = []  # requests whose prefill blocks the decode half no longer needs
-        self._aborts: list[tuple[int, str | None]] = []
+        self.mail = _Mail()
         self._landed: list[StepEvent] = []  # events of steps that landed, not yet returned by step()
         self._carried_waits: dict = {}  # wait reasons of empty steps not returned: go with the next event
         self._failed: Exception | None = None  # a half's step raised: step() raises it (the caller resets)
@@ -157,7 +190,7 @@ class DisaggregatedEngine:
     @property
     def requests(self) -> dict:
         """The unfinished requests, wherever they are (generate() reads it)."""
-        return self._live
+        return self.outputs.live
 
     @property
     def waits(self) -> dict[int, dict]:
@@ -178,42 +211,36 @@ class DisaggregatedEngine:
     def add_request(self, prompt, params: SamplingParams | None = None, arrival_s: float | None = None,
                     request_id: int | None = None, *, priority: int = 0, tenant: str | None = None) -> int:
         rid = self._next_id if request_id is None else request_id
-        if is_int(rid) and (rid in self._live or rid in self._finished):
+        if is_int(rid) and self.outputs.known(rid):
             raise ValueError(f"request_id {rid} is already in use")
         req = self.prefill.engine.new_request(prompt, params, arrival_s, rid, priority=priority, tenant=tenant,
                                               tokenizer=self.tokenizer)
         self.decode.engine.check_fits(len(req.prompt_token_ids), req.params)  # its pool must hold it too
         self._next_id = max(self._next_id, rid + 1)
-        self._live[rid] = req
-        self._adds.append(req)
+        self.outputs.live[rid] = req
+        self.mail.adds.append(req)
         self._sync()
         return rid
 
     def abort(self, request_id: int, reason: str | None = None) -> bool:
         """End a request now, as LLMEngine.abort does: if the half holding it is mid-step, wait for that
         step to land first (its event is returned by a later step()). False if unknown or finished."""
-        if request_id not in self._live:
+        if request_id not in self.outputs.live:
             return False
-        self._aborts.append((request_id, reason))
+        self.mail.aborts.append((request_id, reason))
         self._sync()
-        while request_id in self._live:
+        while request_id in self.outputs.live:
             if not self._wait_any():
                 return False  # nowhere to end it (not expected: every live request is in a half or queued for one)
         return True
 
     def has_unfinished(self) -> bool:
-        return bool(self._live or self._landed or self._failed) or \
+        return bool(self.outputs.live or self._landed or self._failed) or \
             any(h.inflight is not None or h.has_work() for h in self._halves())
-
-    # the unfinished in `requests`, the finished in `_finished`: read as a single engine reads its own
-    get_output = LLMEngine.get_output
-    live_text = LLMEngine.live_text
-    pop_output = LLMEngine.pop_output
 
     def chat_prompt(self, messages: list[dict], **kwargs) -> list[int]:
         return apply_chat_template(self.tokenizer, messages, **kwargs)
 
-    generate = LLMEngine.generate
 
     # ---- stepping -----------------------------------------------------------------------------
     def step(self) -> StepEvent:
@@ -291,41 +318,19 @@ class DisaggregatedEngine:
         self.step_count += bool(ev.entries or ev.finished)
         ev.step = self.step_count
         if half is self.prefill:
-            self._handoffs += self.prefill.engine.sent_kv(ev.handed_off)
+            self.mail.handoffs += self.prefill.engine.sent_kv(ev.handed_off)
         self._collect(half.engine, ev.finished)
         return ev
 
     def _collect(self, engine: LLMEngine, request_ids: list[int]) -> None:
         for rid in request_ids:
-            if self._live.pop(rid, None) is not None:
-                self._finished[rid] = engine.pop_output(rid)
-        while len(self._finished) > KEEP_FINISHED:
-            self._finished.popitem(last=False)
+            if rid in self.outputs.live:
+                self.outputs.finish(rid, engine.pop_output(rid))
 
     def _deliver(self, half: _Half) -> None:
         """Hand an idle half what waits for it (a half given something steps again even if stalled)."""
-        eng = half.engine
-        if half is self.prefill:
-            given = bool(self._release or self._adds)
-            eng.release_sent(self._release)
-            for req in self._adds:
-                eng.enqueue(req)
-            self._release, self._adds = [], []
-        else:
-            given = bool(self._handoffs)
-            for req, blocks in self._handoffs:
-                eng.adopt(req, blocks)
-            self._handoffs = []
-        for rid, reason in list(self._aborts):
-            if rid not in self._live:
-                self._aborts.remove((rid, reason))
-            elif eng.abort(rid, reason):
-                self._aborts.remove((rid, reason))
-                self._collect(eng, [rid])
-                given = True
-        if half is self.decode and eng.cache.returned:  # copied, or ended first: release them there
-            self._release += eng.cache.returned
-            eng.cache.returned = []
+        given, aborted = self.mail.deliver(half, half is self.prefill, self.outputs.live)
+        self._collect(half.engine, aborted)
         half.stalled = half.stalled and not given
 
     # ---- restarting and closing ---------------------------------------------------------------
@@ -340,12 +345,12 @@ class DisaggregatedEngine:
         ended = [rid for ev in self._landed for rid in ev.finished]
         self._landed, self._carried_waits, self._failed = [], {}, None
         prefill, decode = self.halves
-        for req in self._adds:  # every request into the half that ends it: the new ones into prefill,
+        for req in self.mail.adds:  # every request into the half that ends it: the new ones into prefill,
             prefill.enqueue(req)
         for rid, req in prefill.sent.items():  # those handed on (not yet ended there) into decode
-            if rid in self._live and rid not in decode.requests:
+            if rid in self.outputs.live and rid not in decode.requests:
                 decode.adopt(req, [])
-        self._adds, self._handoffs, self._release, self._aborts = [], [], [], []
+        self.mail = _Mail()
         for eng in self.halves:
             ids = eng.reset(reason)
             self._collect(eng, ids)

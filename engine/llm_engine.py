@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 
 import torch
@@ -21,16 +20,16 @@ from .model.draft_model import DraftModel
 from .model.runner import ModelRunner
 from .model.sampler import make_generator
 from .model.warmup import WarmupProgress, WarmupReport, warm_up
-from .request import Request, RequestOutput, SamplingParams, check_priority_tenant
+from .outputs import Outputs, ReadsOutputs
+from .request import Request, SamplingParams, check_priority_tenant
 from .scheduler import SchedulerOutput, StaticScheduler, make_scheduler
 from .scheduler.waits import changes
 from .untrusted import is_int
 
 log = logging.getLogger(__name__)
-KEEP_FINISHED = 10_000  # finished outputs kept for get_output(), oldest dropped first
 
 
-class LLMEngine:
+class LLMEngine(ReadsOutputs):
     def __init__(self, cfg: EngineConfig | None = None, progress=None, clock=time.perf_counter,
                  share_weights_with: LLMEngine | None = None, on_warmup: WarmupProgress | None = None):
         """share_weights_with: an engine on the same model, device and dtype whose loaded weights
@@ -57,8 +56,8 @@ class LLMEngine:
         self.hands_off = False
         self.sender_pools: list[KVPool] = []
         self._fresh_state()
-        self.requests: dict[int, Request] = {}  # unfinished
-        self._finished: OrderedDict[int, RequestOutput] = OrderedDict()
+        self.outputs = Outputs()
+        self.requests = self.outputs.live  # unfinished, by id
         self._just_finished: list[int] = []  # reported by the next StepEvent
         self._next_id = 0
         # Iterations that computed or finished something: what every view, log and sentence calls
@@ -196,7 +195,7 @@ class LLMEngine:
             request_id = self._next_id
         elif not is_int(request_id) or request_id < 0:
             raise ValueError(f"request_id must be an integer >= 0, got {request_id!r}")
-        elif request_id in self.requests or request_id in self._finished:
+        elif self.outputs.known(request_id):
             raise ValueError(f"request_id {request_id} is already in use")
         self._next_id = max(self._next_id, request_id + 1)
         return request_id
@@ -298,25 +297,6 @@ class LLMEngine:
     def kv_blocks(self) -> tuple[int, int]:
         """(blocks in use, blocks) of the KV pool (the model's block layout)."""
         return self.cache.num_blocks - self.cache.num_free, self.cache.num_blocks
-
-    def get_output(self, request_id: int) -> RequestOutput:
-        req = self.requests.get(request_id)
-        if req is not None:
-            return req.to_output()
-        if request_id in self._finished:
-            return self._finished[request_id]
-        raise KeyError(f"unknown request id {request_id}")
-
-    def live_text(self, request_id: int) -> str | None:
-        """Text so far of an unfinished request (None once it finished), without copying its
-        token lists: streaming reads it every step."""
-        req = self.requests.get(request_id)
-        return None if req is None else req.text
-
-    def pop_output(self, request_id: int) -> RequestOutput:
-        out = self.get_output(request_id)
-        self._finished.pop(request_id, None)
-        return out
 
     # ---- one iteration -----------------------------------------------------------------------
     def step(self) -> StepEvent:
@@ -420,14 +400,8 @@ class LLMEngine:
         if flush:  # text held back for an unfinished character; not after a stop-string cut
             req.text += req.detok.finish()
         self.scheduler.finish(req, reason, now, error)
-        del self.requests[req.request_id]
-        self._remember(req)
+        self.outputs.finish(req.request_id, req.to_output())
         self._just_finished.append(req.request_id)
-
-    def _remember(self, req: Request) -> None:
-        self._finished[req.request_id] = req.to_output()
-        while len(self._finished) > KEEP_FINISHED:
-            self._finished.popitem(last=False)
 
     def _fail(self, sched: SchedulerOutput, e: Exception) -> None:
         now, msg = self.clock(), f"{type(e).__name__}: {e}"
@@ -472,22 +446,6 @@ class LLMEngine:
         )
 
     # ---- convenience -------------------------------------------------------------------------
-    def generate(self, prompts: Sequence[str | Sequence[int]],
-                 params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[RequestOutput]:
-        """Run the prompts to completion (with whatever else is queued); outputs in input order."""
-        if isinstance(params, SamplingParams) or params is None:
-            params = [params or SamplingParams()] * len(prompts)
-        if len(params) != len(prompts):
-            raise ValueError(f"got {len(prompts)} prompts but {len(params)} SamplingParams")
-        ids = [self.add_request(p, sp) for p, sp in zip(prompts, params)]
-        was, self.draining = self.draining, True
-        try:
-            while any(rid in self.requests for rid in ids):
-                self.step()
-        finally:
-            self.draining = was
-        return [self.pop_output(rid) for rid in ids]
-
     def step_on_cores(self, owner: object, **part) -> StepEvent:
         """One step on `owner`'s share of the CPU cores (engine/cpu_share.py; part: CoreShare.run's group,
         fraction and turns, for a part of a lane); on a GPU, the cores are left to the others."""

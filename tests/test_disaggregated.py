@@ -337,7 +337,7 @@ def test_a_half_that_fails_mid_step_fails_the_next_step_whoever_lands_it(tiny_mo
         step_until(eng, lambda _: False)
     broken.clear()
     ended = eng.reset("engine step failed")
-    assert set(ids + [late]) <= set(ended) | set(eng._finished)
+    assert set(ids + [late]) <= set(ended) | set(eng.outputs.finished)
     assert all(eng.get_output(rid).finish_reason in ("error", "length") for rid in ids + [late])
     drain(eng)  # the halves report the requests reset ended (as an LLMEngine's next step does)
     check_both_pools_empty(eng)
