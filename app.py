@@ -12,7 +12,8 @@ from engine.api.server import build_routes
 from engine.config import EngineConfig
 from engine.room.access import Access
 from engine.serving.lanes import lanes_from_env
-from engine.serving.service import EngineService, get_service, shutdown_service
+from engine.serving.registry import get_service, shutdown_service
+from engine.serving.service import EngineService
 from engine.workshop.scenarios.catalog import shipped
 
 

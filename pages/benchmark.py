@@ -14,7 +14,7 @@ from engine.bench import job as bench_job
 from engine.bench.config import ALL_STRATEGIES, BenchConfig
 from engine.bench.report import write_csv
 from engine.bench.workloads import PRESETS
-from engine.serving.service import get_service
+from engine.serving.registry import get_service
 from ui import price
 from ui.role import VIEWER_NOTE, is_presenter
 

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from engine.telemetry.kv_stats import KVStats
-from engine.serving.service import get_service
+from engine.serving.registry import get_service
 from ui.live_view import live_view
 from ui.hub_reader import session_reader
 from ui.roofline_panel import roofline_section

@@ -4,7 +4,7 @@ from __future__ import annotations
 import streamlit as st
 
 from engine.workshop.recording import play_while_loading
-from engine.serving.service import get_service
+from engine.serving.registry import get_service
 from ui import controls, replay_panel, sidebar
 from ui.live_view import live_view
 from ui.metric_cards import metric_cards

@@ -14,7 +14,8 @@ from engine import EngineConfig
 from engine.api.server import create_app
 from engine.api.ws import PING_S
 from engine.harness.app_process import free_port  # noqa: F401 - the tests take it from here
-from engine.serving.service import EngineService, get_service, shutdown_service
+from engine.serving.registry import get_service, shutdown_service
+from engine.serving.service import EngineService
 
 
 def make_service(model_dir, strategies=("continuous", "dynamic"), access=None, limits=None,

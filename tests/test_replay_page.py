@@ -10,7 +10,8 @@ from streamlit.testing.v1 import AppTest
 
 from engine import EngineConfig
 from engine.workshop.recording import SHIPPED, stop_replay
-from engine.serving.service import EngineService, get_service, shutdown_service
+from engine.serving.registry import get_service, shutdown_service
+from engine.serving.service import EngineService
 from engine.serving.worker import EngineWorker
 from service_helpers import wait_idle
 

@@ -179,8 +179,21 @@ class EngineService:
         each lane and return at once, its arrival stamped now, whatever step the lanes are in. The
         lanes check the rest as they take it: confirm(handles) says whether they did."""
         prompt, messages = checked_prompt(prompt, messages)
-        check_tag(tag)
+        params, tenant = self._checked(params, tag, client, priority, tenant)
         name = None if name is None else clean_name(name)
+        workers, rid, reservation = self._admit(lanes, client, params)
+        sub = Submission(prompt, messages, params, self.clock(), priority, tenant, name)
+        handles = [RequestHandle(rid, w.lane, tag) for w in workers]
+        for w, h in zip(workers, handles):
+            w.add(h, sub)
+        if reservation is not None:
+            reservation.hold(handles)  # counts as in flight until every copy has finished
+        return handles
+
+    def _checked(self, params, tag: str, client: Client, priority: int, tenant: str | None):
+        """(params, tenant) as the lanes get them: a viewer may not jump the queue, and its tenant is its
+        client key's label whatever it named."""
+        check_tag(tag)
         check_priority_tenant(priority, tenant)
         if priority < 0:
             self.access.require_presenter(client, "a priority better than 0")
@@ -190,19 +203,17 @@ class EngineService:
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
         params.validate()
+        return params, tenant
+
+    def _admit(self, lanes, client: Client, params: SamplingParams):
+        """(the lanes' workers, the request's id, a viewer's reservation under the room's limits or None)."""
         with self._lock:
             workers = [self.workers[name] for name in self._running(lanes)]
             reservation = None if client.presenter else self.limiter.admit(client.key, params.max_tokens,
                                                                            client.outer)
             rid = self._next_id
             self._next_id += 1
-        arrival = self.clock()
-        handles = [RequestHandle(rid, w.lane, tag) for w in workers]
-        for w, h in zip(workers, handles):
-            w.add(h, Submission(prompt, messages, params, arrival, priority, tenant, name))
-        if reservation is not None:
-            reservation.hold(handles)  # counts as in flight until every copy has finished
-        return handles
+        return workers, rid, reservation
 
     def confirm(self, handles: list[RequestHandle], timeout: float = 60.0) -> None:
         """submit's second step: wait until every lane took its copy. If one refused it (ValueError, its
@@ -522,26 +533,3 @@ def _check_lanes(lanes, base: EngineConfig) -> Lanes:
                              f"got {type(cfg).__name__}")
         out[name] = cfg
     return out
-
-
-# ---- one service per process ---------------------------------------------------------------------
-_REGISTRY_LOCK = threading.Lock()
-
-
-def get_service(factory=None) -> EngineService:
-    """The process-wide service, created on first use. Kept on the threading module so a
-    Streamlit rerun or a module reload never starts a second set of engines."""
-    with _REGISTRY_LOCK:
-        svc = getattr(threading, "_inflight_service", None)
-        if svc is None:
-            svc = (factory or EngineService)()
-            threading._inflight_service = svc
-        return svc
-
-
-def shutdown_service() -> None:
-    with _REGISTRY_LOCK:
-        svc = getattr(threading, "_inflight_service", None)
-        if svc is not None:
-            svc.stop()
-            threading._inflight_service = None
