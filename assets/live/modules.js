@@ -3,7 +3,7 @@
 // and is reachable by its name from any other. A module is made on first use (the views mount after
 // every file has run), the modules it needs before it, so the files can be bundled in any order
 // (engine/paths.py live_view_js() joins them in name order). A need that no file defines, or modules
-// that need each other, fail loudly, naming them; tests/test_live_modules.py checks that each file
+// that need each other, fail loudly, naming them; tests/assets/live/test_live_modules.py checks that each file
 // declares what it uses.
 function defineLive(name, needs, make) {
   const defs = (defineLive.defs ??= new Map());

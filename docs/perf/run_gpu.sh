@@ -27,8 +27,8 @@ QWEN25=${QWEN25:-random:Qwen2.5-0.5B-Instruct} QWEN3=${QWEN3:-random:Qwen3-0.6B}
 BATCHES=${BATCHES:-1,16,64,256} CONTEXT=${CONTEXT:-512} SCALE=${SCALE:-0.1} NANO_SCALE=${NANO_SCALE:-1}
 MAX_SEQS=${MAX_SEQS:-256} STATIC_BATCH=${STATIC_BATCH:-32} BUDGET=${BUDGET:-8192} KV_GB=${KV_GB:-16}
 DEADLINE_S=${DEADLINE_S:-530} PACK_S=${PACK_S:-10}
-TESTS=${TESTS:-tests/test_triton_attention.py tests/test_attention_choice.py tests/test_bf16_near_greedy.py \
-tests/test_sampler.py tests/test_decode_floor.py tests/test_step_profile.py}
+TESTS=${TESTS:-tests/engine/model/test_triton_attention.py tests/engine/test_attention_choice.py tests/engine/test_bf16_near_greedy.py \
+tests/engine/model/test_sampler.py tests/engine/bench/test_decode_floor.py tests/engine/bench/test_step_profile.py}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 mkdir -p "$OUT"
 py=${PYTHON:-python3}

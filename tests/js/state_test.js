@@ -1,5 +1,5 @@
 // The live view's event reducer (assets/live/state.js) replayed on events recorded from a real run
-// (tests/js/record_events.py). Run by tests/test_live_state_js.py: node tests/js/state_test.js RECORDING
+// (tests/js/record_events.py). Run by tests/assets/live/test_live_state_js.py: node tests/js/state_test.js RECORDING
 "use strict";
 const assert = require("node:assert/strict");
 const fs = require("node:fs");

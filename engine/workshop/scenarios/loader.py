@@ -16,7 +16,7 @@
                                          # max_tokens (engine/workshop/prompts.py), or text = "a message"
     join = 1                             # optional: bundled prompts per message (a longer prompt)
     prompt_tokens = [30, 80]             # the prompt lengths the lesson needs (default model, chat template
-                                         # included): tests/test_scenarios.py checks them
+                                         # included): tests/engine/workshop/test_scenarios.py checks them
     max_tokens = [96, 12]                # answer lengths, cycled over the group (EOS ignored)
     tenant = "flood"                     # optional (the fair policy); priority = -1 (the priority policy)
     # token-id prompts instead (shown as "synthetic prompt"): prompt_len = [24, 32], shared_prefix = 16

@@ -3,7 +3,6 @@ load and gives way to them once ready; the presenter records, replays, pauses, c
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -14,8 +13,9 @@ from engine.serving.registry import get_service, shutdown_service
 from engine.serving.service import EngineService
 from engine.serving.worker import EngineWorker
 from service_helpers import wait_idle
+from repo_paths import ROOT
 
-PAGE = str(Path(__file__).resolve().parents[1] / "pages" / "playground.py")
+PAGE = str(ROOT / "pages" / "playground.py")
 LABEL = "Recording of a real run: HuggingFaceTB/SmolLM2-135M-Instruct"
 
 

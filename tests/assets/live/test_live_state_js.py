@@ -9,13 +9,12 @@ import json
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from engine.events import wire_contract
+from repo_paths import TESTS
 
-TESTS = Path(__file__).resolve().parent
 RECORDING = TESTS / "data" / "events_tiny_llama.json"
 NODE = shutil.which("node")
 

@@ -3,7 +3,7 @@ commands, OpenAI bodies, /join bodies, recording files, scenario files, the even
 gets a clear answer that names the field it broke, never a 500, a traceback or an "internal error";
 meanwhile another client keeps being served, and afterwards every event the server holds still encodes.
 
-CI runs a fixed set of examples; FUZZ_EXAMPLES=2000 pytest tests/test_fuzz_entry_points.py explores fresh
+CI runs a fixed set of examples; FUZZ_EXAMPLES=2000 pytest tests/engine/harness/test_fuzz_entry_points.py explores fresh
 ones (each run new)."""
 from __future__ import annotations
 

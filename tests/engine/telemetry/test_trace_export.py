@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from pathlib import Path
 
 import httpx
 
@@ -14,8 +13,9 @@ from engine.api.server import create_app
 from engine.api.trace_route import hub_trace
 from engine.telemetry.trace_export import chrome_trace
 from service_helpers import serve, service_fixture, wait_idle
+from repo_paths import TESTS
 
-RECORDED = Path(__file__).parent / "data" / "events_tiny_llama.json"
+RECORDED = TESTS / "data" / "events_tiny_llama.json"
 TOKEN = "presenter-token-trace-1"
 
 

@@ -7,13 +7,13 @@ import os
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
 
 from inflight.cli import COMMANDS, main
+from repo_paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = ROOT
 
 
 @pytest.mark.parametrize("name", [n for n, (module, _, _) in COMMANDS.items() if module])

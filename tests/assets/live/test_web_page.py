@@ -4,15 +4,15 @@ the command that writes it."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from engine.workshop.recording import SHIPPED, load
 from engine.workshop.recording.__main__ import main
 from engine.workshop.recording.web_page import web_page
 from live_replay import ARTIFACTS, browser  # noqa: F401
+from repo_paths import ROOT
 
 PLAYER = "window.inflightPlayer"
-DEMO = Path(__file__).resolve().parents[1] / "docs" / "demo.html"
+DEMO = ROOT / "docs" / "demo.html"
 
 
 def test_the_page_is_one_small_file_that_never_lets_recorded_text_end_its_script():

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -25,6 +24,7 @@ triton = pytest.importorskip("triton")
 from engine.model import attention  # noqa: E402
 from engine.model.triton_attention import (  # noqa: E402
     PagedAttnInputs, paged_attention_hf, paged_attention_triton, write_kv_triton)
+from repo_paths import ROOT  # noqa: E402
 
 _INTERPRETING = type(triton.language.standard.zeros).__name__ == "InterpretedFunction"
 _CHILD_ENV = "INFLIGHT_TRITON_TEST_CHILD"
@@ -39,7 +39,7 @@ def test_kernels_in_interpreter():
     if _CUDA or _INTERPRETING:
         pytest.skip("kernels run in this process")
     assert not os.environ.get(_CHILD_ENV), "child process is not interpreting"
-    repo = Path(__file__).resolve().parents[1]
+    repo = ROOT
     env = {**os.environ, "TRITON_INTERPRET": "1", _CHILD_ENV: "1"}
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__]
     proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
@@ -51,7 +51,7 @@ def test_kernels_compile_for_gpu():
     sm_80 cubins with the ptxas bundled in the triton wheel; no GPU needed."""
     if _CUDA or os.environ.get(_CHILD_ENV):
         pytest.skip("the kernel tests launch on the GPU" if _CUDA else "the parent process runs it")
-    repo = Path(__file__).resolve().parents[1]
+    repo = ROOT
     env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": f"{repo}{os.pathsep}{repo / 'tests'}"}
     cmd = [sys.executable, "-c", "import test_triton_attention as t; t._compile_for_gpu()"]
     proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=600)

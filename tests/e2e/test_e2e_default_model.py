@@ -12,9 +12,10 @@ import pytest
 from browser_helpers import CHROMIUM, require_browser
 from engine.harness.app_process import CHROMIUM_ARGS, running_app
 from service_helpers import free_port
+from repo_paths import ROOT
 
 pytestmark = pytest.mark.default_model
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 ARTIFACTS = Path(os.environ.get("INFLIGHT_ARTIFACTS", REPO / "test-artifacts"))
 INST = "document.querySelector('.ifl-root').inflight"
 # a static request of the second batch, while it waits for the first: its wait bar and hover lines

@@ -2,39 +2,9 @@
 blocks, the prefix cache hit rate, and one request's block table."""
 from __future__ import annotations
 
-from engine.event_hub import EventHub
-from engine.events import StepEntry, StepEvent, StepMessage
+from engine.events import StepEvent
 from engine.telemetry.kv_stats import KVStats
-from event_factories import request_event
-
-BS = 4
-
-
-def step(n: int, tables: dict[int, list[int]], kv_tokens: dict[int, int], entries=(), cached=(), queries=0,
-         hits=0) -> StepEvent:
-    used = len({b for t in tables.values() for b in t})
-    return StepEvent(step=n, strategy="continuous", t_start=0.1 * n, t_end=0.1 * n + 0.05, entries=list(entries),
-                     num_waiting=0, num_running=len(tables), admitted=[], finished=[], preempted=[], tokens_used=0,
-                     token_budget=32, num_blocks=16, block_size=BS, used_blocks=used, block_tables=tables,
-                     kv_tokens=kv_tokens, reserved_unused_slots=0, cached_blocks=list(cached),
-                     prefix_queries=queries, prefix_hits=hits)
-
-
-def hub_with(*events: StepEvent, lane: str = "cached") -> EventHub:
-    hub = EventHub()
-    hub.publish(request_event(1, lane, prompt=10, max_tokens=6))
-    for ev in events:
-        hub.publish(StepMessage(event=ev, lane=lane))
-    return hub
-
-
-# #1 computes a 10-token prompt (blocks 0-2); #2 then hits its first two full blocks (8 tokens) and
-# adds block 3; blocks 7 and 9 are cached-evictable, 9 the least recently used.
-FIRST = step(0, {1: [0, 1, 2]}, {1: 10}, entries=[StepEntry(1, "prefill", 10, 10, 0)], cached=[9, 7], queries=10)
-SECOND = step(1, {1: [0, 1, 2], 2: [0, 1, 3]}, {1: 11, 2: 10},
-              entries=[StepEntry(1, "decode", 1, 11, 0), StepEntry(2, "prefill", 2, 10, 1, cached_tokens=8)],
-              cached=[9, 7], queries=10, hits=8)
-
+from event_factories import FIRST, SECOND, hub_with, kv_step as step
 
 def consumed(*events: StepEvent) -> KVStats:
     stats = KVStats()

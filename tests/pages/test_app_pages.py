@@ -10,13 +10,14 @@ from streamlit.testing.v1 import AppTest
 
 from engine.events import RequestEvent
 from service_helpers import assert_all_free, free_port, service_fixture, wait_idle, wait_settled
-from test_kv_stats import FIRST, SECOND, hub_with
+from event_factories import FIRST, SECOND, hub_with
 from engine.workshop.scenarios import runner as scenario_runner
 from engine.workshop.scenarios.catalog import by_title
 from engine.workshop import loadgen
 from engine.telemetry.kv_stats import KVStats
+from repo_paths import ROOT
 
-PAGES = Path(__file__).resolve().parents[1] / "pages"
+PAGES = ROOT / "pages"
 
 
 svc = service_fixture(registered=True, strategies=("continuous", "dynamic"), static_batch_size=8, max_model_len=512,

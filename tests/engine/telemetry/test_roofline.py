@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -16,8 +15,9 @@ from engine.events import DECODE, PADDING, PREFILL, StepEntry, StepMessage
 from engine.telemetry.roofline import ModelCost, decode_compute_bound_batch, model_summary, step_roofline, step_work
 from service_helpers import make_service
 from engine.telemetry.roofline_window import RooflineWindow, model_lines
+from repo_paths import ROOT
 
-CONFIGS = Path(__file__).resolve().parent.parent / "assets" / "model_configs"
+CONFIGS = ROOT / "assets" / "model_configs"
 
 
 def smollm2(dtype=torch.bfloat16) -> ModelCost:

@@ -7,37 +7,16 @@ import asyncio
 
 import httpx
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from engine.room.access import PHONE_COOKIE, Access, proxy_networks
 from engine.api.server import create_app
 from engine.room.limits import ClientLimiter, ClientLimits
 from engine.events import RequestEvent
+from proxy_helpers import PROXY_ADDRESS, reverse_proxy
 from service_helpers import assert_all_free, serve, service_fixture
 
 LIMITS = ClientLimits(burst=2, per_minute=1, max_in_flight=2, max_tokens=4)
-PROXY_ADDRESS = "127.0.0.2"  # the proxy calls the server from here: the address named as trusted
 UNTRUSTED = "127.0.0.3"      # anyone else (uvicorn itself believes only 127.0.0.1 and ::1 by default)
-
-
-def reverse_proxy(upstream: str) -> Starlette:
-    """What a tunnel does: forward everything with the Host the caller used (cloudflared and ngrok pass it
-    through), appending the caller's address to X-Forwarded-For."""
-    async def forward(request: Request) -> Response:
-        transport = httpx.AsyncHTTPTransport(local_address=PROXY_ADDRESS)
-        headers = {k: v for k, v in request.headers.items() if k != "content-length"}
-        seen = request.headers.get("x-forwarded-for")
-        headers["x-forwarded-for"] = f"{seen}, {request.client.host}" if seen else request.client.host
-        async with httpx.AsyncClient(transport=transport, base_url=f"http://{upstream}", timeout=60) as c:
-            r = await c.request(request.method, request.url.path, content=await request.body(), headers=headers)
-        out = Response(r.content, status_code=r.status_code, media_type=r.headers.get("content-type"))
-        for cookie in r.headers.get_list("set-cookie"):
-            out.headers.append("set-cookie", cookie)
-        return out
-    return Starlette(routes=[Route("/{path:path}", forward, methods=["GET", "POST"])])
 
 
 svc = service_fixture(strategies=("continuous",), limits=LIMITS, max_model_len=512,

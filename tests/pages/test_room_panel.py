@@ -1,15 +1,15 @@
 """The presenter's room panel and trace button on the playground (AppTest), and the /join address."""
 from __future__ import annotations
 
-from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
 from engine.room.access import Access
 from engine.api.join_link import join_url
 from service_helpers import service_fixture
+from repo_paths import ROOT
 
-PAGE = Path(__file__).resolve().parents[1] / "pages" / "playground.py"
+PAGE = ROOT / "pages" / "playground.py"
 
 
 svc = service_fixture(registered=True)

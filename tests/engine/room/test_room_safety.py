@@ -11,7 +11,6 @@ import socket
 import time
 import tomllib
 import weakref
-from pathlib import Path
 
 import httpx
 import psutil
@@ -24,6 +23,7 @@ from engine.room.access import Access, Client, is_loopback
 from engine.api import ws as ws_module
 from engine.api.server import create_app
 from engine.room.limits import ClientLimits
+from repo_paths import ROOT
 from service_helpers import (app_fixture, clean_fixture, make_service, run, serve, service_fixture,
                              wait_idle, wait_settled)
 
@@ -303,7 +303,7 @@ def test_binary_and_oversized_frames_get_errors_and_socket_stays_open(base):
 
 
 def test_streamlit_refuses_large_frames_and_uploads_before_buffering():
-    cfg = tomllib.loads((Path(__file__).resolve().parents[1] / ".streamlit" / "config.toml").read_text())
+    cfg = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert cfg["server"]["maxMessageSize"] <= 2  # MB; Streamlit's default (200) buffered 200 MB frames
     assert cfg["server"]["maxUploadSize"] <= 16  # MB; a recording is bounded again once decompressed
     assert cfg["server"]["websocketPingInterval"] == ws_module.PING_S  # a stalled reader is noticed

@@ -17,8 +17,9 @@ from browser_helpers import CHROMIUM, require_browser
 from engine.harness.app_process import CHROMIUM_ARGS, running_app
 from engine.workshop.scenarios.catalog import shipped
 from service_helpers import free_port
+from repo_paths import ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 ARTIFACTS = Path(os.environ.get("INFLIGHT_ARTIFACTS", REPO / "test-artifacts"))
 
 sync_playwright, expect = require_browser()

@@ -14,9 +14,10 @@ import pytest
 from engine.harness.app_process import CHROMIUM_ARGS, running_app
 from browser_helpers import CHROMIUM, require_browser
 from service_helpers import free_port, serve
-from test_join_proxy import PROXY_ADDRESS, reverse_proxy
+from proxy_helpers import PROXY_ADDRESS, reverse_proxy
+from repo_paths import ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 ARTIFACTS = Path(os.environ.get("INFLIGHT_ARTIFACTS", REPO / "test-artifacts"))
 TOKEN = "room-presenter-token-42"
 NAME = "Ada <i>L</i>"  # shown as text everywhere: the name must not become markup
