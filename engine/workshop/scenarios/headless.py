@@ -20,22 +20,29 @@ from engine.telemetry.live_metrics import LiveMetrics
 from ..narration import Narrator
 from . import claims, runner
 from .catalog import shipped
+from .headline import METRICS, run_headline
 
 SHOWN = ("completed", "ttft_p50_s", "tpot_p50_s", "max_token_wait_s", "output_tokens_per_s",
-         "slo_attainment_pct", "goodput_requests_per_s", "duration_s")
+         "slo_attainment_pct", "goodput_requests_per_s", "duration_s", "num_steps", "mean_step_ms")
 TIMEOUT_S = 1800
+
+
+def find(key: str):
+    """The shipped scenario whose key contains `key` (SystemExit naming the keys unless exactly one does)."""
+    matches = [s for s in shipped() if key in s.key]
+    if len(matches) != 1:
+        raise SystemExit(f"{key!r} names {len(matches)} scenarios; keys: {', '.join(s.key for s in shipped())}")
+    return matches[0]
 
 
 def run(key: str, model: str | None = None) -> tuple[dict[str, dict], list, list]:
     """Each lane's metrics once the scenario's stream has been served, the verdicts on its claims, and the
     narration's sentences (oldest first), as the room would have heard them."""
-    matches = [s for s in shipped() if key in s.key]
-    if len(matches) != 1:
-        raise SystemExit(f"{key!r} names {len(matches)} scenarios; keys: {', '.join(s.key for s in shipped())}")
+    scenario = find(key)
     svc = EngineService(EngineConfig(model=model), hub_capacity=100_000)
     try:
         svc.wait_ready(900)
-        stream = runner.start(svc, matches[0])
+        stream = runner.start(svc, scenario)
         deadline = time.monotonic() + TIMEOUT_S
         while (stream.is_alive() or not svc.idle()) and time.monotonic() < deadline:
             time.sleep(1.0)
@@ -45,9 +52,9 @@ def run(key: str, model: str | None = None) -> tuple[dict[str, dict], list, list
         narrator.consume(svc.hub)
         slos = {name: (c.slo_ttft_s, c.slo_tpot_s) for name, c in svc.lanes.items()}
         summary = metrics.summary(slos)
-        in_order = {name: summary[name] for name in matches[0].lanes if name in summary}  # the scenario's order
+        in_order = {name: summary[name] for name in scenario.lanes if name in summary}  # the scenario's order
         events = [e for _, e in svc.hub.read(0).events]
-        verdicts = claims.check(matches[0].claims, summary, events, default_model=(model or default_model()) == default_model())
+        verdicts = claims.check(scenario.claims, summary, events, default_model=(model or default_model()) == default_model())
         return in_order, verdicts, narrator.recent(10_000, now=svc.clock() + 10)[::-1]
     finally:
         svc.stop()
@@ -62,6 +69,8 @@ def main(argv=None) -> int:
     summary, verdicts, said = run(args.scenario, args.model)
     for lane, r in summary.items():
         print(lane, "  ".join(f"{k}={r[k]:.3g}" if isinstance(r.get(k), float) else f"{k}={r.get(k)}" for k in SHOWN))
+    headline = run_headline(METRICS[find(args.scenario).headline[0]], summary)
+    print(f"headline: {headline or '(no ratio: a lane has no value)'}")
     for v in verdicts:
         print(v.line())
     for s in said if args.narration else ():

@@ -83,8 +83,9 @@ def test_a_scenario_runs_headless_and_prints_each_lanes_metrics_and_the_narratio
     lines = capsys.readouterr().out.splitlines()
     assert [line.split("completed=")[0] for line in lines[:2]] == ["max batch 4 ", "max batch 32 "]
     assert all("completed=16 " in line for line in lines[:2]), lines[:2]
-    assert [line.split(":")[0] for line in lines[2:5]] == ["holds"] * 3, lines[2:5]
-    said = lines[5:]
+    assert lines[2].startswith("headline: max batch 32's Throughput was ") and "tokens per iteration (" in lines[2], lines[2]
+    assert [line.split(":")[0] for line in lines[3:6]] == ["holds"] * 3, lines[3:6]
+    said = lines[6:]
     assert said and any("max batch 4: iteration" in s for s in said) and any("finished all 16" in s for s in said)
 
 

@@ -229,6 +229,10 @@ def test_a_run_headline_names_the_worse_lane_and_the_ratio():
     assert run_headline(METRICS["duration_s"], summaries) == (
         "static needed 2.30x the time continuous took for the same requests: 1.79x the iterations (192 vs 107) "
         "at 1.13x the time per iteration (170 vs 150 ms)")
+    summaries["continuous"]["output_tokens"], summaries["static"]["output_tokens"] = 960, 768
+    assert run_headline(METRICS["output_tokens_per_s"], summaries) == (
+        "continuous's Throughput was 2.25x static's: 2.24x the output tokens per iteration (9.0 vs 4.0) "
+        "at 0.88x the time per iteration (150 vs 170 ms)")
 
 
 def test_a_busier_machine_shows_as_drift_not_as_a_result():
