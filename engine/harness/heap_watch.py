@@ -6,16 +6,21 @@ since the baseline (size, count). It sees what Python allocates (events, buffers
 what torch or other native code allocates: an RSS that grows while this stays flat points there. Beside
 it, glibc's own count (mallinfo2, every arena): bytes malloc has handed out and not had back, bytes freed
 but kept in its arenas, and bytes in mmapped chunks; with the RSS, they tell a leak (in use grows) from
-memory freed but kept (free grows).
+memory freed but kept (free grows). And the torch tensors alive (their storages, each counted once, by
+dtype and shape): native memory that grows with them is held by Python objects, memory that grows
+without them is torch's or its libraries' own (caches, threads).
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import json
+import sys
 import threading
 import time
 import tracemalloc
+from collections import Counter
 from pathlib import Path
 
 FRAMES = 6   # of each allocation's traceback, kept (more costs memory and time)
@@ -49,7 +54,7 @@ class HeapWatch(threading.Thread):
         current, peak = tracemalloc.get_traced_memory()
         grown = tracemalloc.take_snapshot().compare_to(baseline, "traceback")
         return {"t_s": round(elapsed, 1), "python_mb": round(current / 2**20, 1), "python_peak_mb": round(peak / 2**20, 1),
-                **native_memory(),
+                **native_memory(), **tensor_census(),
                 "grown": [{"kb": round(d.size_diff / 1024, 1), "count": d.count_diff,
                            "where": [f"{f.filename}:{f.lineno}" for f in d.traceback]}
                           for d in grown[:TOP] if d.size_diff > 0]}
@@ -82,3 +87,26 @@ def native_memory() -> dict:
     mb = lambda n: round(n / 2**20, 1)  # noqa: E731
     return {**out, "malloc_in_use_mb": mb(m.uordblks), "malloc_free_kept_mb": mb(m.fordblks),
             "malloc_mmapped_mb": mb(m.hblkhd)}
+
+
+def tensor_census(top: int = 8) -> dict:
+    """The CPU tensors alive: their storages' MB (each storage once), and the largest groups by dtype and
+    shape. Empty where torch was never imported."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {}
+    seen, by_kind = set(), Counter()
+    for obj in gc.get_objects():
+        if not issubclass(type(obj), torch.Tensor) or obj.device.type != "cpu":  # (no __instancecheck__ hooks)
+            continue
+        try:
+            storage = obj.untyped_storage()
+            key, nbytes = storage.data_ptr(), storage.nbytes()
+        except (NotImplementedError, RuntimeError):  # an opaque layout (oneDNN's packed weights): its size
+            key, nbytes = id(obj), obj.numel() * obj.element_size()
+        if key in seen:
+            continue
+        seen.add(key)
+        by_kind[f"{str(obj.dtype).removeprefix('torch.')}{list(obj.shape)}"] += nbytes
+    return {"tensors": len(seen), "tensor_mb": round(sum(by_kind.values()) / 2**20, 1),
+            "tensor_top_mb": {k: round(v / 2**20, 1) for k, v in by_kind.most_common(top)}}

@@ -14,10 +14,20 @@ per-call cost once (decode steps 2-5% faster: docs/benchmark.md, "Where a CPU st
 """
 from __future__ import annotations
 
+import os
 import threading
 
 import torch
 from torch import nn
+
+# oneDNN, and ideep (PyTorch's layer over it), each keep a compiled primitive per input shape, 1,024 by
+# default: a server sees every prompt length, and over a long run those caches held hundreds of MB with
+# more freed-but-kept by glibc around them (docs/room.md, "Where the soak's memory goes"). 128 holds every
+# decode batch size of a lane several times over (LRU: the shapes used every step stay); set either
+# variable to choose. Both are read when the first primitive is made, after this import.
+CACHE_CAPACITY = 128
+for _name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+    os.environ.setdefault(_name, str(CACHE_CAPACITY))
 
 # Rows the packed layout is tuned for (any row count runs); a decode step's batch size.
 ROWS_HINT = 16
