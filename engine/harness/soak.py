@@ -160,7 +160,7 @@ def _report(t: Tally, monitor: Monitor, status: dict, rss: list, elapsed: float)
         "malformed_sent": t.malformed_sent, "malformed_answered": t.malformed_answered,
         "controls_refused": t.controls_refused, "configures": t.configures, "reconnects": t.reconnects,
         "fuzz_sent": t.fuzz_sent, "fuzz_answered": t.fuzz_answered, "fuzz_faulted": t.fuzz_faulted,
-        "fuzz_5xx": t.fuzz_5xx,
+        "fuzz_5xx": t.fuzz_5xx, "fuzz_5xx_how": t.fuzz_5xx_how,
         "rss_mb_after_warmup": warm[0] if warm else None, "rss_mb_end": rss[-1][1] if rss else None,
         "rss_mb_max_after_warmup": max(warm) if warm else None, "rss_samples": rss,
         **_hostile(monitor),
@@ -251,6 +251,8 @@ def main(argv=None) -> int:
           f"failed {r.get('uploads_failed', 0)}")
     for how in r["lost_how"]:
         print(f"lost: {how}")
+    for how in r["fuzz_5xx_how"]:
+        print(f"fuzzed input answered 5xx: {how}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(r, f, indent=2)

@@ -17,6 +17,10 @@ from ..events import FinishedEvent, RequestEvent
 from . import fuzz
 
 REQUEST_TIMEOUT_S = 300.0   # an answer later than this counts as lost
+# Every HTTP request on a connection of its own: a kept-alive connection the server closes after its idle
+# timeout (uvicorn's 5 s) just as the client sends on it fails with ReadError, which a soak that sends
+# at random gaps meets now and then (a lost request, or the fuzzer's end), and which is no fault of ours.
+FRESH_CONNECTIONS = httpx.Limits(max_keepalive_connections=0)
 MALFORMED = (b"\x00\x01 binary frame", "{not json", json.dumps({"cmd": "explode"}),
              json.dumps({"cmd": "status", "pad": "x" * 100_000}), json.dumps({"cmd": "abort", "request_id": "x"}))
 
@@ -40,6 +44,7 @@ class Tally:
     fuzz_answered: int = 0    # answered with a reply, an error message, or an HTTP status below 500
     fuzz_faulted: int = 0     # a valid fuzzed request that an injected step fault ended (HTTP 500, as designed)
     fuzz_5xx: int = 0         # any other 5xx: must stay 0
+    fuzz_5xx_how: list = field(default_factory=list)  # what each of them was (the first 20): path, status, body
 
     def outcome(self, reason: str | None, t0: float | None = None) -> None:
         if reason in ("stop", "length"):
@@ -81,7 +86,8 @@ class Load:
 # ---- OpenAI API ----------------------------------------------------------------------------------
 async def http_load(load: Load, share: float) -> None:
     headers = {"Authorization": f"Bearer {load.token}"}
-    async with httpx.AsyncClient(base_url=f"http://{load.base}", headers=headers, timeout=REQUEST_TIMEOUT_S) as c:
+    async with httpx.AsyncClient(base_url=f"http://{load.base}", headers=headers, timeout=REQUEST_TIMEOUT_S,
+                                 limits=FRESH_CONNECTIONS) as c:
         tasks = []
         while time.monotonic() < load.stop_at:
             await asyncio.sleep(load.gap(share))
@@ -270,7 +276,8 @@ async def fuzzer(load: Load, every_s: float, api_key: str) -> None:
     rng, t = random.Random(load.rng.random()), load.tally
     headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
     async with Socket(f"ws://{load.base}/engine/ws") as ws, \
-            httpx.AsyncClient(base_url=f"http://{load.base}", timeout=REQUEST_TIMEOUT_S) as c:
+            httpx.AsyncClient(base_url=f"http://{load.base}", timeout=REQUEST_TIMEOUT_S,
+                              limits=FRESH_CONNECTIONS) as c:
         while time.monotonic() < load.stop_at:
             await asyncio.sleep(rng.expovariate(1 / every_s))
             t.fuzz_sent += 1
@@ -285,7 +292,10 @@ async def fuzzer(load: Load, every_s: float, api_key: str) -> None:
             faulted = r.status_code == 500 and b"injected step fault" in raw
             t.fuzz_answered += r.status_code < 500 or faulted
             t.fuzz_faulted += faulted
-            t.fuzz_5xx += r.status_code >= 500 and not faulted
+            if r.status_code >= 500 and not faulted:
+                t.fuzz_5xx += 1
+                if len(t.fuzz_5xx_how) < 20:
+                    t.fuzz_5xx_how.append(f"{path} {r.status_code}: {raw[:300].decode(errors='replace')}")
 
 
 class Monitor:
