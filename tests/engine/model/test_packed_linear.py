@@ -171,9 +171,9 @@ def test_a_prompt_of_every_length_leaves_no_memory_behind(tiny_model_dirs):
     from engine.harness.heap_watch import native_memory
     if native_memory().get("malloc_in_use_mb") is None:
         pytest.skip("glibc's mallinfo2 is needed to count memory in use")
+    env = {k: v for k, v in os.environ.items() if k not in ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")}
     run = subprocess.run([sys.executable, "-c", _EVERY_LENGTH, str(tiny_model_dirs["llama"])], capture_output=True,
-                         text=True, timeout=300, env={k: v for k, v in os.environ.items()
-                                                      if k not in ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")})
+                         text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
     before, after = map(float, run.stdout.split()[-2:])
     assert after - before < 25, f"memory in use grew {after - before:.0f} MB over 419 new prompt lengths"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -52,7 +53,9 @@ def test_kernels_compile_for_gpu():
     if _CUDA or os.environ.get(_CHILD_ENV):
         pytest.skip("the kernel tests launch on the GPU" if _CUDA else "the parent process runs it")
     repo = ROOT
-    env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": f"{repo}{os.pathsep}{repo / 'tests'}"}
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "TRITON_INTERPRET": "0",
+           "PYTHONPATH": os.pathsep.join(map(str, (repo, repo / "tests", here)))}
     cmd = [sys.executable, "-c", "import test_triton_attention as t; t._compile_for_gpu()"]
     proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
