@@ -18,10 +18,11 @@ os.environ.setdefault("INFLIGHT_DTYPE", "float32")
 
 import pytest  # noqa: E402
 
-# Make `import tiny_models` work regardless of pytest's rootdir/import mode.
+# Make `import tiny_models` work regardless of pytest's rootdir/import mode. Appended, not put first:
+# tests/engine/ (the engine's tests, no __init__.py) must never shadow the engine package itself.
 _TESTS_DIR = str(Path(__file__).resolve().parent)
 if _TESTS_DIR not in sys.path:
-    sys.path.insert(0, _TESTS_DIR)
+    sys.path.append(_TESTS_DIR)
 
 from tiny_models import FAMILIES, make_draft_model, make_tiny_model  # noqa: E402
 

@@ -24,10 +24,12 @@ from torch import nn
 # default: a server sees every prompt length, and over a long run those caches held hundreds of MB with
 # more freed-but-kept by glibc around them (docs/room.md, "Where the soak's memory goes"). 128 holds every
 # decode batch size of a lane several times over (LRU: the shapes used every step stay); set either
-# variable to choose. Both are read when the first primitive is made, after this import.
+# variable (or oneDNN's older DNNL_PRIMITIVE_CACHE_CAPACITY) to choose. Both are read when the first
+# primitive is made, after this import (engine/__init__ imports it through the config).
 CACHE_CAPACITY = 128
 for _name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
-    os.environ.setdefault(_name, str(CACHE_CAPACITY))
+    if not (_name.startswith("ONEDNN") and "DNNL_PRIMITIVE_CACHE_CAPACITY" in os.environ):
+        os.environ.setdefault(_name, str(CACHE_CAPACITY))
 
 # Rows the packed layout is tuned for (any row count runs); a decode step's batch size.
 ROWS_HINT = 16

@@ -1,6 +1,6 @@
-"""The process's one EngineService, made on first use and kept here, in a module that holds nothing else:
-Streamlit re-imports a module that was edited while the app runs, and a service kept beside the code that
-changes would be forgotten, and a second set of engines started."""
+"""The process's one EngineService, made on first use and kept in this module. Nothing re-imports it while
+the app runs: Streamlit's file watcher, which unloads the app's modules when a file changes, is off
+(.streamlit/config.toml), so a rerun never starts a second set of engines."""
 from __future__ import annotations
 
 import threading
@@ -21,9 +21,10 @@ def get_service(factory=None) -> EngineService:
 
 
 def shutdown_service() -> None:
-    """Stop the service (its engines and threads); the next get_service() makes a new one."""
+    """Stop the service (its engines and threads); the next get_service() makes a new one. Held under the
+    lock: no second service starts while this one still holds its memory."""
     global _service
     with _lock:
-        svc, _service = _service, None
-    if svc is not None:
-        svc.stop()
+        if _service is not None:
+            _service.stop()
+            _service = None
