@@ -319,8 +319,7 @@ class LLMEngine(ReadsOutputs):
         self.scheduler.on_step_done()
         t_end = self.clock()
         self.step_count += bool(sched.rows or self._just_finished)
-        ev = self._event(sched, sampled, moved, handoffs, t_start, t_end)
-        ev.answer_ends = answer_ends
+        ev = self._event(sched, sampled, answer_ends, moved, handoffs, t_start, t_end)
         t_done = self.clock()
         self.telemetry_s += t_done - t_end
         self.step_s += t_done - t_start
@@ -410,8 +409,8 @@ class LLMEngine(ReadsOutputs):
                 self._finish(row.request, "error", now, error=msg)
 
     # ---- telemetry ---------------------------------------------------------------------------
-    def _event(self, sched: SchedulerOutput, sampled: dict[int, int], moved: Transfer, handoffs: list[list],
-               t_start: float, t_end: float) -> StepEvent:
+    def _event(self, sched: SchedulerOutput, sampled: dict[int, int], answer_ends: dict[int, int],
+               moved: Transfer, handoffs: list[list], t_start: float, t_end: float) -> StepEvent:
         entries = []
         for row in sched.rows:
             req = row.request
@@ -436,7 +435,7 @@ class LLMEngine(ReadsOutputs):
             token_budget=self.cfg.max_num_batched_tokens if sched.token_budget is None else sched.token_budget,
             num_blocks=self.cache.num_blocks, block_size=self.cfg.block_size,
             used_blocks=self.kv_blocks[0], block_tables=tables, kv_tokens=kv_tokens,
-            reserved_unused_slots=held - sum(kv_tokens.values()), sampled=sampled,
+            reserved_unused_slots=held - sum(kv_tokens.values()), sampled=sampled, answer_ends=answer_ends,
             cached_blocks=self.cache.cached_blocks, prefix_queries=sched.prefix_queries,
             prefix_hits=sched.prefix_hits, waits=waits,
             swaps=[[m.request_id, m.direction, len(m.src)] for m in sched.moves], swap_bytes=moved.bytes,

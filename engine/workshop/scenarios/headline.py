@@ -86,30 +86,25 @@ def run_headline(metric: Metric, summaries: dict[str, dict]) -> str | None:
     if metric.key == "duration_s":
         return f"{a} needed {r:.2f}x the time {b} took for the same requests{_made_of(summaries[a], summaries[b])}"
     if metric.key == "output_tokens_per_s":
-        return f"{b}'s {metric.label} was {r:.2f}x {a}'s{_rate_made_of(summaries[b], summaries[a])}"
+        return f"{b}'s {metric.label} was {r:.2f}x {a}'s{_made_of(summaries[b], summaries[a], per_token=True)}"
     if metric.higher_is_better:
         return f"{b}'s {metric.label} was {r:.2f}x {a}'s"
     return f"{a}'s {metric.label} was {r:.2f}x {b}'s"
 
 
-def _made_of(a: dict, b: dict) -> str:
-    """What a ratio of times is made of: iterations, and time per iteration (where a busy machine shows)."""
+def _made_of(a: dict, b: dict, per_token: bool = False) -> str:
+    """What a ratio of times is made of: iterations (per_token, for a ratio of throughputs: output tokens
+    per iteration), and time per iteration, where a busy machine shows."""
     na, nb, ma, mb = a.get("num_steps"), b.get("num_steps"), a.get("mean_step_ms"), b.get("mean_step_ms")
-    if not (na and nb and ma and mb):
-        return ""
-    return (f": {na / nb:.2f}x the iterations ({na:,} vs {nb:,}) at {ma / mb:.2f}x the time per iteration "
-            f"({ma:,.0f} vs {mb:,.0f} ms)")
-
-
-def _rate_made_of(a: dict, b: dict) -> str:
-    """What a ratio of throughputs is made of: output tokens per iteration, and time per iteration."""
-    na, nb, ma, mb = a.get("num_steps"), b.get("num_steps"), a.get("mean_step_ms"), b.get("mean_step_ms")
-    ta, tb = a.get("output_tokens"), b.get("output_tokens")
+    ta, tb = (a.get("output_tokens"), b.get("output_tokens")) if per_token else (na, nb)
     if not (na and nb and ma and mb and ta and tb):
         return ""
-    pa, pb = ta / na, tb / nb
-    return (f": {pa / pb:.2f}x the output tokens per iteration ({pa:,.1f} vs {pb:,.1f}) at {ma / mb:.2f}x the "
-            f"time per iteration ({ma:,.0f} vs {mb:,.0f} ms)")
+    if per_token:
+        pa, pb = ta / na, tb / nb
+        count = f"{pa / pb:.2f}x the output tokens per iteration ({pa:,.1f} vs {pb:,.1f})"
+    else:
+        count = f"{na / nb:.2f}x the iterations ({na:,} vs {nb:,})"
+    return f": {count} at {ma / mb:.2f}x the time per iteration ({ma:,.0f} vs {mb:,.0f} ms)"
 
 
 def drift_warning(summaries: dict[str, dict], bound: float = 1.5) -> str | None:
