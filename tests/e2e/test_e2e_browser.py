@@ -24,6 +24,7 @@ ARTIFACTS = Path(os.environ.get("INFLIGHT_ARTIFACTS", REPO / "test-artifacts"))
 XSS = "<img src=x onerror=alert(1)> tell me a story"
 
 sync_playwright, expect = require_browser()
+from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402 (after the skip)
 
 
 @pytest.fixture(scope="module")
@@ -64,15 +65,30 @@ def no_exception(page) -> None:
     assert page.locator('[data-testid="stException"]').count() == 0, "Streamlit shows an exception"
 
 
-def test_prompt_streams_into_gantt_and_text(page):
+def submit_prompt(page, text: str, card_text: str):
+    """Type a prompt and send it; its card. Sent again if no card comes: an Enter pressed while a rerun
+    replaces the box is lost (seen once in a full run on a loaded machine)."""
+    box = page.get_by_placeholder("Type a prompt; it goes to every lane shown")
+    card = page.locator(".ifl-card", has_text=card_text).first
+    for tries_left in (2, 1, 0):
+        box.fill(text)
+        box.press("Enter")
+        try:
+            card.wait_for(timeout=20_000)
+            return card
+        except PlaywrightTimeout:
+            if not tries_left:
+                raise
+    return card
+
+
+def test_prompt_streams_into_gantt_and_text(page, server):
     page.get_by_text("Live playground").first.wait_for(timeout=60_000)
     page.get_by_text("Single lane", exact=True).first.click()    # one lane (continuous), serving at once
+    _wait_status(server, lambda s: len(s["engines"]) == 1, 60)
+    expect(page.locator(".ifl-sname")).to_have_count(1, timeout=30_000)  # the page drew the one lane
     expect(page.locator(".ifl-conn")).to_have_attribute("data-kind", "live", timeout=60_000)
-    box = page.get_by_placeholder("Type a prompt; it goes to every lane shown")
-    box.fill(XSS)
-    box.press("Enter")
-    card = page.locator(".ifl-card", has_text="tell me a story").first
-    card.wait_for(timeout=60_000)
+    card = submit_prompt(page, XSS, "tell me a story")
     expect(card).to_contain_text(XSS)                              # shown literally, as text
     page.wait_for_function(GANTT_HAS_ROW, arg=0, timeout=30_000)  # its Gantt row, drawn on the canvas
     page.wait_for_function("() => document.querySelector('.ifl-card [data-state]')?.dataset.state === 'finished'",
