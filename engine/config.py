@@ -56,6 +56,9 @@ class EngineConfig:
     # Decode-only steps replayed from CUDA graphs (engine/model/decode_graphs.py); needs the Triton
     # backend. None: on wherever it can run (CUDA with Triton attention).
     cuda_graphs: bool | None = None
+    # The decode graphs' forward through torch.compile (fused kernels: far fewer launches a step; compiled
+    # when the engine starts). Needs cuda_graphs. None: wherever CUDA graphs are captured (on CUDA).
+    torch_compile: bool | None = None
     # Compile every kernel variant the engine can reach before it serves (engine/model/warmup.py).
     # None: wherever kernels are compiled (Triton attention on CUDA).
     warmup: bool | None = None
@@ -116,6 +119,8 @@ class EngineConfig:
                f"one of {', '.join(ATTENTION_BACKENDS)}")
         _check(self.cuda_graphs is None or isinstance(self.cuda_graphs, bool), "cuda_graphs", self.cuda_graphs,
                "None, True or False")
+        _check(self.torch_compile is None or isinstance(self.torch_compile, bool), "torch_compile",
+               self.torch_compile, "None, True or False")
         _check(self.warmup is None or isinstance(self.warmup, bool), "warmup", self.warmup, "None, True or False")
         _check(self.linear_backend in LINEAR_BACKENDS, "linear_backend", self.linear_backend,
                f"one of {', '.join(LINEAR_BACKENDS)}")
@@ -220,6 +225,16 @@ def resolve_cuda_graphs(flag: bool | None, device: torch.device, backend: str) -
     if flag and backend != "triton":
         raise ValueError("EngineConfig.cuda_graphs=True needs attention_backend='triton' (the torch reference "
                          "backend sizes its work from host values every step, which a graph cannot replay)")
+    return flag
+
+
+def resolve_torch_compile(flag: bool | None, device: torch.device, cuda_graphs: bool) -> bool:
+    """Whether the decode graphs' forward is compiled: by default where graphs are captured (CUDA)."""
+    if flag is None:
+        return cuda_graphs and device.type == "cuda"
+    if flag and not cuda_graphs:
+        raise ValueError("EngineConfig.torch_compile=True compiles the decode graphs' forward: it needs cuda_graphs "
+                         "(on or auto, with attention_backend='triton')")
     return flag
 
 

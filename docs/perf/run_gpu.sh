@@ -2,13 +2,13 @@
 # The GPU figures of docs/PERFORMANCE.md. `all` runs every part in one go of at most $DEADLINE_S seconds
 # (default 530), each part under its own time cap, and packs what they wrote into one archive, $OUT.tar.gz:
 #
-#   bash docs/perf/run_gpu.sh all          # everything below, in this order, then the archive
+#   bash docs/perf/run_gpu.sh all          # $PARTS (default: everything below but lanes), in order, then the archive
 #   bash docs/perf/run_gpu.sh check        # versions, then the GPU tests (kernels, warm-up, fp32 equality, bf16)
-#   bash docs/perf/run_gpu.sh floor        # decode step vs memory floor, CUDA graphs on and off
+#   bash docs/perf/run_gpu.sh floor        # decode step vs memory floor, CUDA graphs with and without torch.compile
 #   bash docs/perf/run_gpu.sh profile      # where a decode step's time goes: host phases vs GPU busy time
 #   bash docs/perf/run_gpu.sh anyscale     # anyscale workload: continuous, static, hf-generate (each warm)
 #   bash docs/perf/run_gpu.sh anyscale-cb  # the same workload: continuous beside hf-cb (same KV memory, warm)
-#   bash docs/perf/run_gpu.sh nano         # nano-vllm's workload, Qwen3-0.6B's shape
+#   bash docs/perf/run_gpu.sh nano         # nano-vllm's workload, Qwen3-0.6B's shape, with and without torch.compile
 #   bash docs/perf/run_gpu.sh lanes        # two lanes on one GPU: decode step alone and together (not in all)
 #
 # Results (JSON and logs) go to $OUT (default docs/perf/gpu-run). Models are random-weight folders with the
@@ -18,15 +18,16 @@
 # DEVICE=cuda DTYPE=bfloat16 ATTN=auto QWEN25=random:Qwen2.5-0.5B-Instruct QWEN3=random:Qwen3-0.6B
 # BATCHES=1,16,64,256 CONTEXT=512 SCALE=0.1 (anyscale's share of its 1000 requests) NANO_SCALE=1
 # MAX_SEQS=256 STATIC_BATCH=32 BUDGET=8192 (tokens per step) KV_GB=16 (the same KV memory for every lane)
-# DEADLINE_S=530, and each part's cap: CAP_CHECK=80 CAP_FLOOR=55 CAP_PROFILE=45 CAP_ANYSCALE=140
-# CAP_ANYSCALE_CB=120 CAP_NANO=70 (seconds; a part never runs past the deadline less PACK_S=10).
+# DEADLINE_S=530, and each part's cap: CAP_CHECK=110 CAP_FLOOR=150 CAP_PROFILE=45 CAP_ANYSCALE=140
+# CAP_ANYSCALE_CB=120 CAP_NANO=150 (seconds; a part never runs past the deadline less PACK_S=10; a compiled
+# engine spends its first minute or so in torch.compile). PARTS="check floor nano" runs only those.
 set -uo pipefail
 OUT=${OUT:-docs/perf/gpu-run}
 DEVICE=${DEVICE:-cuda} DTYPE=${DTYPE:-bfloat16} ATTN=${ATTN:-auto}
 QWEN25=${QWEN25:-random:Qwen2.5-0.5B-Instruct} QWEN3=${QWEN3:-random:Qwen3-0.6B}
 BATCHES=${BATCHES:-1,16,64,256} CONTEXT=${CONTEXT:-512} SCALE=${SCALE:-0.1} NANO_SCALE=${NANO_SCALE:-1}
 MAX_SEQS=${MAX_SEQS:-256} STATIC_BATCH=${STATIC_BATCH:-32} BUDGET=${BUDGET:-8192} KV_GB=${KV_GB:-16}
-DEADLINE_S=${DEADLINE_S:-530} PACK_S=${PACK_S:-10}
+DEADLINE_S=${DEADLINE_S:-530} PACK_S=${PACK_S:-10} PARTS=${PARTS:-check floor profile anyscale anyscale-cb nano}
 TESTS=${TESTS:-tests/engine/model/test_triton_attention.py tests/engine/test_attention_choice.py tests/engine/test_bf16_near_greedy.py \
 tests/engine/model/test_sampler.py tests/engine/bench/test_decode_floor.py tests/engine/bench/test_step_profile.py}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -84,13 +85,13 @@ all)
   for m in "$QWEN25" "$QWEN3"; do
     [[ $m == random:* ]] && { "$py" -m engine.model.files.random_model "${m#random:}" >>"$OUT/models.log" 2>&1 & }
   done
-  capped check "${CAP_CHECK:-80}"
+  declare -A caps=([check]=${CAP_CHECK:-110} [floor]=${CAP_FLOOR:-150} [profile]=${CAP_PROFILE:-45}
+                    [anyscale]=${CAP_ANYSCALE:-140} [anyscale-cb]=${CAP_ANYSCALE_CB:-120} [nano]=${CAP_NANO:-150})
+  for part in $PARTS; do
+    capped "$part" "${caps[$part]}"
+    [[ $part == check ]] && wait  # the models, built meanwhile
+  done
   wait
-  capped floor "${CAP_FLOOR:-55}"
-  capped profile "${CAP_PROFILE:-45}"
-  capped anyscale "${CAP_ANYSCALE:-140}"
-  capped anyscale-cb "${CAP_ANYSCALE_CB:-120}"
-  capped nano "${CAP_NANO:-70}"
   echo "[all: exit $rc after ${SECONDS}s]" | tee -a "$OUT/parts.log"
   tar -czf "$OUT.tar.gz" -C "$(dirname "$OUT")" "$(basename "$OUT")" && echo "packed $OUT.tar.gz"
   ;;
@@ -101,10 +102,11 @@ transformers.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_availab
   # shellcheck disable=SC2086
   run check "$py" -m pytest -q -p no:cacheprovider --junitxml="$OUT/check.xml" $TESTS
   ;;
-floor)
-  for graphs in on off; do
-    run floor "$py" -m engine.bench.decode_floor --model "$QWEN25" "${engine[@]}" --cuda-graphs "$graphs" \
-      --batches "$BATCHES" --context "$CONTEXT" --json "$OUT/decode_floor_graphs_$graphs.json"
+floor)  # CUDA graphs with their forward compiled (the default), then without torch.compile
+  for compiled in on off; do
+    run floor "$py" -m engine.bench.decode_floor --model "$QWEN25" "${engine[@]}" --cuda-graphs on \
+      --torch-compile "$compiled" --batches "$BATCHES" --context "$CONTEXT" \
+      --json "$OUT/decode_floor_compile_$compiled.json"
   done
   ;;
 profile)
@@ -113,10 +115,12 @@ profile)
   ;;
 anyscale) anyscale anyscale continuous,static,hf-generate ;;
 anyscale-cb) anyscale anyscale_cb continuous,hf-cb ;;
-nano)
-  run nano "$py" -m engine.bench --model "$QWEN3" "${engine[@]}" --workload nano-vllm --scale "$NANO_SCALE" \
-    --strategies continuous --max-num-seqs 512 --max-num-batched-tokens 16384 --kv-memory-gb "$KV_GB" \
-    --no-progress --json "$OUT/nano_vllm.json"
+nano)  # compiled (the default), then without torch.compile
+  for compiled in on off; do
+    run nano "$py" -m engine.bench --model "$QWEN3" "${engine[@]}" --workload nano-vllm --scale "$NANO_SCALE" \
+      --strategies continuous --max-num-seqs 512 --max-num-batched-tokens 16384 --kv-memory-gb "$KV_GB" \
+      --torch-compile "$compiled" --no-progress --json "$OUT/nano_vllm_compile_$compiled.json"
+  done
   ;;
 lanes)
   run lanes "$py" -m engine.bench.lanes_together --model "$QWEN25" "${engine[@]}" --batch 32 --tokens 64 \

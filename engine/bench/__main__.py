@@ -18,7 +18,7 @@ import sys
 from ..config import EngineConfig
 from ..serving.lanes import check_lane_name, describe_difference, load_lanes, parse_lane
 from ..serving.remote.config import RemoteConfig, remote_config
-from .config import ALL_STRATEGIES, BenchConfig
+from .config import ALL_STRATEGIES, SWITCH, BenchConfig
 from .control import Cancelled, Progress
 from .report import add_ratios, format_table, write_csv, write_json
 from .workloads import PRESETS, Lengths, load_trace, make_workload, preset, save_trace
@@ -58,6 +58,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     # Engine flags default to None: EngineConfig's own defaults apply.
     ap.add_argument("--attention-backend", default=None, help="auto | torch | triton")
     ap.add_argument("--linear-backend", default=None, help="auto | torch | onednn (CPU)")
+    ap.add_argument("--torch-compile", choices=tuple(SWITCH), default="auto",
+                    help="the decode graphs' forward through torch.compile (auto: where CUDA graphs are captured)")
     ap.add_argument("--block-size", type=int, default=None)
     ap.add_argument("--kv-blocks", type=int, default=None, help="KV pool size in blocks (default: 1 GiB on CPU)")
     ap.add_argument("--kv-memory-gb", type=float, default=None)
@@ -117,6 +119,8 @@ def base_engine_config(args) -> EngineConfig:
     kw = {field: getattr(args, flag) for flag, field in ENGINE_FLAGS.items() if getattr(args, flag) is not None}
     if args.no_chunked_prefill:
         kw["enable_chunked_prefill"] = False
+    if SWITCH[args.torch_compile] is not None:
+        kw["torch_compile"] = SWITCH[args.torch_compile]
     return EngineConfig(**kw)
 
 

@@ -9,6 +9,8 @@ from ..telemetry.cost import check_price, default_price_per_hour
 OUR_STRATEGIES = STRATEGIES
 PEER_STRATEGIES = ("hf-generate", "hf-cb")
 ALL_STRATEGIES = OUR_STRATEGIES + PEER_STRATEGIES
+# an auto|on|off command-line switch -> its EngineConfig value (cuda_graphs, torch_compile)
+SWITCH = {"auto": None, "on": True, "off": False}
 
 
 @dataclass

@@ -25,6 +25,7 @@ from ..kv.pool import blocks_for
 from ..llm_engine import LLMEngine
 from ..telemetry.device_peaks import measure_peaks
 from ..telemetry.roofline import ModelCost, step_work
+from .config import SWITCH
 from .step_profile import fill, fill_steps
 from .suite import host_info
 
@@ -52,11 +53,11 @@ def floor_point(eng: LLMEngine, cost: ModelCost, peaks, batch: int, context: int
 
 
 def run(model: str | None, device: str, dtype: str, attention_backend: str, batches: list[int], context: int,
-        steps: int, cuda_graphs: bool | None = None) -> dict:
+        steps: int, cuda_graphs: bool | None = None, torch_compile: bool | None = None) -> dict:
     largest, budget = max(batches), max(8192, 2 * max(batches))
     row_len = context + steps + 2 + fill_steps(budget, [context] * largest)  # what fill() asks for
     cfg = EngineConfig(model=model, device=device, dtype=dtype, attention_backend=attention_backend,
-                       cuda_graphs=cuda_graphs, max_model_len=row_len, max_num_seqs=largest,
+                       cuda_graphs=cuda_graphs, torch_compile=torch_compile, max_model_len=row_len, max_num_seqs=largest,
                        max_num_batched_tokens=budget, num_kv_blocks=largest * blocks_for(row_len, 16), block_size=16)
     eng = LLMEngine(cfg)
     runner = eng.runner
@@ -94,7 +95,8 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--attention-backend", default="auto")
-    ap.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto")
+    ap.add_argument("--cuda-graphs", choices=tuple(SWITCH), default="auto")
+    ap.add_argument("--torch-compile", choices=tuple(SWITCH), default="auto")
     ap.add_argument("--batches", default="1,16,64,256")
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--steps", type=int, default=16)
@@ -103,7 +105,7 @@ def main(argv=None) -> None:
     with torch.inference_mode():
         result = run(args.model, args.device, args.dtype, args.attention_backend,
                      [int(x) for x in args.batches.split(",")], args.context, args.steps,
-                     {"auto": None, "on": True, "off": False}[args.cuda_graphs])
+                     SWITCH[args.cuda_graphs], SWITCH[args.torch_compile])
     print(render(result))
     if args.json:
         with open(args.json, "w") as f:

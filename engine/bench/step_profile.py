@@ -37,6 +37,7 @@ from ..llm_engine import LLMEngine
 from ..model import packed_batch, runner as runner_module
 from ..request import SamplingParams
 from ..workshop.scenarios.model import prompt_ids
+from .config import SWITCH
 
 # aten operators -> the part of the forward they belong to
 OP_GROUPS = {
@@ -186,18 +187,19 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--attention-backend", default="auto")
-    ap.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto")
+    ap.add_argument("--cuda-graphs", choices=tuple(SWITCH), default="auto")
+    ap.add_argument("--torch-compile", choices=tuple(SWITCH), default="auto")
     ap.add_argument("--no-ops", action="store_true",
                     help="time by wall clock alone: no torch.profiler, no forward split by operator")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    graphs = {"auto": None, "on": True, "off": False}[args.cuda_graphs]
     batches = [int(x) for x in args.batches.split(",")]
     contexts = [int(x) for x in args.contexts.split(",")]
     rows = []
     for linear in args.linear.split(","):
         eng = LLMEngine(EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
-                                     attention_backend=args.attention_backend, cuda_graphs=graphs,
+                                     attention_backend=args.attention_backend, cuda_graphs=SWITCH[args.cuda_graphs],
+                                     torch_compile=SWITCH[args.torch_compile],
                                      max_num_seqs=max(batches), max_num_batched_tokens=4096, linear_backend=linear))
         fill(eng, [16, 16], 2)  # warm-up
         for rid in list(eng.requests):

@@ -52,6 +52,8 @@ class BatchMeta:
     # [P, 3] device copy of each prefill's (start, query length, context length), for the Triton
     # backend (None: built from `prefills`)
     prefill_layout: torch.Tensor | None = None
+    # the compiled forward's key of `pool` (triton_hf.pool_key), by which its attention operator finds it
+    pool_key: int = -1
     _masks: dict = field(default_factory=dict)  # cached per (group, sliding window)
 
     def groups(self) -> list[tuple[int, int, int]]:
@@ -159,7 +161,7 @@ def _prefill(meta, i, seq, k_pool, v_pool, query, key, value, window, scaling):
 def register(backend: str = "torch") -> str:
     """Register a backend with transformers; returns its attn_implementation name."""
     if backend == "triton":
-        from .triton_attention import paged_attention_hf as fn  # imports triton only when asked for
+        from .triton_hf import paged_attention_hf as fn  # imports triton only when asked for
     else:
         fn = paged_attention
     name = ATTN_NAMES[backend]

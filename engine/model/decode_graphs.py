@@ -20,18 +20,27 @@ whole of the logits for every model family Inflight supports.
 Only the Triton attention backend can be captured (the reference backend sizes its gathers from
 host values every step). Without CUDA, under TRITON_INTERPRET=1, the same bucketed forward runs
 eagerly: that is how the CPU tests check the padding.
+
+A graph still replays every kernel the forward launched, and Hugging Face's layers launch about forty
+each (an RMSNorm alone is a cast, a square, a mean, an rsqrt and two multiplies): on an H100, Qwen2.5-0.5B's
+one-row step kept the GPU busy 2.5 ms against a 0.35 ms memory floor. EngineConfig.torch_compile (on by
+default where graphs are captured) builds the buckets' forward with torch.compile first, so each run of
+small operators is one fused kernel: compiled once, with the row count symbolic, then captured per bucket
+as before (docs/PERFORMANCE.md has the figures).
 """
 from __future__ import annotations
 
 import gc
 import logging
+import time
 from collections import Counter
 
 import torch
 
 from ..device_memory import CUDA_CAPTURE_LOCK
 from .attention import META_KWARG, BatchMeta
-from .triton_attention import PagedAttnInputs
+from .triton_attention import PagedAttnInputs, query_tile
+from .triton_hf import pool_key
 
 log = logging.getLogger(__name__)
 
@@ -45,33 +54,46 @@ def buckets(max_rows: int) -> list[int]:
 class DecodeGraphs:
     """Persistent inputs and one graph per bucket, for a runner's decode-only steps."""
 
-    def __init__(self, runner, max_rows: int, max_blocks: int, capture: bool):
+    def __init__(self, runner, max_rows: int, max_blocks: int, capture: bool, compiled: bool = False):
+        """compiled: the bucketed forward goes through torch.compile (see _compile) before any capture."""
         # No reference back to the runner (it holds this): engines are freed when dropped, not by a
         # garbage collection that could come in the middle of another lane's capture.
         self.device, self.pool, self.capture = runner.device, runner.pool, capture
+        self.pool_key = pool_key(self.pool)
         self.pad_token_id, dev = runner.pad_token_id, runner.device
         self.decoder, self.lm_head = runner.model.get_decoder(), runner.model.get_output_embeddings()
-        self.sizes = buckets(max_rows)
+        # compiled: no bucket of one row (the compiler specialises a size of 1: a second compile for it), its
+        # step runs in the bucket of two
+        self.sizes = buckets(max_rows)[1 if compiled and max_rows > 1 else 0:]
         m = self.sizes[-1]
-        # All padding to start with: what the captures run on.
-        self.ids = torch.full((1, m), self.pad_token_id, dtype=torch.long, device=dev)
-        self.positions = torch.zeros((1, m), dtype=torch.long, device=dev)
-        self.slots = torch.full((m,), -1, dtype=torch.long, device=dev)
-        self.context = torch.zeros(m, dtype=torch.int32, device=dev)
-        self.tables = torch.zeros(m, max_blocks, dtype=torch.int32, device=dev)
+        # All padding to start with: what the captures run on. The forward's inputs have a spare row, so no
+        # bucket's view is a whole buffer (the compiler would take that for a rule and recompile the others).
+        self.ids = torch.full((1, m + 1), self.pad_token_id, dtype=torch.long, device=dev)
+        self.positions = torch.zeros((1, m + 1), dtype=torch.long, device=dev)
+        self.slots = torch.full((m + 1,), -1, dtype=torch.long, device=dev)
+        self.context = torch.zeros(m + 1, dtype=torch.int32, device=dev)
+        self.tables = torch.zeros(m + 1, max_blocks, dtype=torch.int32, device=dev)
         self.sample_rows = torch.zeros(m, dtype=torch.long, device=dev)
-        self.rows = torch.arange(m, device=dev)
         pinned = dev.type == "cuda"
         self.host64 = torch.empty((4, m), dtype=torch.long, pin_memory=pinned)  # ids, positions, slots, sample rows
         self.host32 = torch.empty(m + m * max_blocks, dtype=torch.int32, pin_memory=pinned)  # context, tables
         self._copied = None  # CUDA event: the last staging copies are done, the pinned buffers free
-        ones = torch.ones(m, dtype=torch.int32, device=dev)
-        starts = self.rows.to(torch.int32)
+        ones = torch.ones(m + 1, dtype=torch.int32, device=dev)
+        starts = torch.arange(m + 1, dtype=torch.int32, device=dev)
         self._inputs = {b: PagedAttnInputs(starts[:b], ones[:b], self.context[:b], self.tables[:b], self.slots[:b],
                                            max_query_len=1) for b in self.sizes}
+        self.block_q = query_tile(runner.hf_config.num_attention_heads, runner.kv_shape.kv_heads, 1)
+        self._tiles = {b: self._inputs[b].tiles(self.block_q, b) for b in self.sizes}  # fixed: one token a row
+        for i in self._inputs.values():  # a bucket's row count is the one size the compiled forward leaves open
+            torch._dynamo.mark_static(i.block_tables, 1)
         self.captured: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # bucket -> graph, hidden out
         self.failed: str | None = None  # why capture was given up (then every step runs eagerly)
         self.steps: Counter[tuple[int, int]] = Counter()  # (rows, bucket) -> steps run through a bucket
+        self._hidden = decoder_hidden
+        self.compile_failed: str | None = None  # why torch.compile was given up (then the forward runs as is)
+        self.compile_s: float | None = None  # how long the compile took, where it did
+        if compiled:
+            self._compile()
         if capture:
             self._capture_all()
 
@@ -123,12 +145,26 @@ class DecodeGraphs:
 
     def _forward(self, size: int) -> torch.Tensor:
         """Final hidden states [size, hidden] of the bucket's rows."""
-        inputs = self._inputs[size]
-        meta = BatchMeta(pool=self.pool, num_tokens=size, write_idx=None, write_slots=inputs.slot_mapping,
-                         decode_idx=self.rows[:size], decode_blocks=inputs.block_tables,
-                         decode_ctx=inputs.context_len, prefills=[], kernel_inputs=inputs)
-        return self.decoder(input_ids=self.ids[:, :size], position_ids=self.positions[:, :size], use_cache=False,
-                            **{META_KWARG: meta}).last_hidden_state[0]
+        i = self._inputs[size]
+        return self._hidden(self.decoder, self.pool, self.pool_key, self.block_q, self.ids[0, :size],
+                            self.positions[0, :size], i.query_start, i.query_len, i.context_len, i.block_tables,
+                            i.slot_mapping, *self._tiles[size])
+
+    @torch.inference_mode()
+    def _compile(self) -> None:
+        """The forward through torch.compile, compiled here once, on the largest bucket's all-padding inputs
+        with the row count left symbolic (every bucket runs the same code): fused kernels, far fewer launches a
+        step. A compile that fails leaves the forward as it is, and says why."""
+        t0 = time.perf_counter()
+        self._hidden = torch.compile(decoder_hidden, dynamic=True)
+        try:
+            self._forward(self.sizes[-1])
+            self.compile_s = time.perf_counter() - t0
+        except Exception as e:  # noqa: BLE001 - any compiler failure: the uncompiled forward serves
+            self._hidden = decoder_hidden
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            self.compile_failed = f"{type(e).__name__}: {first[:200]}"
+            log.warning("torch.compile of the decode forward failed, it runs uncompiled: %s", self.compile_failed)
 
     @torch.inference_mode()
     def _capture_all(self) -> None:
@@ -161,3 +197,16 @@ class DecodeGraphs:
                 torch.cuda.set_stream(prev)  # a failed capture can leave the capture stream current
                 if collecting:
                     gc.enable()
+
+
+def decoder_hidden(decoder, pool, key: int, block_q: int, ids, positions, starts, lens, context, tables, slots,
+                   tile_start, tile_seq) -> torch.Tensor:
+    """Final hidden states [rows, hidden] of a decode-only bucket (one token a row; ids and positions [rows]). Everything that differs
+    between engines and buckets is an argument, so one compile serves every engine on the same model
+    (the pool's key is an integer the compiler leaves symbolic, not a constant it recompiles for)."""
+    inputs = PagedAttnInputs(starts, lens, context, tables, slots, max_query_len=1,
+                             _tiles={block_q: (tile_start, tile_seq)})
+    meta = BatchMeta(pool=pool, num_tokens=ids.shape[0], write_idx=None, write_slots=slots, decode_idx=starts,
+                     decode_blocks=tables, decode_ctx=context, prefills=[], kernel_inputs=inputs, pool_key=key)
+    return decoder(input_ids=ids[None], position_ids=positions[None], use_cache=False,
+                   **{META_KWARG: meta}).last_hidden_state[0]

@@ -26,7 +26,7 @@ from .runner import ModelRunner, on_device
 class DraftModel:
     def __init__(self, cfg: EngineConfig, target: ModelRunner, max_model_len: int, progress=None):
         draft_cfg = dataclasses.replace(cfg, model=cfg.speculative_model, speculative="off", speculative_model=None,
-                                        cuda_graphs=False)
+                                        cuda_graphs=False, torch_compile=False)
         self.runner = ModelRunner(draft_cfg, progress, field="speculative_model")
         _check_pair(cfg, self.runner, target, max_model_len)
         self.kv_shape = self.runner.kv_shape

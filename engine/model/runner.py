@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from ..config import EngineConfig, attention_choice, resolve_cuda_graphs, weights_key
+from ..config import EngineConfig, attention_choice, resolve_cuda_graphs, resolve_torch_compile, weights_key
 from ..device_memory import trim_malloc
 from ..kv import KVCacheManager, KVPool
 from ..kv.pool import blocks_for, kv_shape
@@ -51,6 +51,7 @@ class ModelRunner:
         else:
             self._load(cfg, progress, field)
         self.cuda_graphs = resolve_cuda_graphs(cfg.cuda_graphs, self.device, self.backend)
+        self.torch_compile = resolve_torch_compile(cfg.torch_compile, self.device, self.cuda_graphs)
         self.hf_config = self.model.config
         self.kv_shape = kv_shape(self.hf_config)
         self.vocab_size = self.hf_config.vocab_size
@@ -102,12 +103,16 @@ class ModelRunner:
         return backend, why
 
     def graphs_state(self) -> str:
-        """off | on (replayed CUDA graphs) | eager buckets (no CUDA: the tests' path) | failed (why)."""
+        """off | on (replayed CUDA graphs) | eager buckets (no CUDA: the tests' path) | failed (why); then
+        ", compiled in N s" where torch.compile built their forward, or ", compile failed (why)"."""
         if self.graphs is None:
             return "off"
         if self.graphs.failed:
             return f"failed ({self.graphs.failed})"
-        return "on" if self.graphs.capture else "eager buckets"
+        state = "on" if self.graphs.capture else "eager buckets"
+        if self.graphs.compile_failed:
+            return f"{state}, compile failed ({self.graphs.compile_failed})"
+        return f"{state}, compiled in {self.graphs.compile_s:.1f} s" if self.torch_compile else state
 
     def allocate_kv(self, num_blocks: int, block_size: int, max_rows: int, max_model_len: int) -> None:
         """The KV pool, and the decode graphs' persistent inputs for up to max_rows rows."""
@@ -115,7 +120,7 @@ class ModelRunner:
         if self.cuda_graphs:
             from .decode_graphs import DecodeGraphs  # imports triton
             self.graphs = DecodeGraphs(self, max_rows, blocks_for(max_model_len, block_size),
-                                       capture=self.device.type == "cuda")
+                                       capture=self.device.type == "cuda", compiled=self.torch_compile)
 
     @torch.inference_mode()
     def execute(self, rows: list[ScheduledRow], cache: KVCacheManager) -> list[int]:

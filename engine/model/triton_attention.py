@@ -259,6 +259,11 @@ def _num_warps(dtype: torch.dtype, head_dim: int) -> int:
     return 8 if dtype == torch.float32 or head_dim > 128 else 4
 
 
+def query_tile(heads: int, kv_heads: int, max_query_len: int) -> int:
+    """BLOCK_Q of a launch whose longest query has max_query_len tokens (the key of PagedAttnInputs.tiles)."""
+    return _block_q(triton.next_power_of_2(heads // kv_heads), max_query_len)
+
+
 def _block_q(group_pad: int, max_query_len: int) -> int:
     """Query tokens per tile: fill _DECODE_ROWS/_PREFILL_ROWS rows, no more tokens than a
     sequence has, and at least _MIN_ROWS rows."""
@@ -306,56 +311,6 @@ def query_tile_lengths(heads: int, kv_heads: int, max_query_len: int) -> list[in
 
 def _interpreting() -> bool:
     return type(_paged_attn_kernel).__name__ == "InterpretedFunction"
-
-
-def build_inputs(meta) -> PagedAttnInputs:
-    """PagedAttnInputs from the engine's BatchMeta: decode rows first, then prefill chunks.
-
-    Only device ops and host ints BatchMeta already has: no host sync (where the runner sent
-    meta.prefill_layout along with the rest of the step's indices)."""
-    dev = meta.write_slots.device
-    i32 = torch.int32
-    lens = [p.end - p.start for p in meta.prefills]
-    layout = meta.prefill_layout
-    if layout is None:
-        layout = torch.tensor([[p.start, p.end - p.start, p.context_len] for p in meta.prefills],
-                              dtype=torch.long, device=dev).view(len(meta.prefills), 3)
-    layout = layout.to(i32)
-    n_dec = meta.decode_idx.shape[0]
-    query_start = torch.cat([meta.decode_idx.to(i32), layout[:, 0]])
-    query_len = torch.cat([torch.ones(n_dec, dtype=i32, device=dev), layout[:, 1]])
-    context_len = torch.cat([meta.decode_ctx.to(i32), layout[:, 2]])
-    width = max([meta.decode_blocks.shape[1]] + [p.blocks.shape[0] for p in meta.prefills])
-    tables = torch.zeros(n_dec + len(meta.prefills), width, dtype=i32, device=dev)
-    tables[:n_dec, :meta.decode_blocks.shape[1]] = meta.decode_blocks
-    for i, p in enumerate(meta.prefills):
-        tables[n_dec + i, :p.blocks.shape[0]] = p.blocks
-    slots = torch.full((meta.num_tokens,), -1, dtype=torch.long, device=dev)
-    if meta.write_idx is None:
-        slots[:meta.write_slots.shape[0]] = meta.write_slots
-    else:
-        slots[meta.write_idx] = meta.write_slots
-    return PagedAttnInputs(query_start, query_len, context_len, tables, slots,
-                           max_query_len=max(lens, default=1 if n_dec else 0))
-
-
-def paged_attention_hf(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                       sliding_window=None, **kwargs):
-    """Drop-in for attention.paged_attention (same AttentionInterface signature) on the kernels.
-
-    query [1, H, T, D], key/value [1, Hkv, T, D] -> (out [1, T, H, D], None)."""
-    from .attention import META_KWARG
-    meta = kwargs[META_KWARG]
-    inputs = meta.kernel_inputs  # one per step, shared by every layer
-    if inputs is None:
-        inputs = meta.kernel_inputs = build_inputs(meta)
-    layer = module.layer_idx
-    k_pool, v_pool = meta.pool.k[layer], meta.pool.v[layer]
-    write_kv_triton(key[0].transpose(0, 1), value[0].transpose(0, 1), k_pool, v_pool, inputs.slot_mapping)
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    out = paged_attention_triton(query[0].transpose(0, 1), k_pool, v_pool, inputs, scale,
-                                 sliding_window=sliding_window or None)
-    return out.unsqueeze(0), None
 
 
 kernel_variants.track(_write_kv_kernel, _paged_attn_kernel)

@@ -118,6 +118,7 @@ _LABELS = {
     "attention_backend": lambda v: f"{v} attention",
     "linear_backend": lambda v: f"{v} linear",
     "cuda_graphs": lambda v: f"CUDA graphs {'auto' if v is None else _on_off(v)}",
+    "torch_compile": lambda v: f"torch.compile {'auto' if v is None else _on_off(v)}",
     "warmup": lambda v: f"warm-up {'auto' if v is None else _on_off(v)}",
     "block_size": lambda v: f"block {v}",
     "num_kv_blocks": lambda v: f"{v} KV blocks" if v is not None else "KV blocks auto",

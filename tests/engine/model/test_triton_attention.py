@@ -23,8 +23,8 @@ if not _CUDA and "triton" not in sys.modules:
 triton = pytest.importorskip("triton")
 
 from engine.model import attention  # noqa: E402
-from engine.model.triton_attention import (  # noqa: E402
-    PagedAttnInputs, paged_attention_hf, paged_attention_triton, write_kv_triton)
+from engine.model.triton_attention import PagedAttnInputs, paged_attention_triton, write_kv_triton  # noqa: E402
+from engine.model.triton_hf import paged_attention_hf  # noqa: E402
 from repo_paths import ROOT  # noqa: E402
 
 _INTERPRETING = type(triton.language.standard.zeros).__name__ == "InterpretedFunction"
@@ -381,8 +381,8 @@ def test_decode_graph_buckets_equal_generate(tiny_model_dirs, strategy):
     # then five short prompts decoding together: 5 rows run in the bucket of 6, 3 rows in that of 4
     batches = [(mixed, [min(m, 6) for m in mixed_max]), ([[5 + i, 9, 13 + i] for i in range(5)], [2, 3, 6, 6, 6])]
     eng = make_engine(tiny_model_dirs["qwen3"], strategy=strategy, attention_backend="triton", device=DEVICE,
-                      cuda_graphs=True, max_num_seqs=6, static_batch_size=5, num_kv_blocks=20, max_model_len=64,
-                      max_num_batched_tokens=16)
+                      cuda_graphs=True, torch_compile=False, max_num_seqs=6, static_batch_size=5, num_kv_blocks=20,
+                      max_model_len=64, max_num_batched_tokens=16)
     for prompts, max_tokens in batches:
         outs = eng.generate(prompts, [greedy(m) for m in max_tokens])
         assert [o.output_token_ids for o in outs] == reference_greedy(tiny_model_dirs["qwen3"], prompts, max_tokens)
@@ -390,6 +390,71 @@ def test_decode_graph_buckets_equal_generate(tiny_model_dirs, strategy):
     assert graphs.sizes == [1, 2, 4, 6] and graphs.failed is None
     assert any(rows < bucket for rows, bucket in graphs.steps), "no step ran with padding rows"
     check_drained(eng)
+
+
+@kernels
+def test_compiled_decode_buckets_equal_generate(tiny_model_dirs):
+    """torch_compile: the buckets' forward built by torch.compile (without CUDA, inductor's C++ around the
+    interpreted kernels, which it calls as one custom operator a layer): outputs still equal generate();
+    one compile serves every bucket, and a second engine on the same weights (another lane, another KV pool)
+    compiles nothing more."""
+    import torch._dynamo
+    from engine.llm_engine import LLMEngine
+    from engine_helpers import check_drained, greedy, make_engine, mixed_prompts
+    from tiny_models import reference_greedy
+    torch._dynamo.reset()
+    graphs = torch._dynamo.utils.counters["stats"]  # (for the whole process: earlier tests' compiles count too)
+    before = graphs["unique_graphs"]
+    model = tiny_model_dirs["qwen3"]
+    kw = dict(strategy="continuous", attention_backend="triton", device=DEVICE, cuda_graphs=True, torch_compile=True,
+              linear_backend="torch", max_num_seqs=6, num_kv_blocks=20, max_model_len=64, max_num_batched_tokens=16)
+    eng = make_engine(model, **kw)
+    assert eng.runner.graphs_state().startswith(("on" if _CUDA else "eager buckets") + ", compiled in ")
+    compiles = graphs["unique_graphs"]
+    assert compiles == before + 1 and eng.runner.graphs.sizes == [2, 4, 6]  # a one-row step runs in the bucket of 2
+    other = LLMEngine(eng.cfg, share_weights_with=eng)
+    assert other.runner.graphs.pool_key != eng.runner.graphs.pool_key
+    mixed, mixed_max = mixed_prompts(7)
+    batches = [(mixed, [min(m, 6) for m in mixed_max]), ([[5 + i, 9, 13 + i] for i in range(5)], [2, 3, 6, 6, 6])]
+    for e, runs in ((eng, batches), (other, batches[1:])):
+        for prompts, max_tokens in runs:
+            outs = e.generate(prompts, [greedy(m) for m in max_tokens])
+            assert [o.output_token_ids for o in outs] == reference_greedy(model, prompts, max_tokens)
+        assert any(rows < bucket for rows, bucket in e.runner.graphs.steps), "no step ran with padding rows"
+        check_drained(e)
+    assert graphs["unique_graphs"] == compiles
+
+
+@kernels
+def test_a_failed_compile_leaves_the_decode_forward_uncompiled(tiny_model_dirs, monkeypatch):
+    """A compiler that fails (no C++ toolchain, an unsupported operator) costs speed, never a request."""
+    from engine.model import decode_graphs
+    from engine_helpers import greedy, make_engine
+    from tiny_models import reference_greedy
+
+    def broken(fn, **_):
+        def run(*a, **k):
+            raise RuntimeError("no compiler here")
+        return run
+    monkeypatch.setattr(decode_graphs.torch, "compile", broken)
+    eng = make_engine(tiny_model_dirs["llama"], attention_backend="triton", device=DEVICE, cuda_graphs=True,
+                      torch_compile=True, max_num_seqs=4, num_kv_blocks=16, max_model_len=64)
+    assert eng.runner.graphs_state().endswith(", compile failed (RuntimeError: no compiler here)")
+    prompts = [[5, 9, 13], [7, 8]]
+    outs = eng.generate(prompts, [greedy(5), greedy(5)])
+    assert [o.output_token_ids for o in outs] == reference_greedy(tiny_model_dirs["llama"], prompts, [5, 5])
+
+
+def test_torch_compile_needs_the_decode_graphs_and_defaults_on_with_them_on_cuda():
+    from engine.config import EngineConfig, resolve_torch_compile
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert resolve_torch_compile(None, cuda, True) and not resolve_torch_compile(None, cuda, False)
+    assert not resolve_torch_compile(None, cpu, True)  # the interpreter's eager buckets: only when asked
+    assert resolve_torch_compile(True, cpu, True)
+    with pytest.raises(ValueError, match="torch_compile=True compiles the decode graphs' forward: it needs cuda_graphs"):
+        resolve_torch_compile(True, cuda, False)
+    with pytest.raises(ValueError, match="EngineConfig.torch_compile must be None, True or False"):
+        EngineConfig(torch_compile="yes")
 
 
 def test_decode_graph_buckets():
@@ -407,7 +472,7 @@ def test_cuda_graphs_need_the_triton_backend_and_default_on_cuda(tiny_model_dirs
     if _CUDA or _INTERPRETING:
         eng = make_engine(tiny_model_dirs["llama"], device=DEVICE, attention_backend="triton")
         assert eng.runner.cuda_graphs is _CUDA  # the default: on with Triton attention on CUDA only
-        assert eng.runner.graphs_state() == ("on" if _CUDA else "off")
+        assert eng.runner.graphs_state().startswith("on, compiled in " if _CUDA else "off")
 
 
 @pytest.mark.skipif(not _CUDA, reason="host syncs exist only with a GPU")
