@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from ..events import DECODE
 from ..kv import KVCacheManager
 from ..request import Request
 from ..scheduler import ScheduledRow
@@ -33,6 +34,40 @@ class PackedBatch:
         self.prefills: list[tuple[int, int, int, list[int]]] = []
         self.sample_idx: list[int] = []
         self.sample_rows: list[ScheduledRow] = []
+
+    def add_rows(self, rows: list[ScheduledRow]) -> None:
+        """Every row of a step, in order: each run of plain decode rows (one token, sampled, no padding or
+        draft) at once, the others one by one."""
+        run: list[ScheduledRow] = []
+        for row in rows:
+            if row.num_new == 1 and not row.num_pad and not row.draft and row.phase == DECODE:
+                run.append(row)
+                continue
+            if run:
+                self._decode_run(run)
+                run = []
+            self.add(row)
+        if run:
+            self._decode_run(run)
+
+    def _decode_run(self, rows: list[ScheduledRow]) -> None:
+        """Decode rows one after the other: each its last token at its next position, stored and sampled;
+        the slots from the table matrix in one gather (what add gives them one at a time)."""
+        reqs = [r.request for r in rows]
+        t, n, bs = len(self.ids), len(rows), self.cache.block_size
+        pos = [q.num_computed_tokens for q in reqs]
+        matrix_rows = [self.cache.tables.row[q.request_id] for q in reqs]
+        p = np.array(pos, dtype=np.int64)
+        slots = self.cache.tables.array[np.array(matrix_rows, dtype=np.intp), p // bs] * bs + p % bs
+        self.ids.extend([q.output_token_ids[-1] for q in reqs])  # a decode row's next token is its last one
+        self.positions.extend(pos)
+        self.write_tok.extend(range(t, t + n))
+        self.write_slots.extend(slots.tolist())
+        self.dec_idx.extend(range(t, t + n))
+        self.dec_row.extend(matrix_rows)
+        self.dec_ctx.extend([x + 1 for x in pos])
+        self.sample_idx.extend(range(t, t + n))
+        self.sample_rows.extend(rows)
 
     def add(self, row: ScheduledRow) -> None:
         req, pad = row.request, self.runner.pad_token_id

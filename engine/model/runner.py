@@ -128,8 +128,7 @@ class ModelRunner:
         each), in row order."""
         with on_device(self.device):
             batch = PackedBatch(self, cache)
-            for row in rows:
-                batch.add(row)
+            batch.add_rows(rows)
             logits = self.forward(batch)
             if not batch.sample_rows:
                 return []

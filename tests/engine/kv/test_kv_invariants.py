@@ -109,6 +109,7 @@ def test_random_add_abort_step_with_a_draft_model(drafting, strategy, caching, s
 
 
 def _random_run(eng, seq):
+    _check_batches(eng)
     added, want = [], {}
     for op in seq:
         if op[0] == "add":
@@ -121,6 +122,7 @@ def _random_run(eng, seq):
             for _ in range(op[1]):
                 ev = eng.step()
                 check_kv_invariants(eng)
+                assert not eng.runner.batches_differ, eng.runner.batches_differ[0]
                 # the event shows the cache's tables as they are after the step
                 assert ev.block_tables == {rid: list(t) for rid, t in eng.cache.block_tables.items()}
     eng.draining = True
@@ -136,6 +138,31 @@ def _random_run(eng, seq):
         assert out.finish_reason in ("length", "abort")
         if out.finish_reason == "length":
             assert len(out.output_token_ids) == want[rid]
+
+
+def _check_batches(eng) -> None:
+    """From now on every step's batch is built both ways before it runs, and they must be the same: runs of
+    decode rows at once (PackedBatch.add_rows, what the engine does) and every row on its own (add)."""
+    from engine.model.packed_batch import PackedBatch
+    runner = eng.runner
+    if "execute" in vars(runner):
+        return  # wrapped already (the engines are the module's)
+    run, runner.batches_differ = runner.execute, []  # (a step's exception ends its requests, not the test)
+
+    def execute(rows, cache):
+        at_once, one_by_one = PackedBatch(runner, cache), PackedBatch(runner, cache)
+        at_once.add_rows(rows)
+        for row in rows:
+            one_by_one.add(row)
+        if _layout(at_once) != _layout(one_by_one):
+            runner.batches_differ.append((_layout(at_once), _layout(one_by_one)))
+        return run(rows, cache)
+    runner.execute = execute
+
+
+def _layout(batch) -> dict:
+    fields = {k: v for k, v in vars(batch).items() if k not in ("runner", "cache", "sample_rows")}
+    return {**fields, "sample_rows": [id(r) for r in batch.sample_rows]}
 
 
 def test_allocator_refcounts():
