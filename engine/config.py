@@ -234,7 +234,7 @@ def resolve_torch_compile(flag: bool | None, device: torch.device, cuda_graphs: 
         return cuda_graphs and device.type == "cuda"
     if flag and not cuda_graphs:
         raise ValueError("EngineConfig.torch_compile=True compiles the decode graphs' forward: it needs cuda_graphs "
-                         "(on or auto, with attention_backend='triton')")
+                         "(True, or None on CUDA, with the Triton attention backend)")
     return flag
 
 

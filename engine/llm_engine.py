@@ -42,6 +42,8 @@ class LLMEngine(ReadsOutputs):
         self.drafter = (DraftModel(self.cfg, self.runner, self.max_model_len, progress)
                         if self.cfg.speculative == "draft" else None)
         num_blocks = self._num_kv_blocks()
+        if on_warmup is not None and self.runner.torch_compile:  # (the decode graphs compile as they are made)
+            on_warmup(0, 1, "compiling the decode forward with torch.compile")
         self.runner.allocate_kv(num_blocks, self.cfg.block_size,
                                 max(self.cfg.max_num_seqs, self.cfg.static_batch_size), self.max_model_len)
         if self.drafter:

@@ -88,8 +88,8 @@ all)
   declare -A caps=([check]=${CAP_CHECK:-110} [floor]=${CAP_FLOOR:-150} [profile]=${CAP_PROFILE:-45}
                     [anyscale]=${CAP_ANYSCALE:-140} [anyscale-cb]=${CAP_ANYSCALE_CB:-120} [nano]=${CAP_NANO:-150})
   for part in $PARTS; do
-    capped "$part" "${caps[$part]}"
-    [[ $part == check ]] && wait  # the models, built meanwhile
+    [[ $part == check ]] || wait  # the models, built meanwhile (while the tests ran, where they run first)
+    capped "$part" "${caps[$part]:-120}"  # (lanes: 120 s)
   done
   wait
   echo "[all: exit $rc after ${SECONDS}s]" | tee -a "$OUT/parts.log"

@@ -30,8 +30,10 @@ as before (docs/PERFORMANCE.md has the figures).
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
+import os
 import time
 from collections import Counter
 
@@ -39,6 +41,8 @@ import torch
 
 from ..device_memory import CUDA_CAPTURE_LOCK
 from .attention import META_KWARG, BatchMeta
+from .files.model_files import user_cache
+from .runner import on_device
 from .triton_attention import PagedAttnInputs, query_tile
 from .triton_hf import pool_key
 
@@ -64,7 +68,8 @@ class DecodeGraphs:
         self.decoder, self.lm_head = runner.model.get_decoder(), runner.model.get_output_embeddings()
         # compiled: no bucket of one row (the compiler specialises a size of 1: a second compile for it), its
         # step runs in the bucket of two
-        self.sizes = buckets(max_rows)[1 if compiled and max_rows > 1 else 0:]
+        every = buckets(max_rows)
+        self.sizes = every[1 if compiled and max_rows > 1 else 0:]
         m = self.sizes[-1]
         # All padding to start with: what the captures run on. The forward's inputs have a spare row, so no
         # bucket's view is a whole buffer (the compiler would take that for a rule and recompile the others).
@@ -81,19 +86,18 @@ class DecodeGraphs:
         ones = torch.ones(m + 1, dtype=torch.int32, device=dev)
         starts = torch.arange(m + 1, dtype=torch.int32, device=dev)
         self._inputs = {b: PagedAttnInputs(starts[:b], ones[:b], self.context[:b], self.tables[:b], self.slots[:b],
-                                           max_query_len=1) for b in self.sizes}
+                                           max_query_len=1) for b in every}
         self.block_q = query_tile(runner.hf_config.num_attention_heads, runner.kv_shape.kv_heads, 1)
-        self._tiles = {b: self._inputs[b].tiles(self.block_q, b) for b in self.sizes}  # fixed: one token a row
-        for i in self._inputs.values():  # a bucket's row count is the one size the compiled forward leaves open
-            torch._dynamo.mark_static(i.block_tables, 1)
+        self._tiles = {b: self._inputs[b].tiles(self.block_q, b) for b in every}  # fixed: one token a row
         self.captured: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # bucket -> graph, hidden out
         self.failed: str | None = None  # why capture was given up (then every step runs eagerly)
         self.steps: Counter[tuple[int, int]] = Counter()  # (rows, bucket) -> steps run through a bucket
         self._hidden = decoder_hidden
         self.compile_failed: str | None = None  # why torch.compile was given up (then the forward runs as is)
         self.compile_s: float | None = None  # how long the compile took, where it did
+        self.graph_breaks = 0  # where the compiled forward is split in pieces (it still works, less fused)
         if compiled:
-            self._compile()
+            self._compile(every)
         if capture:
             self._capture_all()
 
@@ -151,20 +155,29 @@ class DecodeGraphs:
                             i.slot_mapping, *self._tiles[size])
 
     @torch.inference_mode()
-    def _compile(self) -> None:
-        """The forward through torch.compile, compiled here once, on the largest bucket's all-padding inputs
-        with the row count left symbolic (every bucket runs the same code): fused kernels, far fewer launches a
-        step. A compile that fails leaves the forward as it is, and says why."""
-        t0 = time.perf_counter()
+    def _compile(self, every: list[int]) -> None:
+        """The forward through torch.compile, compiled here on all-padding inputs, the row count left symbolic
+        so that every bucket runs the same code (each is run once here: nothing compiles after this), fused
+        kernels and far fewer launches a step. A compile that fails, or that torch would give up on (its limit
+        of compiles a function), leaves the forward uncompiled, with every bucket, and says why."""
+        t0, stats = time.perf_counter(), torch._dynamo.utils.counters
+        breaks0 = sum(stats["graph_break"].values())
+        # inductor's kernels where a restart (after a reboot too) finds them, not in /tmp
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(user_cache() / "torchinductor"))
         self._hidden = torch.compile(decoder_hidden, dynamic=True)
         try:
-            self._forward(self.sizes[-1])
+            with on_device(self.device), _compile_settings():
+                for size in reversed(self.sizes):
+                    self._forward(size)
             self.compile_s = time.perf_counter() - t0
         except Exception as e:  # noqa: BLE001 - any compiler failure: the uncompiled forward serves
-            self._hidden = decoder_hidden
+            self._hidden, self.sizes = decoder_hidden, every
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             self.compile_failed = f"{type(e).__name__}: {first[:200]}"
             log.warning("torch.compile of the decode forward failed, it runs uncompiled: %s", self.compile_failed)
+        self.graph_breaks = sum(stats["graph_break"].values()) - breaks0
+        if self.graph_breaks:
+            log.warning("the compiled decode forward has %d graph breaks: %s", self.graph_breaks, dict(stats["graph_break"]))
 
     @torch.inference_mode()
     def _capture_all(self) -> None:
@@ -199,11 +212,27 @@ class DecodeGraphs:
                     gc.enable()
 
 
+def _compile_settings():
+    """While compiling: reaching torch's limit of compiles a function raises (it would run the function
+    uncompiled, silently), the limit is raised for a process that builds engines of many models, and
+    sizes that happen to be equal are not taken to be always equal (duck shaping: a bucket's row count
+    equal to the block tables' width would compile again for the other buckets)."""
+    dynamo = {k: v for k, v in (("recompile_limit", 64), ("fail_on_recompile_limit_hit", True))
+              if hasattr(torch._dynamo.config, k)}
+    import torch.fx.experimental._config as shapes
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch._dynamo.config.patch(**dynamo))
+    if hasattr(shapes, "use_duck_shape"):
+        stack.enter_context(shapes.patch(use_duck_shape=False))
+    return stack
+
+
 def decoder_hidden(decoder, pool, key: int, block_q: int, ids, positions, starts, lens, context, tables, slots,
                    tile_start, tile_seq) -> torch.Tensor:
-    """Final hidden states [rows, hidden] of a decode-only bucket (one token a row; ids and positions [rows]). Everything that differs
-    between engines and buckets is an argument, so one compile serves every engine on the same model
-    (the pool's key is an integer the compiler leaves symbolic, not a constant it recompiles for)."""
+    """Final hidden states [rows, hidden] of a decode-only bucket (one token a row; ids and positions [rows]).
+    What differs between engines and buckets is an argument: the pool's key is an integer the compiler
+    leaves symbolic, the row count a symbolic size, so one compile serves every bucket and every engine on
+    the same weights with the same attention shape (a decoder or block_q of their own compile again)."""
     inputs = PagedAttnInputs(starts, lens, context, tables, slots, max_query_len=1,
                              _tiles={block_q: (tile_start, tile_seq)})
     meta = BatchMeta(pool=pool, num_tokens=ids.shape[0], write_idx=None, write_slots=slots, decode_idx=starts,

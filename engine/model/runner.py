@@ -112,7 +112,10 @@ class ModelRunner:
         state = "on" if self.graphs.capture else "eager buckets"
         if self.graphs.compile_failed:
             return f"{state}, compile failed ({self.graphs.compile_failed})"
-        return f"{state}, compiled in {self.graphs.compile_s:.1f} s" if self.torch_compile else state
+        if not self.torch_compile:
+            return state
+        breaks = self.graphs.graph_breaks
+        return f"{state}, compiled in {self.graphs.compile_s:.1f} s" + (f" ({breaks} graph breaks)" if breaks else "")
 
     def allocate_kv(self, num_blocks: int, block_size: int, max_rows: int, max_model_len: int) -> None:
         """The KV pool, and the decode graphs' persistent inputs for up to max_rows rows."""

@@ -238,7 +238,7 @@ def _attention_launch(query, k_pool, v_pool, out, inputs, scale, sliding_window,
     kv_heads = k_pool.shape[2]
     group = heads // kv_heads
     group_pad = triton.next_power_of_2(group)
-    block_q = _block_q(group_pad, inputs.max_query_len)
+    block_q = query_tile(heads, kv_heads, inputs.max_query_len)
     grid = (T // block_q + inputs.num_seqs, kv_heads)
     args = (query, k_pool, v_pool, out,
             inputs.query_start, inputs.query_len, inputs.context_len, inputs.block_tables,

@@ -2,14 +2,16 @@
 
 Eagerly, `paged_attention_hf` launches the kernels itself. Traced by torch.compile (the decode graphs'
 compiled forward, engine/model/decode_graphs.py), each layer's write and attention go through one
-custom operator instead, `inflight::paged_attention`, which the compiler keeps whole and calls where
-the layer needs it. The operator finds the KV pool by a key, not as an argument: a pool passed in
-would be an input the operator mutates, which the compiler may copy (gigabytes) to keep functional;
-found by key it is state the operator owns, as an attention layer's cache is in vLLM. The operator's
-output is used by the next layer, so it is never dropped or reordered.
+custom operator instead, `inflight::write_kv_and_attend`, which the compiler keeps whole. The operator
+finds the KV pool by a key, not as an argument: the pools stay out of the compiler's guards and inputs
+(two tensors a layer), as an attention layer's cache does in vLLM. It is declared as mutating nothing,
+which holds because of how it is used: its output feeds the next layer (never dropped, never merged:
+each call names its own layer), nothing else in the graph reads or writes a pool (nothing to reorder
+it against), and the graph only ever runs inference.
 """
 from __future__ import annotations
 
+import itertools
 import weakref
 
 import torch
@@ -18,11 +20,12 @@ from .attention import META_KWARG
 from .triton_attention import PagedAttnInputs, paged_attention_triton, query_tile, write_kv_triton
 
 _POOLS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # key -> KVPool, for the operator
+_KEYS = itertools.count()
 
 
 def pool_key(pool) -> int:
-    """The key the compiled operator finds `pool` by (kept while the pool lives)."""
-    key = id(pool)
+    """A new key the compiled operator finds `pool` by (while the pool lives)."""
+    key = next(_KEYS)
     _POOLS[key] = pool
     return key
 
@@ -70,33 +73,39 @@ def paged_attention_hf(module, query, key, value, attention_mask, scaling=None, 
     layer = module.layer_idx
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     q, k, v = query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1)
-    if torch.compiler.is_compiling():
+    # is_dynamo_compiling: true only inside the trace (is_compiling is true in every thread while any
+    # thread compiles: another lane's eager step would take this branch)
+    if torch.compiler.is_dynamo_compiling() and meta.pool_key >= 0:
         tiles = inputs.tiles(query_tile(q.shape[1], k.shape[1], inputs.max_query_len), q.shape[0])
-        out = torch.ops.inflight.paged_attention(
+        out = torch.ops.inflight.write_kv_and_attend(
             q, k, v, meta.pool_key, layer, inputs.query_start, inputs.query_len, inputs.context_len,
             inputs.block_tables, inputs.slot_mapping, *tiles, scale, sliding_window or 0, inputs.max_query_len)
-        return out.unsqueeze(0), None
-    k_pool, v_pool = meta.pool.k[layer], meta.pool.v[layer]
-    write_kv_triton(k, v, k_pool, v_pool, inputs.slot_mapping)
-    out = paged_attention_triton(q, k_pool, v_pool, inputs, scale, sliding_window=sliding_window or None)
+    else:
+        out = _write_and_attend(q, k, v, meta.pool.k[layer], meta.pool.v[layer], inputs, scale, sliding_window)
     return out.unsqueeze(0), None
 
 
-@torch.library.custom_op("inflight::paged_attention", mutates_args=())
-def _write_and_attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, pool: int, layer: int,
-                      query_start: torch.Tensor, query_len: torch.Tensor, context_len: torch.Tensor,
-                      block_tables: torch.Tensor, slot_mapping: torch.Tensor, tile_start: torch.Tensor,
-                      tile_seq: torch.Tensor, scale: float, window: int, max_query_len: int) -> torch.Tensor:
-    """One layer's K/V written to pool `pool` (a pool_key) and its attention, out [T, H, D]."""
-    kv = _POOLS[pool]
-    k_pool, v_pool = kv.k[layer], kv.v[layer]
-    write_kv_triton(key, value, k_pool, v_pool, slot_mapping)
+def _write_and_attend(q, k, v, k_pool, v_pool, inputs: PagedAttnInputs, scale: float, window) -> torch.Tensor:
+    """The step's K/V written to the layer's pools, then its attention over them: out [T, H, D]."""
+    write_kv_triton(k, v, k_pool, v_pool, inputs.slot_mapping)
+    return paged_attention_triton(q, k_pool, v_pool, inputs, scale, sliding_window=window or None)
+
+
+@torch.library.custom_op("inflight::write_kv_and_attend", mutates_args=())
+def _write_kv_and_attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, pool_key: int, layer: int,
+                         query_start: torch.Tensor, query_len: torch.Tensor, context_len: torch.Tensor,
+                         block_tables: torch.Tensor, slot_mapping: torch.Tensor, tile_start: torch.Tensor,
+                         tile_seq: torch.Tensor, scale: float, window: int, max_query_len: int) -> torch.Tensor:
+    """_write_and_attend on layer `layer` of the pool registered as `pool_key`, its tiles given."""
+    pool = _POOLS.get(pool_key)
+    if pool is None:
+        raise RuntimeError(f"no KV pool is registered as {pool_key} (a compiled forward outlived its engine?)")
     inputs = PagedAttnInputs(query_start, query_len, context_len, block_tables, slot_mapping, max_query_len)
     inputs._tiles[query_tile(query.shape[1], key.shape[1], max_query_len)] = (tile_start, tile_seq)
-    return paged_attention_triton(query, k_pool, v_pool, inputs, scale, sliding_window=window or None)
+    return _write_and_attend(query, key, value, pool.k[layer], pool.v[layer], inputs, scale, window)
 
 
-@_write_and_attend.register_fake
-def _(query, key, value, pool, layer, query_start, query_len, context_len, block_tables, slot_mapping,
+@_write_kv_and_attend.register_fake
+def _(query, key, value, pool_key, layer, query_start, query_len, context_len, block_tables, slot_mapping,
       tile_start, tile_seq, scale, window, max_query_len):
     return query.new_empty(query.shape)

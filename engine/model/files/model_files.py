@@ -22,9 +22,14 @@ def models_cache_root() -> Path:
     env = os.environ.get("INFLIGHT_CACHE")
     if env:
         return Path(os.path.expanduser(env))
+    return user_cache() / "models"
+
+
+def user_cache() -> Path:
+    """``$XDG_CACHE_HOME/inflight``, else ``~/.cache/inflight``: what outlives a reboot (models, compiled kernels)."""
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(os.path.expanduser(xdg)) if xdg else Path(os.path.expanduser("~")) / ".cache"
-    return base / "inflight" / "models"
+    return base / "inflight"
 
 
 def converted_cache_dir(model: str) -> Path:

@@ -400,18 +400,23 @@ def test_compiled_decode_buckets_equal_generate(tiny_model_dirs):
     compiles nothing more."""
     import torch._dynamo
     from engine.llm_engine import LLMEngine
-    from engine_helpers import check_drained, greedy, make_engine, mixed_prompts
+    from engine_helpers import check_drained, greedy, mixed_prompts
     from tiny_models import reference_greedy
-    torch._dynamo.reset()
     graphs = torch._dynamo.utils.counters["stats"]  # (for the whole process: earlier tests' compiles count too)
     before = graphs["unique_graphs"]
     model = tiny_model_dirs["qwen3"]
-    kw = dict(strategy="continuous", attention_backend="triton", device=DEVICE, cuda_graphs=True, torch_compile=True,
-              linear_backend="torch", max_num_seqs=6, num_kv_blocks=20, max_model_len=64, max_num_batched_tokens=16)
-    eng = make_engine(model, **kw)
+    from engine.config import EngineConfig
+    told = []  # what the warm-up's progress said (the sidebar shows it)
+    eng = LLMEngine(EngineConfig(model=str(model), dtype="float32", block_size=4, attention_backend="triton",
+                                 device=DEVICE, cuda_graphs=True, torch_compile=True, linear_backend="torch",
+                                 max_num_seqs=6, static_batch_size=4, num_kv_blocks=20, max_model_len=64,
+                                 max_num_batched_tokens=16),
+                    on_warmup=lambda done, total, what: told.append(what))
+    assert told[:1] == ["compiling the decode forward with torch.compile"]
     assert eng.runner.graphs_state().startswith(("on" if _CUDA else "eager buckets") + ", compiled in ")
     compiles = graphs["unique_graphs"]
     assert compiles == before + 1 and eng.runner.graphs.sizes == [2, 4, 6]  # a one-row step runs in the bucket of 2
+    assert eng.runner.graphs.graph_breaks == 0  # one graph: everything fused that can be
     other = LLMEngine(eng.cfg, share_weights_with=eng)
     assert other.runner.graphs.pool_key != eng.runner.graphs.pool_key
     mixed, mixed_max = mixed_prompts(7)
@@ -443,6 +448,22 @@ def test_a_failed_compile_leaves_the_decode_forward_uncompiled(tiny_model_dirs, 
     prompts = [[5, 9, 13], [7, 8]]
     outs = eng.generate(prompts, [greedy(5), greedy(5)])
     assert [o.output_token_ids for o in outs] == reference_greedy(tiny_model_dirs["llama"], prompts, [5, 5])
+
+
+@kernels
+@pytest.mark.skipif(not hasattr(torch.compiler, "_compile_session_context"), reason="this torch has no such context")
+def test_an_eager_step_while_another_thread_compiles_runs_the_kernels_itself(tiny_model_dirs):
+    """While any thread compiles, torch.compiler.is_compiling() is true in every thread: another lane's eager
+    step (a prefill, a batch no bucket holds) must still launch the kernels itself, not the compiled
+    forward's operator (which knows no pool for it)."""
+    from engine_helpers import greedy, make_engine
+    from tiny_models import reference_greedy
+    eng = make_engine(tiny_model_dirs["llama"], attention_backend="triton", device=DEVICE, cuda_graphs=False)
+    prompts = [[5, 9, 13, 17], [7, 8]]
+    with torch.compiler._compile_session_context():
+        outs = eng.generate(prompts, [greedy(4), greedy(4)])
+    assert [o.finish_reason for o in outs] == ["length", "length"], [o.error for o in outs]
+    assert [o.output_token_ids for o in outs] == reference_greedy(tiny_model_dirs["llama"], prompts, [4, 4])
 
 
 def test_torch_compile_needs_the_decode_graphs_and_defaults_on_with_them_on_cuda():
