@@ -45,6 +45,8 @@ def test_the_shipped_demo_plays_offline_to_the_end_and_seeks(browser):  # noqa: 
     page.wait_for_function(f"() => !!{PLAYER} && !!{PLAYER}.inst", timeout=60_000)
     assert errors == [], errors
     page.select_option(".ifl-speed", "4")
+    assert page.evaluate(f"() => {PLAYER}.speed") == 4  # the page's own control
+    page.evaluate(f"() => {{ {PLAYER}.speed = 16; }}")  # faster than it offers, to keep the test short
     page.wait_for_function("() => document.body.dataset.ended === 'true'", timeout=60_000)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "web-page-ended.png"))

@@ -10,7 +10,7 @@ from engine.harness.soak import run_soak
 def test_soak_loses_nothing_and_leaks_no_block(tiny_llama_dir, tmp_path):
     """A disaggregated lane among them: its two engines reset by step faults mid-flight and reconfigured;
     and a remote lane whose server misbehaves in every way in turn: each of its requests ends with an error."""
-    r = run_soak(0.3, str(tiny_llama_dir), rate=4.0, fault_rate=0.01, num_kv_blocks=512,
+    r = run_soak(0.2, str(tiny_llama_dir), rate=4.0, fault_rate=0.01, num_kv_blocks=512,
                  log_path=str(tmp_path / "server.log"), fuzz_every_s=0.3, uploads_every_s=2.0, split_lane=True,
                  hostile_lane=True)
     assert r["lost"] == 0, (r["lost_how"], r["unfinished_on_server"])
