@@ -61,6 +61,7 @@ class IncrementalDetokenizer:
         """The tokenizer its windows are decoded with (an engine's thread gives each request its own)."""
         self._tokenizer = tokenizer
         self._rust_decode = rust_decode(tokenizer)
+        self._additive = additive_decode(tokenizer)
 
     @property
     def text(self) -> str:
@@ -116,11 +117,14 @@ class IncrementalDetokenizer:
         return self._prefix_text
 
     def _emit(self, delta: str, new_read_offset: int) -> str:
-        # The emitted tokens become the next window's context.
+        # The emitted tokens become the next window's context. Where decoding is additive and both ends of
+        # those tokens are whole characters, their text is the delta: one decode a token instead of two.
+        whole = self._prefix_text is not None and not self._prefix_text.endswith(REPLACEMENT_CHAR) \
+            and not delta.endswith(REPLACEMENT_CHAR)
         old_read = self._read_offset
         self._prefix_offset = old_read
         self._read_offset = new_read_offset
-        self._prefix_text = None
+        self._prefix_text = delta if self._additive and whole else None
         # Ids before the new prefix are never decoded again.
         if self._prefix_offset > 64:
             del self._ids[:self._prefix_offset]
@@ -163,6 +167,14 @@ def rust_decode(tokenizer):
     if backend is None or getattr(type(tokenizer), "_decode", None) is not TokenizersBackend._decode:
         return None
     return backend.decode
+
+
+def additive_decode(tokenizer) -> bool:
+    """Whether the text of ids a + b is the text of a then the text of b wherever a ends on a whole
+    character: a Rust tokenizer whose decoder is byte-level (GPT-2's bytes; SmolLM2, Qwen, Llama 3), which
+    maps each token to its bytes. A SentencePiece decoder is not (it drops the first token's leading space)."""
+    backend = getattr(tokenizer, "_tokenizer", None)
+    return rust_decode(tokenizer) is not None and type(getattr(backend, "decoder", None)).__name__ == "ByteLevel"
 
 
 def apply_chat_template(tokenizer, messages: list[dict], add_generation_prompt=True, **kwargs) -> list[int]:

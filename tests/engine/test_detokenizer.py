@@ -226,6 +226,35 @@ def test_the_rust_decode_streams_what_the_tokenizers_own_decode_does(tok, data):
     assert _stream(tok, prompt, ids)[1:] == _stream(own, prompt, ids)[1:]
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_byte_level_tokenizer_streams_the_same_with_one_decode_a_token(tok, byte_tokens, data):
+    """Byte-level decoding is additive: the text of the tokens just emitted is their delta, so a push decodes
+    once (its window), not twice (its window and the emitted tokens again). Same deltas either way, for any
+    ids: broken bytes, specials, a prompt whose last tokens end inside a character."""
+    from engine.detokenizer import additive_decode
+    assert additive_decode(tok)
+    pieces = st.one_of(st.integers(0, len(tok) - 1), st.sampled_from(sorted(byte_tokens.values())))
+    ids, prompt = data.draw(st.lists(pieces, max_size=40)), data.draw(st.lists(pieces, max_size=6))
+    reused, decoded = IncrementalDetokenizer(tok, prompt), IncrementalDetokenizer(tok, prompt)
+    decoded._additive = False
+    calls = [0, 0]
+    for i, d in enumerate((reused, decoded)):
+        count = d._rust_decode
+        d._rust_decode = lambda w, _c=count, _i=i, **kw: (calls.__setitem__(_i, calls[_i] + 1), _c(w, **kw))[1]
+    assert [reused.push(t) for t in ids] + [reused.finish()] == [decoded.push(t) for t in ids] + [decoded.finish()]
+    assert calls[0] <= calls[1]
+
+
+def test_plain_text_decodes_once_a_token(tok):
+    ids = tok.encode("plain ascii text, nothing special, and then some more of it.", add_special_tokens=False)
+    detok, calls = IncrementalDetokenizer(tok, []), []
+    decode = detok._rust_decode
+    detok._rust_decode = lambda w, **kw: (calls.append(w), decode(w, **kw))[1]
+    assert "".join(detok.push(t) for t in ids) == tok.decode(ids)
+    assert len(calls) == len(ids) + 1  # each push its window, and the empty context once
+
+
 def test_metaspace_tokenizer_without_prompt_context():
     """SentencePiece-style: a decoder that strips the leading space of the whole string."""
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -237,6 +266,8 @@ def test_metaspace_tokenizer_without_prompt_context():
     hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", unk_token="<unk>")
     ids = hf.encode("hello world the fox", add_special_tokens=False)
     _check_stream(hf, [], ids)
+    from engine.detokenizer import additive_decode
+    assert not additive_decode(hf)  # its decode drops the first token's leading space: never additive
 
 
 # -- apply_chat_template ----------------------------------------------------
