@@ -117,10 +117,10 @@ class IncrementalDetokenizer:
         return self._prefix_text
 
     def _emit(self, delta: str, new_read_offset: int) -> str:
-        # The emitted tokens become the next window's context. Where decoding is additive and both ends of
-        # those tokens are whole characters, their text is the delta: one decode a token instead of two.
-        whole = self._prefix_text is not None and not self._prefix_text.endswith(REPLACEMENT_CHAR) \
-            and not delta.endswith(REPLACEMENT_CHAR)
+        # The emitted tokens become the next window's context. Where decoding is additive and those tokens
+        # start on a whole character (the text before them ends in none cut short), their text is the delta:
+        # one decode a token instead of two.
+        whole = self._prefix_text is not None and not self._prefix_text.endswith(REPLACEMENT_CHAR)
         old_read = self._read_offset
         self._prefix_offset = old_read
         self._read_offset = new_read_offset

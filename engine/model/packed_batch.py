@@ -40,7 +40,7 @@ class PackedBatch:
         draft) at once, the others one by one."""
         run: list[ScheduledRow] = []
         for row in rows:
-            if row.num_new == 1 and not row.num_pad and not row.draft and row.phase == DECODE:
+            if row.num_new == 1 and not row.num_pad and row.phase == DECODE:  # (one token: no draft)
                 run.append(row)
                 continue
             if run:
@@ -58,7 +58,7 @@ class PackedBatch:
         pos = [q.num_computed_tokens for q in reqs]
         matrix_rows = [self.cache.tables.row[q.request_id] for q in reqs]
         p = np.array(pos, dtype=np.int64)
-        slots = self.cache.tables.array[np.array(matrix_rows, dtype=np.intp), p // bs] * bs + p % bs
+        slots = self.cache.tables.array[np.array(matrix_rows, dtype=np.intp), p // bs].astype(np.int64) * bs + p % bs
         self.ids.extend([q.output_token_ids[-1] for q in reqs])  # a decode row's next token is its last one
         self.positions.extend(pos)
         self.write_tok.extend(range(t, t + n))

@@ -246,6 +246,15 @@ def test_a_byte_level_tokenizer_streams_the_same_with_one_decode_a_token(tok, by
     assert calls[0] <= calls[1]
 
 
+def test_a_prompt_ending_inside_a_character_is_decoded_again_after_it(tok, byte_tokens):
+    """The prompt's last byte starts "€" (E2 82 AC), whose other bytes come as output: the text those
+    tokens decode to on their own is not the delta, which only adds what follows the prompt's text."""
+    prompt, out = [byte_tokens[0xE2]], [byte_tokens[0x82], byte_tokens[0xAC], byte_tokens[ord("a")],
+                                         byte_tokens[ord("b")]]
+    detok = IncrementalDetokenizer(tok, prompt)
+    assert [detok.push(t) for t in out] + [detok.finish()] == ["", "", "a", "b", ""]
+
+
 def test_plain_text_decodes_once_a_token(tok):
     ids = tok.encode("plain ascii text, nothing special, and then some more of it.", add_special_tokens=False)
     detok, calls = IncrementalDetokenizer(tok, []), []

@@ -1,4 +1,4 @@
-"""The chaos and soak harness, for about 20 s on a tiny model: nothing lost, no KV block leaked, every
+"""The chaos and soak harness, for about 12 s on a tiny model: nothing lost, no KV block leaked, every
 fuzzed input answered without a 5xx and every fuzzed upload played or refused with its reason."""
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from engine.harness.soak import run_soak
 def test_soak_loses_nothing_and_leaks_no_block(tiny_llama_dir, tmp_path):
     """A disaggregated lane among them: its two engines reset by step faults mid-flight and reconfigured;
     and a remote lane whose server misbehaves in every way in turn: each of its requests ends with an error."""
-    r = run_soak(0.2, str(tiny_llama_dir), rate=4.0, fault_rate=0.01, num_kv_blocks=512,
-                 log_path=str(tmp_path / "server.log"), fuzz_every_s=0.3, uploads_every_s=2.0, split_lane=True,
+    r = run_soak(0.2, str(tiny_llama_dir), rate=4.0, fault_rate=0.01, num_kv_blocks=512, config_every_s=2.0,
+                 log_path=str(tmp_path / "server.log"), fuzz_every_s=0.3, uploads_every_s=1.0, split_lane=True,
                  hostile_lane=True)
     assert r["lost"] == 0, (r["lost_how"], r["unfinished_on_server"])
     assert r["kv_blocks_leaked"] == 0 and r["in_flight_after"] == 0
     assert r["completed"] > 0 and r["server_requests"] > 0 and r["monitor_skipped_events"] == 0
     assert r["errored"] > 0, "no injected step fault reached a request"
     assert r["malformed_answered"] == r["malformed_sent"]
-    assert r["controls_refused"] > 0 and r["configures"] > 0
+    assert r["controls_refused"] > 0 and r["configures"] >= 2  # (the second changes the block size)
     assert r["fuzz_sent"] > 20 and r["fuzz_answered"] == r["fuzz_sent"] and r["fuzz_5xx"] == 0, r["fuzz_5xx_how"]
     assert r["uploads"] > 3 and r["uploads_failed"] == 0 and r["uploads_refused"] > 0
     # bad-gauges answers politely ("fine"): a sixth of them; the rest cross a bound and end with an error

@@ -110,6 +110,7 @@ def test_random_add_abort_step_with_a_draft_model(drafting, strategy, caching, s
 
 def _random_run(eng, seq):
     _check_batches(eng)
+    eng.runner.batches_differ.clear()
     added, want = [], {}
     for op in seq:
         if op[0] == "add":
@@ -131,6 +132,7 @@ def _random_run(eng, seq):
             break
         eng.step()
         check_kv_invariants(eng)
+        assert not eng.runner.batches_differ, eng.runner.batches_differ[0]
     eng.draining = False
     check_drained(eng)
     for rid in added:
