@@ -48,17 +48,22 @@ VIEWER_KEY = "soak-viewer-key"  # soak_server's default API key: the fuzzer call
 SETTINGS = [{"max_num_seqs": 8}, {"block_size": 32}, {"max_num_seqs": 16}, {"block_size": 16}]
 
 
-@contextmanager
-def soak_server(model: str | None, port: int, token: str, fault_rate: float, log, **engine_flags):
-    cmd = [sys.executable, "-m", "engine.harness.soak_server", "--port", str(port), "--token", token,
-           "--fault-rate", str(fault_rate)]
-    if model:
-        cmd += ["--model", model]
+def server_args(model: str | None, port: int, token: str, fault_rate: float, **engine_flags) -> list[str]:
+    """The soak server's command-line arguments. Each value is joined to its flag (--token=...): a random
+    token that starts with "-" would otherwise read as a flag (the server exited with 2 now and then)."""
+    args = [f"--port={port}", f"--token={token}", f"--fault-rate={fault_rate}"] + ([f"--model={model}"] if model else [])
     for name, value in engine_flags.items():
         if value is True:  # a switch
-            cmd += [f"--{name.replace('_', '-')}"]
+            args.append(f"--{name.replace('_', '-')}")
         elif value is not None and value is not False:
-            cmd += [f"--{name.replace('_', '-')}", str(value)]
+            args.append(f"--{name.replace('_', '-')}={value}")
+    return args
+
+
+@contextmanager
+def soak_server(model: str | None, port: int, token: str, fault_rate: float, log, **engine_flags):
+    cmd = [sys.executable, "-m", "engine.harness.soak_server", *server_args(model, port, token, fault_rate,
+                                                                             **engine_flags)]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         _wait_port(port, proc)

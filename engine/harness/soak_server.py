@@ -105,7 +105,7 @@ def build_service(model: str | None, token: str, api_key: str, fault_rate: float
     return svc
 
 
-def main(argv=None) -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--token", required=True)
@@ -123,7 +123,11 @@ def main(argv=None) -> None:
     ap.add_argument("--heap-report", default=None,
                     help="write tracemalloc's view of the Python heap here every --heap-every seconds (JSON)")
     ap.add_argument("--heap-every", type=float, default=60.0)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> None:
+    args = parser().parse_args(argv)
     if args.heap_report:
         HeapWatch(args.heap_report, args.heap_every, baseline_after_s=args.heap_every).start()
     svc = build_service(args.model, args.token, args.api_key, args.fault_rate, args.device, args.split_lane,

@@ -25,6 +25,18 @@ def test_soak_loses_nothing_and_leaks_no_block(tiny_llama_dir, tmp_path):
     assert r["hostile_requests"] > 5 and r["hostile_errors"] >= r["hostile_requests"] // 2
 
 
+def test_the_server_reads_any_token_the_soak_draws():
+    """secrets.token_urlsafe starts with "-" one time in 64: passed as a separate argument, the server's
+    parser took it for a flag and the server exited with 2 (a full run failed so)."""
+    from engine.harness.soak import server_args
+    from engine.harness.soak_server import parser
+    for token in ("-abc", "--x", "plain_token-"):
+        args = parser().parse_args(server_args("-model-dir", 8000, token, 0.01, num_kv_blocks=512, split_lane=True,
+                                               hostile_url=None, uploads_every=-1.5))
+        assert (args.token, args.model, args.num_kv_blocks, args.split_lane, args.uploads_every) == \
+            (token, "-model-dir", 512, True, -1.5)
+
+
 def test_the_heap_report_tells_python_from_native_memory(tmp_path):
     """--heap-report: the Python heap and what grew since the baseline, beside the RSS and glibc's count of
     bytes in use, freed but kept, and mmapped; a native allocation shows in malloc's count, not Python's."""
