@@ -19,8 +19,10 @@
 # BATCHES=1,16,64,256 CONTEXT=512 SCALE=0.1 (anyscale's share of its 1000 requests) NANO_SCALE=1
 # MAX_SEQS=256 STATIC_BATCH=32 BUDGET=8192 (tokens per step) KV_GB=16 (the same KV memory for every lane)
 # DEADLINE_S=530, and each part's cap: CAP_CHECK=110 CAP_FLOOR=150 CAP_PROFILE=45 CAP_ANYSCALE=140
-# CAP_ANYSCALE_CB=120 CAP_NANO=150 (seconds; a part never runs past the deadline less PACK_S=10; a compiled
-# engine spends its first minute or so in torch.compile). PARTS="check floor nano" runs only those.
+# CAP_ANYSCALE_CB=120 CAP_NANO=150 (seconds; a part never runs past the deadline less PACK_S=10; an engine
+# that compiles spends part of its start in torch.compile: its status gives the seconds).
+# PARTS="check floor nano" runs only those: all the parts take longer than one 10-minute call, so run them in
+# two (then PARTS="profile anyscale anyscale-cb").
 set -uo pipefail
 OUT=${OUT:-docs/perf/gpu-run}
 DEVICE=${DEVICE:-cuda} DTYPE=${DTYPE:-bfloat16} ATTN=${ATTN:-auto}
