@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from .kv_wire import KvBase, change_fields, key_fields
 from .wire_json import dumps
 
 if TYPE_CHECKING:
@@ -119,6 +120,9 @@ class StepEvent:
     # requests whose model sampled its end-of-text token this step while ignore_eos kept them going:
     # request id -> the length of its text (characters) there, the end of its own answer
     answer_ends: dict[int, int] = field(default_factory=dict)
+    # the previous step event's KV of the same engine: the wire sends the changes since it (None: this
+    # event is a key frame and sends its tables whole; engine/kv_wire.py)
+    kv_base: KvBase | None = None
 
     def block_holders(self) -> dict[int, list[int]]:
         """Block -> the requests holding it (more than one when prefix caching shares it): the block
@@ -142,8 +146,9 @@ class StepEvent:
     def num_padding_tokens(self) -> int:
         return sum(e.num_tokens for e in self.entries if e.phase == PADDING)
 
-    def to_dict(self) -> dict:
-        """Compact JSON-ready form (the websocket's shape)."""
+    def to_dict(self, key: bool = False) -> dict:
+        """Compact JSON-ready form (the websocket's shape); key: with the tables whole even where the
+        event is not a key frame."""
         return {
             "type": StepMessage.TYPE,
             "step": self.step,
@@ -158,15 +163,7 @@ class StepEvent:
             "preempted": self.preempted,
             "tokens_used": self.tokens_used,
             "token_budget": self.token_budget,
-            "kv": {
-                "num_blocks": self.num_blocks,
-                "block_size": self.block_size,
-                "used": self.used_blocks,
-                "block_tables": {str(k): v for k, v in self.block_tables.items()},
-                "kv_tokens": {str(k): v for k, v in self.kv_tokens.items()},
-                "reserved_unused_slots": self.reserved_unused_slots,
-                "cached": self.cached_blocks,
-            },
+            "kv": self._kv_dict(key),
             "prefix_queries": self.prefix_queries,
             "prefix_hits": self.prefix_hits,
             "sampled": {str(k): v for k, v in self.sampled.items()},
@@ -175,6 +172,13 @@ class StepEvent:
             **self._part_dict(),
             **({"answer_ends": {str(k): v for k, v in self.answer_ends.items()}} if self.answer_ends else {}),
         }
+
+    def _kv_dict(self, key: bool) -> dict:
+        state = (self.block_tables, self.kv_tokens, self.cached_blocks)
+        return {"num_blocks": self.num_blocks, "block_size": self.block_size, "used": self.used_blocks,
+                "reserved_unused_slots": self.reserved_unused_slots,
+                **(key_fields(*state) if key or self.kv_base is None else
+                   change_fields(self.kv_base, *state, ((e.request_id, e.context_len) for e in self.entries)))}
 
     def _part_dict(self) -> dict:
         """A disaggregated lane's fields, sent only by its halves."""
@@ -246,10 +250,38 @@ class StepMessage(Event):
     deltas: dict[int, str] = field(default_factory=dict)
     roofline: dict | None = None  # engine/telemetry/roofline.py step_roofline(); sent only when known
 
-    def to_dict(self) -> dict:
+    def to_dict(self, key: bool = False) -> dict:
         extra = {} if self.roofline is None else {"roofline": self.roofline}
-        return {**self.event.to_dict(), **self.source(), "deltas": {str(k): v for k, v in self.deltas.items()},
+        return {**self.event.to_dict(key), **self.source(), "deltas": {str(k): v for k, v in self.deltas.items()},
                 **extra}
+
+    # ---- its KV for a reader that needs a key frame (engine/kv_wire.py KvSync) ----------------------
+    @property
+    def kv_pool(self) -> tuple:
+        return self.lane, self.event.part
+
+    @property
+    def kv_is_key(self) -> bool:
+        return self.event.kv_base is None
+
+    can_key = True  # a live event holds its tables whole
+
+    def key_wire(self) -> dict:
+        """The wire dict with the tables whole (built on first use and kept, like wire())."""
+        if self.kv_is_key:
+            return self.wire()
+        out = self.__dict__.get("_key_wire")
+        if out is None:
+            out = self.__dict__["_key_wire"] = self.to_dict(key=True)
+        return out
+
+    def key_json(self) -> str:
+        if self.kv_is_key:
+            return self.json()
+        out = self.__dict__.get("_key_json")
+        if out is None:
+            out = self.__dict__["_key_json"] = dumps(self.key_wire())
+        return out
 
 
 @dataclass(kw_only=True)

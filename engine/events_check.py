@@ -173,14 +173,32 @@ def _part(v, path: str) -> None:
         raise ValueError(f'{path} must be "{PREFILL_PART}" or "{DECODE_PART}"')
 
 
-_KV = _object({"num_blocks": _int, "block_size": _int, "used": _int, "block_tables": _map(_id_key, _list(_int)),
-               "kv_tokens": _map(_id_key, _int), "reserved_unused_slots": _int, "cached": _list(_int)},
-              frozenset({"num_blocks", "block_size", "used", "block_tables"}))
+def _table_change(v, path: str) -> None:
+    """A KV delta's change of one table (engine/kv_wire.py): [start, blocks appended...]."""
+    if not (isinstance(v, list) and v and is_int(v[0]) and v[0] >= 0):
+        raise ValueError(f"{path} must be [start, blocks...] with start >= 0")
+    _list(_int)(v, path)
+
+
+_KV_FIELDS = {"num_blocks": _int, "block_size": _int, "used": _int, "reserved_unused_slots": _int,
+              "cached": _list(_int)}
+_KV_REQUIRED = frozenset({"num_blocks", "block_size", "used"})
+_KV_KEY = _object({**_KV_FIELDS, "block_tables": _map(_id_key, _list(_int)), "kv_tokens": _map(_id_key, _int)},
+                  _KV_REQUIRED | {"block_tables"})
+_KV_CHANGES = _object({**_KV_FIELDS, "tables": _map(_id_key, _optional(_table_change)),
+                       "kv_tokens": _map(_id_key, _optional(_int))}, _KV_REQUIRED | {"tables"})
+
+
+def _kv(v, path: str) -> None:
+    """A step's KV: its tables whole (a key frame) or the changes since its engine's previous step."""
+    (_KV_CHANGES if isinstance(v, dict) and "tables" in v else _KV_KEY)(v, path)
+
+
 # StepEvent.to_dict() plus what StepMessage adds (its lane, deltas and roofline)
 _STEP_FIELDS = {
     "type": _str, "step": _int, "strategy": _str, "t_start": _num, "t_end": _num, "entries": _list(_entry),
     "num_waiting": _int, "num_running": _int, "admitted": _list(_int), "finished": _list(_int),
-    "preempted": _list(_int), "tokens_used": _int, "token_budget": _int, "kv": _KV, "prefix_queries": _int,
+    "preempted": _list(_int), "tokens_used": _int, "token_budget": _int, "kv": _kv, "prefix_queries": _int,
     "prefix_hits": _int, "sampled": _map(_id_key, _int), "lane": _optional(_str),
     "deltas": _map(_id_key, _str), "roofline": _optional(_map(_str, _optional(_num))),
     "waits": _map(_id_key, _optional(_map(_str, check_json))),

@@ -5,6 +5,7 @@ import random
 from collections import Counter
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.kv_wire import fold_kv
 
 
 def make_engine(model_dir, **overrides) -> LLMEngine:
@@ -46,6 +47,30 @@ def check_kv_invariants(eng: LLMEngine) -> None:
         assert all(n == 1 for n in holders.values()), "a block is shared without prefix caching"
     check_table_matrix(cache)
     check_host_pool(cache)
+
+
+def check_wire_kv(eng: LLMEngine, ev) -> None:
+    """A step event's KV as the wire sends it (the changes since the engine's previous event, or the
+    tables whole) folds into exactly the tables it holds. Call it on every event of the engine."""
+    if ev is None:
+        return
+    wire = ev.to_dict()
+    folded = fold_kv(eng.__dict__.get("_folded_kv"), wire["kv"], wire["entries"])
+    assert folded == ev.to_dict(key=True)["kv"], "the KV changes on the wire do not fold into the tables"
+    eng.__dict__["_folded_kv"] = folded
+
+
+def whole_kv(events: list[dict]) -> list[dict]:
+    """Wire events with each step's KV folded whole (engine/kv_wire.py), per lane and half, as a client
+    that read them in order holds them."""
+    last, out = {}, []
+    for e in events:
+        if e.get("type") == "step" and "kv" in e:
+            pool = (e.get("lane"), e.get("part"))
+            last[pool] = fold_kv(last.get(pool), e["kv"], e["entries"])
+            e = {**e, "kv": last[pool]}
+        out.append(e)
+    return out
 
 
 def check_table_matrix(cache) -> None:

@@ -2,7 +2,8 @@
 // logical index and with how many tokens; which blocks are shared (in more than one block table: the
 // prefix cache handed them to several requests) and which are cached-evictable (ref count 0, reused on
 // a prefix hit, else evicted least recently used first). The wire carries only the tables and the
-// cached list; this is their inverse, derived once per snapshot. Pure data: loads in node for the tests.
+// cached list (whole, or the changes since the engine's previous step: fold); this is their inverse,
+// derived once per snapshot. Pure data: loads in node for the tests.
 
 defineLive("KvBlocks", [], () => {
   const clamp = (x, a, b) => Math.min(b, Math.max(a, x));
@@ -49,5 +50,26 @@ defineLive("KvBlocks", [], () => {
     return [...count].map(([r, blocks]) => ({ rid: r, blocks })).sort((a, b) => b.blocks - a.blocks || a.rid - b.rid);
   }
 
-  return { of, sharedWith };
+  // A step event's kv as the wire sends it -> the whole snapshot (engine/kv_wire.py fold_kv): a key frame
+  // (its tables whole) as it is; otherwise the changes since `prev`, the snapshot of the same engine's
+  // previous step (request id -> [start, blocks...] or null; kv_tokens the same, where a scheduled row's
+  // is not its entry's context_len; cached when it changed). E: the contract's entry field positions.
+  function fold(prev, kv, entries, E) {
+    if (kv.block_tables) return kv;
+    const base = prev || {};
+    const tables = { ...(base.block_tables || {}) }, kvTokens = { ...(base.kv_tokens || {}) };
+    for (const e of entries || []) kvTokens[e[E.rid]] = e[E.ctx];
+    for (const [rid, change] of Object.entries(kv.tables || {})) {
+      if (!Array.isArray(change)) delete tables[rid];
+      else tables[rid] = (tables[rid] || []).slice(0, Math.max(0, change[0] | 0)).concat(change.slice(1));
+    }
+    for (const [rid, n] of Object.entries(kv.kv_tokens || {})) {
+      if (n == null) delete kvTokens[rid];
+      else kvTokens[rid] = n;
+    }
+    const { tables: _changes, ...rest } = kv;
+    return { ...rest, block_tables: tables, kv_tokens: kvTokens, cached: kv.cached || base.cached || [] };
+  }
+
+  return { of, sharedWith, fold };
 });

@@ -5,7 +5,7 @@
 // segments and text), the latest KV snapshot, the prefix cache's token counts, the device's peaks and,
 // for a remote lane, its server's polled gauges. Events are folded in as they arrive; nothing is kept raw.
 
-defineLive("LiveState", ["Waits"], () => {
+defineLive("LiveState", ["Waits", "KvBlocks"], () => {
   const MAX_STEPS = 300;        // iterations kept per lane (slots grid, utilization)
   const MAX_REQS = 160;         // requests kept per lane; finished ones past the window go first
   const MAX_SEGS = 64;          // segments kept per request before old ones are trimmed
@@ -29,7 +29,7 @@ defineLive("LiveState", ["Waits"], () => {
   }
 
   function newLane(name) {
-    return { name, steps: [], reqs: new Map(), kv: null, kvRev: 0, rev: 0, textRev: 0, lastIt: -1, lastT: null,
+    return { name, steps: [], reqs: new Map(), kv: null, kvWire: {}, kvRev: 0, rev: 0, textRev: 0, lastIt: -1, lastT: null,
              lastStepMs: null, lastEvent: null, gapPending: false, prefix: { queries: 0, hits: 0 }, peaks: null,
              remote: false, server: [] };
   }
@@ -72,6 +72,7 @@ defineLive("LiveState", ["Waits"], () => {
   // Fold one event into the state; returns true if something visible changed.
   function ingest(st, ev, clearAfter = -Infinity) {
     const T = st.contract.type;
+    if (ev.type === T.step && ev.kv) ev = foldKv(st, ev);  // (before the time filter: later changes build on it)
     const t = eventTime(T, ev);
     if (t != null && t < clearAfter) return false;
     if (ev.type === T.status) return ingestStatus(st, ev);
@@ -89,6 +90,16 @@ defineLive("LiveState", ["Waits"], () => {
     if (tEnd != null) st.latestT = st.latestT == null ? tEnd : Math.max(st.latestT, tEnd);
     S.rev++;
     return true;
+  }
+
+  // A step event with its kv whole: the wire sends each engine's tables whole now and then and, in
+  // between, what changed since its previous step (KvBlocks.fold).
+  function foldKv(st, ev) {
+    const S = st.by.get(ev.lane);
+    if (!S) return ev;
+    const part = ev.part || "";
+    const kv = (S.kvWire[part] = KvBlocks.fold(S.kvWire[part], ev.kv, ev.entries, st.contract.entry));
+    return kv === ev.kv ? ev : { ...ev, kv };
   }
 
   function requestRecord(S, rid) {

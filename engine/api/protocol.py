@@ -27,6 +27,7 @@ answered, and the socket closes (code 1012) when the replay seeks or ends: recon
 from __future__ import annotations
 
 from ..events import StepMessage
+from ..kv_wire import AS_IS, KEY, NO_KV
 from ..request import SamplingParams
 from ..untrusted import encodable, is_int, is_number, parse_json, shown
 from ..wire_json import dumps
@@ -114,16 +115,20 @@ class Subscription:
             raise ProtocolError('from_seq must be "oldest" or a sequence number >= 0')
         return from_seq
 
-    def view(self, event) -> str | None:
-        """The event's JSON text as this client should get it, or None to skip it (a hub's event: an
-        engine/events.py Event, or a replay's RecordedEvent)."""
-        lane = event.lane  # service-wide events have none: everyone gets them
-        if self.lanes is not None and lane is not None and lane not in self.lanes:
-            return None
-        if event.TYPE != StepMessage.TYPE or (self.kv and self.requests is None):
+    def wants(self, event) -> bool:
+        """Whether this client sees the event (service-wide events have no lane: everyone gets them)."""
+        return self.lanes is None or event.lane is None or event.lane in self.lanes
+
+    def view(self, event, kv_form: str = AS_IS) -> str:
+        """The event's JSON text as this client should get it (a hub's event: an engine/events.py Event,
+        or a replay's RecordedEvent); kv_form: how a step event's KV goes (engine/kv_wire.py KvSync)."""
+        if event.TYPE != StepMessage.TYPE:
             return event.json()
-        out = dict(event.wire())
-        if not self.kv:
+        keep_kv = self.kv and kv_form != NO_KV
+        if keep_kv and self.requests is None:
+            return event.key_json() if kv_form == KEY else event.json()
+        out = dict(event.key_wire() if keep_kv and kv_form == KEY else event.wire())
+        if not keep_kv:
             out.pop("kv", None)
         if self.requests is not None:
             out["deltas"] = {k: v for k, v in out.get("deltas", {}).items() if _id_of(k) in self.requests}

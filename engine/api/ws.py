@@ -14,7 +14,8 @@ import logging
 from starlette.concurrency import run_in_threadpool
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..events import FinishedEvent
+from ..events import FinishedEvent, StepMessage
+from ..kv_wire import AS_IS, KvSync
 from ..serving.service import SETTLE_WAIT_S
 from ..room.access import PRESENTER_COOKIE, NotPresenter
 from ..untrusted import is_int
@@ -73,6 +74,7 @@ class _Connection:
         key = service.access.key_of(ws.client and ws.client.host, ws.headers.get("x-forwarded-for"))
         self.client = service.access.client(key, token)
         self.sub = Subscription()
+        self.kv_sync = KvSync()  # the KV pools whose changes this client can fold (engine/kv_wire.py)
         self.src = source(service)  # the service, or the replay it shows
         self.hub = self.src.hub
         self.cursor = self.hub.head
@@ -156,10 +158,14 @@ class _Connection:
         batch = self.hub.read(self.cursor, limit=MAX_EVENTS_PER_MESSAGE)
         if not batch.events:
             return
-        events = [v for _, item in batch.events if (v := self.sub.view(item)) is not None]
+        if batch.skipped:
+            self.kv_sync.reset()
+        events = [self.sub.view(item, self.kv_sync.form(item) if item.TYPE == StepMessage.TYPE else AS_IS)
+                  for _, item in batch.events if self.sub.wants(item)]
         if self._over_replay_budget(batch.events[0][0], events):
             skipped, first = self.replay_end - batch.events[0][0] + batch.skipped, batch.events[0][0]
             self.cursor, self.replay_end = self.replay_end, None
+            self.kv_sync.reset()
             await self._send(events_message(first, self.cursor - 1, skipped, []))
             return
         self.cursor = batch.cursor
@@ -213,6 +219,7 @@ class _Connection:
             return {"cmd": cmd, "role": self.role}
         if cmd == "subscribe":
             from_seq = self.sub.update(msg)
+            self.kv_sync.reset()  # what it sees may have changed: a key frame of each pool first
             if from_seq is not None:  # the hub skips what it no longer has; nothing is past its head
                 self.cursor = 0 if from_seq == "oldest" else min(from_seq, self.hub.head)
                 self.replay_end = None if self.client.presenter else self.hub.head

@@ -147,9 +147,10 @@ def test_step_events_carry_the_swaps_and_the_host_pool(tiny_model_dirs):
     eng = make_engine(tiny_model_dirs["llama"], num_kv_blocks=20, max_model_len=64, max_num_batched_tokens=12,
                       preemption_mode="swap", swap_space_gb=64 * block_bytes(tiny_model_dirs["llama"]) / 2 ** 30)
     _, events = run_checked(eng, prompts, [greedy(m + 10) for m in max_tokens])
-    wires = [StepMessage(event=ev, lane="swap").to_dict() for ev in events]
-    for w in wires:
+    wires = [StepMessage(event=ev, lane="swap").to_dict(key=True) for ev in events]  # (with the tables whole)
+    for ev, w in zip(events, wires):
         check_event(w)
+        check_event(StepMessage(event=ev, lane="swap").to_dict())  # (as sent: the KV changes only)
         assert w["host"]["num_blocks"] == 64 and w["host"]["same_ram"] is True  # a CPU device
     swaps = [s for w in wires for s in w["swaps"]]
     assert {d for _, d, _ in swaps} == {SWAP_OUT, SWAP_IN}

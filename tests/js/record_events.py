@@ -9,7 +9,9 @@ the recorder connects: its "oldest" replay starts with skipped (coalesced) event
 sees. Then the recorder submits text, token-id and chat prompts through the socket and aborts one mid-run;
 and, to the prefix-caching lane only, three prompts sharing a system prompt: the later two once the first
 decodes, so they hit its cached blocks and share them while it still runs; and one prompt from a
-participant (named, as /join sends it), to the prefix-caching lane.
+participant (named, as /join sends it), to the prefix-caching lane. Beside what the socket sent, each
+step's KV with its tables whole as the engine held them (`kv_whole`): the reducer's folding of the
+changes the socket sends must rebuild exactly those.
 """
 from __future__ import annotations
 
@@ -109,17 +111,24 @@ async def submit_shared(ws, i: int) -> None:
                               "prompt": f"{SYSTEM}Question {i}: why?", "params": {"max_tokens": 10, "ignore_eos": True}}))
 
 
+def kv_key(lane: str, part: str | None, step: int) -> str:
+    return f"{lane}/{part or ''}/{step}"
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = make_tiny_model("llama", Path(tmp) / "llama")
         svc = service(model_dir)
+        whole = {}  # each step's KV with its tables whole, as the engine holds them: what the reducer must fold into
+        svc.hub.add_listener(lambda ev: ev.TYPE == "step" and whole.setdefault(kv_key(ev.lane, ev.event.part, ev.event.step),
+                                                                                ev.key_wire()["kv"]))
         try:
             early_burst(svc)
             with serve(create_app(svc)) as base:
                 messages = asyncio.run(record(f"ws://{base}/engine/ws", svc))
         finally:
             svc.stop()
-    text = json.dumps({"contract": wire_contract(), "lanes": list(LANES), "messages": messages},
+    text = json.dumps({"contract": wire_contract(), "lanes": list(LANES), "messages": messages, "kv_whole": whole},
                       separators=(",", ":"))
     OUT.parent.mkdir(exist_ok=True)
     OUT.write_text(text.replace(json.dumps(str(model_dir))[1:-1], "tiny-llama"))  # no machine path

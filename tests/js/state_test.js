@@ -35,6 +35,17 @@ const allEvents = (batches) => batches.flatMap((b) => b.events);
 const ofType = (events, type, lane) => events.filter((e) => e.type === type && e.lane === lane);
 const sum = (xs) => xs.reduce((a, x) => a + x, 0);
 
+// Each step event with its kv whole, folded from what the socket sent (KvBlocks.fold, per lane and half).
+function foldedSteps(batches) {
+  const last = new Map();
+  return allEvents(batches).filter((e) => e.type === "step").map((ev) => {
+    const pool = `${ev.lane}/${ev.part || ""}`;
+    const kv = KvBlocks.fold(last.get(pool), ev.kv, ev.entries, E);
+    last.set(pool, kv);
+    return { ...ev, kv };
+  });
+}
+
 // Shared blocks counted straight from a snapshot's tables: block -> holders.
 function holdersOf(kv) {
   const out = new Map();
@@ -153,9 +164,29 @@ const tests = {
     assert.equal(LiveState.maxBatch(st.by.get(b), { ...cfg, strategy: "static" }), 3);
   },
 
+  "the KV changes the socket sent fold into the engine's tables, step after step"() {
+    const steps = foldedSteps(acceptedBatches(rec.messages));
+    let changes = 0;
+    for (const ev of allEvents(acceptedBatches(rec.messages)).filter((e) => e.type === "step")) {
+      if (!ev.kv.block_tables) changes++;
+    }
+    assert.ok(changes > steps.length / 2, `most steps send changes only (${changes} of ${steps.length})`);
+    for (const ev of steps) {
+      const whole = rec.kv_whole[`${ev.lane}/${ev.part || ""}/${ev.step}`];
+      assert.ok(whole, `the engine's tables of ${ev.lane} step ${ev.step}`);
+      assert.deepEqual(ev.kv, whole, `${ev.lane} step ${ev.step}`);
+    }
+    // and the reducer's own snapshot is the last one
+    const st = replay(acceptedBatches(rec.messages));
+    for (const lane of rec.lanes) {
+      const last = steps.filter((e) => e.lane === lane).at(-1);
+      assert.deepEqual(st.by.get(lane).kv.block_tables, last.kv.block_tables, lane);
+    }
+  },
+
   "shared and cached blocks of every KV snapshot: what the tables and the cached list say"() {
     let shared = 0, cached = 0;
-    for (const ev of allEvents(acceptedBatches(rec.messages)).filter((e) => e.type === "step")) {
+    for (const ev of foldedSteps(acceptedBatches(rec.messages))) {
       const kb = KvBlocks.of(ev.kv), holders = holdersOf(ev.kv);
       const expected = [...holders].filter(([, h]) => h.length > 1);
       assert.deepEqual([...kb.sharers.keys()].sort((a, b) => a - b), expected.map(([b]) => b).sort((a, b) => a - b));

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ...events import LanesEvent
 from ...events_check import check_event, check_json
+from ...kv_wire import is_key
 from ...serving.lanes import check_lane_name
 from ...untrusted import is_number, is_text, parse_json
 from ...wire_json import dumps
@@ -41,11 +42,12 @@ class RecordingError(ValueError):
 class Recording:
     header: dict
     times: list[float] = field(default_factory=list)   # publish time of each event, in publishing order
-    heads: list[dict] = field(default_factory=list)    # what the hub routes by: type, lane, strategy
+    heads: list[dict] = field(default_factory=list)    # what the hub routes by: type, lane, strategy, part, kv_key
     texts: list[str] = field(default_factory=list)     # each event's JSON text, as the socket sends it
 
     def add(self, t: float, event: dict) -> None:
-        head = {"type": event["type"], "lane": event.get("lane"), "strategy": event.get("strategy")}
+        head = {"type": event["type"], "lane": event.get("lane"), "strategy": event.get("strategy"),
+                "part": event.get("part"), "kv_key": is_key(event.get("kv") or {"block_tables": {}})}
         self.times.append(t)
         self.heads.append(head)
         self.texts.append(dumps(event))

@@ -12,7 +12,8 @@ import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ...events import LanesEvent
+from ...events import LanesEvent, StepMessage
+from ...kv_wire import KEY, KvSync
 from ...serving.service import lane_dict
 from .format import MAX_BYTES, MAX_LINE_BYTES, Writer
 
@@ -26,6 +27,7 @@ class Recorder:
         self.skipped = 0
         self.full = False  # stopped itself before growing past what a reader takes (format.MAX_BYTES)
         self._cursor = svc.hub.head
+        self._kv = KvSync()
         self._halt = threading.Event()
         header = header_of(svc)
         self.t0 = header["t0"]  # service clock when recording began
@@ -45,13 +47,22 @@ class Recorder:
         batch = self.svc.hub.read(self._cursor, timeout=timeout)
         t = self.svc.clock()
         self._cursor, self.skipped = batch.cursor, self.skipped + batch.skipped
+        if batch.skipped:
+            self._kv.reset()
         for _, event in batch.events:
             if self._writer.bytes > MAX_BYTES - MAX_LINE_BYTES:
                 self.full = True
                 self._halt.set()
                 return
-            self._writer.event(t, event.wire())
+            self._writer.event(t, self._wire(event))
             self.events += 1
+
+    def _wire(self, event) -> dict:
+        """As a socket client that started with the recording gets it: each KV pool's first step event
+        (and the first after a gap) with its tables whole, changes after that."""
+        if event.TYPE == StepMessage.TYPE and self._kv.form(event) == KEY:
+            return event.key_wire()
+        return event.wire()
 
     @property
     def active(self) -> bool:

@@ -35,8 +35,11 @@ class RecordedEvent:
     """A recorded event as a replay's hub holds it: routed by its head (type, lane, strategy), sent as
     the JSON text it was recorded as, parsed only if a reader needs the dict (Event's wire interface)."""
 
+    can_key = False  # it holds only the form it was recorded in: a step event's KV may be changes only
+
     def __init__(self, head: dict, text: str):
         self.TYPE, self.lane, self.strategy = head["type"], head.get("lane"), head.get("strategy")
+        self.kv_pool, self.kv_is_key = (self.lane, head.get("part")), head.get("kv_key", True)
         self._text, self._wire = text, None
 
     def json(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from engine_helpers import whole_kv
 from live_replay import ARTIFACTS, INST, accepted_events, browser, expect, open_replay, rec  # noqa: F401
 
 # Page coordinates of a block's cell in a lane's KV map (one block per cell at this size).
@@ -15,10 +16,11 @@ GANTT_TIPS = f"""lane => {INST}.timeline.cols.find(c => c.name === lane).bands.f
 
 
 def most_shared(rec: dict) -> tuple[str, list[dict], dict]:
-    """(lane, the accepted events up to its step sharing the most blocks, then caching the most, that step)."""
+    """(lane, the accepted events up to its step sharing the most blocks, then caching the most, that step
+    with its KV tables whole)."""
     events = accepted_events(rec)
     best, upto = None, 0
-    for i, ev in enumerate(events):
+    for i, ev in enumerate(whole_kv(events)):  # (the socket sends each step's KV changes: folded whole here)
         if ev["type"] == "step" and (best is None or blocks(ev) > blocks(best)):
             best, upto = ev, i
     assert shared(best) > 0, "the recording shares no block"

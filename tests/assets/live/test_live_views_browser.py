@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from engine_helpers import whole_kv
 from live_replay import ARTIFACTS, INST, accepted_events, browser, expect, open_replay, rec  # noqa: F401
 
 REMOTE = "far"  # the remote lane of the synthetic page
@@ -207,7 +208,7 @@ def test_a_disaggregated_lane_with_swap_shows_its_prefill_pool_and_its_host_pool
     lane = rec["lanes"][0]
     rid, swapped = as_swapped(accepted_events(rec), lane)
     events = swapped[:next(i for i, e in enumerate(swapped) if e["type"] == "step" and e.get("swaps")) + 1]
-    step = events[-1]
+    step = whole_kv(events)[-1]  # its KV whole: the first step of the lane's decode half
     split = {"handed_off": [], "handoffs": []}
     prefill = {**step, **split, "part": "prefill", "entries": [], "swaps": [], "admitted": [], "finished": [],
                "preempted": [], "host": None,

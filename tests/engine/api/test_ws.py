@@ -9,6 +9,7 @@ import pytest
 import websockets
 
 from engine.events import ENTRY_FIELDS, PHASES, FinishedEvent, GpuEvent, RequestEvent
+from engine_helpers import whole_kv
 from service_helpers import app_fixture, assert_all_free, recv_until, run, service_fixture
 
 
@@ -77,6 +78,38 @@ def test_step_event_shape(url):
     # tables, not a per-block owner list: the event's size follows the blocks in use, not the pool
     assert "block_owner" not in kv and kv["used"] >= 1
     assert sum(len(t) for t in kv["block_tables"].values()) == kv["used"]
+
+
+def test_a_client_that_joins_mid_stream_folds_the_engines_tables(url, svc):
+    """Step events send only the KV changes since their engine's previous step; a client that connects
+    while a request runs gets each lane's tables whole first, and folding what it gets yields the
+    engines' tables at every step."""
+    def steps_seen(msgs):
+        return [e for m in msgs if m["type"] == "events" for e in m["events"] if e["type"] == "step"]
+
+    async def main():
+        cursor = svc.hub.head
+        async with websockets.connect(url) as first:
+            await first.recv()
+            await first.send(json.dumps({"cmd": "submit", "prompt": [5, 6, 7], "ref": "a",
+                                         "params": {"max_tokens": 24, "ignore_eos": True}}))
+            reply, seen = await recv_until(first, lambda m: m["type"] == "reply")
+            await recv_until(first, lambda m: len(steps_seen([m])) > 0)
+            async with websockets.connect(url) as late:
+                await late.recv()
+                ended = set()
+                _, got = await recv_until(late, lambda m: ended.update(
+                    e["lane"] for e in m.get("events", []) if e["type"] == "finished") or len(ended) == 2)
+        return steps_seen(got), cursor
+
+    steps, cursor = run(main())
+    truth = {(m.lane, m.event.step): m.key_wire()["kv"] for _, m in svc.hub.read(cursor).events if m.TYPE == "step"}
+    for lane in ("continuous", "dynamic"):
+        mine = [e for e in steps if e["lane"] == lane]
+        assert mine and "block_tables" in mine[0]["kv"], f"{lane}: a key frame first"
+        assert any("tables" in e["kv"] for e in mine), f"{lane}: then the changes only"
+    for e in whole_kv(steps):
+        assert e["kv"] == truth[e["lane"], e["step"]], (e["lane"], e["step"])
 
 
 def test_events_on_the_socket_follow_the_contract(url):

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from engine.config import SCHEDULING_POLICIES, STRATEGIES
 from engine.kv import BlockAllocator, KVCacheManager, OutOfBlocks
-from engine_helpers import check_drained, check_kv_invariants, greedy, make_engine
+from engine_helpers import check_drained, check_kv_invariants, check_wire_kv, greedy, make_engine
 from tiers import examples
 
 ops = st.lists(
@@ -123,6 +123,7 @@ def _random_run(eng, seq):
             for _ in range(op[1]):
                 ev = eng.step()
                 check_kv_invariants(eng)
+                check_wire_kv(eng, ev)
                 assert not eng.runner.batches_differ, eng.runner.batches_differ[0]
                 # the event shows the cache's tables as they are after the step
                 assert ev.block_tables == {rid: list(t) for rid, t in eng.cache.block_tables.items()}
@@ -130,7 +131,7 @@ def _random_run(eng, seq):
     for _ in range(500):
         if not eng.has_unfinished():
             break
-        eng.step()
+        check_wire_kv(eng, eng.step())
         check_kv_invariants(eng)
         assert not eng.runner.batches_differ, eng.runner.batches_differ[0]
     eng.draining = False

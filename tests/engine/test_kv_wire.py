@@ -1,0 +1,87 @@
+"""A step event's KV on the wire (engine/kv_wire.py): key frames, the changes between them, and which form
+each reader gets. The engine's own events are checked in every random run (tests/engine/kv/
+test_kv_invariants.py, check_wire_kv); these cover the arithmetic on arbitrary tables."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.events import DECODE, ENTRY_FIELDS, StepEntry, StepEvent, StepMessage
+from engine.kv_wire import AS_IS, ENTRY_CTX, ENTRY_RID, KEY, NO_KV, KvFrames, KvSync, fold_kv, is_key
+from engine.workshop.recording.replayer import RecordedEvent
+from engine.wire_json import dumps
+from tiers import examples
+
+tables = st.dictionaries(st.integers(0, 9), st.lists(st.integers(0, 63), max_size=8), max_size=6)
+states = st.lists(st.tuples(tables, st.lists(st.integers(0, 63), max_size=4)), min_size=1, max_size=12)
+
+
+def step(t: float, frames: KvFrames, tables: dict, cached: list, lane="a", part=None) -> StepMessage:
+    """A step event of these tables; the rows of even request ids scheduled (their context_len, as the
+    engine's, is their kv_tokens)."""
+    tokens = {rid: 3 * len(t) + rid % 3 for rid, t in tables.items()}
+    entries = [StepEntry(rid, DECODE, 1, n) for rid, n in tokens.items() if rid % 2 == 0]
+    ev = StepEvent(step=1, strategy="continuous", t_start=t, t_end=t, entries=entries, num_waiting=0, num_running=0,
+                   admitted=[], finished=[], preempted=[], tokens_used=0, token_budget=8, num_blocks=64,
+                   block_size=4, used_blocks=sum(map(len, tables.values())), block_tables=tables, kv_tokens=tokens,
+                   reserved_unused_slots=0, cached_blocks=cached, part=part,
+                   kv_base=frames.base(t, tables, tokens, cached))
+    return StepMessage(event=ev, lane=lane, strategy="continuous")
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(seq=states, gap=st.sampled_from([0.01, 0.3, 2.0]))
+def test_changes_fold_into_the_tables_whole(seq, gap):
+    """Whatever the tables do between steps (grow, shrink, change, go, come back), folding each event's
+    wire KV onto the previous snapshot gives the tables whole; a key frame at least every KEY_EVERY_S."""
+    frames, folded, last_key = KvFrames(), None, None
+    for i, (tabs, cached) in enumerate(seq):
+        msg = step(i * gap, frames, tabs, cached)
+        kv = msg.wire()["kv"]
+        folded = fold_kv(folded, kv, msg.wire()["entries"])
+        assert folded == msg.key_wire()["kv"]
+        if is_key(kv):
+            last_key = i * gap
+        assert i * gap - last_key < frames.every_s or gap >= frames.every_s
+    assert is_key(step(0.0, KvFrames(), {}, []).wire()["kv"])  # an engine's first event
+
+
+def test_the_entry_positions_folding_reads_are_the_contracts():
+    assert (ENTRY_FIELDS[ENTRY_RID], ENTRY_FIELDS[ENTRY_CTX]) == ("request_id", "context_len")
+
+
+def test_an_unchanged_step_sends_no_tables():
+    frames, tabs = KvFrames(), {1: [4, 5, 6], 2: [7]}
+    step(0.0, frames, tabs, [3])
+    kv = step(0.1, frames, dict(tabs), [3]).wire()["kv"]
+    assert kv["tables"] == {} and kv["kv_tokens"] == {} and "cached" not in kv
+    kv = step(0.2, frames, {1: [4, 5, 6, 8], 3: [9]}, [3]).wire()["kv"]
+    assert kv["tables"] == {"1": [3, 8], "2": None, "3": [0, 9]}
+    assert kv["kv_tokens"] == {"1": 13, "2": None, "3": 3}  # (even ids: their entry says it)
+    kv = step(0.3, frames, {2: [1, 2]}, [3]).wire()["kv"]
+    assert kv["kv_tokens"] == {"1": None, "3": None}
+
+
+def test_each_reader_gets_a_key_frame_of_each_pool_first():
+    """A live event goes in its key form to a reader that has no key frame of its pool (once); a recorded
+    one (its recorded form only) goes without its KV until that pool's next key frame."""
+    frames = {p: KvFrames() for p in ("prefill", "decode")}
+    first = {p: step(0.0, frames[p], {1: [2]}, [], part=p) for p in frames}
+    later = {p: step(0.1, frames[p], {1: [2, 3]}, [], part=p) for p in frames}
+    sync = KvSync()
+    assert [sync.form(later["decode"]), sync.form(later["decode"]), sync.form(first["prefill"])] == [KEY, AS_IS, AS_IS]
+    assert sync.form(later["prefill"]) == AS_IS
+    sync.reset()
+    assert sync.form(later["prefill"]) == KEY
+    recorded = {n: RecordedEvent(_head(m), dumps(m.wire())) for n, m in (("key", first["decode"]),
+                                                                       ("changes", later["decode"]))}
+    sync = KvSync()
+    assert [sync.form(recorded["changes"]), sync.form(recorded["key"]), sync.form(recorded["changes"])] == \
+        [NO_KV, AS_IS, AS_IS]
+
+
+def _head(msg: StepMessage) -> dict:
+    from engine.workshop.recording.format import Recording
+    rec = Recording(header={})
+    rec.add(0.0, msg.wire())
+    return rec.heads[0]
