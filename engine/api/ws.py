@@ -1,4 +1,4 @@
-"""/engine/ws: live engine events out (at most 60 messages/s per client), commands in.
+"""/engine/ws: live engine events out (at most 30 messages/s per client), commands in.
 
 Each connection is a client with a role (engine/room/access.py): control commands need the presenter
 token in room mode; viewers watch, submit within the limits and abort their own requests.
@@ -36,12 +36,13 @@ from .protocol import (
 )
 
 log = logging.getLogger(__name__)
-MAX_RATE_HZ = 60
+MAX_RATE_HZ = 30  # a display tick: what arrives between two goes out as one message
 MAX_EVENTS_PER_MESSAGE = 512
 # A client that has had more than MAX_QUEUED_BYTES waiting for this long (or whose send has waited this
 # long) has stopped reading: it is disconnected, its connection aborted (its buffers freed) and its
-# requests aborted, instead of pinning them forever. While over the bound it is sent nothing: events
-# wait in the ring, and it is told how many it missed when it reads again.
+# requests aborted, instead of pinning them forever. While over the bound it is sent nothing; when it
+# reads again it goes on from the newest event (told how many it missed, the KV tables whole), not
+# through a backlog it would never catch up with at a GPU's pace.
 SEND_TIMEOUT_S = 10.0
 MAX_QUEUED_BYTES = 1 << 20
 # A client that stops reading while little is sent holds no backlog here (the kernels buffer it), so the
@@ -140,6 +141,8 @@ class _Connection:
                     if asyncio.get_running_loop().time() - stalled_since > SEND_TIMEOUT_S:
                         raise TimeoutError(f"more than {MAX_QUEUED_BYTES} bytes unread for {SEND_TIMEOUT_S:g} s")
                 else:
+                    if stalled_since is not None:
+                        await self._skip_to_head()
                     stalled_since = None
                     await self._send_events()
                 await asyncio.sleep(period)
@@ -172,6 +175,14 @@ class _Connection:
         self._forget_finished(batch.events)
         if events or batch.skipped:
             await self._send(events_message(batch.events[0][0], batch.events[-1][0], batch.skipped, events))
+
+    async def _skip_to_head(self) -> None:
+        """A client that fell behind (it stopped reading for a while) goes on from now, not from the events
+        it missed: it is told how many it missed, and each KV pool's next step comes with its tables whole."""
+        first, self.cursor = self.cursor, max(self.cursor, self.hub.head)
+        self.kv_sync.reset()
+        if self.cursor > first:
+            await self._send(events_message(first, self.cursor - 1, self.cursor - first, []))
 
     def _over_replay_budget(self, first_seq: int, events: list[str]) -> bool:
         """Whether these events replay the ring's past past this viewer's budget (engine/room/replays.py):

@@ -1,6 +1,7 @@
 """/engine/ws: commands in, ordered events out, errors on bad messages, cleanup on disconnect."""
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import time
@@ -110,6 +111,40 @@ def test_a_client_that_joins_mid_stream_folds_the_engines_tables(url, svc):
         assert any("tables" in e["kv"] for e in mine), f"{lane}: then the changes only"
     for e in whole_kv(steps):
         assert e["kv"] == truth[e["lane"], e["step"]], (e["lane"], e["step"])
+
+
+def test_a_client_that_stopped_reading_goes_on_from_the_newest_event(url, svc, monkeypatch):
+    """A client over the backlog bound is sent nothing; once it reads again it is told how many events it
+    missed and goes on from the newest one (not through the backlog), each lane's KV tables whole first."""
+    from engine.api import ws as ws_module
+    stalled = {"on": False}
+    monkeypatch.setattr(ws_module._Connection, "_backlogged", lambda self: stalled["on"])
+
+    async def main():
+        async with websockets.connect(url) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"cmd": "submit", "prompt": [5, 6, 7], "ref": "a",
+                                      "params": {"max_tokens": 40, "ignore_eos": True}}))
+            await recv_until(ws, lambda m: m["type"] == "events" and any(e["type"] == "step" for e in m["events"]))
+            stalled["on"], head = True, svc.hub.head
+            while svc.hub.head < head + 6:  # steps the client misses (the server looks every 1/30 s)
+                await asyncio.sleep(0.01)
+            stalled["on"] = False
+            gap, _ = await recv_until(ws, lambda m: m["type"] == "events" and m["skipped"] > 0)
+            ended = set()
+            _, after = await recv_until(ws, lambda m: ended.update(
+                e["lane"] for e in m.get("events", []) if e["type"] == "finished") or len(ended) == 2)
+        return gap, [e for m in after if m["type"] == "events" for e in m["events"] if e["type"] == "step"]
+
+    svc.set_slow_motion(0.04)  # a step at least every 40 ms: the request outlasts the stall
+    try:
+        gap, steps = run(main())
+    finally:
+        svc.set_slow_motion(0.0)
+    assert gap["events"] == [] and gap["skipped"] >= 6
+    for lane in ("continuous", "dynamic"):
+        mine = [e for e in steps if e["lane"] == lane]
+        assert mine and "block_tables" in mine[0]["kv"], lane
 
 
 def test_events_on_the_socket_follow_the_contract(url):
