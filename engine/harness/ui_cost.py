@@ -7,6 +7,12 @@ mean frame time (from the live view's counters), and the browser's CPU use.
 
   python -m engine.harness.ui_cost --tabs 0,2 --rounds 2 [--model M] [--requests 8 --max-tokens 64]
 
+At a GPU's pace (engine/harness/gpu_pace.py: a tiny random model, two lanes of --rows rows over a pool of
+131,072 blocks, each lane's steps capped at --rate a second), also what a tab's socket carries and what
+a recording of it takes:
+
+  python -m engine.harness.ui_cost --gpu-pace --rows 256 --rate 150 --requests 1024 --max-tokens 128
+
 Needs playwright and chromium (`apt-get install chromium`); see docs/room.md.
 """
 from __future__ import annotations
@@ -17,11 +23,13 @@ import os
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from ..events import ENTRY_FIELDS, PREFILL, StepMessage
 from .app_process import CHROMIUM_ARGS, running_app
+from .gpu_pace import SocketMeter, app_env
 
 PHASE = ENTRY_FIELDS.index("phase")  # a step entry is a list in ENTRY_FIELDS order
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -43,6 +51,11 @@ def parse_args(argv=None):
                          "--browser-cpus: isolates what tabs cost the server from the CPU time they draw with")
     ap.add_argument("--browser-cpus", default=None, help="pin the browser to these CPUs, e.g. 1")
     ap.add_argument("--json", default=None, help="write the per-round records as JSON")
+    ap.add_argument("--gpu-pace", action="store_true",
+                    help="lanes at a GPU's pace: a tiny random model, --rows rows a lane, --rate steps a second")
+    ap.add_argument("--rows", type=int, default=256, help="--gpu-pace: rows a lane (max_num_seqs, static batch)")
+    ap.add_argument("--rate", type=float, default=150.0,
+                    help="--gpu-pace: at most this many steps a second a lane (the service's slow motion)")
     return ap.parse_args(argv)
 
 
@@ -51,8 +64,8 @@ def parse_args(argv=None):
 class EngineClient:
     """A plain /engine/ws client: submits the load and reads the engines' step events."""
 
-    def __init__(self, ws):
-        self.ws = ws
+    def __init__(self, ws, ws_url: str):
+        self.ws, self.ws_url = ws, ws_url
         self.pending: list[dict] = []
         self.call({"cmd": "subscribe", "kv": False, "requests": []})
 
@@ -77,20 +90,26 @@ class EngineClient:
         raise TimeoutError("engines did not become ready")
 
     def run_load(self, n: int, max_tokens: int, on_tick=None) -> dict:
-        """Submit n requests at once; collect step events until every engine finished them all."""
+        """Submit n requests at once (without waiting for each answer); collect step events until every
+        engine finished them all."""
         params = {"max_tokens": max_tokens, "ignore_eos": True, "temperature": 0}
-        strategies = None
         self.pending.clear()
-        for _ in range(n):
-            strategies = self.call({"cmd": "submit", "prompt": PROMPT, "params": params, "tag": "bench"})["lanes"]
-        done = {s: 0 for s in strategies}
-        steps = {s: [] for s in strategies}
+        self.call({"cmd": "pause"})  # every request queued before the first step: the lanes fill at once
+        for i in range(n):
+            self.ws.send(json.dumps({"cmd": "submit", "prompt": PROMPT, "params": params, "tag": "bench",
+                                     "ref": f"load-{i}"}))
+        self.call({"cmd": "resume"})  # (answered after every submit: the socket runs commands in order)
+        t0 = last_tick = time.monotonic()
+        done: dict[str, int] | None = None  # lane -> requests finished (known from the first answer)
+        steps: dict[str, list] = {}
         finished_at: dict[str, float] = {}   # when each engine finished the last request
-        t0 = time.monotonic()
-        last_tick = t0
-        while any(v < n for v in done.values()):
+        while done is None or any(v < n for v in done.values()):
             msg = self.pending.pop(0) if self.pending else json.loads(self.ws.recv(timeout=120))
-            for ev in msg.get("events", []) if msg.get("type") == "events" else []:
+            if msg.get("type") == "error":
+                raise RuntimeError(msg["message"])
+            if done is None and msg.get("type") == "reply" and msg.get("cmd") == "submit":  # (kept by call)
+                done, steps = {s: 0 for s in msg["lanes"]}, {s: [] for s in msg["lanes"]}
+            for ev in msg.get("events", []) if msg.get("type") == "events" and done else []:
                 if ev.get("type") != StepMessage.TYPE or ev["lane"] not in done:
                     continue
                 s = ev["lane"]
@@ -98,7 +117,8 @@ class EngineClient:
                 if done[s] >= n and s not in finished_at:
                     finished_at[s] = time.monotonic() - t0
                 decode_only = not any(e[PHASE] == PREFILL for e in ev["entries"])
-                steps[s].append({"ms": 1000 * (ev["t_end"] - ev["t_start"]), "decode": decode_only})
+                steps[s].append({"ms": 1000 * (ev["t_end"] - ev["t_start"]), "decode": decode_only,
+                                 "rows": len(ev["entries"])})
             if on_tick and time.monotonic() - last_tick > 1.0:
                 last_tick = time.monotonic()
                 on_tick()
@@ -107,8 +127,9 @@ class EngineClient:
             s: {"steps": len(steps[s]), "tokens": n * max_tokens, "wall_s": finished_at[s],
                 "tokens_per_s": n * max_tokens / finished_at[s],
                 "decode_step_ms_p50": _p50([x["ms"] for x in steps[s] if x["decode"]]),
+                "decode_rows_max": max((x["rows"] for x in steps[s] if x["decode"]), default=0),
                 "step_ms_mean": statistics.fmean(x["ms"] for x in steps[s]) if steps[s] else None}
-            for s in strategies}}
+            for s in done}}
 
 
 def _p50(xs):
@@ -181,7 +202,9 @@ def run_round(client, browser, url: str, n_tabs: int, args) -> dict:
     time.sleep(2)  # let the tabs settle (first draw, plotly load)
     cpu0 = browser_cpu_s()
     samples: list = []
-    res = client.run_load(args.requests, args.max_tokens, on_tick=lambda: sample_tabs(pages, samples))
+    with SocketMeter(client.ws_url) as meter:
+        res = client.run_load(args.requests, args.max_tokens, on_tick=lambda: sample_tabs(pages, samples))
+    res["socket"] = meter.figures()
     res["browser_cpu_pct"] = 100 * (browser_cpu_s() - cpu0) / res["wall_s"]
     busy = [s for s in samples if s["fps"] > 0]
     res["fps_p50"] = _p50([s["fps"] for s in samples]) if samples else None
@@ -198,8 +221,8 @@ def report(records: list[dict]) -> str:
     same round's 0-tab run (rounds interleave tab counts, so drift on a noisy machine cancels)."""
     base = {(r["round"], s): v["decode_step_ms_p50"] for r in records if r["tabs"] == 0
             for s, v in r["strategies"].items()}
-    lines = ["round | tabs | strategy | decode step p50 (ms) | vs 0 tabs | tok/s | tab fps p50 | frame ms | browser CPU %",
-             "---|---|---|---|---|---|---|---|---"]
+    lines = ["round | tabs | strategy | decode step p50 (ms) | vs 0 tabs | steps/s | tok/s | tab fps p50 | frame ms | "
+             "browser CPU %", "---|---|---|---|---|---|---|---|---|---"]
     slow: dict[int, list[float]] = {}
     for r in records:
         for s, v in r["strategies"].items():
@@ -207,7 +230,8 @@ def report(records: list[dict]) -> str:
             rel = ms / b - 1 if ms and b else None
             if rel is not None and r["tabs"]:
                 slow.setdefault(r["tabs"], []).append(rel)
-            lines.append(f"{r['round']} | {r['tabs']} | {s} | {_fmt(ms)} | {_pct(rel)} | {v['tokens_per_s']:.1f} | "
+            lines.append(f"{r['round']} | {r['tabs']} | {s} | {_fmt(ms)} | {_pct(rel)} | {v['steps'] / v['wall_s']:.0f} | "
+                         f"{v['tokens_per_s']:.1f} | "
                          f"{_fmt(r['fps_p50'])} | {_fmt(r['frame_ms_mean'])} | {r['browser_cpu_pct']:.0f}")
     lines += ["", "tabs | decode step vs 0 tabs (median) | tab fps (median) | frame ms (mean) | browser CPU % (mean)",
               "---|---|---|---|---"]
@@ -217,6 +241,13 @@ def report(records: list[dict]) -> str:
         ms = [r["frame_ms_mean"] for r in rs if r["frame_ms_mean"] is not None]
         lines.append(f"{n} | {_pct(statistics.median(slow[n]))} | {_fmt(_p50(fps))} | "
                      f"{_fmt(statistics.fmean(ms) if ms else None)} | {statistics.fmean(r['browser_cpu_pct'] for r in rs):.0f}")
+    lines += ["", "round | tabs | socket KB/s a client | socket messages/s | steps/s (all lanes) | key frames | "
+              "recording MB/min | gzipped", "---|---|---|---|---|---|---|---"]
+    for r in records:
+        k = r["socket"]
+        lines.append(f"{r['round']} | {r['tabs']} | {k['socket_kb_per_s']:.0f} | {k['socket_messages_per_s']:.0f} | "
+                     f"{k['steps_per_s']:.0f} | {k['key_frames']} | {k['recording_mb_per_min']:.1f} | "
+                     f"{k['recording_gzip_mb_per_min']:.1f}")
     return "\n".join(lines)
 
 
@@ -237,17 +268,25 @@ def main(argv=None) -> int:
     from playwright.sync_api import sync_playwright
     from websockets.sync.client import connect
     tab_counts = [int(x) for x in args.tabs.split(",")]
+    if args.gpu_pace and args.requests % args.rows:
+        raise SystemExit(f"--requests must be a multiple of --rows ({args.rows}): the static lane runs full batches")
     env = {**os.environ, **({"INFLIGHT_MODEL": args.model} if args.model else {})}
+    work = Path(tempfile.mkdtemp(prefix="ui-cost-"))
+    if args.gpu_pace:
+        env.update(app_env(work, args.rows))
     records = []
+    ws_url = f"ws://127.0.0.1:{args.port}/engine/ws"
     with running_app(args.port, env, cpus=_cpus(args.app_cpus)) as url, sync_playwright() as p:
         if args.browser_cpus:  # chromium and its children inherit this process's CPUs
             os.sched_setaffinity(0, _cpus(args.browser_cpus))
         browser = p.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
         warm = open_tabs(browser, url, 1)  # the first page load starts the engines
-        with connect(f"ws://127.0.0.1:{args.port}/engine/ws", max_size=None) as ws:
-            client = EngineClient(ws)
+        with connect(ws_url, max_size=None) as ws:
+            client = EngineClient(ws, ws_url)
             client.wait_ready()
             warm[0].close()
+            if args.gpu_pace:
+                client.call({"cmd": "slow_motion", "interval_s": 1 / args.rate})
             client.run_load(args.requests, 8)  # warm-up, not measured
             for rnd in range(args.rounds):
                 for n in tab_counts:
