@@ -69,7 +69,7 @@ defineLive("Slots", ["Common", "LiveState"], () => {
   // engine's grid has as many slots as its steps kept have used (it runs few rows: long prompts).
   function engineGrids(inst, S, fc, range, pxPerX) {
     const grid = (steps, nSlots, prefix) => {
-      for (const st of steps) for (const c of st.cells) nSlots = Math.max(nSlots, c.slot + 1);
+      for (const st of steps) nSlots = Math.max(nSlots, st.bySlot.length);  // (its highest slot + 1)
       return { ...slotColumns({ steps }, fc, range, pxPerX), nSlots, prefix };
     };
     const [own, prefill] = engineSteps(S, inst.contract);
@@ -92,23 +92,27 @@ defineLive("Slots", ["Common", "LiveState"], () => {
       ctx.fillRect(px[j], sub.y, Math.max(px[j + 1] - px[j], 1), sub.h);
       sub.cols.push({ xa: px[j], xb: Math.max(px[j + 1], px[j] + 1), st });
     });
-    for (let s = 0; s < nSlots; s++) {  // then runs of one request and phase per slot
-      let run = null;
-      const flush = () => {
-        if (run) drawCellRun(ctx, inst, run, Y(s) + gapY / 2, slotH - gapY);
-        run = null;
-      };
-      cols.forEach((st, j) => {
-        const cell = st && st.bySlot[s];
-        if (!cell) return flush();
-        if (run && run.rid === cell.rid && run.kind === cell.kind && run.xb === px[j]) run.xb = Math.max(px[j + 1], px[j] + 1);
-        else {
-          flush();
-          run = { rid: cell.rid, kind: cell.kind, xa: px[j], xb: Math.max(px[j + 1], px[j] + 1) };
+    // then runs of one request and phase per slot: a slot's cell in the next column (adjacent, or within the
+    // same pixel: at a GPU's pace iterations are narrower than a pixel, and a rectangle each would be tens of
+    // thousands a frame at 256 rows) extends its run; one pass over the columns, each slot's run kept open
+    const runs = [];
+    const flush = (s) => drawCellRun(ctx, inst, runs[s], Y(s) + gapY / 2, slotH - gapY);
+    cols.forEach((st, j) => {
+      if (!st) return;
+      const xa = px[j], xb = Math.max(px[j + 1], px[j] + 1);
+      st.bySlot.forEach((cell, s) => {
+        if (s >= nSlots) return;
+        const run = runs[s];
+        if (run && run.j === j - 1 && run.rid === cell.rid && run.kind === cell.kind && run.xb >= xa) {
+          run.xb = Math.max(run.xb, xb);
+          run.j = j;
+          return;
         }
+        if (run) flush(s);
+        runs[s] = { rid: cell.rid, kind: cell.kind, xa, xb, j };
       });
-      flush();
-    }
+    });
+    runs.forEach((run, s) => flush(s));
     cols.forEach((st, j) => {  // speculative decoding: each step's drafts over its cells
       if (st && st.drafted) drawDrafts(ctx, inst, st, px[j], Math.max(px[j + 1], px[j] + 1), Y, slotH, gapY);
     });

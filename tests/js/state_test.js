@@ -3,15 +3,8 @@
 "use strict";
 const assert = require("node:assert/strict");
 const fs = require("node:fs");
-const path = require("node:path");
 
-const ASSETS = path.join(__dirname, "..", "..", "assets", "live");
-// Every module registers itself by name (assets/live/modules.js); live_view.js, the browser's entry
-// point (an ES module), stays out.
-require(path.join(ASSETS, "modules.js"));
-for (const f of fs.readdirSync(ASSETS).sort()) {
-  if (f.endsWith(".js") && f !== "modules.js" && f !== "live_view.js") require(path.join(ASSETS, f));
-}
+require("./live_modules.js");
 const { Contract, LiveState, KvBlocks, Common } = globalThis;
 
 const rec = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
