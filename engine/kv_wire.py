@@ -1,9 +1,9 @@
 """A step event's KV on the wire: key frames and the changes between them.
 
 At a GPU's pace (hundreds of steps a second, hundreds of rows) sending every block table whole in every
-step is most of the wire: a decode step changes one table in block_size. So an engine's step event
-carries its tables whole (a key frame: `block_tables`) in its first event and then at least every
-KEY_EVERY_S, and in between only what changed since its previous event (`tables`: request id ->
+step is most of the wire: a decode step changes one table in block_size. So a lane's step events carry
+a KV pool's tables whole (a key frame: `block_tables`) in the pool's first event and then at least every
+KEY_EVERY_S, and in between only what changed since the pool's previous published event (`tables`: request id ->
 [start, blocks...], the table cut to `start` blocks and `blocks` appended, or null once it is gone;
 `kv_tokens` the same way, where it differs from the scheduled rows' context_len, and `cached` when it
 changed). `fold_kv` rebuilds the whole snapshot from a key frame and the
@@ -11,9 +11,9 @@ changes after it; the live view's reducer does the same (assets/live/kv_blocks.j
 events (or starts mid-stream) keeps a `KvSync`: a live event goes to it in its key form at once, a
 recorded one (which has only the form it was recorded in) without its KV until the next key frame.
 
-The engine pays for no encoding: a step event keeps its tables (lists shared with the previous event
-where unchanged) and the previous event's (`KvBase`); the changes are worked out only when a reader
-asks for the event's wire form.
+Nobody pays for encoding at publishing: a step event keeps its tables (lists shared with the previous
+event where unchanged) and the previous published event's (`KvBase`, stamped by `KvFrames` as the lane
+publishes it); the changes are worked out only when a reader asks for the event's wire form.
 """
 from __future__ import annotations
 
@@ -32,20 +32,25 @@ class KvBase:
 
 
 class KvFrames:
-    """Which of one engine's step events are key frames, and the base of the others."""
+    """Which of a lane's published step events are key frames, and the base of the others: the state the
+    previous published event of the same KV pool held (a lane's, or each half's of a disaggregated lane).
+    The publisher stamps each event as it publishes it, so an event it drops is no reader's base."""
 
     def __init__(self, every_s: float = KEY_EVERY_S):
         self.every_s = every_s
-        self._last: KvBase | None = None
-        self._key_t = 0.0
+        self._last: dict = {}   # pool (StepEvent.part) -> KvBase
+        self._key_t: dict = {}  # pool -> time of its last key frame
 
-    def base(self, t: float, tables: dict, kv_tokens: dict, cached: list) -> KvBase | None:
-        """The base of the event made at time t with this state (None: it is a key frame)."""
-        prev, self._last = self._last, KvBase(tables, kv_tokens, cached)
-        if prev is None or t - self._key_t >= self.every_s:
-            self._key_t = t
-            return None
-        return prev
+    def stamp(self, event) -> None:
+        """Set `event.kv_base` (an engine/events.py StepEvent about to be published): None, a key frame,
+        for a pool's first event and then at least every `every_s` of its events' time."""
+        pool, t = event.part, event.t_end
+        prev = self._last.get(pool)
+        self._last[pool] = KvBase(event.block_tables, event.kv_tokens, event.cached_blocks)
+        if prev is None or t - self._key_t[pool] >= self.every_s:
+            self._key_t[pool] = t
+            prev = None
+        event.kv_base = prev
 
 
 def is_key(kv: dict) -> bool:
@@ -109,7 +114,7 @@ def fold_kv(snapshot: dict | None, kv: dict, entries: list = ()) -> dict:
         if change is None:
             tables.pop(rid, None)
         else:
-            tables[rid] = tables.get(rid, [])[:change[0]] + change[1:]
+            tables[rid] = tables.get(rid, [])[:max(0, change[0])] + change[1:]
     tokens = dict(snapshot.get("kv_tokens") or {})
     tokens.update((str(e[ENTRY_RID]), e[ENTRY_CTX]) for e in entries)
     for rid, n in (kv.get("kv_tokens") or {}).items():

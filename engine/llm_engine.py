@@ -15,7 +15,6 @@ from .events import PADDING, StepEntry, StepEvent
 from .kv import KVCacheManager, KVPool
 from .kv.sizing import kv_block_bytes, num_kv_blocks
 from .kv.transfer import HANDOFF, SWAP_IN, SWAP_OUT, Transfer, run_move
-from .kv_wire import KvFrames
 from .model import kernel_variants
 from .model.draft_model import DraftModel
 from .model.runner import ModelRunner
@@ -83,7 +82,6 @@ class LLMEngine(ReadsOutputs):
         self.sent: dict[int, Request] = {}
         self.sent_tokens: dict[int, int] = {}
         self._just_sent: list[int] = []  # reported by the next StepEvent
-        self.kv_frames = KvFrames()  # which step events send the block tables whole (engine/kv_wire.py)
     def reset(self, reason: str) -> list[int]:
         """End every unfinished request with finish_reason "error" and start from an empty
         scheduler and cache (the loaded model is kept). Returns the ended request ids."""
@@ -431,7 +429,6 @@ class LLMEngine(ReadsOutputs):
         finished, self._just_finished = self._just_finished, []
         handed_off, self._just_sent = self._just_sent, []
         waits, self.waits = changes(self.waits, sched.waits), sched.waits
-        cached = self.cache.cached_blocks
         return StepEvent(
             step=self.step_count, strategy=self.cfg.strategy, t_start=t_start, t_end=t_end,
             entries=entries, num_waiting=self.scheduler.num_waiting, num_running=self.scheduler.num_running,
@@ -441,8 +438,7 @@ class LLMEngine(ReadsOutputs):
             num_blocks=self.cache.num_blocks, block_size=self.cfg.block_size,
             used_blocks=self.kv_blocks[0], block_tables=tables, kv_tokens=kv_tokens,
             reserved_unused_slots=held - sum(kv_tokens.values()), sampled=sampled, answer_ends=answer_ends,
-            cached_blocks=cached, kv_base=self.kv_frames.base(t_end, tables, kv_tokens, cached),
-            prefix_queries=sched.prefix_queries,
+            cached_blocks=self.cache.cached_blocks, prefix_queries=sched.prefix_queries,
             prefix_hits=sched.prefix_hits, waits=waits,
             swaps=[[m.request_id, m.direction, len(m.src)] for m in sched.moves], swap_bytes=moved.bytes,
             swap_s=moved.seconds, num_host_blocks=self.cache.host.num_blocks if self.cache.host else 0,

@@ -5,7 +5,7 @@ import random
 from collections import Counter
 
 from engine import EngineConfig, LLMEngine, SamplingParams
-from engine.kv_wire import fold_kv
+from engine.kv_wire import KvFrames, fold_kv
 
 
 def make_engine(model_dir, **overrides) -> LLMEngine:
@@ -51,9 +51,11 @@ def check_kv_invariants(eng: LLMEngine) -> None:
 
 def check_wire_kv(eng: LLMEngine, ev) -> None:
     """A step event's KV as the wire sends it (the changes since the engine's previous event, or the
-    tables whole) folds into exactly the tables it holds. Call it on every event of the engine."""
+    tables whole; stamped as a lane stamps what it publishes) folds into exactly the tables it holds.
+    Call it on every event of the engine."""
     if ev is None:
         return
+    eng.__dict__.setdefault("_kv_frames", KvFrames()).stamp(ev)
     wire = ev.to_dict()
     folded = fold_kv(eng.__dict__.get("_folded_kv"), wire["kv"], wire["entries"])
     assert folded == ev.to_dict(key=True)["kv"], "the KV changes on the wire do not fold into the tables"

@@ -61,7 +61,10 @@ defineLive("KvBlocks", [], () => {
     for (const e of entries || []) kvTokens[e[E.rid]] = e[E.ctx];
     for (const [rid, change] of Object.entries(kv.tables || {})) {
       if (!Array.isArray(change)) delete tables[rid];
-      else tables[rid] = (tables[rid] || []).slice(0, Math.max(0, change[0] | 0)).concat(change.slice(1));
+      else {
+        const old = tables[rid] || [];
+        tables[rid] = old.slice(0, Math.min(Math.max(0, Number(change[0]) || 0), old.length)).concat(change.slice(1));
+      }
     }
     for (const [rid, n] of Object.entries(kv.kv_tokens || {})) {
       if (n == null) delete kvTokens[rid];

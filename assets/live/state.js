@@ -50,7 +50,10 @@ defineLive("LiveState", ["Waits", "KvBlocks"], () => {
     let changed = false, status = null;
     if (msg.skipped > 0) {  // the hub dropped events before we saw them
       st.coalesced += msg.skipped;
-      for (const S of st.by.values()) S.gapPending = true;
+      for (const S of st.by.values()) {
+        S.gapPending = true;
+        S.kvWire = {};  // KV changes fold again from each pool's next key frame (the socket sends one next)
+      }
       changed = true;
     }
     for (const ev of msg.events || []) {
@@ -92,12 +95,17 @@ defineLive("LiveState", ["Waits", "KvBlocks"], () => {
     return true;
   }
 
-  // A step event with its kv whole: the wire sends each engine's tables whole now and then and, in
-  // between, what changed since its previous step (KvBlocks.fold).
+  // A step event with its kv whole: the wire sends each pool's tables whole now and then and, in between,
+  // what changed since its previous step (KvBlocks.fold). Changes with nothing to fold onto (after a gap,
+  // before the pool's next key frame) are dropped: the step goes on without its KV.
   function foldKv(st, ev) {
     const S = st.by.get(ev.lane);
     if (!S) return ev;
     const part = ev.part || "";
+    if (!ev.kv.block_tables && !(part in S.kvWire)) {
+      const { kv: _changes, ...rest } = ev;
+      return rest;
+    }
     const kv = (S.kvWire[part] = KvBlocks.fold(S.kvWire[part], ev.kv, ev.entries, st.contract.entry));
     return kv === ev.kv ? ev : { ...ev, kv };
   }
@@ -288,13 +296,15 @@ defineLive("LiveState", ["Waits", "KvBlocks"], () => {
   // Every running request is in each step (scheduled, or holding KV); a finished one has had its
   // "finished" event by the next step. A request that is neither was ended by events we never saw
   // (coalesced): end it as lost. After a gap, only the newest num_waiting waiting requests still wait.
+  // A step without its KV (a replay's, until its lane's next key frame) says nothing of who holds KV.
   function reconcile(S, ev, groups, contract) {
-    const holders = new Set(Object.keys((ev.kv && ev.kv.block_tables) || {}).map(Number));
+    const tables = ev.kv && ev.kv.block_tables;
+    const holders = new Set(Object.keys(tables || {}).map(Number));
     const waiting = [];
     for (const R of S.reqs.values()) {
       if (R.done || (ev.part && R.part && R.part !== ev.part)) continue;  // on the other half of the lane
       if (R.open) waiting.push(R);
-      else if (!holders.has(R.rid) && !groups.has(R.rid)) markLost(S, R, ev.t_start);
+      else if (tables && !holders.has(R.rid) && !groups.has(R.rid)) markLost(S, R, ev.t_start);
       else if (R.lastKind === KIND.held) markLost(S, R, ev.t_start);  // padding only: it finished unseen
     }
     if (!S.gapPending) return;

@@ -45,6 +45,7 @@ MAX_EVENTS_PER_MESSAGE = 512
 # through a backlog it would never catch up with at a GPU's pace.
 SEND_TIMEOUT_S = 10.0
 MAX_QUEUED_BYTES = 1 << 20
+SKIP_AFTER_S = 1.0  # over the bound this long (not a burst the client is taking): it goes on from the newest
 # A client that stops reading while little is sent holds no backlog here (the kernels buffer it), so the
 # server pings every socket this often and closes one that has not answered within as long (uvicorn's
 # ws_ping_interval and ws_ping_timeout; Streamlit's server.websocketPingInterval sets both): a browser's
@@ -141,7 +142,7 @@ class _Connection:
                     if asyncio.get_running_loop().time() - stalled_since > SEND_TIMEOUT_S:
                         raise TimeoutError(f"more than {MAX_QUEUED_BYTES} bytes unread for {SEND_TIMEOUT_S:g} s")
                 else:
-                    if stalled_since is not None:
+                    if stalled_since is not None and asyncio.get_running_loop().time() - stalled_since >= SKIP_AFTER_S:
                         await self._skip_to_head()
                     stalled_since = None
                     await self._send_events()
@@ -182,6 +183,7 @@ class _Connection:
         first, self.cursor = self.cursor, max(self.cursor, self.hub.head)
         self.kv_sync.reset()
         if self.cursor > first:
+            self._forget_finished(self.hub.read(first).events)  # (its requests that ended meanwhile)
             await self._send(events_message(first, self.cursor - 1, self.cursor - first, []))
 
     def _over_replay_budget(self, first_seq: int, events: list[str]) -> bool:

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from ..model.files.model_files import models_cache_root
+from ..wire_json import dumps
 from ..model.files.random_model import build_random_model
 
 PRESET = "SmolLM2-135M-Instruct"
@@ -97,7 +98,7 @@ class SocketMeter:
             self.messages += 1
             if text.startswith('{"type":"events"'):
                 for ev in json.loads(text)["events"]:
-                    line = json.dumps(ev, separators=(",", ":")).encode() + b"\n"
+                    line = dumps(ev).encode() + b"\n"  # (as the recorder encodes it, less its time)
                     self.raw += len(line)
                     self._zip.write(line)
                     if ev.get("type") == "step":

@@ -95,10 +95,12 @@ class EngineClient:
         params = {"max_tokens": max_tokens, "ignore_eos": True, "temperature": 0}
         self.pending.clear()
         self.call({"cmd": "pause"})  # every request queued before the first step: the lanes fill at once
-        for i in range(n):
-            self.ws.send(json.dumps({"cmd": "submit", "prompt": PROMPT, "params": params, "tag": "bench",
-                                     "ref": f"load-{i}"}))
-        self.call({"cmd": "resume"})  # (answered after every submit: the socket runs commands in order)
+        try:
+            for i in range(n):
+                self.ws.send(json.dumps({"cmd": "submit", "prompt": PROMPT, "params": params, "tag": "bench",
+                                         "ref": f"load-{i}"}))
+        finally:
+            self.call({"cmd": "resume"})  # (answered after every submit: the socket runs commands in order)
         t0 = last_tick = time.monotonic()
         done: dict[str, int] | None = None  # lane -> requests finished (known from the first answer)
         steps: dict[str, list] = {}

@@ -24,8 +24,8 @@ def step(t: float, frames: KvFrames, tables: dict, cached: list, lane="a", part=
     ev = StepEvent(step=1, strategy="continuous", t_start=t, t_end=t, entries=entries, num_waiting=0, num_running=0,
                    admitted=[], finished=[], preempted=[], tokens_used=0, token_budget=8, num_blocks=64,
                    block_size=4, used_blocks=sum(map(len, tables.values())), block_tables=tables, kv_tokens=tokens,
-                   reserved_unused_slots=0, cached_blocks=cached, part=part,
-                   kv_base=frames.base(t, tables, tokens, cached))
+                   reserved_unused_slots=0, cached_blocks=cached, part=part)
+    frames.stamp(ev)
     return StepMessage(event=ev, lane=lane, strategy="continuous")
 
 
@@ -62,12 +62,23 @@ def test_an_unchanged_step_sends_no_tables():
     assert kv["kv_tokens"] == {"1": None, "3": None}
 
 
+def test_a_step_left_unpublished_is_no_base():
+    """A lane publishes only steps that did something; the next one's changes are against the last one it
+    published (a worker stamps what it publishes), so a reader folds the tables whole."""
+    frames, unpublished = KvFrames(), KvFrames()
+    first = step(0.0, frames, {1: [4, 5], 2: [6]}, [])
+    step(0.1, unpublished, {2: [6]}, [])  # request 1 freed in a step nobody is sent
+    third = step(0.2, frames, {2: [6], 3: [7]}, [])
+    folded = fold_kv(fold_kv(None, first.wire()["kv"]), third.wire()["kv"], third.wire()["entries"])
+    assert folded == third.key_wire()["kv"] and "1" not in folded["block_tables"]
+
+
 def test_each_reader_gets_a_key_frame_of_each_pool_first():
     """A live event goes in its key form to a reader that has no key frame of its pool (once); a recorded
     one (its recorded form only) goes without its KV until that pool's next key frame."""
-    frames = {p: KvFrames() for p in ("prefill", "decode")}
-    first = {p: step(0.0, frames[p], {1: [2]}, [], part=p) for p in frames}
-    later = {p: step(0.1, frames[p], {1: [2, 3]}, [], part=p) for p in frames}
+    frames, parts = KvFrames(), ("prefill", "decode")
+    first = {p: step(0.0, frames, {1: [2]}, [], part=p) for p in parts}
+    later = {p: step(0.1, frames, {1: [2, 3]}, [], part=p) for p in parts}
     sync = KvSync()
     assert [sync.form(later["decode"]), sync.form(later["decode"]), sync.form(first["prefill"])] == [KEY, AS_IS, AS_IS]
     assert sync.form(later["prefill"]) == AS_IS

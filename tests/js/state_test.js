@@ -132,6 +132,15 @@ const tests = {
     const k = batches.findIndex((b, i) => i > 2 && b.events.some((e) => e.type === "finished"));
     const dropped = batches[k].events;
     batches[k + 1].skipped += dropped.length;
+    // as the socket does after a gap: each lane's next step with its KV tables whole
+    const keyed = new Set();
+    for (const b of batches.slice(k + 1)) {
+      b.events = b.events.map((e) => {
+        if (e.type !== "step" || keyed.has(e.lane)) return e;
+        keyed.add(e.lane);
+        return { ...e, kv: rec.kv_whole[`${e.lane}/${e.part || ""}/${e.step}`] };
+      });
+    }
     const kept = batches.filter((_, i) => i !== k);
     const st = replay(kept);
     assert.equal(st.coalesced, recorded + dropped.length);
@@ -175,6 +184,47 @@ const tests = {
       const last = steps.filter((e) => e.lane === lane).at(-1);
       assert.deepEqual(st.by.get(lane).kv.block_tables, last.kv.block_tables, lane);
     }
+  },
+
+  "steps without their KV (a replay's, until its lane's next key frame) end nobody as lost"() {
+    // request 2 holds KV but is not scheduled in step 2 (a chunked prefill that got no budget): a step
+    // with its KV says so; one without says nothing, so request 2 runs on
+    const entry = (rid, ctx) => {
+      const e = [];
+      Object.entries({ rid, phase: P.decode, tokens: 1, ctx, slot: rid, cached: 0 }).forEach(([k, v]) => { e[E[k]] = v; });
+      return e;
+    };
+    const kv = { num_blocks: 8, block_size: 4, used: 2, block_tables: { 1: [0], 2: [1] }, kv_tokens: { 1: 3, 2: 3 } };
+    const step = (n, entries, more) => ({ type: "step", lane: "r", strategy: "continuous", step: n, t_start: n,
+                                          t_end: n + 0.5, entries, sampled: {}, admitted: [], finished: [],
+                                          preempted: [], tokens_used: 1, token_budget: 64, num_waiting: 0,
+                                          num_running: 2, ...more });
+    const request = (rid) => ({ type: "request", lane: "r", strategy: "continuous", request_id: rid, tag: "t",
+                                prompt: "x", num_prompt_tokens: 2, max_tokens: 8, arrival_s: 0 });
+    for (const withKv of [true, false]) {
+      const st = LiveState.newState(["r"], contract);
+      const second = withKv ? { kv: { ...kv, kv_tokens: { 1: 4, 2: 3 } } } : {};
+      LiveState.applyBatch(st, { skipped: 0, events: [request(1), request(2), step(1, [entry(1, 3), entry(2, 3)], { kv }),
+                                                       step(2, [entry(1, 4)], second)] });
+      assert.equal(st.by.get("r").reqs.get(2).lost, false, `with its KV: ${withKv}`);
+    }
+  },
+
+  "after a gap, KV changes wait for their pool's next key frame"() {
+    const st = LiveState.newState(["r"], contract);
+    const step = (n, kv) => ({ type: "step", lane: "r", strategy: "continuous", step: n, t_start: n, t_end: n + 0.5,
+                               entries: [], sampled: {}, admitted: [], finished: [], preempted: [], tokens_used: 0,
+                               token_budget: 64, num_waiting: 0, num_running: 0, kv });
+    const pool = { num_blocks: 8, block_size: 4, used: 1 };
+    LiveState.applyBatch(st, { skipped: 0, events: [step(1, { ...pool, block_tables: { 1: [0] }, kv_tokens: { 1: 3 } })] });
+    LiveState.applyBatch(st, { skipped: 3, events: [step(5, { ...pool, tables: { 2: [0, 5] }, kv_tokens: { 2: 4 } })] });
+    const S = st.by.get("r");
+    assert.deepEqual(S.kv.block_tables, { 1: [0] }, "changes after a gap are not folded onto what came before it");
+    LiveState.applyBatch(st, { skipped: 0, events: [
+      step(6, { ...pool, block_tables: { 2: [5], 3: [6] }, kv_tokens: { 2: 4, 3: 1 } }),
+      step(7, { ...pool, tables: { 3: [1, 7] }, kv_tokens: { 3: 5 } })] });
+    assert.deepEqual(S.kv.block_tables, { 2: [5], 3: [6, 7] });
+    assert.deepEqual(S.kv.kv_tokens, { 2: 4, 3: 5 });
   },
 
   "shared and cached blocks of every KV snapshot: what the tables and the cached list say"() {

@@ -19,7 +19,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...events import LanesEvent
+from ...events import LanesEvent, StepMessage
 from ...events_check import check_event, check_json
 from ...kv_wire import is_key
 from ...serving.lanes import check_lane_name
@@ -32,6 +32,7 @@ MAX_BYTES = 64 << 20       # decompressed; about three hours of two busy lanes
 MAX_LINE_BYTES = 8 << 20   # one event (a step's block tables grow with the KV pool)
 MAX_EVENTS = 250_000
 MAX_LABEL_CHARS = 200      # model, device, started_at: the banner shows them
+MAX_KV_TABLES = 4096       # a KV pool's block tables at once (requests holding blocks)
 
 
 class RecordingError(ValueError):
@@ -47,7 +48,7 @@ class Recording:
 
     def add(self, t: float, event: dict) -> None:
         head = {"type": event["type"], "lane": event.get("lane"), "strategy": event.get("strategy"),
-                "part": event.get("part"), "kv_key": is_key(event.get("kv") or {"block_tables": {}})}
+                "part": event.get("part"), "kv_key": "kv" in event and is_key(event["kv"])}
         self.times.append(t)
         self.heads.append(head)
         self.texts.append(dumps(event))
@@ -142,10 +143,12 @@ def _read(lines) -> Recording:
     n, first = next(lines, (1, b""))
     rec = Recording(_header(_parse(n, first)))
     lanes, last_t = set(rec.header["lanes"]), float("-inf")  # the lanes so far (a run may switch them)
+    kv = KvTally()
     for n, line in lines:
         obj = _parse(n, line)
         try:
             t, event = _event_line(obj, lanes, last_t)
+            kv.check(event)
         except ValueError as e:
             raise RecordingError(f"line {n}: {e}") from None
         if event["type"] == LanesEvent.TYPE:
@@ -153,6 +156,33 @@ def _read(lines) -> Recording:
         rec.add(t, event)
         last_t = t
     return rec
+
+
+class KvTally:
+    """Each KV pool's tables as a recording's step events build them (engine/kv_wire.py), by length only:
+    changes that would hold more tables than MAX_KV_TABLES, or a table longer than its pool, are refused
+    (every line is within its bounds, but changes add up, and a player folds them at every step)."""
+
+    def __init__(self):
+        self.pools: dict[tuple, dict[str, int]] = {}  # (lane, part) -> request id -> its table's length
+
+    def check(self, event: dict) -> None:
+        if event["type"] != StepMessage.TYPE or "kv" not in event:
+            return
+        kv, pool = event["kv"], (event.get("lane"), event.get("part"))
+        if is_key(kv):
+            lengths = self.pools[pool] = {rid: len(t) for rid, t in kv["block_tables"].items()}
+        else:
+            lengths = self.pools.setdefault(pool, {})
+            for rid, change in kv["tables"].items():
+                if change is None:
+                    lengths.pop(rid, None)
+                else:
+                    lengths[rid] = min(lengths.get(rid, 0), change[0]) + len(change) - 1
+        if len(lengths) > MAX_KV_TABLES:
+            raise ValueError(f"event.kv holds more than {MAX_KV_TABLES} block tables")
+        if lengths and max(lengths.values()) > kv["num_blocks"]:
+            raise ValueError("event.kv holds a block table longer than its pool (num_blocks)")
 
 
 def _parse(n: int, line: bytes):

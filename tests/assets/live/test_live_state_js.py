@@ -32,4 +32,4 @@ def test_reducer_on_recorded_events():
     run = subprocess.run([NODE, str(TESTS / "js" / "state_test.js"), str(RECORDING)], capture_output=True,
                          text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.count("ok - ") == 22, run.stdout
+    assert run.stdout.count("ok - ") == 24, run.stdout

@@ -114,8 +114,9 @@ def test_a_client_that_joins_mid_stream_folds_the_engines_tables(url, svc):
 
 
 def test_a_client_that_stopped_reading_goes_on_from_the_newest_event(url, svc, monkeypatch):
-    """A client over the backlog bound is sent nothing; once it reads again it is told how many events it
-    missed and goes on from the newest one (not through the backlog), each lane's KV tables whole first."""
+    """A client over the backlog bound is sent nothing. Over it briefly (a burst it is taking), it then gets
+    every event; over it for SKIP_AFTER_S or more, once it reads again it is told how many events it missed
+    and goes on from the newest one (not through the backlog), each lane's KV tables whole first."""
     from engine.api import ws as ws_module
     stalled = {"on": False}
     monkeypatch.setattr(ws_module._Connection, "_backlogged", lambda self: stalled["on"])
@@ -124,11 +125,18 @@ def test_a_client_that_stopped_reading_goes_on_from_the_newest_event(url, svc, m
         async with websockets.connect(url) as ws:
             await ws.recv()
             await ws.send(json.dumps({"cmd": "submit", "prompt": [5, 6, 7], "ref": "a",
-                                      "params": {"max_tokens": 40, "ignore_eos": True}}))
-            await recv_until(ws, lambda m: m["type"] == "events" and any(e["type"] == "step" for e in m["events"]))
-            stalled["on"], head = True, svc.hub.head
-            while svc.hub.head < head + 6:  # steps the client misses (the server looks every 1/30 s)
-                await asyncio.sleep(0.01)
+                                      "params": {"max_tokens": 90, "ignore_eos": True}}))
+            first, _ = await recv_until(ws, lambda m: m["type"] == "events" and any(
+                e["type"] == "step" for e in m["events"]))
+            stalled["on"], head = True, svc.hub.head  # a burst: over the bound for 0.2 s
+            await asyncio.sleep(0.2)
+            stalled["on"] = False
+            _, burst = await recv_until(ws, lambda m: m["type"] == "events" and m["last_seq"] >= head + 2)
+            seqs = [(m["first_seq"], m["last_seq"], m["skipped"]) for m in [first, *burst] if m["type"] == "events"]
+            assert all(b0 == a1 + 1 and skipped == 0 for (_, a1, _), (b0, _, skipped) in zip(seqs, seqs[1:])), seqs
+            stalled["on"], t0 = True, time.monotonic()
+            while time.monotonic() - t0 < ws_module.SKIP_AFTER_S + 0.1:  # steps the client misses
+                await asyncio.sleep(0.02)
             stalled["on"] = False
             gap, _ = await recv_until(ws, lambda m: m["type"] == "events" and m["skipped"] > 0)
             ended = set()

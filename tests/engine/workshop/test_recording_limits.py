@@ -30,6 +30,12 @@ def without(d: dict, key: str) -> dict:
     return {k: v for k, v in d.items() if k != key}
 
 
+def kv_step(kv: dict) -> dict:
+    """A step of the recording's first lane with this `kv` and nothing scheduled."""
+    return {"type": "step", "lane": "continuous", "step": 1, "t_start": 0, "t_end": 1, "entries": [],
+            "num_waiting": 0, "num_running": 0, "kv": kv}
+
+
 MALFORMED = [
     ("a header without a model", recording(without(HEADER, "model"), LANES_EVENT), "line 1: model"),
     ("a header without lanes", recording(without(HEADER, "lanes"), LANES_EVENT), "line 1: lanes"),
@@ -51,6 +57,16 @@ MALFORMED = [
      "line 3: event.event is not valid Unicode"),
     ("NaN", recording(HEADER, LANES_EVENT, '{"t": NaN, "event": {"type": "status", "event": "x"}}'),
      "line 3: t: NaN is not a JSON number"),
+    ("KV changes that add up to more tables than a pool holds", recording(HEADER, LANES_EVENT, *[
+        {"t": 100.0 + i, "event": kv_step({"num_blocks": 8, "block_size": 16, "used": 0, "tables": {
+            str(r): [0, 1] for r in range(i * 2048, (i + 1) * 2048)}})} for i in range(3)]),
+     "line 5: event.kv holds more than 4096 block tables"),
+    ("KV changes that make a table longer than its pool", recording(HEADER, LANES_EVENT, *[
+        {"t": 100.0 + i, "event": kv_step({"num_blocks": 8, "block_size": 16, "used": 0,
+                                           "tables": {"1": [4 * i, 1, 2, 3, 4]}})} for i in range(3)]),
+     "line 5: event.kv holds a block table longer than its pool"),
+    ("a KV change that starts before 0", recording(HEADER, LANES_EVENT, {"t": 100.0, "event": kv_step(
+        {"num_blocks": 8, "block_size": 16, "used": 0, "tables": {"1": [-1, 2]}})}), "line 3: event.kv.tables.1"),
     ("not gzip", b"{}", "not a complete gzip file"),
     ("cut short", recording(HEADER, LANES_EVENT)[:-9], "not a complete gzip file"),
 ]
