@@ -41,8 +41,8 @@ MAX_EVENTS_PER_MESSAGE = 512
 # A client that has had more than MAX_QUEUED_BYTES waiting for this long (or whose send has waited this
 # long) has stopped reading: it is disconnected, its connection aborted (its buffers freed) and its
 # requests aborted, instead of pinning them forever. While over the bound it is sent nothing; when it
-# reads again it goes on from the newest event (told how many it missed, the KV tables whole), not
-# through a backlog it would never catch up with at a GPU's pace.
+# reads again after SKIP_AFTER_S or more it goes on from the newest event (told how many it missed, the
+# KV tables whole), not through a backlog it would never catch up with at a GPU's pace.
 SEND_TIMEOUT_S = 10.0
 MAX_QUEUED_BYTES = 1 << 20
 SKIP_AFTER_S = 1.0  # over the bound this long (not a burst the client is taking): it goes on from the newest
