@@ -1,15 +1,15 @@
 """A step event's KV on the wire: key frames and the changes between them.
 
 At a GPU's pace (hundreds of steps a second, hundreds of rows) sending every block table whole in every
-step is most of the wire: a decode step changes one table in block_size. So a lane's step events carry
-a KV pool's tables whole (a key frame: `block_tables`) in the pool's first event and then at least every
-KEY_EVERY_S, and in between only what changed since the pool's previous published event (`tables`: request id ->
-[start, blocks...], the table cut to `start` blocks and `blocks` appended, or null once it is gone;
-`kv_tokens` the same way, where it differs from the scheduled rows' context_len, and `cached` when it
-changed). `fold_kv` rebuilds the whole snapshot from a key frame and the
-changes after it; the live view's reducer does the same (assets/live/kv_blocks.js). A reader that missed
-events (or starts mid-stream) keeps a `KvSync`: a live event goes to it in its key form at once, a
-recorded one (which has only the form it was recorded in) without its KV until the next key frame.
+step is most of the wire: a decode step changes one table in block_size. So a lane's step events carry a
+KV pool's tables whole (a key frame: `block_tables`) in the pool's first event and then at least every
+KEY_EVERY_S, and in between only what changed since the pool's previous published event (`tables`:
+request id -> [start, blocks...], the table cut to `start` blocks and `blocks` appended, or null once it
+is gone; `kv_tokens` the same way where it differs from the scheduled rows' context_len; `cached` when it
+changed). `fold_kv` rebuilds the whole snapshot from a key frame and the changes after it; the live
+view's reducer does the same (assets/live/kv_blocks.js). A reader that missed events (or starts
+mid-stream) keeps a `KvSync`: a live event goes to it in its key form at once, a recorded one (which has
+only the form it was recorded in) without its KV until the next key frame.
 
 Nobody pays for encoding at publishing: a step event keeps its tables (lists shared with the previous
 event where unchanged) and the previous published event's (`KvBase`, stamped by `KvFrames` as the lane
@@ -25,7 +25,7 @@ ENTRY_RID, ENTRY_CTX = 0, 3  # request_id and context_len in a wire step entry (
 
 @dataclass(frozen=True)
 class KvBase:
-    """What the previous step event of the same engine held: its successor's changes are relative to it."""
+    """What the previous published step of the same KV pool held: the next one's changes are against it."""
     tables: dict[int, list[int]]
     kv_tokens: dict[int, int]
     cached: list[int]
