@@ -172,16 +172,18 @@ class KvTally:
         kv, pool = event["kv"], (event.get("lane"), event.get("part"))
         if is_key(kv):
             lengths = self.pools[pool] = {rid: len(t) for rid, t in kv["block_tables"].items()}
-        else:
-            lengths = self.pools.setdefault(pool, {})
+            changed = lengths.values()
+        else:  # (the work is the changes': a step's own line bounds them)
+            lengths, changed = self.pools.setdefault(pool, {}), []
             for rid, change in kv["tables"].items():
                 if change is None:
                     lengths.pop(rid, None)
                 else:
                     lengths[rid] = min(lengths.get(rid, 0), change[0]) + len(change) - 1
+                    changed.append(lengths[rid])
         if len(lengths) > MAX_KV_TABLES:
             raise ValueError(f"event.kv holds more than {MAX_KV_TABLES} block tables")
-        if lengths and max(lengths.values()) > kv["num_blocks"]:
+        if any(n > kv["num_blocks"] for n in changed):
             raise ValueError("event.kv holds a block table longer than its pool (num_blocks)")
 
 
