@@ -38,6 +38,8 @@ from tiny_models import make_tiny_model  # noqa: E402
 OUT = TESTS / "data" / "events_tiny_llama.json"
 LANES = {"iteration-level": "continuous", "batch of 3": "static"}  # lane -> strategy
 PREFIX_LANE = "iteration-level"  # caches prefixes
+STATIC_LANE = "batch of 3"
+SLOW_MOTION_S = 0.02  # a step at least this long: the socket sends 30 messages a second
 SYSTEM = "You keep the lighthouse on the rock. Answer in one line. "
 PARTICIPANT = "Ada <i>Lovelace</i>"  # markup-like on purpose: the views must show it as text
 
@@ -65,7 +67,8 @@ async def record(url: str, svc: EngineService) -> list[dict]:
     prompts = [{"prompt": "The lighthouse keeper"}, {"prompt": [5, 6, 7, 8, 9, 10, 11, 12]},
                {"messages": [{"role": "user", "content": "<b>hi</b> story"}]},
                {"prompt": "A long prompt " * 2}, {"prompt": "short"}, {"prompt": "the last one"}]
-    seen, open_requests, both, ids = [], set(), set(), {}  # both: (request, lane) pairs sent to both lanes
+    seen, open_requests, ids = [], set(), {}
+    svc.set_slow_motion(SLOW_MOTION_S)  # every request lasts long enough to be seen running and aborted
     async with websockets.connect(url, max_size=2**24) as ws:
         seen.append(json.loads(await ws.recv()))  # hello
         await ws.send(json.dumps({"cmd": "subscribe", "ref": "sub", "lanes": list(LANES), "from_seq": "oldest"}))
@@ -84,7 +87,6 @@ async def record(url: str, svc: EngineService) -> list[dict]:
                 pairs = {(msg["request_id"], lane) for lane in msg["lanes"]}
                 open_requests |= pairs
                 if msg["ref"].startswith("r"):
-                    both |= pairs
                     ids[msg["ref"]] = msg["request_id"]
                 else:
                     shared_replies += 1
@@ -92,11 +94,14 @@ async def record(url: str, svc: EngineService) -> list[dict]:
             for ev in msg.get("events", []):
                 if ev["type"] == "finished":
                     open_requests.discard((ev["request_id"], ev["lane"]))
-                if ev["type"] == "step" and not aborted and len(both & open_requests) == 12 and ev["entries"]:
+                r2 = ids.get("r2")
+                if (ev["type"] == "step" and not aborted and ev["lane"] == STATIC_LANE and r2 is not None
+                        and any(e[0] == r2 for e in ev["entries"]) and {(r2, lane) for lane in LANES} <= open_requests):
                     aborted = True
-                    # the longest of static's first batch: running on both engines (an aborted queued one
-                    # would leave static's second batch one short, waiting for ever), and not done yet
-                    await ws.send(json.dumps({"cmd": "abort", "request_id": ids["r2"]}))
+                    # the longest of static's first batch, at the first of its steps seen there: running (an
+                    # aborted queued one would leave static's second batch one short, waiting for ever), and
+                    # with most of its tokens to go
+                    await ws.send(json.dumps({"cmd": "abort", "request_id": r2}))
                 if ev["type"] == "step" and first_shared is not None and str(first_shared) in ev["sampled"]:
                     first_shared = None  # it decodes: its prompt's full blocks are cached now
                     await submit_shared(ws, 1)
