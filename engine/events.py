@@ -163,7 +163,7 @@ class StepEvent:
             "preempted": self.preempted,
             "tokens_used": self.tokens_used,
             "token_budget": self.token_budget,
-            "kv": self._kv_dict(key),
+            "kv": self.kv_dict(key),
             "prefix_queries": self.prefix_queries,
             "prefix_hits": self.prefix_hits,
             "sampled": {str(k): v for k, v in self.sampled.items()},
@@ -173,7 +173,8 @@ class StepEvent:
             **({"answer_ends": {str(k): v for k, v in self.answer_ends.items()}} if self.answer_ends else {}),
         }
 
-    def _kv_dict(self, key: bool) -> dict:
+    def kv_dict(self, key: bool = False) -> dict:
+        """The wire's `kv`: the tables whole (key, or a key frame) or their changes since kv_base."""
         state = (self.block_tables, self.kv_tokens, self.cached_blocks)
         return {"num_blocks": self.num_blocks, "block_size": self.block_size, "used": self.used_blocks,
                 "reserved_unused_slots": self.reserved_unused_slots,
@@ -267,12 +268,13 @@ class StepMessage(Event):
     can_key = True  # a live event holds its tables whole
 
     def key_wire(self) -> dict:
-        """The wire dict with the tables whole (built on first use and kept, like wire())."""
+        """The wire dict with the tables whole (built on first use and kept, like wire(): the same dict
+        but for its KV)."""
         if self.kv_is_key:
             return self.wire()
         out = self.__dict__.get("_key_wire")
         if out is None:
-            out = self.__dict__["_key_wire"] = self.to_dict(key=True)
+            out = self.__dict__["_key_wire"] = {**self.wire(), "kv": self.event.kv_dict(key=True)}
         return out
 
     def key_json(self) -> str:
