@@ -3,8 +3,9 @@
 For each (batch, context) it fills an engine with `batch` requests whose contexts are `context` tokens,
 then times decode-only steps, split into the engine's phases (schedule, batch build, forward, sampling,
 update + detokenize, telemetry) and the forward's operators (linear layers, K/V gather, attention, K/V
-write, the rest), from torch.profiler. Every step is a real engine step; the phases are timed by
-wrapping the engine's own methods, so nothing here re-implements the engine.
+write, the rest), from torch.profiler; and each step's event on the socket (`event KB`: as sent, the KV
+as its changes; `whole KB`: with the KV tables whole), median over the steps. Every step is a real engine
+step; the phases are timed by wrapping the engine's own methods, so nothing here re-implements the engine.
 
     python -m engine.bench.step_profile --batches 1,8,32 --contexts 64,512 [--steps 8] [--json out.json]
     python -m engine.bench.step_profile --mixed --batches 16 --contexts 1024   # grouped vs one group
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import statistics
 import time
 from collections import defaultdict
 
@@ -33,6 +35,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from ..config import EngineConfig
+from ..events import StepMessage
+from ..kv_wire import KvFrames
 from ..llm_engine import LLMEngine
 from ..model import packed_batch, runner as runner_module
 from ..request import SamplingParams
@@ -118,8 +122,7 @@ def profile_point(eng: LLMEngine, contexts: list[int], steps: int, ops: bool = T
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with PhaseTimer(eng) as timer, (profile(activities=activities) if ops else contextlib.nullcontext()) as prof:
         t0 = time.perf_counter()
-        for _ in range(steps):
-            eng.step()
+        events = [eng.step() for _ in range(steps)]
         wall = time.perf_counter() - t0  # before the profiler's own processing at exit
     for rid in list(eng.requests):
         eng.abort(rid)
@@ -130,7 +133,20 @@ def profile_point(eng: LLMEngine, contexts: list[int], steps: int, ops: bool = T
             "gpu_busy_ms": 1e3 * gpu_s / steps, "host_ms": 1e3 * host_s / steps,
             "host_us_per_row": 1e6 * host_s / steps / len(contexts),
             "phases_ms": {k: 1e3 * v / steps for k, v in timer.phases().items()},
-            "forward_ms": {k: 1e3 * v / steps for k, v in _op_groups(prof, forward_s).items()} if ops else {}}
+            "forward_ms": {k: 1e3 * v / steps for k, v in _op_groups(prof, forward_s).items()} if ops else {},
+            **wire_sizes(events)}
+
+
+def wire_sizes(events) -> dict:
+    """The steps' JSON on the socket, stamped as a lane publishes them (engine/kv_wire.py), median KB a
+    step: as sent (the KV's changes) and with the KV tables whole (a key frame's)."""
+    frames, sent, whole = KvFrames(), [], []
+    for ev in events:
+        frames.stamp(ev)
+        msg = StepMessage(event=ev)
+        sent.append(len(msg.json().encode()) / 1024)
+        whole.append(len(msg.key_json().encode()) / 1024)
+    return {"event_kb": statistics.median(sent), "event_whole_kb": statistics.median(whole)}
 
 
 def gpu_kernel_seconds(prof) -> float:
@@ -222,7 +238,7 @@ def render(rows: list[dict], threads: int) -> str:
     ops = all(r["forward_ms"] for r in rows)
     groups = (*OP_GROUPS, "other") if ops else ()
     cols = ["linear", *(["decode"] if rows and "decode" in rows[0] else []), "step", *(["gpu busy"] if gpu else []),
-            "host", "host/row us", *PHASES, *(f"fwd: {g}" for g in groups)]
+            "host", "host/row us", *PHASES, "event KB", "whole KB", *(f"fwd: {g}" for g in groups)]
     how = "forward split by operator self time" if ops else "wall clock, no profiler"
     lines = [f"decode step, ms per step ({threads} threads; host: the step less the "
              f"{'GPU busy time' if gpu else 'forward'}); {how}",
@@ -230,7 +246,7 @@ def render(rows: list[dict], threads: int) -> str:
     for r in rows:
         vals = [r["linear"], *([r["decode"]] if "decode" in r else []), f"{r['step_ms']:.2f}",
                 *([f"{r['gpu_busy_ms']:.2f}"] if gpu else []), f"{r['host_ms']:.2f}", f"{r['host_us_per_row']:.1f}",
-                *(f"{r['phases_ms'][p]:.2f}" for p in PHASES),
+                *(f"{r['phases_ms'][p]:.2f}" for p in PHASES), f"{r['event_kb']:.1f}", f"{r['event_whole_kb']:.1f}",
                 *(f"{r['forward_ms'][g]:.1f}" for g in groups)]
         cells = "  ".join(f"{v:>{max(6, len(c))}}" for c, v in zip(cols, vals))
         lines.append(f"{r['batch']:>5} {r['context']:>5}  {cells}")
