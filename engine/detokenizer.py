@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .byte_text import ByteLevelDetokenizer, ends_inside_character, is_byte_level
 from .untrusted import is_int
 
 REPLACEMENT_CHAR = "\ufffd"
@@ -61,7 +62,6 @@ class IncrementalDetokenizer:
         """The tokenizer its windows are decoded with (an engine's thread gives each request its own)."""
         self._tokenizer = tokenizer
         self._rust_decode = rust_decode(tokenizer)
-        self._additive = additive_decode(tokenizer)
 
     @property
     def text(self) -> str:
@@ -117,14 +117,10 @@ class IncrementalDetokenizer:
         return self._prefix_text
 
     def _emit(self, delta: str, new_read_offset: int) -> str:
-        # The emitted tokens become the next window's context. Where decoding is additive and those tokens
-        # start on a whole character (the text before them ends in none cut short), their text is the delta:
-        # one decode a token instead of two.
-        whole = self._prefix_text is not None and not self._prefix_text.endswith(REPLACEMENT_CHAR)
-        old_read = self._read_offset
-        self._prefix_offset = old_read
+        # The emitted tokens become the next window's context.
+        self._prefix_offset = self._read_offset
         self._read_offset = new_read_offset
-        self._prefix_text = delta if self._additive and whole else None
+        self._prefix_text = None
         # Ids before the new prefix are never decoded again.
         if self._prefix_offset > 64:
             del self._ids[:self._prefix_offset]
@@ -169,12 +165,13 @@ def rust_decode(tokenizer):
     return backend.decode
 
 
-def additive_decode(tokenizer) -> bool:
-    """Whether the text of ids a + b is the text of a then the text of b wherever a ends on a whole
-    character: a Rust tokenizer whose decoder is byte-level (GPT-2's bytes; SmolLM2, Qwen, Llama 3), which
-    maps each token to its bytes. A SentencePiece decoder is not (it drops the first token's leading space)."""
-    backend = getattr(tokenizer, "_tokenizer", None)
-    return rust_decode(tokenizer) is not None and type(getattr(backend, "decoder", None)).__name__ == "ByteLevel"
+def detokenizer_for(tokenizer, prompt_token_ids: list[int], skip_special_tokens: bool = True):
+    """A request's detokenizer: a byte-level tokenizer's table (engine/byte_text.py) where its decode is
+    the Rust one and the prompt ends on a whole character, else the window decoder above."""
+    if rust_decode(tokenizer) is not None and is_byte_level(tokenizer) and \
+            not ends_inside_character(tokenizer, list(prompt_token_ids)):
+        return ByteLevelDetokenizer(tokenizer, skip_special_tokens)
+    return IncrementalDetokenizer(tokenizer, prompt_token_ids, skip_special_tokens)
 
 
 def apply_chat_template(tokenizer, messages: list[dict], add_generation_prompt=True, **kwargs) -> list[int]:

@@ -9,7 +9,7 @@ import torch
 
 from .config import EngineConfig, resolve_warmup
 from .cpu_share import CORES
-from .detokenizer import IncrementalDetokenizer, find_stop
+from .detokenizer import detokenizer_for, find_stop
 from .device_memory import GiB, check_kv_fits
 from .events import PADDING, StepEntry, StepEvent
 from .kv import KVCacheManager, KVPool
@@ -182,7 +182,7 @@ class LLMEngine(ReadsOutputs):
         req = Request(rid, ids, params, arrival_s if arrival_s is not None else self.clock(),
                       eos_token_ids=self.runner.eos_token_ids, priority=priority, tenant=tenant)
         req.generator = make_generator(params.seed, self.runner.device)
-        req.detok = IncrementalDetokenizer(tokenizer or self.tokenizer, ids)
+        req.detok = detokenizer_for(tokenizer or self.tokenizer, ids)
         req.stops = params.stop_strings()
         return req
 

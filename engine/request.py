@@ -130,7 +130,7 @@ class Request:
     finish_s: float | None = None
     num_preemptions: int = 0
     generator: object | None = None  # torch.Generator when seeded
-    detok: object | None = None      # IncrementalDetokenizer
+    detok: object | None = None      # engine.detokenizer.detokenizer_for's
     stops: list[str] = field(default_factory=list)  # params.stop_strings(), checked once when it was made
     # ignore_eos: the length of `text` (in characters) when the model sampled its end-of-text token, the
     # end of its own answer; what follows it is the model going on (it may read as a new turn, "system").

@@ -30,3 +30,19 @@ def test_matches_hf_generate(eng):
     outs = eng.generate(prompts, params)
     refs = reference_greedy(eng.runner.model_dir, prompts, 12)
     assert [o.output_token_ids for o in outs] == refs
+
+
+def test_its_tokenizer_streams_text_as_its_decode_does(eng):
+    """The byte-level table (engine/byte_text.py) on the real vocabulary: any ids, its specials among them,
+    stream the text its tokenizer decodes them to."""
+    import random
+
+    from engine.byte_text import ByteLevelDetokenizer
+    from engine.detokenizer import detokenizer_for
+    tok, rng = eng.tokenizer, random.Random(0)
+    assert isinstance(detokenizer_for(tok, [1, 2]), ByteLevelDetokenizer)
+    for _ in range(300):
+        ids = [rng.randrange(len(tok) + 8) if rng.random() < 0.6 else rng.randrange(260) for _ in range(rng.randrange(30))]
+        detok = ByteLevelDetokenizer(tok)
+        text = "".join(detok.push(t) for t in ids) + detok.finish()
+        assert text == tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)

@@ -7,7 +7,9 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from engine.detokenizer import IncrementalDetokenizer, apply_chat_template, find_stop, rust_decode
+from engine.byte_text import ByteLevelDetokenizer, is_byte_level
+from engine.detokenizer import (IncrementalDetokenizer, apply_chat_template, detokenizer_for, find_stop,
+                                 rust_decode)
 
 FFFD = "\ufffd"
 
@@ -221,6 +223,7 @@ def test_the_rust_decode_streams_what_the_tokenizers_own_decode_does(tok, data):
     own = _OwnDecode(tokenizer_object=tok.backend_tokenizer, eos_token="<|eos|>",
                      additional_special_tokens=["<|im_start|>", "<|im_end|>"])
     assert rust_decode(tok) is not None and rust_decode(own) is None
+    assert isinstance(detokenizer_for(own, []), IncrementalDetokenizer)  # its own decode: the window decoder
     ids = data.draw(st.lists(st.integers(0, len(tok) - 1), max_size=30))
     prompt = data.draw(st.lists(st.integers(0, len(tok) - 1), max_size=6))
     assert _stream(tok, prompt, ids)[1:] == _stream(own, prompt, ids)[1:]
@@ -228,22 +231,45 @@ def test_the_rust_decode_streams_what_the_tokenizers_own_decode_does(tok, data):
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_a_byte_level_tokenizer_streams_the_same_with_one_decode_a_token(tok, byte_tokens, data):
-    """Byte-level decoding is additive: the text of the tokens just emitted is their delta, so a push decodes
-    once (its window), not twice (its window and the emitted tokens again). Same deltas either way, for any
-    ids: broken bytes, specials, a prompt whose last tokens end inside a character."""
-    from engine.detokenizer import additive_decode
-    assert additive_decode(tok)
-    pieces = st.one_of(st.integers(0, len(tok) - 1), st.sampled_from(sorted(byte_tokens.values())))
-    ids, prompt = data.draw(st.lists(pieces, max_size=40)), data.draw(st.lists(pieces, max_size=6))
-    reused, decoded = IncrementalDetokenizer(tok, prompt), IncrementalDetokenizer(tok, prompt)
-    decoded._additive = False
-    calls = [0, 0]
-    for i, d in enumerate((reused, decoded)):
-        count = d._rust_decode
-        d._rust_decode = lambda w, _c=count, _i=i, **kw: (calls.__setitem__(_i, calls[_i] + 1), _c(w, **kw))[1]
-    assert [reused.push(t) for t in ids] + [reused.finish()] == [decoded.push(t) for t in ids] + [decoded.finish()]
-    assert calls[0] <= calls[1]
+def test_the_byte_table_streams_what_the_window_decoder_does(tok, byte_tokens, data):
+    """A byte-level tokenizer's requests stream through its byte table (one lookup a token): for any ids
+    (broken bytes, specials, ids past the vocabulary) the same text as the window decoder and the tokenizer's
+    decode; the same deltas wherever the bytes are valid UTF-8 (broken bytes become U+FFFD sooner)."""
+    pieces = st.one_of(st.integers(0, len(tok) + 4), st.sampled_from(sorted(byte_tokens.values())))
+    ids, prompt = data.draw(st.lists(pieces, max_size=40)), data.draw(st.text(max_size=6))
+    prompt = tok.encode(prompt, add_special_tokens=False)  # whole characters
+    fast, window = detokenizer_for(tok, prompt), IncrementalDetokenizer(tok, prompt)
+    assert isinstance(fast, ByteLevelDetokenizer)
+    fast_deltas = [fast.push(t) for t in ids] + [fast.finish()]
+    window_deltas = [window.push(t) for t in ids] + [window.finish()]
+    assert "".join(fast_deltas) == fast.text == "".join(window_deltas) == tok.decode(ids, skip_special_tokens=True)
+    assert fast.num_tokens == window.num_tokens == len(ids)
+    if FFFD not in fast.text:
+        assert fast_deltas == window_deltas
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(max_size=40))
+def test_the_byte_table_holds_a_character_until_its_last_byte(tok, byte_tokens, text):
+    data = text.encode()
+    detok = ByteLevelDetokenizer(tok)
+    assert [detok.push(byte_tokens[b]) for b in data] == [_completed(data[:k + 1]) for k in range(len(data))]
+    assert detok.finish() == "" and detok.text == text
+
+
+def _completed(data: bytes) -> str:
+    """The character that data's last byte completes, or "" while it is cut short."""
+    try:
+        whole = data.decode()
+    except UnicodeDecodeError:
+        return ""
+    return whole[-1]
+
+
+def test_special_tokens_kept_in_the_byte_table_when_not_skipped(tok):
+    ids = [tok.convert_tokens_to_ids("<|im_start|>")] + tok.encode("héllo", add_special_tokens=False)
+    detok = ByteLevelDetokenizer(tok, skip_special_tokens=False)
+    assert "".join(detok.push(t) for t in ids) + detok.finish() == tok.decode(ids, skip_special_tokens=False)
 
 
 def test_a_prompt_ending_inside_a_character_is_decoded_again_after_it(tok, byte_tokens):
@@ -251,17 +277,9 @@ def test_a_prompt_ending_inside_a_character_is_decoded_again_after_it(tok, byte_
     tokens decode to on their own is not the delta, which only adds what follows the prompt's text."""
     prompt, out = [byte_tokens[0xE2]], [byte_tokens[0x82], byte_tokens[0xAC], byte_tokens[ord("a")],
                                          byte_tokens[ord("b")]]
-    detok = IncrementalDetokenizer(tok, prompt)
+    detok = detokenizer_for(tok, prompt)
+    assert isinstance(detok, IncrementalDetokenizer)  # the byte table starts on a whole character
     assert [detok.push(t) for t in out] + [detok.finish()] == ["", "", "a", "b", ""]
-
-
-def test_plain_text_decodes_once_a_token(tok):
-    ids = tok.encode("plain ascii text, nothing special, and then some more of it.", add_special_tokens=False)
-    detok, calls = IncrementalDetokenizer(tok, []), []
-    decode = detok._rust_decode
-    detok._rust_decode = lambda w, **kw: (calls.append(w), decode(w, **kw))[1]
-    assert "".join(detok.push(t) for t in ids) == tok.decode(ids)
-    assert len(calls) == len(ids) + 1  # each push its window, and the empty context once
 
 
 def test_metaspace_tokenizer_without_prompt_context():
@@ -275,8 +293,8 @@ def test_metaspace_tokenizer_without_prompt_context():
     hf = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", unk_token="<unk>")
     ids = hf.encode("hello world the fox", add_special_tokens=False)
     _check_stream(hf, [], ids)
-    from engine.detokenizer import additive_decode
-    assert not additive_decode(hf)  # its decode drops the first token's leading space: never additive
+    assert not is_byte_level(hf)  # its decode drops the first token's leading space: the window decoder
+    assert isinstance(detokenizer_for(hf, ids), IncrementalDetokenizer)
 
 
 # -- apply_chat_template ----------------------------------------------------
