@@ -102,7 +102,7 @@ class RequestOutput:
         return self.finish_reason is not None
 
 
-@dataclass
+@dataclass(eq=False)  # one request is one object: the queues find it by identity, not by comparing every field
 class Request:
     """Mutable per-request state. Its lifecycle (status, token counts, timings, finish) is changed
     only by the scheduler; the engine adds the text (detokenizer) and decides when it stops."""
