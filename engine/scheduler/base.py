@@ -12,7 +12,7 @@ from ..kv import KVCacheManager
 from ..kv.transfer import HANDOFF, SWAP_IN, SWAP_OUT, BlockMove
 from ..request import Request, RequestStatus
 from . import ngram, waits
-from .policy import make_policy
+from .policy import Policy, make_policy
 
 # A draft token the engine's draft model has still to choose (speculative = "draft": the scheduler sizes
 # a row's draft, engine/model/draft_model.py fills it in before the forward).
@@ -118,24 +118,39 @@ class Scheduler(ABC):
         sampled = []
         if out.t_scheduled is not None:
             self.policy.on_step(out.num_tokens, now - out.t_scheduled)
+        # a decode row's update is its counts alone, unless blocks are committed to a prefix cache or the
+        # policy tallies what it served
+        plain = self.cache.prefix is None and type(self.policy).on_served is Policy.on_served
         for row in out.rows:
             req = row.request
-            if req.is_finished:  # a static padding row, or a row failed this step
+            if req.status is RequestStatus.FINISHED:  # a static padding row, or a row failed this step
                 continue
-            if row.draft:  # read before the count moves
-                new = _accept(row, [next(it) for _ in range(row.num_samples)])
-            else:
-                new = [next(it)] if row.samples else []
-            self.policy.on_served(req, row.num_new if row.phase == PREFILL else 0, len(new))
-            req.num_computed_tokens += row.num_new - len(row.draft) + row.accepted
-            req.output_token_ids.extend(new)  # before commit: accepted drafts are in full blocks' hashes
-            if row.draft:
-                self._drop_rejected(req)
-            self.cache.commit(req)
-            if new and req.first_token_s is None:
-                req.first_token_s = now
-            sampled.extend((req, tok) for tok in new)
+            if plain and row.num_new == 1 and row.phase == DECODE:  # (one token: no draft)
+                tok = next(it)
+                req.num_computed_tokens += 1
+                req.output_token_ids.append(tok)
+                if req.first_token_s is None:  # (a request handed over with its first token has it)
+                    req.first_token_s = now
+                sampled.append((req, tok))
+                continue
+            self._update_row(row, it, now, sampled)
         return sampled
+
+    def _update_row(self, row: ScheduledRow, it, now: float, sampled: list) -> None:
+        req = row.request
+        if row.draft:  # read before the count moves
+            new = _accept(row, [next(it) for _ in range(row.num_samples)])
+        else:
+            new = [next(it)] if row.samples else []
+        self.policy.on_served(req, row.num_new if row.phase == PREFILL else 0, len(new))
+        req.num_computed_tokens += row.num_new - len(row.draft) + row.accepted
+        req.output_token_ids.extend(new)  # before commit: accepted drafts are in full blocks' hashes
+        if row.draft:
+            self._drop_rejected(req)
+        self.cache.commit(req)
+        if new and req.first_token_s is None:
+            req.first_token_s = now
+        sampled.extend((req, tok) for tok in new)
 
     def _draft(self, row: ScheduledRow, spare: int) -> None:
         """Speculative decoding: a decode row drafts up to num_speculative_tokens, `spare` and the tokens
