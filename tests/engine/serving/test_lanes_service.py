@@ -22,6 +22,7 @@ def svc(tiny_model_dirs):
     s = make_service(tiny_model_dirs["llama"], strategies=("continuous",))
     base = s.cfg
     s.set_lanes({"block 4": base, "block 16": dataclasses.replace(base, block_size=16)})
+    wait_settled(s)  # every test starts from these lanes, whichever runs first
     yield s
     s.stop()
 
@@ -148,9 +149,18 @@ async def _reply(ws) -> dict:
             return m
 
 
+def set_failing_lane(svc, lanes: dict, name: str) -> None:
+    """set_lanes where lane `name` cannot load: a load that fails at once may fail before the call
+    returns, which then says so (naming the lane); either way every lane goes back to what ran."""
+    try:
+        svc.set_lanes(lanes)
+    except ValueError as e:
+        assert str(e).startswith(f"lane {name!r} could not start"), e
+
+
 def test_a_lane_that_fails_to_load_goes_and_the_same_name_can_start_or_be_removed(svc):
     good = dict(svc.lanes)
-    svc.set_lanes({**good, "broken": {"model": "/nonexistent/model"}})
+    set_failing_lane(svc, {**good, "broken": {"model": "/nonexistent/model"}}, "broken")
     wait_settled(svc)
     assert svc.lanes == good
     with pytest.raises(ValueError, match="lane 'broken' is not running"):
@@ -158,7 +168,7 @@ def test_a_lane_that_fails_to_load_goes_and_the_same_name_can_start_or_be_remove
     svc.set_lanes({**good, "broken": {}})  # settings that load
     wait_settled(svc)
     assert svc.submit([5, 6], greedy(2), lanes=["broken"])[0].result(30).finish_reason == "length"
-    svc.set_lanes({**good, "broken2": {"model": "/nonexistent/model"}})
+    set_failing_lane(svc, {**good, "broken2": {"model": "/nonexistent/model"}}, "broken2")
     svc.set_lanes(good)  # and a lane that never loaded can be removed
     wait_settled(svc)
     assert svc.lane_names == ["block 4", "block 16"]
