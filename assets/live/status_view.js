@@ -24,7 +24,7 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
     let best = null;
     for (const R of S.reqs.values()) {
       if (R.done || !R.wait) continue;
-      const rank = R.wait.why === "behind" ? R.wait.rank : 0;
+      const w = R.wait, rank = w.why === "behind" ? w.rank : w.why === "queued" ? w.ahead + 1 : 0;
       if (!best || rank < best.rank || (rank === best.rank && R.rid < best.R.rid)) best = { R, rank };
     }
     return best ? best.R.wait : null;
@@ -167,5 +167,5 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
     banner.dataset.kind = kind;
   }
 
-  return { build, draw, badges, drawBadges };
+  return { build, draw, badges, drawBadges, headWait };
 });

@@ -209,13 +209,16 @@ class Scheduler(ABC):
 
     def _explain(self, out: SchedulerOutput, head: dict | None, rest: dict | None = None) -> None:
         """Every waiting request's reason at this step: a preempted one's preemption; the head's, why the
-        queue stopped there; the others', `rest`, or their place behind the head in the policy's order."""
+        queue stopped there; the others', `rest`, or their place behind the head in the policy's order
+        (exact in the first waits.QUEUE_SHOWN, then one reason shared by all further back)."""
         queue = self.waiting
         aged = queue and out.t_scheduled is not None and self.policy.why_first(queue[0], out.t_scheduled)
         order = aged or waits.ORDER.get(self.cfg.scheduling_policy, self.cfg.scheduling_policy)
+        deep = waits.queued(waits.QUEUE_SHOWN, order)
         for rank, req in enumerate(queue, 1):
             why = self.preempted_why.get(req.request_id) or (head if rank == 1 else rest)
-            out.waits[req.request_id] = why or waits.behind(queue[0].request_id, rank, len(queue), order)
+            out.waits[req.request_id] = why or (
+                waits.behind(queue[0].request_id, rank, len(queue), order) if rank <= waits.QUEUE_SHOWN else deep)
 
     def _kv_short(self, req: Request, cached: list[int], num_tokens: int) -> dict:
         """req cannot start on `cached` with num_tokens more: how many blocks it needs, how many are free."""

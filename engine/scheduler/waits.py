@@ -14,6 +14,7 @@ KV_BLOCKS = "kv_blocks"                # not enough free KV blocks to start
 BATCH_FILLING = "batch_filling"        # static/dynamic: no batch yet, it fills up
 BATCH_RUNNING = "batch_running"        # static/dynamic: a launched batch must finish first
 BEHIND = "behind"                      # behind the head of the queue, in the policy's order
+QUEUED = "queued"                      # further back: QUEUE_SHOWN or more requests ahead of it
 PREEMPTED_FOR_BLOCKS = "preempted_for_blocks"
 PREEMPTED_BY_PRIORITY = "preempted_by_priority"
 
@@ -23,6 +24,10 @@ DROPPED = "its KV dropped, to recompute when it resumes"
 DROPPED_HOST_FULL = "the host pool full: its KV dropped, to recompute when it resumes"
 
 CAPACITY = (BATCH_FULL, TOKEN_BUDGET, KV_BLOCKS)
+# The first requests of a queue get their exact place (BEHIND: rank, head, length); those further back one
+# reason that holds while the queue moves (QUEUED). A step sends only reasons that changed, and every place
+# moves when the head leaves or a request arrives: 768 exact places were ~38 KB of every step's event.
+QUEUE_SHOWN = 16
 # the policy's reason for an order (scheduling_policy -> what decides who goes first)
 ORDER = {"fcfs": "arrival", "priority": "priority", "sjf": "shortest job first", "fair": "fair share",
          "slo": "TTFT deadline (late ones last)"}
@@ -34,6 +39,7 @@ TEMPLATES = {
     BATCH_FILLING: "waiting for a full batch: {have} of {size}",
     BATCH_RUNNING: "a batch of {rows} is in flight: the next one launches when it has finished",
     BEHIND: "behind #{head} in the queue: number {rank} of {of} by {order}",
+    QUEUED: "in the queue with {ahead} or more ahead of it by {order}",
     PREEMPTED_FOR_BLOCKS: "preempted to free KV blocks for {whom}",
     PREEMPTED_BY_PRIORITY: "preempted by #{by} (priority {by_priority} over {priority})",
 }
@@ -96,6 +102,10 @@ def batch_running(rows: int) -> dict:
 def behind(head: int, rank: int, of: int, order: str) -> dict:
     """order: what put the head first (the policy's ORDER, or the policy's own reason for this head)."""
     return {"why": BEHIND, "head": head, "rank": rank, "of": of, "order": order}
+
+
+def queued(ahead: int, order: str) -> dict:
+    return {"why": QUEUED, "ahead": ahead, "order": order}
 
 
 def preempted_for_blocks(by: int | None) -> dict:

@@ -6,22 +6,13 @@ when the wire format changes.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-
-import pytest
 
 from engine.events import wire_contract
+from node_js import require_node, run_node
 from repo_paths import TESTS
 
 RECORDING = TESTS / "data" / "events_tiny_llama.json"
-NODE = shutil.which("node")
-
-if NODE is None:
-    if os.environ.get("CI"):  # CI must run it (.ci/run installs node)
-        raise RuntimeError("the reducer test needs node (apt-get install nodejs)")
-    pytest.skip("needs node", allow_module_level=True)
+require_node("the reducer test")
 
 
 def test_recording_speaks_the_current_contract():
@@ -29,7 +20,5 @@ def test_recording_speaks_the_current_contract():
 
 
 def test_reducer_on_recorded_events():
-    run = subprocess.run([NODE, str(TESTS / "js" / "state_test.js"), str(RECORDING)], capture_output=True,
-                         text=True, timeout=60)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.count("ok - ") == 24, run.stdout
+    out = run_node("state_test.js", RECORDING)
+    assert out.count("ok - ") == 24, out

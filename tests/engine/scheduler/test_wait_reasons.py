@@ -57,6 +57,30 @@ def test_behind_the_head_in_the_policys_order():
     assert why(step(s), 2)["order"] == "arrival"
 
 
+def test_a_long_queue_gives_exact_places_up_front_and_one_steady_reason_behind_them():
+    """The first QUEUE_SHOWN requests have their place in line; the rest share a reason that holds while
+    the queue moves, so a step changes at most a few reasons however long the queue (every exact place
+    changes whenever the head leaves)."""
+    shown = waits.QUEUE_SHOWN
+    s = scheduler(max_num_seqs=2, num_blocks=4096)
+    for rid in range(3 * shown):
+        s.add(request(rid, prompt_len=4, max_tokens=1 + rid % 3))
+    seen: dict = {}
+    for _ in range(12):
+        out = step(s)
+        queue = [r.request_id for r in s.waiting]
+        assert out.waits[queue[0]]["why"] == "batch_full"
+        for rank, rid in enumerate(queue[1:], 2):
+            expected = (waits.behind(queue[0], rank, len(queue), "arrival") if rank <= shown
+                        else waits.queued(shown, "arrival"))
+            assert out.waits[rid] == expected
+        moved = changes(seen, out.waits)
+        assert not seen or len(moved) <= shown + 2, len(moved)  # the first places, and who left
+        seen = out.waits
+    assert say(waits.queued(shown, "arrival")) == f"in the queue with {shown} or more ahead of it by arrival"
+    assert kind(waits.QUEUED) == "deferred"
+
+
 def test_behind_an_aged_job_the_reason_is_the_starvation_bound_not_its_length():
     """#1 (64 tokens) has waited past SJF's 2 s bound, so the shorter #2 waits behind it: the reason says
     so ("by shortest job first" would be false: #2 is the shorter job)."""
