@@ -13,7 +13,7 @@ import types
 import typing
 from typing import Any
 
-from .events import DECODE_PART, EVENTS, PHASES, PREFILL_PART, SWAP_IN, SWAP_OUT, StepEntry, StepMessage
+from .events import DECODE_PART, EVENTS, PHASES, PREFILL_PART, SHORT_ENTRY, SWAP_IN, SWAP_OUT, StepEntry, StepMessage
 from .untrusted import encodable, is_int, is_number
 
 MAX_TEXT_CHARS = 1_000_000
@@ -142,10 +142,15 @@ _ENTRY_FIELDS["phase"] = _phase
 
 
 def _entry(v, path: str) -> None:
-    """A step entry: a list in ENTRY_FIELDS order (StepEntry's fields; the later ones may be left off)."""
+    """A step entry: a list in ENTRY_FIELDS order (StepEntry's fields; the later ones may be left off), or a
+    plain decode row's short one (SHORT_ENTRY)."""
+    if isinstance(v, list) and len(v) == len(SHORT_ENTRY):
+        for name, x in zip(SHORT_ENTRY, v):
+            _ENTRY_FIELDS[name](x, f"{path}.{name}")
+        return
     if not isinstance(v, list) or not len(_ENTRY_REQUIRED) <= len(v) <= len(_ENTRY_FIELDS):
-        raise ValueError(f"{path} must be a list of {len(_ENTRY_REQUIRED)} to {len(_ENTRY_FIELDS)} values: "
-                         f"{', '.join(_ENTRY_FIELDS)}")
+        raise ValueError(f"{path} must be [{', '.join(SHORT_ENTRY)}] or a list of {len(_ENTRY_REQUIRED)} to "
+                         f"{len(_ENTRY_FIELDS)} values: {', '.join(_ENTRY_FIELDS)}")
     for (name, check), x in zip(_ENTRY_FIELDS.items(), v):
         check(x, f"{path}.{name}")
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 KEY_EVERY_S = 1.0  # the longest a reader that lost its place waits for a key frame
 ENTRY_RID, ENTRY_CTX = 0, 3  # request_id and context_len in a wire step entry (events.ENTRY_FIELDS)
+SHORT_CTX = 1  # and in a short one, [request_id, context_len] (events.SHORT_ENTRY)
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ def fold_kv(snapshot: dict | None, kv: dict, entries: list = ()) -> dict:
         else:
             tables[rid] = tables.get(rid, [])[:max(0, change[0])] + change[1:]
     tokens = dict(snapshot.get("kv_tokens") or {})
-    tokens.update((str(e[ENTRY_RID]), e[ENTRY_CTX]) for e in entries)
+    tokens.update((str(e[ENTRY_RID]), e[SHORT_CTX if len(e) == 2 else ENTRY_CTX]) for e in entries)
     for rid, n in (kv.get("kv_tokens") or {}).items():
         if n is None:
             tokens.pop(rid, None)

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from engine.events import (DECODE, DECODE_PART, ENTRY_FIELDS, EVENTS, PADDING, PREFILL, SWAP_IN, SWAP_OUT, StepEntry,
-                           StepEvent, StepMessage)
+                           StepEvent, StepMessage, full_entries)
 from engine.scheduler import waits
 
 IDS = r"#\d+(?:(?:, #\d+)*(?: and (?:#\d+|\d+ more)))?"
@@ -91,7 +91,7 @@ def step_message(d: dict) -> StepMessage:
     kv = d.get("kv", {})
     ints = lambda m: {int(k): v for k, v in (m or {}).items()}  # noqa: E731
     ev = StepEvent(step=d["step"], strategy=d["strategy"], t_start=d["t_start"], t_end=d["t_end"],
-                   entries=[StepEntry(**dict(zip(ENTRY_FIELDS, e))) for e in d["entries"]],
+                   entries=[StepEntry(**dict(zip(ENTRY_FIELDS, e))) for e in full_entries(d["entries"])],
                    num_waiting=d["num_waiting"], num_running=d["num_running"], admitted=d["admitted"],
                    finished=d["finished"], preempted=d["preempted"], tokens_used=d.get("tokens_used", 0),
                    token_budget=d.get("token_budget", 0), num_blocks=kv.get("num_blocks", 0),

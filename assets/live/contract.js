@@ -27,6 +27,12 @@ defineLive("Contract", [], () => {
       if (entry[key] < 0) throw new Error(`event contract: step entries have no "${name}"`);
     }
     for (const [key, name] of Object.entries(LATER_ENTRY_NAMES)) entry[key] = fields.indexOf(name);
+    // a plain decode row's short entry, [request_id, context_len] (recordings made before it: none)
+    const short = (wire && wire.short_entry) || null;
+    if (short && (short.length !== 2 || short[0] !== ENTRY_NAMES.rid || short[1] !== ENTRY_NAMES.ctx)) {
+      throw new Error(`event contract: short entries are not [request_id, context_len]`);
+    }
+    const width = fields.length;
     for (const [key, name] of Object.entries(PHASE_NAMES)) {
       if (!phases.includes(name)) throw new Error(`event contract: no phase "${name}"`);
       phase[key] = name;
@@ -45,8 +51,22 @@ defineLive("Contract", [], () => {
     const sent = (wire && wire.types) || {};
     const type = Object.fromEntries(Object.entries(TYPES).map(([key, cls]) => [key, sent[cls] || TYPE_NAMES[key]]));
     return Object.freeze({ entry: Object.freeze(entry), phase: Object.freeze(phase), type: Object.freeze(type), remote,
-                           waits, status, swap, parts });
+                           waits, status, swap, parts, shortEntries: !!short, entryWidth: width });
   }
 
-  return { fromWire };
+  // A step's entries, each a list in entry_fields order: a short one (a plain decode row: one decode token,
+  // its slot its place in the list, nothing cached, drafted or accepted) written out.
+  function fullEntries(contract, entries) {
+    if (!contract.shortEntries || !entries || !entries.some((e) => e.length === 2)) return entries;
+    const E = contract.entry;
+    return entries.map((e, i) => {
+      if (e.length !== 2) return e;
+      const full = new Array(contract.entryWidth).fill(0);
+      full[E.rid] = e[0]; full[E.phase] = contract.phase.decode; full[E.tokens] = 1;
+      full[E.ctx] = e[1]; full[E.slot] = i;
+      return full;
+    });
+  }
+
+  return { fromWire, fullEntries };
 });

@@ -5,7 +5,7 @@
 // segments and text), the latest KV snapshot, the prefix cache's token counts, the device's peaks and,
 // for a remote lane, its server's polled gauges. Events are folded in as they arrive; nothing is kept raw.
 
-defineLive("LiveState", ["Waits", "KvBlocks"], () => {
+defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   const MAX_STEPS = 300;        // iterations kept per lane (slots grid, utilization)
   const MAX_REQS = 160;         // requests kept per lane; finished ones past the window go first
   const MAX_SEGS = 64;          // segments kept per request before old ones are trimmed
@@ -75,6 +75,7 @@ defineLive("LiveState", ["Waits", "KvBlocks"], () => {
   // Fold one event into the state; returns true if something visible changed.
   function ingest(st, ev, clearAfter = -Infinity) {
     const T = st.contract.type;
+    if (ev.type === T.step) ev = withFullEntries(st.contract, ev);
     if (ev.type === T.step && ev.kv) ev = foldKv(st, ev);  // (before the time filter: later changes build on it)
     const t = eventTime(T, ev);
     if (t != null && t < clearAfter) return false;
@@ -93,6 +94,11 @@ defineLive("LiveState", ["Waits", "KvBlocks"], () => {
     if (tEnd != null) st.latestT = st.latestT == null ? tEnd : Math.max(st.latestT, tEnd);
     S.rev++;
     return true;
+  }
+
+  function withFullEntries(contract, ev) {
+    const entries = Contract.fullEntries(contract, ev.entries);
+    return entries === ev.entries ? ev : { ...ev, entries };
   }
 
   // A step event with its kv whole: the wire sends each pool's tables whole now and then and, in between,

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..events import ENTRY_FIELDS, PREFILL, StepMessage
+from ..events import ENTRY_FIELDS, PREFILL, StepMessage, full_entries
 from .app_process import CHROMIUM_ARGS, running_app
 from .gpu_pace import SocketMeter, app_env
 
@@ -118,9 +118,10 @@ class EngineClient:
                 done[s] += len(ev["finished"])
                 if done[s] >= n and s not in finished_at:
                     finished_at[s] = time.monotonic() - t0
-                decode_only = not any(e[PHASE] == PREFILL for e in ev["entries"])
+                entries = full_entries(ev["entries"])
+                decode_only = not any(e[PHASE] == PREFILL for e in entries)
                 steps[s].append({"ms": 1000 * (ev["t_end"] - ev["t_start"]), "decode": decode_only,
-                                 "rows": len(ev["entries"])})
+                                 "rows": len(entries)})
             if on_tick and time.monotonic() - last_tick > 1.0:
                 last_tick = time.monotonic()
                 on_tick()

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..events import DECODE, ENTRY_FIELDS, PADDING, PREFILL, FinishedEvent, RequestEvent, StepMessage
+from ..events import (DECODE, ENTRY_FIELDS, PADDING, PREFILL, FinishedEvent, RequestEvent, StepMessage,
+                      full_entries)
 
 QUEUED, RECOMPUTE, PREEMPTED, HELD, HANDED = "queued", "recompute", "preempted", "held", "KV hand-off"
 MERGED = (DECODE, HELD)  # consecutive iterations of these make one slice; prefill chunks stay apart
@@ -130,7 +131,7 @@ class _Lane:
             tr = self.track(rid)
             tr.close(t0)
             tr.open, tr.preemptions = (PREEMPTED, t0), tr.preemptions + 1
-        rows = _rows(ev.get("entries") or ())
+        rows = _rows(full_entries(ev.get("entries") or ()))
         for rid, row in rows.items():
             tr = self.track(rid)
             kind = _kind(row, tr)

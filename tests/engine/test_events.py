@@ -5,9 +5,13 @@ import dataclasses
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine.events import (ENTRY_FIELDS, EVENTS, PHASES, REMOTE, Event, FinishedEvent, GpuEvent, LanesEvent,
-                           RemoteMetricsEvent, RequestEvent, StatusEvent, StepEntry, StepMessage, wire_contract)
+                           RemoteMetricsEvent, RequestEvent, StatusEvent, StepEntry, StepMessage, full_entries,
+                           wire_contract)
+from engine.events_check import check_event
 from engine.request import RequestOutput
 from engine.events import StepEvent
 
@@ -57,11 +61,32 @@ def test_wire_keys_are_the_ones_clients_read():
                       "lane": "vllm", "strategy": "remote"}
 
 
+_ENTRY = st.builds(StepEntry, request_id=st.integers(0, 10**6), phase=st.sampled_from(PHASES),
+                   num_tokens=st.integers(0, 3), context_len=st.integers(0, 10**5), slot=st.integers(-1, 6),
+                   cached_tokens=st.integers(0, 2), drafted=st.integers(0, 2), accepted=st.integers(0, 2))
+
+
+@given(st.lists(st.one_of(_ENTRY, st.builds(lambda rid, ctx: (rid, ctx), st.integers(0, 10**6),
+                                             st.integers(0, 10**5))), max_size=12))
+def test_entries_on_the_wire_are_the_steps_rows_whatever_they_hold(drawn):
+    """Plain decode rows go short ([request_id, context_len]) and every other row whole; written out again
+    they are the step's entries, in order, and the event passes the check an upload gets."""
+    entries = [e if isinstance(e, StepEntry) else StepEntry(e[0], "decode", 1, e[1], i) for i, e in enumerate(drawn)]
+    ev = dataclasses.replace(step_event(), entries=entries)
+    wire = json.loads(json.dumps(StepMessage(event=ev, strategy="continuous", lane="a").to_dict()))
+    assert full_entries(wire["entries"]) == [e.to_list() for e in entries]
+    plain = [e.phase == "decode" and e.num_tokens == 1 and e.slot == i
+             and not (e.cached_tokens or e.drafted or e.accepted) for i, e in enumerate(entries)]
+    assert [len(e) == 2 for e in wire["entries"]] == plain
+    check_event(wire)
+
+
 def test_step_message_is_the_step_event_plus_text_deltas():
     msg = StepMessage(event=step_event(), deltas={7: "x"}, strategy="continuous")
     wire = json.loads(json.dumps(msg.to_dict()))
     assert wire["type"] == "step" and wire["strategy"] == "continuous" and wire["deltas"] == {"7": "x"}
-    assert wire["entries"] == [[7, "decode", 1, 12, 0, 0, 0, 0], [8, "prefill", 3, 11, 1, 8, 0, 0]]
+    assert wire["entries"] == [[7, 12], [8, "prefill", 3, 11, 1, 8, 0, 0]]  # a plain decode row's short
+    assert full_entries(wire["entries"]) == [[7, "decode", 1, 12, 0, 0, 0, 0], [8, "prefill", 3, 11, 1, 8, 0, 0]]
     entry = dict(zip(ENTRY_FIELDS, wire["entries"][1]))
     assert entry == {"request_id": 8, "phase": "prefill", "num_tokens": 3, "context_len": 11, "slot": 1,
                      "cached_tokens": 8, "drafted": 0, "accepted": 0}

@@ -24,7 +24,9 @@ function replay(batches, clearAfter) {
   return st;
 }
 
-const allEvents = (batches) => batches.flatMap((b) => b.events);
+// what the engine stepped: each step's entries written out (the socket sends plain decode rows short)
+const full = (e) => (e.type === "step" ? { ...e, entries: Contract.fullEntries(contract, e.entries) } : e);
+const allEvents = (batches) => batches.flatMap((b) => b.events).map(full);
 const ofType = (events, type, lane) => events.filter((e) => e.type === type && e.lane === lane);
 const sum = (xs) => xs.reduce((a, x) => a + x, 0);
 
@@ -102,6 +104,8 @@ const tests = {
       const steps = ofType(allEvents(batches), "step", name);
       const S = st.by.get(name);
       assert.equal(S.steps.length, steps.length);
+      const sent = batches.flatMap((b) => b.events).filter((e) => e.type === "step" && e.lane === name);
+      assert.ok(sent.some((ev) => ev.entries.some((e) => e.length === 2)), `${name}: plain decode rows went short`);
       steps.forEach((ev, i) => {
         const sum = S.steps[i];
         const rids = new Set(ev.entries.map((e) => e[E.rid]));

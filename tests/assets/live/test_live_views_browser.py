@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from engine.events import full_entries
 from engine_helpers import whole_kv
 from live_replay import ARTIFACTS, INST, accepted_events, browser, expect, open_replay, rec  # noqa: F401
 
@@ -238,7 +239,7 @@ def test_a_disaggregated_lanes_batch_slots_show_each_engines_own_slots(browser, 
     events = []
     for e in accepted_events(rec):
         if e["type"] == "step" and e["lane"] == lane:
-            prefill = all(x[1] == "prefill" for x in e["entries"])
+            prefill = all(x[1] == "prefill" for x in full_entries(e["entries"]))
             e = {**e, "part": "prefill" if prefill else "decode", "handed_off": [], "handoffs": []}
         events.append(e)
     page = open_replay(browser, rec, events, views=["slots"], large_text=True)
