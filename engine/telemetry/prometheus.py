@@ -127,16 +127,17 @@ class ServiceMetrics:
         self.preemptions.labels(*labels).inc(len(ev.preempted))
         self.prefix_queries.labels(*labels).inc(ev.prefix_queries)
         self.prefix_hits.labels(*labels).inc(ev.prefix_hits)
+        itl, last_token = self.itl.labels(*labels), self._last_token  # (once a step, not once a row)
         for rid in ev.sampled:
             key = (lane, rid)
-            last = self._last_token.get(key)
+            last = last_token.get(key)
             if last is not None:
-                self.itl.labels(*labels).observe(ev.t_end - last)
+                itl.observe(ev.t_end - last)
             elif key in self._arrival:
                 arrival, prompt_tokens = self._arrival[key]
                 self.ttft.labels(*labels).observe(ev.t_end - arrival)
                 self.prompt_tokens.labels(*labels).inc(prompt_tokens)
-            self._last_token[key] = ev.t_end
+            last_token[key] = ev.t_end
 
     def _on_drafts(self, labels: tuple[str, str], entries) -> None:
         if not entries:
