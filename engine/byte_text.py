@@ -58,8 +58,11 @@ def _build(tokenizer, skip_special_tokens: bool) -> list[bytes]:
 
 def ends_inside_character(tokenizer, ids: list[int]) -> bool:
     """Whether the bytes of ids end in a character cut short (a prompt given as ids may)."""
-    table = token_bytes(tokenizer)
-    tail = b"".join(table[i] for i in ids[-4:] if 0 <= i < len(table))[-4:]
+    table, tail = token_bytes(tokenizer), b""
+    for i in reversed(ids):  # back to 4 bytes (a character's most), past tokens of none (skipped specials)
+        tail = (table[i] if 0 <= i < len(table) else b"") + tail
+        if len(tail) >= 4:
+            break
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     decoder.decode(tail)
     return bool(decoder.getstate()[0])

@@ -84,7 +84,11 @@ def wire_entry(e: StepEntry, index: int) -> list:
 
 def full_entries(entries) -> list[list]:
     """A wire step's entries, each a list in ENTRY_FIELDS order (short ones written out)."""
-    return [[e[0], DECODE, 1, e[1], i, 0, 0, 0] if len(e) == len(SHORT_ENTRY) else e for i, e in enumerate(entries)]
+    return [_written_out(e, i) if len(e) == len(SHORT_ENTRY) else e for i, e in enumerate(entries)]
+
+
+def _written_out(short: list, index: int) -> list:
+    return StepEntry(short[0], DECODE, 1, short[1], index).to_list()
 
 
 @dataclass

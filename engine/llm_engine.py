@@ -9,7 +9,7 @@ import torch
 
 from .config import EngineConfig, resolve_warmup
 from .cpu_share import CORES
-from .detokenizer import detokenizer_for, find_stop
+from .detokenizer import detokenizer_for, find_stop, prepare_detokenizer
 from .device_memory import GiB, check_kv_fits
 from .events import PADDING, StepEntry, StepEvent
 from .kv import KVCacheManager, KVPool
@@ -38,6 +38,7 @@ class LLMEngine(ReadsOutputs):
         self.clock = clock
         self.runner = ModelRunner(self.cfg, progress, share=share_weights_with and share_weights_with.runner)
         self.tokenizer = self.runner.tokenizer
+        prepare_detokenizer(self.tokenizer)
         self.max_model_len = self._max_model_len()
         self.drafter = (DraftModel(self.cfg, self.runner, self.max_model_len, progress)
                         if self.cfg.speculative == "draft" else None)

@@ -280,6 +280,10 @@ def test_a_prompt_ending_inside_a_character_is_decoded_again_after_it(tok, byte_
     detok = detokenizer_for(tok, prompt)
     assert isinstance(detok, IncrementalDetokenizer)  # the byte table starts on a whole character
     assert [detok.push(t) for t in out] + [detok.finish()] == ["", "", "a", "b", ""]
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")  # specials after the cut add no bytes: still cut
+    assert isinstance(detokenizer_for(tok, prompt + [im_end] * 6), IncrementalDetokenizer)
+    assert isinstance(detokenizer_for(tok, prompt + [byte_tokens[0x82], byte_tokens[0xAC], im_end]),
+                      ByteLevelDetokenizer)
 
 
 def test_metaspace_tokenizer_without_prompt_context():
