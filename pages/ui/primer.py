@@ -1,5 +1,8 @@
 """A primer a newcomer takes in a minute, on the playground itself: what the views show and why, with
-the first thing to do. Open on a first visit; it stays folded once closed in this tab."""
+the first thing to do. Open when the playground opens; folded by hand, it stays folded while the page runs
+again (its `expanded` never changes within a session, so the browser keeps what the reader chose: a
+value that changed on the page's second run folded it by itself the moment the model finished loading or
+a prompt was sent)."""
 from __future__ import annotations
 
 import streamlit as st
@@ -26,8 +29,6 @@ it is the default). Sixteen prompts go to two engines on the same model: one bat
 
 
 def primer() -> None:
-    first = not st.session_state.get("primer_seen", False)
-    st.session_state.primer_seen = True
-    with st.expander("New here? What you are looking at, in one minute", expanded=first,
+    with st.expander("New here? What you are looking at, in one minute", expanded=True,
                      icon=":material/school:"):
         st.markdown(TEXT)

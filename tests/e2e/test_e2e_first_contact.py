@@ -86,9 +86,13 @@ def test_a_lone_prompt_on_static_says_what_it_waits_for_and_the_presenter_launch
     expect(status.locator(".ifl-facts")).to_contain_text("waiting for a full batch: 1 of 8", timeout=60_000)
     card = page.locator(".ifl-sec-text .ifl-cell").nth(1).locator(".ifl-card").first
     expect(card.locator(".ifl-state")).to_contain_text("waiting for a full batch: 1 of 8")
+    # the page ran again (the lanes settled, a prompt was sent): the primer stays as the reader left it
+    expect(page.get_by_text("Start here: run the Straggler scenario")).to_be_visible()
     page.wait_for_function(f"() => {INST}.state.by.get('continuous').reqs.get(0)?.done === true", timeout=60_000)
     page.wait_for_function(f"() => !{INST}.following()", timeout=10_000)  # only static waits: the axis stays
     page.locator(".ifl-timeline-canvas").scroll_into_view_if_needed()
+    # (drawn, with its hover targets, once on screen: the primer above it stays open)
+    page.wait_for_function(f"(a) => ({WAIT_BAR})(a) !== null", arg=["static", 0], timeout=10_000)
     x, y, lines = page.evaluate(WAIT_BAR, ["static", 0])
     assert any("waiting for a full batch: 1 of 8" in line for line in lines), lines
     page.mouse.move(x, y)
