@@ -44,6 +44,7 @@ def test_its_tokenizer_streams_text_as_its_decode_does(eng):
     for _ in range(300):
         ids = [rng.randrange(len(tok) + 8) if rng.random() < 0.6 else rng.randrange(260)
                for _ in range(rng.randrange(30))]
-        detok = ByteLevelDetokenizer(tok)
+        detok = detokenizer_for(tok, [])
+        assert isinstance(detok, ByteLevelDetokenizer)
         text = "".join(detok.push(t) for t in ids) + detok.finish()
         assert text == tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)

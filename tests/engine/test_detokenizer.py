@@ -252,7 +252,8 @@ def test_the_byte_table_streams_what_the_window_decoder_does(tok, byte_tokens, d
 @given(text=st.text(max_size=40))
 def test_the_byte_table_holds_a_character_until_its_last_byte(tok, byte_tokens, text):
     data = text.encode()
-    detok = ByteLevelDetokenizer(tok)
+    detok = detokenizer_for(tok, [])
+    assert isinstance(detok, ByteLevelDetokenizer)
     assert [detok.push(byte_tokens[b]) for b in data] == [_completed(data[:k + 1]) for k in range(len(data))]
     assert detok.finish() == "" and detok.text == text
 
@@ -268,7 +269,8 @@ def _completed(data: bytes) -> str:
 
 def test_special_tokens_kept_in_the_byte_table_when_not_skipped(tok):
     ids = [tok.convert_tokens_to_ids("<|im_start|>")] + tok.encode("héllo", add_special_tokens=False)
-    detok = ByteLevelDetokenizer(tok, skip_special_tokens=False)
+    detok = detokenizer_for(tok, [], skip_special_tokens=False)
+    assert isinstance(detok, ByteLevelDetokenizer)
     assert "".join(detok.push(t) for t in ids) + detok.finish() == tok.decode(ids, skip_special_tokens=False)
 
 
