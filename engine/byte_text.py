@@ -28,14 +28,31 @@ def is_byte_level(tokenizer) -> bool:
     return backend is not None and type(getattr(backend, "decoder", None)).__name__ == "ByteLevel"
 
 
-def token_bytes(tokenizer, skip_special_tokens: bool = True) -> list[bytes]:
+class TokenTable(list):
+    """Each id's bytes (a list of bytes), and `texts`: each id's text where its bytes are whole UTF-8 on their
+    own (None where they start or end inside a character, or are not UTF-8), the text a push gives at once
+    when the decoder holds nothing."""
+
+    def __init__(self, table: list[bytes]):
+        super().__init__(table)
+        self.texts = [_whole_text(b) for b in table]
+
+
+def _whole_text(b: bytes) -> str | None:
+    try:
+        return b.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def token_bytes(tokenizer, skip_special_tokens: bool = True) -> TokenTable:
     """The bytes each id of a byte-level tokenizer decodes to: its token's characters read back through
     the byte table, or the token's own UTF-8 where a character is not in it (an added token's text); a
     special token's are empty when skipped. Built once per tokenizer and kept while it lives."""
     with _LOCK:
         tables = _TABLES.setdefault(tokenizer, {})
         if skip_special_tokens not in tables:
-            tables[skip_special_tokens] = _build(tokenizer, skip_special_tokens)
+            tables[skip_special_tokens] = TokenTable(_build(tokenizer, skip_special_tokens))
         return tables[skip_special_tokens]
 
 
@@ -74,24 +91,35 @@ class ByteLevelDetokenizer:
     which cannot start or continue a character become U+FFFD as soon as they come, not after up to eight
     held tokens."""
 
-    def __init__(self, tokenizer, table: list[bytes]):
+    def __init__(self, tokenizer, table: TokenTable | list[bytes]):
         """table: token_bytes(tokenizer, skip_special_tokens)."""
         self.tokenizer = tokenizer  # (an engine sets its thread's own: the table, shared, stays)
         self._bytes = table
+        self._texts = table.texts if isinstance(table, TokenTable) else TokenTable(table).texts
         self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
-        self.text = ""
+        self._held = False  # the decoder holds the start of a character
+        self._pieces: list[str] = []  # the text, a piece a token (joined when read)
         self.num_tokens = 0
+
+    @property
+    def text(self) -> str:
+        if len(self._pieces) > 1:
+            self._pieces = ["".join(self._pieces)]
+        return self._pieces[0] if self._pieces else ""
 
     def push(self, token_id: int) -> str:
         self.num_tokens += 1
-        token_id = int(token_id)
         if not 0 <= token_id < len(self._bytes):
             return ""  # an id past the tokenizer's vocabulary (a padded LM head): no text, as its decode gives
-        delta = self._utf8.decode(self._bytes[token_id])
-        self.text += delta
+        delta = None if self._held else self._texts[token_id]
+        if delta is None:  # a character cut short, on either side of this token: through the decoder
+            delta = self._utf8.decode(self._bytes[token_id])
+            self._held = bool(self._utf8.getstate()[0])
+        self._pieces.append(delta)
         return delta
 
     def finish(self) -> str:
         delta = self._utf8.decode(b"", final=True)
-        self.text += delta
+        self._held = False
+        self._pieces.append(delta)
         return delta

@@ -47,7 +47,7 @@ REMOTE = "remote"    # the strategy of a remote lane's events, and the `source` 
 PAUSED, RESUMED, RUN_STARTED = "paused", "resumed", "run_started"
 
 
-@dataclass
+@dataclass(slots=True)
 class StepEntry:
     """One scheduled row of a step. context_len: tokens in this request's KV cache after the step."""
     request_id: int

@@ -21,7 +21,7 @@ from .model.runner import ModelRunner
 from .model.sampler import make_generator
 from .model.warmup import WarmupProgress, WarmupReport, warm_up
 from .outputs import Outputs, ReadsOutputs
-from .request import Request, SamplingParams, check_priority_tenant
+from .request import Request, RequestStatus, SamplingParams, check_priority_tenant
 from .scheduler import SchedulerOutput, StaticScheduler, make_scheduler
 from .scheduler.waits import changes
 from .untrusted import is_int
@@ -357,13 +357,16 @@ class LLMEngine(ReadsOutputs):
         now = self.clock()
         new = self.scheduler.update(sched, tokens, now)
         for i, (req, tok) in enumerate(new):
-            if req.is_finished:
+            if req.status is RequestStatus.FINISHED:
                 continue  # made after its stop: unsampled when it stopped
             sampled[req.request_id] = tok
-            stop = self._process_token(req, tok, answer_ends)
-            if stop:
-                self.scheduler.unsample(sched, req, sum(1 for r, _ in new[i + 1:] if r is req))
-                self._finish(req, stop[0], now, flush=stop[1])
+            before = len(req.text)
+            req.text += req.detok.push(tok)
+            if tok in req.ends or req.stops or req.detok.num_tokens >= req.params.max_tokens:
+                stop = self._stop(req, tok, before, answer_ends)
+                if stop:
+                    self.scheduler.unsample(sched, req, sum(1 for r, _ in new[i + 1:] if r is req))
+                    self._finish(req, stop[0], now, flush=stop[1])
 
     def _hand_off(self, sched: SchedulerOutput) -> None:
         """hands_off: every request that has its first token leaves for the decode half, KV held here."""
@@ -376,11 +379,11 @@ class LLMEngine(ReadsOutputs):
                 self.sent_tokens[req.request_id] = req.num_computed_tokens
                 self._just_sent.append(req.request_id)
 
-    def _process_token(self, req: Request, tok: int, answer_ends: dict[int, int]) -> tuple[str, bool] | None:
-        """Detokenize a request's new token; (finish reason, flush) if the request stops here."""
+    @staticmethod
+    def _stop(req: Request, tok: int, before: int, answer_ends: dict[int, int]) -> tuple[str, bool] | None:
+        """(finish reason, flush) if the request stops at its new token `tok` (its text was `before`
+        characters long before it), else None."""
         p = req.params
-        before = len(req.text)
-        req.text += req.detok.push(tok)
         if tok in req.eos_token_ids:
             if not p.ignore_eos:
                 return "stop", True
@@ -426,7 +429,7 @@ class LLMEngine(ReadsOutputs):
         # Every block holder is in the scheduler's running set (static: finished rows included).
         kv_tokens = {r.request_id: r.num_computed_tokens for r in self.scheduler.running}
         kv_tokens.update(self.sent_tokens)  # held for the copy
-        held = sum(len(t) for t in tables.values()) * self.cfg.block_size
+        held = sum(map(len, tables.values())) * self.cfg.block_size
         finished, self._just_finished = self._just_finished, []
         handed_off, self._just_sent = self._just_sent, []
         waits, self.waits = changes(self.waits, sched.waits), sched.waits

@@ -135,6 +135,12 @@ class Request:
     # ignore_eos: the length of `text` (in characters) when the model sampled its end-of-text token, the
     # end of its own answer; what follows it is the model going on (it may read as a new turn, "system").
     answer_end: int | None = None
+    # the tokens that may end it: end of text and its params' stop tokens (one lookup a token, to see
+    # whether its stop needs a closer look)
+    ends: frozenset[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ends = self.eos_token_ids | frozenset(self.params.stop_token_ids or ())
 
     @property
     def num_tokens(self) -> int:

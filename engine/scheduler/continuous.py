@@ -1,6 +1,7 @@
 """Iteration-level (continuous) scheduling with chunked prefill and preemption (by recompute or swap)."""
 from __future__ import annotations
 
+from ..events import DECODE
 from ..request import Request
 from . import waits
 from .base import ScheduledRow, Scheduler, SchedulerOutput
@@ -23,20 +24,32 @@ class ContinuousScheduler(Scheduler):
         self._preempt_for_waiting(out)
         budget = out.token_budget = self.policy.step_budget(self.cfg.max_num_batched_tokens, self.running)
         short = len(out.preempted)
-        i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            n = min(req.num_tokens - req.num_computed_tokens, budget)
-            if not self._grow(req, n, out):
-                break  # req itself was preempted: it was the last, nothing follows
-            out.rows.append(ScheduledRow(req, self.phase_of(req, n), n, slot=len(out.rows)))
-            budget -= n
-            i += 1
+        budget = self._schedule_running(out, budget)
         # admission, unless blocks ran short for the running ones
         head = self._admit(out, budget) if len(out.preempted) == short else self._head_kv_short()
         self._explain(out, head)
         self._speculate(out)
         return out
+
+    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+        """The running requests' rows, in order, while the budget lasts; returns the budget left. A decode
+        row whose last block has room for its token takes no more than a row (most rows, most steps)."""
+        rows, running, tables, bs = out.rows, self.running, self.cache.block_tables, self.cache.block_size
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            done, left = req.num_computed_tokens, len(req.prompt_token_ids) + len(req.output_token_ids)
+            if left - done == 1 and req.output_token_ids and len(tables.get(req.request_id, ())) * bs > done:
+                rows.append(ScheduledRow(req, DECODE, 1, slot=len(rows)))
+                n = 1
+            else:
+                n = min(left - done, budget)
+                if not self._grow(req, n, out):
+                    break  # req itself was preempted: it was the last, nothing follows
+                rows.append(ScheduledRow(req, self.phase_of(req, n), n, slot=len(rows)))
+            budget -= n
+            i += 1
+        return budget
 
     def _grow(self, req: Request, n: int, out: SchedulerOutput) -> bool:
         """Make room for n more tokens of req, preempting the last running requests if needed."""
