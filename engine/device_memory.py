@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import gc
 import threading
 
 import torch
+
+from .gc_pauses import collect_dropped
 
 GiB = 1 << 30
 USABLE_SHARE = 0.8  # of what is free: the rest is left for activations, the tokenizer, the browser...
@@ -41,7 +42,7 @@ def release_freed_memory() -> None:
     size (a pool is tens of MB per layer) in its arenas, so without a trim the process keeps the
     high-water mark of every reconfigure (a 30-minute soak grew 3.1 GB -> 5.4 GB that way)."""
     with CUDA_CAPTURE_LOCK:
-        gc.collect()
+        collect_dropped()  # (the frozen long-lived objects too: the dropped engine's are among them)
         trim_malloc()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -155,6 +155,10 @@ def test_configure_loses_nothing(svc):
     wait_settled(svc)
     assert svc.cfg.block_size == 8
     assert all(w.engine.cfg.block_size == 8 for w in svc.workers.values())
+    # the new engines live long: a full collection does not walk them (engine/gc_pauses.py)
+    import gc
+    models = {id(w.engine.runner.model) for w in svc.workers.values()}
+    assert not any(id(o) in models for o in gc.get_objects())
     with pytest.raises(ValueError, match="EngineConfig.block_size"):
         svc.configure(block_size=0)
     svc.configure(block_size=4, max_num_seqs=8)

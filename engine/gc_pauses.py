@@ -1,0 +1,27 @@
+"""Python's full collections, kept short while engines serve.
+
+A full (generation 2) collection walks every object the process tracks: in a process with an engine
+loaded, torch, transformers and Streamlit that is about 470,000 objects and a quarter of a second, during
+which every engine thread stands still. It comes whenever the objects that outlived younger
+collections grow by a quarter (step events in the hub's ring, requests, text), so at a GPU's pace about
+every few hundred steps: a lane that steps every 5 ms stalls for 50 of its steps. Objects that live as
+long as the process (modules, weights, tokenizers, a loaded engine) are moved out of the collector's
+sight once they exist (`gc.freeze`), as vLLM does after it loads; a full collection then walks only
+what came after (`python -m engine.bench.gc_pauses`; docs/benchmark.md). Reference counting
+still frees frozen objects; only cyclic garbage among them waits, for `collect_dropped`.
+"""
+from __future__ import annotations
+
+import gc
+
+
+def freeze_long_lived() -> None:
+    """Everything tracked now lives long: later collections skip it (call it once an engine is loaded)."""
+    gc.freeze()
+
+
+def collect_dropped() -> None:
+    """Collect everything, frozen objects included (a dropped engine's cycles), then freeze what lives on."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
