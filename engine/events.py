@@ -241,9 +241,11 @@ class Event:
         """Sent by a remote lane (its numbers are times taken here, at the client)."""
         return self.strategy == REMOTE
 
-    # The hub holds the event itself; its wire form is built on first use and kept, so that every
+    # The hub holds the event itself; its wire forms are built on first use and kept, so that every
     # client of the socket, the recorder and the trace share one encoding. Events are not changed once
-    # published, and neither is what wire() returns.
+    # published, and neither is what wire() returns. The JSON text does not keep the dict it was made
+    # from: a hub's ring of thousands of step events then holds their text, not hundreds of lists an
+    # event for every full collection to walk (engine/gc_pauses.py).
     def wire(self) -> dict:
         """The JSON-ready dict the socket sends."""
         out = self.__dict__.get("_wire")
@@ -255,7 +257,7 @@ class Event:
         """The wire dict as JSON text (wire_json: this cannot fail)."""
         out = self.__dict__.get("_json")
         if out is None:
-            out = self.__dict__["_json"] = dumps(self.wire())
+            out = self.__dict__["_json"] = dumps(self.__dict__.get("_wire") or self.to_dict())
         return out
 
 
@@ -301,8 +303,10 @@ class StepMessage(Event):
         if self.kv_is_key:
             return self.json()
         out = self.__dict__.get("_key_json")
-        if out is None:
-            out = self.__dict__["_key_json"] = dumps(self.key_wire())
+        if out is None:  # (the dicts kept only where a reader asked for them, as json())
+            wire = self.__dict__.get("_key_wire") or {**(self.__dict__.get("_wire") or self.to_dict()),
+                                                      "kv": self.event.kv_dict(key=True)}
+            out = self.__dict__["_key_json"] = dumps(wire)
         return out
 
 
