@@ -19,7 +19,7 @@ class RequestHandle:
         self.accepted = threading.Event()   # the engine took it, or rejected it (see rejection)
         self.rejection: str | None = None
         self.output: RequestOutput | None = None
-        self.streamed = ""                  # text sent to the stream so far
+        self.streamed_chars = 0             # characters of the text sent to the stream so far
         self._deltas: queue.SimpleQueue = queue.SimpleQueue()
         self._done = threading.Event()
         self.hold_back = 0                  # chars kept back that could begin a stop string
@@ -36,22 +36,24 @@ class RequestHandle:
         self._done.set()
 
     def update(self, text: str) -> str:
-        """Stream what is new in text (less what might still turn into a stop string)."""
-        visible = text[:max(0, len(text) - self.hold_back)]
-        return self._emit(visible)
+        """Stream what is new in text (less what might still turn into a stop string). An unfinished
+        request's text only grows, so what was streamed is its first streamed_chars: the delta is sliced
+        off the end, never the whole text copied or compared (a step streams hundreds of requests)."""
+        return self._emit(text, len(text) - self.hold_back)
 
     def finish(self, output: RequestOutput) -> str:
-        delta = self._emit(output.text)
+        """The rest of the final text (a stop string cut it after what was held back, never before)."""
+        delta = self._emit(output.text, len(output.text))
         self.output = output
         self._deltas.put(_END)
         self._done.set()
         return delta
 
-    def _emit(self, visible: str) -> str:
-        if len(visible) <= len(self.streamed) or not visible.startswith(self.streamed):
+    def _emit(self, text: str, end: int) -> str:
+        if end <= self.streamed_chars:
             return ""
-        delta = visible[len(self.streamed):]
-        self.streamed = visible
+        delta = text[self.streamed_chars:end]
+        self.streamed_chars = end
         self._deltas.put(delta)
         return delta
 
