@@ -123,22 +123,25 @@ class PackedBatch:
         """The decode rows' block tables in row order (the decode graphs' layout): see _tables."""
         return self._tables(self.dec_row, self.dec_ctx)
 
-    def _tables(self, rows: list[int], ctx: list[int]) -> np.ndarray:
-        """The block tables [rows, blocks of the longest] int32 of matrix rows `rows` with contexts `ctx`,
-        each padded with 0 after the blocks its context needs: one gather from the matrix."""
+    def _tables(self, rows, ctx) -> np.ndarray:
+        """The block tables [rows, blocks of the longest] int32 of matrix rows `rows` with contexts `ctx`
+        (sequences of ints), each padded with 0 after the blocks its context needs: one gather from the matrix."""
         bs = self.cache.block_size
-        width = -(-max(ctx, default=0) // bs)
-        tables = self.cache.tables.array[np.array(rows, dtype=np.intp), :width]
-        if ctx and min(ctx) <= (width - 1) * bs:  # a row needs fewer blocks than the longest
-            tables[np.arange(width) >= -(-np.array(ctx, dtype=np.int64) // bs)[:, None]] = 0
+        rows, ctx = np.asarray(rows, dtype=np.intp), np.asarray(ctx, dtype=np.int64)
+        width = -(-int(ctx.max(initial=0)) // bs)
+        tables = self.cache.tables.array[rows, :width]
+        if len(ctx) and ctx.min() <= (width - 1) * bs:  # a row needs fewer blocks than the longest
+            tables[np.arange(width) >= -(-ctx // bs)[:, None]] = 0
         return tables
 
     def upload(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, BatchMeta]:
         """(input ids [1, T], positions [1, T], sampling rows, BatchMeta) on the device, from one copy."""
-        # Decode rows longest first, so rows of similar length are neighbours (see decode_groups).
-        order = sorted(range(len(self.dec_ctx)), key=self.dec_ctx.__getitem__, reverse=True)
-        dec_idx, dec_ctx = [self.dec_idx[i] for i in order], [self.dec_ctx[i] for i in order]
-        tables = self._tables([self.dec_row[i] for i in order], dec_ctx)
+        # Decode rows longest first (a stable order), so rows of similar length are neighbours (see decode_groups).
+        ctx = np.array(self.dec_ctx, dtype=np.int64)
+        order = np.argsort(-ctx, kind="stable")
+        dec_ctx = ctx[order]
+        dec_idx = np.array(self.dec_idx, dtype=np.int64)[order]
+        tables = self._tables(np.array(self.dec_row, dtype=np.intp)[order], dec_ctx)
         up = HostInts()
         ids, pos, keep, slots = (up.add(v) for v in (self.ids, self.positions, self.sample_idx, self.write_slots))
         written = None if len(self.write_tok) == len(self.ids) else up.add(self.write_tok)  # None: every token
@@ -152,7 +155,7 @@ class PackedBatch:
             pool=self.runner.pool, num_tokens=len(self.ids),
             write_idx=None if written is None else dev[written], write_slots=dev[slots],
             decode_idx=dev[dec_idx], decode_blocks=dev[dec_blocks].view(*tables.shape),
-            decode_ctx=dev[dec_ctx_part], decode_groups=decode_groups([-(-c // bs) for c in dec_ctx]),
+            decode_ctx=dev[dec_ctx_part], decode_groups=decode_groups(-(-dec_ctx // bs)),
             prefills=[PrefillSeq(s, e, c, dev[b]) for (s, e, c, _), b in zip(self.prefills, blocks)],
             prefill_layout=dev[layout].view(len(self.prefills), 3))
         return dev[ids].view(1, -1), dev[pos].view(1, -1), dev[keep], meta
@@ -187,18 +190,20 @@ class HostInts:
         return [host[o:o + n] for o, n in ((lists + start if array else start, n) for array, start, n in self._parts)]
 
 
-def decode_groups(widths: list[int]) -> list[tuple[int, int, int]]:
+def decode_groups(widths) -> list[tuple[int, int, int]]:
     """(first row, end row, width in blocks) of runs of decode rows, given each row's block count in
     descending order: a row starts a new run when it needs at most half its run's width, so the K/V
     gathered for a row is never more than twice its own (padding every row to the longest, one row of
-    1,024 tokens among fifteen of 16 copies 13x the K/V the rows hold)."""
+    1,024 tokens among fifteen of 16 copies 13x the K/V the rows hold). A binary search a run, not a
+    look at every row."""
+    widths = np.asarray(widths, dtype=np.int64)
+    after = -widths  # ascending
     groups, start = [], 0
-    for i, w in enumerate(widths):
-        if i > start and 2 * w <= widths[start]:
-            groups.append((start, i, widths[start]))
-            start = i
-    if widths:
-        groups.append((start, len(widths), widths[start]))
+    while start < len(widths):
+        top = int(widths[start])
+        end = max(start + 1, int(np.searchsorted(after, -(top // 2), side="left")))  # first with 2w <= top
+        groups.append((start, end, top))
+        start = end
     return groups
 
 

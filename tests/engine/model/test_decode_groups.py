@@ -7,15 +7,34 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
 
 from engine.model import attention
 from engine.model.packed_batch import decode_groups
+from tiers import examples
 
 
 def test_groups_split_where_a_row_needs_half_the_width_or_less():
     assert decode_groups([]) == []
     assert decode_groups([9, 8, 5, 4, 4, 2, 1]) == [(0, 3, 9), (3, 5, 4), (5, 6, 2), (6, 7, 1)]
     assert decode_groups([3, 3, 2]) == [(0, 3, 3)]
+
+
+def row_by_row(widths: list[int]) -> list[tuple[int, int, int]]:
+    """The rule read one row at a time: a row starts a new group when 2 * its width <= its group's first."""
+    groups, start = [], 0
+    for i, w in enumerate(widths):
+        if i > start and 2 * w <= widths[start]:
+            groups.append((start, i, widths[start]))
+            start = i
+    return groups + ([(start, len(widths), widths[start])] if widths else [])
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.lists(st.integers(1, 300), max_size=300))
+def test_groups_follow_the_rule_row_by_row_for_any_widths(widths):
+    widths = sorted(widths, reverse=True)
+    assert decode_groups(widths) == row_by_row(widths)
 
 
 @pytest.mark.parametrize("window", [None, 5])
