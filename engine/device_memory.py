@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
+from collections.abc import Callable
 
 import torch
 
@@ -37,12 +38,12 @@ def free_bytes(device: torch.device) -> int | None:
 CUDA_CAPTURE_LOCK = threading.Lock()
 
 
-def release_freed_memory() -> None:
-    """Hand memory freed by a dropped engine back to the system. glibc keeps freed blocks of this
-    size (a pool is tens of MB per layer) in its arenas, so without a trim the process keeps the
-    high-water mark of every reconfigure (a 30-minute soak grew 3.1 GB -> 5.4 GB that way)."""
+def release_freed_memory(dropped: Callable[[], object | None] | None = None) -> None:
+    """Hand memory freed by a dropped engine (`dropped`: a weak reference to it) back to the system. glibc
+    keeps freed blocks of this size (a pool is tens of MB per layer) in its arenas, so without a trim the
+    process keeps the high-water mark of every reconfigure (a 30-minute soak grew 3.1 GB -> 5.4 GB that way)."""
     with CUDA_CAPTURE_LOCK:
-        collect_dropped()  # (the frozen long-lived objects too: the dropped engine's are among them)
+        collect_dropped(dropped)
         trim_malloc()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -13,6 +13,7 @@ still frees frozen objects; only cyclic garbage among them waits, for `collect_d
 from __future__ import annotations
 
 import gc
+from collections.abc import Callable
 
 
 def freeze_long_lived() -> None:
@@ -20,8 +21,14 @@ def freeze_long_lived() -> None:
     gc.freeze()
 
 
-def collect_dropped() -> None:
-    """Collect everything, frozen objects included (a dropped engine's cycles), then freeze what lives on."""
-    gc.unfreeze()
-    gc.collect()
+def collect_dropped(dropped: Callable[[], object | None] | None = None) -> None:
+    """Collect the cyclic garbage made since the last freeze, then freeze what lives on. dropped: a weak
+    reference to an engine just let go. Reference counting frees an engine once nothing holds it, but the
+    first one a process loads is also held by cycles its imports left (torch.fx keeps their frames), which
+    were frozen with it: only then is everything unfrozen and walked (a quarter of a second), so that its
+    memory goes back."""
+    gc.collect()  # (frozen objects are not walked: this costs what came since)
+    if dropped is not None and dropped() is not None:
+        gc.unfreeze()
+        gc.collect()
     gc.freeze()

@@ -44,6 +44,8 @@ NEEDS = {**{k: f"needs {k}" for k in TIERS}, "browser": "drives Chromium (Playwr
 
 
 def pytest_configure(config):
+    import gc
+    gc.freeze()  # the imports so far (torch, transformers, ...) live as long as the run: collections skip them
     import tiers
     tiers.FAST = config.option.markexpr.strip() == "fast"  # property tests draw fewer examples (tiers.py)
     for name, what in NEEDS.items():

@@ -10,6 +10,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections import Counter
 from dataclasses import dataclass
 
@@ -196,10 +197,12 @@ class EngineWorker(threading.Thread):
                 self._wake.clear()
         self._run_commands()
         self._abort_all(self._stop_reason)
+        dropped = None
         if self.engine is not None:
             self.engine.close()
+            dropped = weakref.ref(self.engine)
         self.engine = None  # a stopped lane's memory (KV pool, weights if unshared) goes now
-        release_freed_memory()
+        release_freed_memory(dropped)
 
     def _build(self, cfg: EngineConfig) -> LLMEngine:
         with _BUILD_LOCK:  # model loading is not thread-safe (transformers initialises on the meta device)
@@ -380,13 +383,14 @@ class EngineWorker(threading.Thread):
         """Build the engine for the pending settings (keeping the old one if that fails), then
         admit the submissions that waited."""
         cfg, self._pending_cfg = self._pending_cfg, None
-        error = None
+        error = dropped = None
         try:
             self._share = self.host.engine_on(cfg)  # may be this lane's old engine: its weights are the same
             counted = self.engine.step_count if self.engine is not None else 0
             old, self.engine = self.engine, self._build(cfg)
             if old is not None:
                 old.close()
+                dropped = weakref.ref(old)
             del old  # its KV pool goes back to the system below
             self.engine.step_count = counted  # the lane's iterations go on counting across a restart
             self.cfg, self.load_error = cfg, None
@@ -400,7 +404,7 @@ class EngineWorker(threading.Thread):
             self._publish(StatusEvent(event="restarted"))
         finally:
             self._share = None  # the old engine's last reference: its KV pool goes now
-        release_freed_memory()  # and back to the system (trimmed before this point it would stay)
+        release_freed_memory(dropped)  # and back to the system (trimmed before this point it would stay)
         self.host.restarted(self, cfg, error)
         deferred, self._deferred = self._deferred, []
         for args in deferred:

@@ -30,7 +30,7 @@ def test_what_exists_when_frozen_is_skipped_and_what_comes_after_is_not():
         collect_dropped()
 
 
-def test_a_frozen_cycle_dropped_later_is_collected_and_the_living_stay_frozen():
+def test_a_dropped_object_frozen_in_a_cycle_is_collected_and_the_living_stay_frozen():
     try:
         dropped, kept = Node(), Node()
         gone = weakref.ref(dropped)
@@ -38,7 +38,21 @@ def test_a_frozen_cycle_dropped_later_is_collected_and_the_living_stay_frozen():
         del dropped
         gc.collect()
         assert gone() is not None, "a full collection walked a frozen object"
-        collect_dropped()
+        collect_dropped()  # not told what was dropped: only what came since the freeze is walked
+        assert gone() is not None
+        collect_dropped(gone)
         assert gone() is None and not walked(kept)
+    finally:
+        collect_dropped()
+
+
+def test_cycles_made_since_the_freeze_are_collected_without_walking_the_frozen():
+    try:
+        freeze_long_lived()
+        later = Node()
+        gone = weakref.ref(later)
+        del later
+        collect_dropped()
+        assert gone() is None
     finally:
         collect_dropped()
