@@ -22,6 +22,7 @@ COMMANDS = {
     "soak": ("engine.harness.soak", (), "room traffic, faults and fuzzed input against a server: what was lost or leaked"),
     "step-profile": ("engine.bench.step_profile", (), "where one engine step's time goes"),
     "decode-floor": ("engine.bench.decode_floor", (), "a decode step's time against its memory floor"),
+    "gc-pauses": ("engine.bench.gc_pauses", (), "Python's full collections while an engine serves"),
     "lanes-together": ("engine.bench.lanes_together", (), "two lanes stepping on the same cores"),
     "ui-cost": ("engine.harness.ui_cost", (), "what the live views cost the browser"),
     "peers": ("engine.bench.peers", (), "the peers the benchmark compares against, alone"),
