@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from .gc_pauses import collect_dropped
+from .gc_pauses import collect_dropped, freeze_long_lived
 
 GiB = 1 << 30
 USABLE_SHARE = 0.8  # of what is free: the rest is left for activations, the tokenizer, the browser...
@@ -47,6 +47,13 @@ def release_freed_memory(dropped: Callable[[], object | None] | None = None) -> 
         trim_malloc()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+
+def freeze_loaded_engine() -> None:
+    """A lane's engine is loaded: what exists now lives long (engine/gc_pauses.py), frozen outside any
+    CUDA graph capture (its collection must not free another engine's graphs mid-capture)."""
+    with CUDA_CAPTURE_LOCK:
+        freeze_long_lived()
 
 
 def trim_malloc() -> None:

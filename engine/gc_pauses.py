@@ -13,15 +13,22 @@ still frees frozen objects; only cyclic garbage among them waits, for `collect_d
 from __future__ import annotations
 
 import gc
+import threading
 from collections.abc import Callable
+
+
+# One freeze or collection at a time: a lane's freeze between another's unfreeze and its collection would
+# leave that lane's dropped engine frozen for good.
+_LOCK = threading.Lock()
 
 
 def freeze_long_lived() -> None:
     """Everything tracked now lives long: later collections skip it (call it once an engine is loaded).
     What is garbage already goes first (walking only what came since the last freeze), so that no cycle
     left by the loading holds the engine once it is dropped."""
-    gc.collect()
-    gc.freeze()
+    with _LOCK:
+        gc.collect()
+        gc.freeze()
 
 
 def collect_dropped(dropped: Callable[[], object | None] | None = None) -> None:
@@ -30,8 +37,9 @@ def collect_dropped(dropped: Callable[[], object | None] | None = None) -> None:
     first one a process loads is also held by cycles its imports left (torch.fx keeps their frames), which
     were frozen with it: only then is everything unfrozen and walked (a quarter of a second), so that its
     memory goes back."""
-    gc.collect()  # (frozen objects are not walked: this costs what came since)
-    if dropped is not None and dropped() is not None:
-        gc.unfreeze()
-        gc.collect()
-    gc.freeze()
+    with _LOCK:
+        gc.collect()  # (frozen objects are not walked: this costs what came since)
+        if dropped is not None and dropped() is not None:
+            gc.unfreeze()
+            gc.collect()
+        gc.freeze()

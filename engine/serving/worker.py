@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 from ..config import EngineConfig, dtype_choice, dtype_name
 from ..cpu_share import CORES
-from ..device_memory import release_freed_memory
-from ..gc_pauses import freeze_long_lived
+from ..device_memory import freeze_loaded_engine, release_freed_memory
 from ..disaggregated import build_engine
 from ..events import FinishedEvent, RequestEvent, StatusEvent, StepMessage, WaitsEvent
 from ..kv_wire import KvFrames
@@ -171,7 +170,7 @@ class EngineWorker(threading.Thread):
                 self._share = self._weights_from.engine
                 self._weights_from = None
             self.engine = self._build(self.cfg)
-            freeze_long_lived()  # the engine lives as long as the lane: full collections skip it
+            freeze_loaded_engine()  # the engine lives as long as the lane: full collections skip it
         except Exception as e:  # noqa: BLE001 - reported to every caller instead
             log.exception("engine %s failed to load", self.lane)
             self.load_error = e
