@@ -91,11 +91,10 @@ class ByteLevelDetokenizer:
     which cannot start or continue a character become U+FFFD as soon as they come, not after up to eight
     held tokens."""
 
-    def __init__(self, tokenizer, table: TokenTable | list[bytes]):
+    def __init__(self, tokenizer, table: TokenTable):
         """table: token_bytes(tokenizer, skip_special_tokens)."""
         self.tokenizer = tokenizer  # (an engine sets its thread's own: the table, shared, stays)
-        self._bytes = table
-        self._texts = table.texts if isinstance(table, TokenTable) else TokenTable(table).texts
+        self._bytes, self._texts = table, table.texts
         self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
         self._held = False  # the decoder holds the start of a character
         self._pieces: list[str] = []  # the text, a piece a token (joined when read)

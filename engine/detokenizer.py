@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .byte_text import ByteLevelDetokenizer, ends_inside_character, is_byte_level, token_bytes
+from .byte_text import ByteLevelDetokenizer, TokenTable, ends_inside_character, is_byte_level, token_bytes
 from .untrusted import is_int
 
 REPLACEMENT_CHAR = "\ufffd"
@@ -165,7 +165,7 @@ def rust_decode(tokenizer):
     return backend.decode
 
 
-def _byte_table(tokenizer, skip_special_tokens: bool = True) -> list[bytes] | None:
+def _byte_table(tokenizer, skip_special_tokens: bool = True) -> TokenTable | None:
     """A byte-level tokenizer's table of each id's bytes (engine/byte_text.py) where its decode is the Rust
     one; None for any other tokenizer."""
     if rust_decode(tokenizer) is None or not is_byte_level(tokenizer):

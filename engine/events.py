@@ -296,17 +296,19 @@ class StepMessage(Event):
             return self.wire()
         out = self.__dict__.get("_key_wire")
         if out is None:
-            out = self.__dict__["_key_wire"] = {**self.wire(), "kv": self.event.kv_dict(key=True)}
+            out = self.__dict__["_key_wire"] = self._key_dict()
         return out
+
+    def _key_dict(self) -> dict:
+        """The wire dict with the tables whole, from the wire dict where a reader had it built (as json())."""
+        return {**(self.__dict__.get("_wire") or self.to_dict()), "kv": self.event.kv_dict(key=True)}
 
     def key_json(self) -> str:
         if self.kv_is_key:
             return self.json()
         out = self.__dict__.get("_key_json")
-        if out is None:  # (the dicts kept only where a reader asked for them, as json())
-            wire = self.__dict__.get("_key_wire") or {**(self.__dict__.get("_wire") or self.to_dict()),
-                                                      "kv": self.event.kv_dict(key=True)}
-            out = self.__dict__["_key_json"] = dumps(wire)
+        if out is None:  # (the dict kept only where a reader asked for it, as json())
+            out = self.__dict__["_key_json"] = dumps(self.__dict__.get("_key_wire") or self._key_dict())
         return out
 
 

@@ -18,7 +18,7 @@ from collections import deque
 
 from ..config import EngineConfig
 from ..events import StepMessage
-from ..gc_pauses import collect_dropped, freeze_long_lived
+from ..gc_pauses import freeze_long_lived
 from ..llm_engine import LLMEngine
 from ..request import SamplingParams
 
@@ -83,7 +83,6 @@ def main(argv=None) -> None:
         r = serve(eng, args.requests, args.max_tokens)
         print(f"{name:8s} {r['steps']:7d} {r['seconds']:8.2f} {r['full_collections']:17d}  "
               f"{r['pause_ms_total']:9.0f} {r['pause_ms_max']:8.0f}")
-    collect_dropped()
 
 
 if __name__ == "__main__":
