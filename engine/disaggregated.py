@@ -138,7 +138,7 @@ class DisaggregatedEngine(ReadsOutputs):
         # the halves' warm-ups, one after the other (the decode half's finds most variants compiled)
         self.warmup = merged_warmup(prefill.warmup, decode.warmup)
         prefill.hands_off = True
-        decode.sender_pools = prefill._device_pools()
+        decode.mover.senders = prefill.mover.device
         turns = threading.Lock()  # on less than two cores the halves step in turn (engine/cpu_share.py)
         self.prefill = _Half(PREFILL_PART, prefill, self, turns)
         self.decode = _Half(DECODE_PART, decode, self, turns)

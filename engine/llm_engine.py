@@ -5,16 +5,16 @@ import logging
 import time
 from collections.abc import Sequence
 
-import torch
 
 from .config import EngineConfig, resolve_warmup
 from .cpu_share import CORES
 from .detokenizer import detokenizer_for, find_stop, prepare_detokenizer
-from .device_memory import GiB, check_kv_fits
+from .device_memory import GiB
 from .events import PADDING, StepEntry, StepEvent
 from .kv import KVCacheManager, KVPool
 from .kv.sizing import kv_block_bytes, num_kv_blocks
-from .kv.transfer import HANDOFF, SWAP_IN, SWAP_OUT, Transfer, run_move
+from .kv.block_mover import BlockMover, host_pools
+from .kv.transfer import Transfer
 from .model import kernel_variants
 from .model.draft_model import DraftModel
 from .model.runner import ModelRunner
@@ -49,15 +49,13 @@ class LLMEngine(ReadsOutputs):
                                 max(self.cfg.max_num_seqs, self.cfg.static_batch_size), self.max_model_len)
         if self.drafter:
             self.drafter.allocate_kv(num_blocks, self.cfg.block_size)
-        self.host_pools = self._host_pools()  # (before the warm-up: a pool that does not fit says so first)
+        # swap's host pools made before the warm-up: one that does not fit says so first
+        self.mover = BlockMover(self._device_pools(), host_pools(self.cfg, self._kv_shapes(), self.runner.dtype))
         self.warmup = self._warm_up(on_warmup)
         self.kernel_compiles = 0  # kernel variants compiled by this engine's steps (after its warm-up)
-        # swap preemption's copies so far, per direction (engine/kv/transfer.py)
-        self.moved = {SWAP_OUT: Transfer(), SWAP_IN: Transfer(), HANDOFF: Transfer()}
         # A disaggregated lane's halves (engine/disaggregated.py). The prefill half hands every request on
-        # after its first token (hands_off); the decode half copies their blocks out of sender_pools.
+        # after its first token (hands_off); the decode half copies their blocks out of mover.senders.
         self.hands_off = False
-        self.sender_pools: list[KVPool] = []
         self._fresh_state()
         self.outputs = Outputs()
         self.requests = self.outputs.live  # unfinished, by id
@@ -75,7 +73,7 @@ class LLMEngine(ReadsOutputs):
     def _fresh_state(self) -> None:
         self.cache = KVCacheManager(self.runner.pool.num_blocks, self.cfg.block_size,
                                     prefix_caching=self.cfg.enable_prefix_caching,
-                                    num_host_blocks=self.host_pools[0].num_blocks if self.host_pools else 0)
+                                    num_host_blocks=self.mover.num_host_blocks)
         self.scheduler = make_scheduler(self.cfg, self.cache, self.clock)
         self.waits: dict[int, dict] = {}  # every waiting request -> why, as the last StepEvent reported
         # hands_off: requests handed on, their blocks held here until the decode half copied them, and the
@@ -117,20 +115,6 @@ class LLMEngine(ReadsOutputs):
     def _device_pools(self) -> list[KVPool]:
         """The KV pools of one block layout: the model's, and its draft model's."""
         return [self.runner.pool] + ([self.drafter.runner.pool] if self.drafter else [])
-
-    def _host_pools(self) -> list[KVPool]:
-        """Swap preemption: a host pool beside each device pool, swap_space_gb for them all (none else)."""
-        if self.cfg.preemption_mode != "swap":
-            return []
-        per_block = kv_block_bytes(self.cfg, self._kv_shapes(), self.runner.dtype)
-        n = int(self.cfg.swap_space_gb * GiB // per_block)
-        if n < 1:
-            raise ValueError(f"EngineConfig.swap_space_gb={self.cfg.swap_space_gb} holds no KV block "
-                             f"({per_block} bytes)")
-        check_kv_fits(n * per_block, torch.device("cpu"), f"EngineConfig.swap_space_gb={self.cfg.swap_space_gb:g}: "
-                      "the host pool", "lower swap_space_gb")
-        return [KVPool(shape, n, self.cfg.block_size, self.runner.dtype, torch.device("cpu"))
-                for shape in self._kv_shapes()]
 
     def _num_kv_blocks(self) -> int:
         bs = self.cfg.block_size
@@ -246,7 +230,7 @@ class LLMEngine(ReadsOutputs):
 
     def adopt(self, req: Request, blocks: list[int]) -> None:
         """A disaggregated lane's decode half: take over a request the prefill half handed on, its KV in
-        `blocks` of sender_pools (copied here when the scheduler admits it)."""
+        `blocks` of mover.senders (copied here when the scheduler admits it)."""
         req.detok.tokenizer = self.tokenizer  # this thread's own from now on
         self.requests[req.request_id] = req
         self.cache.incoming[req.request_id] = blocks
@@ -310,7 +294,7 @@ class LLMEngine(ReadsOutputs):
         moved, handoffs = Transfer(), []
         if sched.rows or sched.moves:  # a step may only swap out: every running request preempted
             try:
-                moved, handoffs = self._move_blocks(sched)
+                moved, handoffs = self.mover.run(sched.moves)
                 tokens = self._forward(sched) if sched.rows else []
             except Exception as e:  # a failed forward ends the batch's requests, not the engine
                 log.exception("engine step failed")
@@ -335,19 +319,6 @@ class LLMEngine(ReadsOutputs):
         tokens = self.runner.execute(sched.rows, self.cache)
         self.kernel_compiles += kernel_variants.compiled_in_this_thread() - compiled
         return tokens
-
-    def _move_blocks(self, sched: SchedulerOutput) -> tuple[Transfer, list[list]]:
-        """The step's block copies (swap preemption's, a hand-off's), before the forward writes any block
-        they read: what the swaps copied, and each hand-off as [request id, blocks, bytes, seconds]."""
-        swapped, handoffs, pools = Transfer(), [], self._device_pools()
-        for m in sched.moves:
-            done = run_move(m, pools, self.sender_pools if m.direction == HANDOFF else self.host_pools)
-            self.moved[m.direction].add(done)
-            if m.direction == HANDOFF:
-                handoffs.append([m.request_id, done.blocks, done.bytes, done.seconds])
-            else:
-                swapped.add(done)
-        return swapped, handoffs
 
     def _update(self, sched: SchedulerOutput, tokens: list[int], sampled: dict[int, int],
                 answer_ends: dict[int, int]) -> None:

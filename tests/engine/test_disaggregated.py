@@ -79,7 +79,7 @@ def test_greedy_outputs_equal_the_reference_across_the_hand_off(tiny_model_dirs,
     ref = reference_greedy(tiny_model_dirs[family], prompts, max_tokens)
     assert [o.output_token_ids for o in outs] == ref
     check_both_pools_empty(eng)
-    assert eng.decode.engine.moved["handoff"].blocks > 0
+    assert eng.decode.engine.mover.moved["handoff"].blocks > 0
 
 
 @pytest.mark.parametrize("setting", ["prefix cache", "ngram drafts", "draft model", "swap"])
@@ -101,7 +101,7 @@ def test_equality_holds_with_the_engine_modes_that_move_kv_too(tiny_model_dirs, 
     if setting == "prefix cache":
         assert any(o.num_cached_tokens for o in outs), "no prefix hit survived the hand-off"
     if setting == "draft model":
-        assert eng.decode.engine.drafter is not None and eng.decode.engine.moved["handoff"].blocks > 0
+        assert eng.decode.engine.drafter is not None and eng.decode.engine.mover.moved["handoff"].blocks > 0
 
 
 def test_every_step_says_its_half_and_each_hand_off_is_timed(tiny_model_dirs, new_lane):

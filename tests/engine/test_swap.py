@@ -9,7 +9,8 @@ import torch
 
 from engine.kv import KVPool
 from engine.kv.pool import KVShape, kv_bytes_per_token, kv_shape
-from engine.kv.transfer import SWAP_IN, SWAP_OUT, copy_blocks
+from engine.kv.block_mover import BlockMover
+from engine.kv.transfer import HANDOFF, SWAP_IN, SWAP_OUT, BlockMove, copy_blocks
 from engine.request import RequestStatus
 from engine.scheduler import waits
 from engine_helpers import check_host_pool, greedy, make_engine, mixed_prompts, run_checked
@@ -94,6 +95,29 @@ def test_copy_blocks_moves_every_layers_k_and_v_and_counts_the_bytes():
         assert torch.equal(b[0], a[4]) and torch.equal(b[5], a[1]) and not b[1:5].any()
 
 
+def test_block_mover_runs_moves_in_order_and_counts_each_direction():
+    """A step's moves run in the scheduler's order (a block one frees may be the next one's destination);
+    a hand-off copies out of the prefill half's pools; each direction's totals add up."""
+    shape = KVShape(num_layers=1, kv_heads=1, head_dim=2)
+    dev, host, sender = (KVPool(shape, 4, 2, torch.float32, torch.device("cpu")) for _ in range(3))
+    for pool, base in ((dev, 0), (sender, 100)):
+        for t in pool.k + pool.v:
+            t.copy_(base + torch.arange(t.numel(), dtype=torch.float32).view(t.shape))
+    mover = BlockMover([dev], [host])
+    mover.senders = [sender]
+    first = dev.k[0][2].clone()
+    swapped, handoffs = mover.run([BlockMove(SWAP_OUT, 1, [2], [3]), BlockMove(HANDOFF, 2, [0], [2]),
+                                   BlockMove(SWAP_IN, 3, [3], [1])])
+    block = 2 * 2 * 2 * 4  # K and V x tokens x values x bytes
+    assert torch.equal(host.k[0][3], first) and torch.equal(dev.k[0][1], first)  # out, then back in elsewhere
+    assert torch.equal(dev.k[0][2], sender.k[0][0])  # the freed block took the hand-off
+    assert (swapped.blocks, swapped.bytes) == (2, 2 * block)
+    assert [h[:3] for h in handoffs] == [[2, 1, block]]
+    assert {d: (t.blocks, t.bytes) for d, t in mover.moved.items()} == {
+        SWAP_OUT: (1, block), SWAP_IN: (1, block), HANDOFF: (1, block)}
+    assert mover.num_host_blocks == 4 and BlockMover([dev], []).num_host_blocks == 0
+
+
 def block_bytes(model_dir, block_size: int = 4) -> int:
     """One KV block's bytes at fp32 (make_engine's block size)."""
     from transformers import AutoConfig
@@ -116,7 +140,7 @@ def test_greedy_with_swap_matches_generate(tiny_model_dirs, family, setting):
     outs, events = run_checked(eng, prompts, [greedy(m) for m in max_tokens])
     assert [o.output_token_ids for o in outs] == reference_greedy(tiny_model_dirs[family], prompts, max_tokens)
     preempted = [w for ev in events for rid in ev.preempted for w in [ev.waits[rid]]]
-    assert preempted and eng.moved[SWAP_OUT].blocks == eng.moved[SWAP_IN].blocks > 0
+    assert preempted and eng.mover.moved[SWAP_OUT].blocks == eng.mover.moved[SWAP_IN].blocks > 0
     if setting == "draft model":
         entries = [e for ev in events for e in ev.entries if e.drafted]
         assert entries and all(e.accepted == e.drafted for e in entries)
@@ -154,8 +178,8 @@ def test_step_events_carry_the_swaps_and_the_host_pool(tiny_model_dirs):
         assert w["host"]["num_blocks"] == 64 and w["host"]["same_ram"] is True  # a CPU device
     swaps = [s for w in wires for s in w["swaps"]]
     assert {d for _, d, _ in swaps} == {SWAP_OUT, SWAP_IN}
-    assert sum(n for _, _, n in swaps) == eng.moved[SWAP_OUT].blocks + eng.moved[SWAP_IN].blocks
-    assert sum(w["swap_bytes"] for w in wires) == eng.moved[SWAP_OUT].bytes + eng.moved[SWAP_IN].bytes
+    assert sum(n for _, _, n in swaps) == eng.mover.moved[SWAP_OUT].blocks + eng.mover.moved[SWAP_IN].blocks
+    assert sum(w["swap_bytes"] for w in wires) == eng.mover.moved[SWAP_OUT].bytes + eng.mover.moved[SWAP_IN].bytes
     out_step = next(w for w in wires if any(d == SWAP_OUT for _, d, _ in w["swaps"]))
     rid = next(r for r, d, _ in out_step["swaps"] if d == SWAP_OUT)
     assert str(rid) in out_step["host"]["block_tables"] and str(rid) not in out_step["kv"]["block_tables"]
