@@ -101,7 +101,7 @@ class _Mail:
         eng = half.engine
         if prefill:
             given = bool(self.release or self.adds)
-            eng.release_sent(self.release)
+            eng.hand_offs.release(self.release)
             for req in self.adds:
                 eng.enqueue(req)
             self.release, self.adds = [], []
@@ -137,7 +137,7 @@ class DisaggregatedEngine(ReadsOutputs):
                            on_warmup=on_warmup)
         # the halves' warm-ups, one after the other (the decode half's finds most variants compiled)
         self.warmup = merged_warmup(prefill.warmup, decode.warmup)
-        prefill.hands_off = True
+        prefill.hand_off_requests()
         decode.mover.senders = prefill.mover.device
         turns = threading.Lock()  # on less than two cores the halves step in turn (engine/cpu_share.py)
         self.prefill = _Half(PREFILL_PART, prefill, self, turns)
@@ -318,7 +318,7 @@ class DisaggregatedEngine(ReadsOutputs):
         self.step_count += bool(ev.entries or ev.finished)
         ev.step = self.step_count
         if half is self.prefill:
-            self.mail.handoffs += self.prefill.engine.sent_kv(ev.handed_off)
+            self.mail.handoffs += self.prefill.engine.hand_offs.kv(ev.handed_off)
         self._collect(half.engine, ev.finished)
         return ev
 
@@ -347,7 +347,7 @@ class DisaggregatedEngine(ReadsOutputs):
         prefill, decode = self.halves
         for req in self.mail.adds:  # every request into the half that ends it: the new ones into prefill,
             prefill.enqueue(req)
-        for rid, req in prefill.sent.items():  # those handed on (not yet ended there) into decode
+        for rid, req in prefill.hand_offs.sent.items():  # those handed on (not yet ended there) into decode
             if rid in self.outputs.live and rid not in decode.requests:
                 decode.adopt(req, [])
         self.mail = _Mail()

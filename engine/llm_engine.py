@@ -11,9 +11,10 @@ from .cpu_share import CORES
 from .detokenizer import detokenizer_for, find_stop, prepare_detokenizer
 from .device_memory import GiB
 from .events import PADDING, StepEntry, StepEvent
+from .hand_offs import HandOffs
 from .kv import KVCacheManager, KVPool
-from .kv.sizing import kv_block_bytes, num_kv_blocks
 from .kv.block_mover import BlockMover, host_pools
+from .kv.sizing import kv_block_bytes, num_kv_blocks
 from .kv.transfer import Transfer
 from .model import kernel_variants
 from .model.draft_model import DraftModel
@@ -53,12 +54,12 @@ class LLMEngine(ReadsOutputs):
         self.mover = BlockMover(self._device_pools(), host_pools(self.cfg, self._kv_shapes(), self.runner.dtype))
         self.warmup = self._warm_up(on_warmup)
         self.kernel_compiles = 0  # kernel variants compiled by this engine's steps (after its warm-up)
-        # A disaggregated lane's halves (engine/disaggregated.py). The prefill half hands every request on
-        # after its first token (hands_off); the decode half copies their blocks out of mover.senders.
-        self.hands_off = False
-        self._fresh_state()
+        # A disaggregated lane's halves (engine/disaggregated.py): the prefill half hands every request on
+        # after its first token (hand_offs); the decode half copies their blocks out of mover.senders.
+        self.hand_offs: HandOffs | None = None
         self.outputs = Outputs()
         self.requests = self.outputs.live  # unfinished, by id
+        self._fresh_state()
         self._just_finished: list[int] = []  # reported by the next StepEvent
         self._next_id = 0
         # Iterations that computed or finished something: what every view, log and sentence calls
@@ -76,11 +77,12 @@ class LLMEngine(ReadsOutputs):
                                     num_host_blocks=self.mover.num_host_blocks)
         self.scheduler = make_scheduler(self.cfg, self.cache, self.clock)
         self.waits: dict[int, dict] = {}  # every waiting request -> why, as the last StepEvent reported
-        # hands_off: requests handed on, their blocks held here until the decode half copied them, and the
-        # tokens those blocks hold (the request itself goes on changing on the decode half's thread)
-        self.sent: dict[int, Request] = {}
-        self.sent_tokens: dict[int, int] = {}
-        self._just_sent: list[int] = []  # reported by the next StepEvent
+        if self.hand_offs is not None:
+            self.hand_off_requests()
+
+    def hand_off_requests(self) -> None:
+        """A disaggregated lane's prefill half: every request leaves for the decode half after its first token."""
+        self.hand_offs = HandOffs(self.scheduler, self.requests)
     def reset(self, reason: str) -> list[int]:
         """End every unfinished request with finish_reason "error" and start from an empty
         scheduler and cache (the loaded model is kept). Returns the ended request ids."""
@@ -236,17 +238,6 @@ class LLMEngine(ReadsOutputs):
         self.cache.incoming[req.request_id] = blocks
         self.scheduler.add(req)
 
-    def sent_kv(self, request_ids: list[int]) -> list[tuple[Request, list[int]]]:
-        """hands_off: requests handed on (a step event's handed_off), with the blocks holding their KV here."""
-        return [(self.sent[rid], list(self.cache.block_tables[rid])) for rid in request_ids if rid in self.sent]
-
-    def release_sent(self, request_ids: list[int]) -> None:
-        """hands_off: the decode half copied (or no longer needs) these requests' blocks: free them."""
-        for rid in request_ids:
-            if self.sent.pop(rid, None) is not None:
-                del self.sent_tokens[rid]
-                self.cache.free(rid)
-
     def has_news(self) -> bool:
         """Something for the next StepEvent to report even if nothing is scheduled (a request ended)."""
         return bool(self._just_finished)
@@ -301,8 +292,8 @@ class LLMEngine(ReadsOutputs):
                 self._fail(sched, e)
                 tokens = []
             self._update(sched, tokens, sampled, answer_ends)
-            if self.hands_off:
-                self._hand_off(sched)
+            if self.hand_offs is not None:
+                self.hand_offs.take(sched.rows)
         self.scheduler.on_step_done()
         t_end = self.clock()
         self.step_count += bool(sched.rows or self._just_finished)
@@ -338,17 +329,6 @@ class LLMEngine(ReadsOutputs):
                 if stop:
                     self.scheduler.unsample(sched, req, sum(1 for r, _ in new[i + 1:] if r is req))
                     self._finish(req, stop[0], now, flush=stop[1])
-
-    def _hand_off(self, sched: SchedulerOutput) -> None:
-        """hands_off: every request that has its first token leaves for the decode half, KV held here."""
-        for row in sched.rows:
-            req = row.request
-            if not req.is_finished and req.output_token_ids and req.request_id in self.requests:
-                self.scheduler.detach(req)
-                del self.requests[req.request_id]
-                self.sent[req.request_id] = req
-                self.sent_tokens[req.request_id] = req.num_computed_tokens
-                self._just_sent.append(req.request_id)
 
     @staticmethod
     def _stop(req: Request, tok: int, before: int, answer_ends: dict[int, int]) -> tuple[str, bool] | None:
@@ -399,10 +379,12 @@ class LLMEngine(ReadsOutputs):
         tables = self.cache.tables.copies(self.cache.block_tables)  # (unchanged tables are not copied again)
         # Every block holder is in the scheduler's running set (static: finished rows included).
         kv_tokens = {r.request_id: r.num_computed_tokens for r in self.scheduler.running}
-        kv_tokens.update(self.sent_tokens)  # held for the copy
+        handed_off = []
+        if self.hand_offs is not None:
+            kv_tokens.update(self.hand_offs.kv_tokens)  # held for the copy
+            handed_off = self.hand_offs.news()
         held = sum(map(len, tables.values())) * self.cfg.block_size
         finished, self._just_finished = self._just_finished, []
-        handed_off, self._just_sent = self._just_sent, []
         waits, self.waits = changes(self.waits, sched.waits), sched.waits
         return StepEvent(
             step=self.step_count, strategy=self.cfg.strategy, t_start=t_start, t_end=t_end,

@@ -57,7 +57,7 @@ def check_both_pools_empty(eng: DisaggregatedEngine) -> None:
     for e in eng.halves:
         check_kv_invariants(e)
         assert e.cache.num_free == e.cache.num_blocks, f"{e is prefill and 'prefill' or 'decode'} pool holds blocks"
-    assert not prefill.sent and not decode.cache.incoming and not decode.cache.returned
+    assert not prefill.hand_offs.sent and not decode.cache.incoming and not decode.cache.returned
 
 
 def test_config_needs_continuous_and_splits_the_kv_memory():
@@ -150,7 +150,7 @@ def test_aborts_at_any_moment_end_the_request_and_free_both_pools(tiny_model_dir
             break
         ev = eng.step()
         for rid in list(doomed):
-            in_transfer = rid in ev.handed_off or rid in eng.prefill.engine.sent
+            in_transfer = rid in ev.handed_off or rid in eng.prefill.engine.hand_offs.sent
             if rng.random() < (0.9 if in_transfer else 0.2):
                 eng.abort(rid, "test abort")
                 doomed.discard(rid)
@@ -170,8 +170,8 @@ def test_an_abort_of_a_request_in_transfer_frees_its_prefill_blocks(tiny_model_d
     eng = new_lane(tiny_model_dirs["llama"])
     prompts, _ = mixed_prompts(3, seed=1)
     ids = [eng.add_request(p, greedy(10)) for p in prompts]
-    step_until(eng, lambda _: any(rid in eng.prefill.engine.sent for rid in ids))
-    sent = [rid for rid in ids if rid in eng.prefill.engine.sent]
+    step_until(eng, lambda _: any(rid in eng.prefill.engine.hand_offs.sent for rid in ids))
+    sent = [rid for rid in ids if rid in eng.prefill.engine.hand_offs.sent]
     rid = sent[0]
     eng.abort(rid, "gone")
     drain(eng)
@@ -228,15 +228,15 @@ def test_a_step_that_only_swaps_out_still_copies_the_blocks(tiny_model_dirs):
     from engine_helpers import make_engine
     eng = make_engine(tiny_model_dirs["llama"], num_kv_blocks=16, max_model_len=64, max_num_seqs=1,
                       max_num_batched_tokens=8, preemption_mode="swap", swap_space_gb=0.001)
-    eng.hands_off = True
+    eng.hand_off_requests()
     prompts = [list(range(5, 45)), list(range(50, 90))]  # 40 tokens each: 10 of the 16 blocks
     a, b = (eng.add_request(p, greedy(4)) for p in prompts)
     events = step_until(eng, lambda evs: any(b in ev.preempted for ev in evs))
     only_swap = events[-1]
-    assert not only_swap.entries and only_swap.swaps == [[b, "out", 6]] and a in eng.sent
-    eng.release_sent([a])  # the decode half copied a's blocks: b comes back from the host pool
-    step_until(eng, lambda _: b in eng.sent)
-    first = eng.sent[b].output_token_ids
+    assert not only_swap.entries and only_swap.swaps == [[b, "out", 6]] and a in eng.hand_offs.sent
+    eng.hand_offs.release([a])  # the decode half copied a's blocks: b comes back from the host pool
+    step_until(eng, lambda _: b in eng.hand_offs.sent)
+    first = eng.hand_offs.sent[b].output_token_ids
     assert first == reference_greedy(tiny_model_dirs["llama"], [prompts[1]], [1])[0]
     assert eng.recomputed_tokens == 0
 
