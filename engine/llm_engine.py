@@ -8,23 +8,23 @@ from collections.abc import Sequence
 
 from .config import EngineConfig, resolve_warmup
 from .cpu_share import CORES
-from .detokenizer import detokenizer_for, find_stop, prepare_detokenizer
+from .detokenizer import detokenizer_for, prepare_detokenizer
 from .device_memory import GiB
-from .events import PADDING, StepEntry, StepEvent
+from .events import StepEvent
 from .hand_offs import HandOffs
 from .kv import KVCacheManager, KVPool
 from .kv.block_mover import BlockMover, host_pools
 from .kv.sizing import kv_block_bytes, num_kv_blocks
-from .kv.transfer import Transfer
 from .model import kernel_variants
 from .model.draft_model import DraftModel
 from .model.runner import ModelRunner
 from .model.sampler import make_generator
 from .model.warmup import WarmupProgress, WarmupReport, warm_up
+from .output_processor import OutputProcessor
 from .outputs import Outputs, ReadsOutputs
-from .request import Request, RequestStatus, SamplingParams, check_priority_tenant
+from .request import Request, SamplingParams, check_priority_tenant
 from .scheduler import SchedulerOutput, StaticScheduler, make_scheduler
-from .scheduler.waits import changes
+from .step_event_builder import StepDone, StepEventBuilder
 from .untrusted import is_int
 
 log = logging.getLogger(__name__)
@@ -59,8 +59,8 @@ class LLMEngine(ReadsOutputs):
         self.hand_offs: HandOffs | None = None
         self.outputs = Outputs()
         self.requests = self.outputs.live  # unfinished, by id
+        self.output = OutputProcessor(self.outputs)
         self._fresh_state()
-        self._just_finished: list[int] = []  # reported by the next StepEvent
         self._next_id = 0
         # Iterations that computed or finished something: what every view, log and sentence calls
         # "iteration N" (a step that only polls a filling static batch keeps the last number).
@@ -76,7 +76,7 @@ class LLMEngine(ReadsOutputs):
                                     prefix_caching=self.cfg.enable_prefix_caching,
                                     num_host_blocks=self.mover.num_host_blocks)
         self.scheduler = make_scheduler(self.cfg, self.cache, self.clock)
-        self.waits: dict[int, dict] = {}  # every waiting request -> why, as the last StepEvent reported
+        self.event_builder = StepEventBuilder(self.cfg, host_same_ram=self.runner.device.type == "cpu")
         if self.hand_offs is not None:
             self.hand_off_requests()
 
@@ -89,7 +89,7 @@ class LLMEngine(ReadsOutputs):
         now, ended = self.clock(), list(self.requests)
         draining = self.scheduler.draining
         for rid in ended:
-            self._finish(self.requests[rid], "error", now, error=reason)
+            self.output.finish(self.scheduler, self.requests[rid], "error", now, error=reason)
         self._fresh_state()
         self.scheduler.draining = draining
         return ended
@@ -129,6 +129,11 @@ class LLMEngine(ReadsOutputs):
                 f"cannot hold one request of max_model_len={self.max_model_len} tokens; raise num_kv_blocks "
                 f"or kv_cache_memory_gb, or lower max_model_len")
         return n
+
+    @property
+    def waits(self) -> dict[int, dict]:
+        """Every waiting request -> why, as the last step event reported."""
+        return self.event_builder.waits
 
     @property
     def recomputed_tokens(self) -> int:
@@ -226,7 +231,7 @@ class LLMEngine(ReadsOutputs):
         req = self.requests.get(request_id)
         if req is None:
             return False
-        self._finish(req, "abort", self.clock(), error=reason)
+        self.output.finish(self.scheduler, req, "abort", self.clock(), error=reason)
         self.scheduler.on_step_done()
         return True
 
@@ -240,7 +245,7 @@ class LLMEngine(ReadsOutputs):
 
     def has_news(self) -> bool:
         """Something for the next StepEvent to report even if nothing is scheduled (a request ended)."""
-        return bool(self._just_finished)
+        return self.output.has_news()
 
     def launch_batch(self) -> bool:
         """Static/dynamic: launch what waits as a batch at the next step, full or not (the presenter's
@@ -280,24 +285,22 @@ class LLMEngine(ReadsOutputs):
     def step(self) -> StepEvent:
         t_start = self.clock()
         sched = self.scheduler.schedule()
-        sampled: dict[int, int] = {}
-        answer_ends: dict[int, int] = {}
-        moved, handoffs = Transfer(), []
+        done = StepDone()
         if sched.rows or sched.moves:  # a step may only swap out: every running request preempted
             try:
-                moved, handoffs = self.mover.run(sched.moves)
+                done.swapped, done.handoffs = self.mover.run(sched.moves)
                 tokens = self._forward(sched) if sched.rows else []
             except Exception as e:  # a failed forward ends the batch's requests, not the engine
                 log.exception("engine step failed")
-                self._fail(sched, e)
+                self.output.fail(self.scheduler, sched.rows, e, self.clock())
                 tokens = []
-            self._update(sched, tokens, sampled, answer_ends)
+            done.sampled, done.answer_ends = self._update(sched, tokens)
             if self.hand_offs is not None:
                 self.hand_offs.take(sched.rows)
         self.scheduler.on_step_done()
         t_end = self.clock()
-        self.step_count += bool(sched.rows or self._just_finished)
-        ev = self._event(sched, sampled, answer_ends, moved, handoffs, t_start, t_end)
+        self.step_count += bool(sched.rows or self.output.has_news())
+        ev = self._event(sched, done, t_start, t_end)
         t_done = self.clock()
         self.telemetry_s += t_done - t_end
         self.step_s += t_done - t_start
@@ -311,97 +314,19 @@ class LLMEngine(ReadsOutputs):
         self.kernel_compiles += kernel_variants.compiled_in_this_thread() - compiled
         return tokens
 
-    def _update(self, sched: SchedulerOutput, tokens: list[int], sampled: dict[int, int],
-                answer_ends: dict[int, int]) -> None:
-        """Each new token in order (a draft row may bring several): detokenized, checked for a stop.
-        A request that stops drops the tokens it made after the one it stopped at. answer_ends gets
-        the requests whose model ended its answer in this step while ignore_eos kept them going."""
+    def _update(self, sched: SchedulerOutput, tokens: list[int]) -> tuple[dict[int, int], dict[int, int]]:
+        """The forward's tokens into the scheduler's counts, then into text and stops (OutputProcessor.process)."""
         now = self.clock()
         new = self.scheduler.update(sched, tokens, now)
-        for i, (req, tok) in enumerate(new):
-            if req.status is RequestStatus.FINISHED:
-                continue  # made after its stop: unsampled when it stopped
-            sampled[req.request_id] = tok
-            before = len(req.text)
-            req.text += req.detok.push(tok)
-            if tok in req.ends or req.stops or req.detok.num_tokens >= req.params.max_tokens:
-                stop = self._stop(req, tok, before, answer_ends)
-                if stop:
-                    self.scheduler.unsample(sched, req, sum(1 for r, _ in new[i + 1:] if r is req))
-                    self._finish(req, stop[0], now, flush=stop[1])
-
-    @staticmethod
-    def _stop(req: Request, tok: int, before: int, answer_ends: dict[int, int]) -> tuple[str, bool] | None:
-        """(finish reason, flush) if the request stops at its new token `tok` (its text was `before`
-        characters long before it), else None."""
-        p = req.params
-        if tok in req.eos_token_ids:
-            if not p.ignore_eos:
-                return "stop", True
-            if req.answer_end is None:  # what follows is the model going on past its answer
-                req.answer_end = answer_ends[req.request_id] = len(req.text)
-        if p.stop_token_ids and tok in p.stop_token_ids:
-            return "stop", True
-        if req.stops:
-            cut = find_stop(req.text, req.stops, before)
-            if cut is not None:
-                req.text = req.text[:cut]
-                return "stop", False
-        if req.detok.num_tokens >= p.max_tokens:  # tokens so far: this step's later ones are not yet read
-            return "length", True
-        return None
-
-    def _finish(self, req: Request, reason: str, now: float, error: str | None = None,
-                flush: bool = True) -> None:
-        if flush:  # text held back for an unfinished character; not after a stop-string cut
-            req.text += req.detok.finish()
-        self.scheduler.finish(req, reason, now, error)
-        self.outputs.finish(req.request_id, req.to_output())
-        self._just_finished.append(req.request_id)
-
-    def _fail(self, sched: SchedulerOutput, e: Exception) -> None:
-        now, msg = self.clock(), f"{type(e).__name__}: {e}"
-        for row in sched.rows:
-            if not row.request.is_finished:
-                self._finish(row.request, "error", now, error=msg)
+        return self.output.process(self.scheduler, sched, new, now)
 
     # ---- telemetry ---------------------------------------------------------------------------
-    def _event(self, sched: SchedulerOutput, sampled: dict[int, int], answer_ends: dict[int, int],
-               moved: Transfer, handoffs: list[list], t_start: float, t_end: float) -> StepEvent:
-        entries = []
-        for row in sched.rows:
-            req = row.request
-            if row.num_new:
-                entries.append(StepEntry(req.request_id, row.phase, row.num_new, req.num_computed_tokens, row.slot,
-                                         row.num_cached, len(row.draft), row.accepted))
-            if row.num_pad:
-                entries.append(StepEntry(req.request_id, PADDING, row.num_pad, req.num_computed_tokens, row.slot))
-        tables = self.cache.tables.copies(self.cache.block_tables)  # (unchanged tables are not copied again)
-        # Every block holder is in the scheduler's running set (static: finished rows included).
-        kv_tokens = {r.request_id: r.num_computed_tokens for r in self.scheduler.running}
-        handed_off = []
+    def _event(self, sched: SchedulerOutput, done: StepDone, t_start: float, t_end: float) -> StepEvent:
+        """The step's event; what ended and what was handed on since the last one go with it."""
+        done.finished = self.output.news()
         if self.hand_offs is not None:
-            kv_tokens.update(self.hand_offs.kv_tokens)  # held for the copy
-            handed_off = self.hand_offs.news()
-        held = sum(map(len, tables.values())) * self.cfg.block_size
-        finished, self._just_finished = self._just_finished, []
-        waits, self.waits = changes(self.waits, sched.waits), sched.waits
-        return StepEvent(
-            step=self.step_count, strategy=self.cfg.strategy, t_start=t_start, t_end=t_end,
-            entries=entries, num_waiting=self.scheduler.num_waiting, num_running=self.scheduler.num_running,
-            admitted=sched.admitted, finished=finished, preempted=sched.preempted,
-            tokens_used=sched.num_tokens,
-            token_budget=self.cfg.max_num_batched_tokens if sched.token_budget is None else sched.token_budget,
-            num_blocks=self.cache.num_blocks, block_size=self.cfg.block_size,
-            used_blocks=self.kv_blocks[0], block_tables=tables, kv_tokens=kv_tokens,
-            reserved_unused_slots=held - sum(kv_tokens.values()), sampled=sampled, answer_ends=answer_ends,
-            cached_blocks=self.cache.cached_blocks, prefix_queries=sched.prefix_queries,
-            prefix_hits=sched.prefix_hits, waits=waits,
-            swaps=[[m.request_id, m.direction, len(m.src)] for m in sched.moves], swap_bytes=moved.bytes,
-            swap_s=moved.seconds, num_host_blocks=self.cache.host.num_blocks if self.cache.host else 0,
-            host_tables={rid: list(t) for rid, t in self.cache.host_tables.items()},
-            host_same_ram=self.runner.device.type == "cpu", handed_off=handed_off, handoffs=handoffs,
-        )
+            done.handed_off, done.held_for_copy = self.hand_offs.news(), self.hand_offs.kv_tokens
+        return self.event_builder.build(self.step_count, sched, self.scheduler, done, t_start, t_end)
 
     # ---- convenience -------------------------------------------------------------------------
     def step_on_cores(self, owner: object, **part) -> StepEvent:
