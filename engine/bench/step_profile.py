@@ -36,6 +36,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from ..config import EngineConfig
 from ..events import StepMessage
+from ..gc_pauses import freeze_long_lived
 from ..kv_wire import KvFrames
 from ..llm_engine import LLMEngine
 from ..model import packed_batch, runner as runner_module
@@ -220,6 +221,7 @@ def main(argv=None) -> None:
         fill(eng, [16, 16], 2)  # warm-up
         for rid in list(eng.requests):
             eng.abort(rid)
+        freeze_long_lived()  # as a lane does once its engine is loaded: no full collection walks the model
         if args.mixed:
             points = mixed_points(eng, batches, contexts, args.steps, not args.no_ops)
         else:
