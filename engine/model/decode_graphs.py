@@ -123,20 +123,16 @@ class DecodeGraphs:
         do not make the host wait)."""
         if self._copied is not None and not self._copied.query():
             self._copied.synchronize()  # rare: the last step sampled nothing, so nothing waited for it
-        n, k, pad = len(batch.ids), len(batch.sample_idx), self.pad_token_id
-        tables = batch.decode_tables()  # row i is token i: a decode-only batch
-        width = tables.shape[1]
-        slots = [-1] * size  # padding rows and unstored tokens write nowhere
-        for t, slot in zip(batch.write_tok, batch.write_slots):
-            slots[t] = slot
+        ids, positions, slots, keep, ctx, tables = (torch.from_numpy(a) for a in batch.decode_arrays())
+        n, k, width = len(ids), len(keep), tables.shape[1]
         h = self.host64
-        h[0, :size] = torch.tensor(batch.ids + [pad] * (size - n))
-        h[1, :size] = torch.tensor(batch.positions + [0] * (size - n))
-        h[2, :size] = torch.tensor(slots)
-        h[3, :k] = torch.tensor(batch.sample_idx, dtype=torch.long)
+        h[0, :n], h[0, n:size] = ids, self.pad_token_id
+        h[1, :n], h[1, n:size] = positions, 0
+        h[2, :n], h[2, n:size] = slots, -1  # padding rows and unstored tokens write nowhere
+        h[3, :k] = keep
         host_ctx, host_tables = self.host32[:size], self.host32[size:size + n * width]
-        host_ctx.copy_(torch.tensor(batch.dec_ctx + [0] * (size - n), dtype=torch.int32))
-        host_tables.copy_(torch.from_numpy(tables.reshape(-1)))
+        host_ctx[:n], host_ctx[n:] = ctx, 0
+        host_tables.copy_(tables.reshape(-1))
         self.ids[0, :size].copy_(h[0, :size], non_blocking=True)
         self.positions[0, :size].copy_(h[1, :size], non_blocking=True)
         self.slots[:size].copy_(h[2, :size], non_blocking=True)

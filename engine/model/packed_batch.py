@@ -119,46 +119,60 @@ class PackedBatch:
         self.dec_row.append(self.cache.tables.row[req.request_id])
         self.dec_ctx.append(ctx)
 
-    def decode_tables(self) -> np.ndarray:
-        """The decode rows' block tables in row order (the decode graphs' layout): see _tables."""
-        return self._tables(self.dec_row, self.dec_ctx)
-
-    def _tables(self, rows, ctx) -> np.ndarray:
-        """The block tables [rows, blocks of the longest] int32 of matrix rows `rows` with contexts `ctx`
-        (sequences of ints), each padded with 0 after the blocks its context needs: one gather from the matrix."""
-        bs = self.cache.block_size
-        rows, ctx = np.asarray(rows, dtype=np.intp), np.asarray(ctx, dtype=np.int64)
-        width = -(-int(ctx.max(initial=0)) // bs)
-        tables = self.cache.tables.array[rows, :width]
-        if len(ctx) and ctx.min() <= (width - 1) * bs:  # a row needs fewer blocks than the longest
-            tables[np.arange(width) >= -(-ctx // bs)[:, None]] = 0
-        return tables
+    def decode_arrays(self) -> tuple[np.ndarray, ...]:
+        """A decode-only batch (row i is token i) as the decode graphs stage it: ids, positions, each token's
+        slot (-1: not stored), the logit rows kept, contexts, block tables (tables_for's layout)."""
+        slots = np.full(len(self.ids), -1, dtype=np.int64)
+        slots[self.write_tok] = self.write_slots
+        ints = (np.array(v, dtype=np.int64) for v in (self.ids, self.positions, self.sample_idx, self.dec_ctx))
+        ids, positions, keep, ctx = ints
+        return ids, positions, slots, keep, ctx, tables_for(self.cache, np.array(self.dec_row, dtype=np.intp), ctx)
 
     def upload(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, BatchMeta]:
         """(input ids [1, T], positions [1, T], sampling rows, BatchMeta) on the device, from one copy."""
-        # Decode rows longest first (a stable order), so rows of similar length are neighbours (see decode_groups).
-        ctx = np.array(self.dec_ctx, dtype=np.int64)
-        order = np.argsort(-ctx, kind="stable")
-        dec_ctx = ctx[order]
-        dec_idx = np.array(self.dec_idx, dtype=np.int64)[order]
-        tables = self._tables(np.array(self.dec_row, dtype=np.intp)[order], dec_ctx)
-        up = HostInts()
-        ids, pos, keep, slots = (up.add(v) for v in (self.ids, self.positions, self.sample_idx, self.write_slots))
-        written = None if len(self.write_tok) == len(self.ids) else up.add(self.write_tok)  # None: every token
-        dec_idx, dec_ctx_part = up.add(dec_idx), up.add(dec_ctx)
-        layout = up.add([x for s, e, c, _ in self.prefills for x in (s, e - s, c)])
-        blocks = [up.add(b) for *_, b in self.prefills]
-        dec_blocks = up.add(tables)
-        dev = up.send(self.runner.device)
-        bs = self.cache.block_size
-        meta = BatchMeta(
-            pool=self.runner.pool, num_tokens=len(self.ids),
-            write_idx=None if written is None else dev[written], write_slots=dev[slots],
-            decode_idx=dev[dec_idx], decode_blocks=dev[dec_blocks].view(*tables.shape),
-            decode_ctx=dev[dec_ctx_part], decode_groups=decode_groups(-(-dec_ctx // bs)),
-            prefills=[PrefillSeq(s, e, c, dev[b]) for (s, e, c, _), b in zip(self.prefills, blocks)],
-            prefill_layout=dev[layout].view(len(self.prefills), 3))
-        return dev[ids].view(1, -1), dev[pos].view(1, -1), dev[keep], meta
+        written = None if len(self.write_tok) == len(self.ids) else self.write_tok  # None: every token
+        return send_batch(self.runner, self.cache, (self.ids, self.positions, self.sample_idx, self.write_slots),
+                          written, np.array(self.dec_idx, dtype=np.int64), np.array(self.dec_row, dtype=np.intp),
+                          np.array(self.dec_ctx, dtype=np.int64), self.prefills)
+
+
+def tables_for(cache: KVCacheManager, rows: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+    """The block tables [rows, blocks of the longest] int32 of matrix rows `rows` with contexts `ctx`, each
+    padded with 0 after the blocks its context needs: one gather from the cache's table matrix."""
+    bs = cache.block_size
+    width = -(-int(ctx.max(initial=0)) // bs)
+    tables = cache.tables.array[rows, :width]
+    if len(ctx) and ctx.min() <= (width - 1) * bs:  # a row needs fewer blocks than the longest
+        tables[np.arange(width) >= -(-ctx // bs)[:, None]] = 0
+    return tables
+
+
+def send_batch(runner: ModelRunner, cache: KVCacheManager, tokens: tuple, written, dec_idx: np.ndarray,
+               dec_row: np.ndarray, dec_ctx: np.ndarray, prefills) -> tuple[torch.Tensor, torch.Tensor,
+                                                                           torch.Tensor, BatchMeta]:
+    """A batch on the device from one copy: `tokens` (ids, positions, logit rows kept, slots of the stored
+    tokens; lists or arrays), `written` (the stored tokens, None: all), the decode rows (token index, table
+    matrix row, context) and the prefills ((start, end, context, blocks) each). Decode rows go longest first
+    (a stable order), so rows of similar length are neighbours (see decode_groups)."""
+    order = np.argsort(-dec_ctx, kind="stable")
+    dec_ctx = dec_ctx[order]
+    tables = tables_for(cache, dec_row[order], dec_ctx)
+    up = HostInts()
+    ids, pos, keep, slots = (up.add(v) for v in tokens)
+    written = None if written is None else up.add(written)
+    dec_idx, dec_ctx_part = up.add(dec_idx[order]), up.add(dec_ctx)
+    layout = up.add([x for s, e, c, _ in prefills for x in (s, e - s, c)])
+    blocks = [up.add(b) for *_, b in prefills]
+    dec_blocks = up.add(tables)
+    dev = up.send(runner.device)
+    meta = BatchMeta(
+        pool=runner.pool, num_tokens=int(dev[pos].shape[0]),
+        write_idx=None if written is None else dev[written], write_slots=dev[slots],
+        decode_idx=dev[dec_idx], decode_blocks=dev[dec_blocks].view(*tables.shape),
+        decode_ctx=dev[dec_ctx_part], decode_groups=decode_groups(-(-dec_ctx // cache.block_size)),
+        prefills=[PrefillSeq(s, e, c, dev[b]) for (s, e, c, _), b in zip(prefills, blocks)],
+        prefill_layout=dev[layout].view(len(prefills), 3))
+    return dev[ids].view(1, -1), dev[pos].view(1, -1), dev[keep], meta
 
 
 class HostInts:
@@ -197,6 +211,8 @@ def decode_groups(widths) -> list[tuple[int, int, int]]:
     1,024 tokens among fifteen of 16 copies 13x the K/V the rows hold). A binary search a run, not a
     look at every row."""
     widths = np.asarray(widths, dtype=np.int64)
+    if len(widths) and 2 * widths[-1] > widths[0]:  # one run (most steps): no search
+        return [(0, len(widths), int(widths[0]))]
     after = -widths  # ascending
     groups, start = [], 0
     while start < len(widths):

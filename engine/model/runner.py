@@ -17,6 +17,7 @@ from ..scheduler import ScheduledRow
 from . import attention
 from .attention import META_KWARG
 from .files.loader import resolve_model_dir
+from .decode_batch import DecodeBatch, all_plain_decode
 from .packed_batch import PackedBatch
 from .packed_linear import pack_linears
 from .sampler import sample
@@ -130,20 +131,28 @@ class ModelRunner:
         """Run one iteration; returns the sampled tokens of every row that samples (ScheduledRow.num_samples
         each), in row order."""
         with on_device(self.device):
-            batch = PackedBatch(self, cache)
-            batch.add_rows(rows)
+            batch = batch_for(self, cache, rows)
             logits = self.forward(batch)
             if not batch.sample_rows:
                 return []
             return sampled_tokens(logits, batch.sample_rows)
 
-    def forward(self, batch: PackedBatch) -> torch.Tensor:
+    def forward(self, batch: PackedBatch | DecodeBatch) -> torch.Tensor:
         """The logits [len(batch.sample_idx), vocab] of one packed batch; its tokens' K/V written to the pool."""
         if self.graphs is not None and self.graphs.fits(batch):
             return self.graphs.logits(batch)
         ids, positions, keep, meta = batch.upload()
         return self.model(input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=keep,
                           **{META_KWARG: meta}).logits[0]
+
+
+def batch_for(runner: ModelRunner, cache: KVCacheManager, rows: list[ScheduledRow]) -> PackedBatch | DecodeBatch:
+    """A step's batch: a DecodeBatch when every row is a plain decode row, else one packed row by row."""
+    if all_plain_decode(rows):
+        return DecodeBatch(runner, cache, rows)
+    batch = PackedBatch(runner, cache)
+    batch.add_rows(rows)
+    return batch
 
 
 def on_device(device: torch.device):

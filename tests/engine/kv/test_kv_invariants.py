@@ -145,7 +145,9 @@ def _random_run(eng, seq):
 
 def _check_batches(eng) -> None:
     """From now on every step's batch is built both ways before it runs, and they must be the same: runs of
-    decode rows at once (PackedBatch.add_rows, what the engine does) and every row on its own (add)."""
+    decode rows at once (PackedBatch.add_rows) and every row on its own (add); and where every row is a
+    plain decode row (a DecodeBatch, what the engine runs then), the tensors both send."""
+    from engine.model.decode_batch import DecodeBatch, all_plain_decode
     from engine.model.packed_batch import PackedBatch
     runner = eng.runner
     if "execute" in vars(runner):
@@ -159,8 +161,22 @@ def _check_batches(eng) -> None:
             one_by_one.add(row)
         if _layout(at_once) != _layout(one_by_one):
             runner.batches_differ.append((_layout(at_once), _layout(one_by_one)))
+        if rows and all_plain_decode(rows):
+            arrays = DecodeBatch(runner, cache, rows)
+            if _sent(arrays) != _sent(at_once) or [id(r) for r in arrays.sample_rows] != [id(r) for r in rows]:
+                runner.batches_differ.append((_sent(arrays), _sent(at_once)))
         return run(rows, cache)
     runner.execute = execute
+
+
+def _sent(batch) -> dict:
+    """What a batch's upload sends, as plain values."""
+    ids, pos, keep, meta = batch.upload()
+    values = lambda t: None if t is None else t.tolist()  # noqa: E731
+    return {"ids": values(ids), "positions": values(pos), "keep": values(keep), "write_idx": values(meta.write_idx),
+            **{k: values(getattr(meta, k)) for k in ("write_slots", "decode_idx", "decode_blocks", "decode_ctx",
+                                                     "prefill_layout")},
+            "groups": meta.decode_groups, "prefills": len(meta.prefills), "num_tokens": meta.num_tokens}
 
 
 def _layout(batch) -> dict:
