@@ -176,32 +176,31 @@ def send_batch(runner: ModelRunner, cache: KVCacheManager, tokens: tuple, writte
 
 
 class HostInts:
-    """Integers bound for the device as one tensor: a step's index tensors cost one transfer, and on
-    CUDA (pinned, non-blocking) no host sync. Lists are gathered into one Python list, arrays (a
-    gathered table) are appended whole; each part comes back as a flat view of the copy."""
+    """Integers bound for the device (lists, or arrays such as a gathered table), each part back as a flat
+    int64 tensor there. On CUDA they travel as one tensor: one transfer a step, pinned and non-blocking (no
+    host sync), each part a view of it; on the CPU each part is wrapped as it is (nothing to transfer)."""
 
     def __init__(self):
-        self._flat: list[int] = []
-        self._arrays: list[np.ndarray] = []
-        self._array_ints = 0
-        self._parts: list[tuple[bool, int, int]] = []  # (an array?, start, length)
+        self._parts: list = []
 
     def add(self, values) -> int:
-        if isinstance(values, np.ndarray):
-            self._parts.append((True, self._array_ints, values.size))
-            self._arrays.append(values.reshape(-1))
-            self._array_ints += values.size
-        else:
-            self._parts.append((False, len(self._flat), len(values)))
-            self._flat.extend(values)
+        self._parts.append(values)
         return len(self._parts) - 1
 
     def send(self, device: torch.device) -> list[torch.Tensor]:
-        host = torch.from_numpy(np.concatenate([np.array(self._flat, dtype=np.int64), *self._arrays], dtype=np.int64))
-        if device.type == "cuda":
-            host = host.pin_memory().to(device, non_blocking=True)
-        lists = len(self._flat)
-        return [host[o:o + n] for o, n in ((lists + start if array else start, n) for array, start, n in self._parts)]
+        parts = [np.asarray(v, dtype=np.int64).reshape(-1) for v in self._parts]
+        if device.type != "cuda":
+            return [torch.from_numpy(p) for p in parts]
+        return one_copy(parts, lambda host: host.pin_memory().to(device, non_blocking=True))
+
+
+def one_copy(parts: list[np.ndarray], move) -> list[torch.Tensor]:
+    """Flat int64 arrays moved as one tensor (`move`: the host tensor -> its copy), each back as a view of it."""
+    if not parts:
+        return []
+    moved = move(torch.from_numpy(np.concatenate(parts)))
+    ends = np.cumsum([len(p) for p in parts]).tolist()
+    return [moved[e - len(p):e] for p, e in zip(parts, ends)]
 
 
 def decode_groups(widths) -> list[tuple[int, int, int]]:
