@@ -186,7 +186,7 @@ class StepEvent:
             "kv": self.kv_dict(key),
             "prefix_queries": self.prefix_queries,
             "prefix_hits": self.prefix_hits,
-            "sampled": {str(k): v for k, v in self.sampled.items()},
+            "sampled": list(self.sampled),  # the ids alone: no view reads a token id
             "waits": {str(k): v for k, v in self.waits.items()},
             **self._swap_dict(),
             **self._part_dict(),

@@ -97,7 +97,7 @@ def step_message(d: dict) -> StepMessage:
                    token_budget=d.get("token_budget", 0), num_blocks=kv.get("num_blocks", 0),
                    block_size=kv.get("block_size", 0), used_blocks=kv.get("used", 0),
                    block_tables=ints(kv.get("block_tables")), kv_tokens=ints(kv.get("kv_tokens")),
-                   reserved_unused_slots=kv.get("reserved_unused_slots", 0), sampled=ints(d.get("sampled")),
+                   reserved_unused_slots=kv.get("reserved_unused_slots", 0), sampled=dict.fromkeys(map(int, d.get("sampled") or ())),
                    cached_blocks=kv.get("cached", []), waits=ints(d.get("waits")), swaps=d.get("swaps", []),
                    part=d.get("part"), handed_off=d.get("handed_off", []), handoffs=d.get("handoffs", []))
     return StepMessage(event=ev, lane=d["lane"], strategy=d["strategy"], deltas=ints(d.get("deltas")),

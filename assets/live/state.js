@@ -203,7 +203,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     }
     for (const rid of ev.finished || []) markFinished(S, rid, t1, it + 0.5);
     for (const rid of ev.handed_off || []) handedOff(S, rid, t1, it, contract);
-    for (const rid of Object.keys(ev.sampled || {})) requestRecord(S, +rid).nOut += 1 + ((groups.get(+rid) || {}).accepted || 0);
+    for (const rid of sampledIds(ev)) requestRecord(S, rid).nOut += 1 + ((groups.get(rid) || {}).accepted || 0);
     for (const [rid, text] of Object.entries(ev.deltas || {})) appendText(S, +rid, text);
     for (const [rid, n] of Object.entries(ev.answer_ends || {})) markAnswerEnd(S, +rid, n);
     const kv = ev.kv || {};
@@ -453,6 +453,12 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   }
 
   // The model sampled its end-of-text token at character n of the text, and ignore_eos kept it going.
+  // The requests a step sampled for: their ids (older recordings: an object of id -> token id).
+  function sampledIds(ev) {
+    const s = ev.sampled || [];
+    return Array.isArray(s) ? s : Object.keys(s).map(Number);
+  }
+
   function markAnswerEnd(S, rid, n) {
     const R = requestRecord(S, rid);
     if (R.answerEnd != null || !Number.isInteger(n) || n < 0) return;

@@ -102,7 +102,7 @@ async def record(url: str, svc: EngineService) -> list[dict]:
                     # aborted queued one would leave static's second batch one short, waiting for ever), and
                     # with most of its tokens to go
                     await ws.send(json.dumps({"cmd": "abort", "request_id": r2}))
-                if ev["type"] == "step" and first_shared is not None and str(first_shared) in ev["sampled"]:
+                if ev["type"] == "step" and first_shared is not None and first_shared in ev["sampled"]:
                     first_shared = None  # it decodes: its prompt's full blocks are cached now
                     await submit_shared(ws, 1)
                     await submit_shared(ws, 2)

@@ -356,7 +356,7 @@ const tests = {
     LiveState.applyBatch(st, { skipped: 0, events: [
       { type: "request", lane: "spec", strategy: "continuous", request_id: 1, arrival_s: 0, num_prompt_tokens: 4 },
       step(1, [entry(1, P.prefill, 4, 4, 0, 0, 0)], { 1: 9 }),
-      step(2, [entry(1, P.decode, 5, 8, 0, 4, 3)], { 1: 9 }),
+      step(2, [entry(1, P.decode, 5, 8, 0, 4, 3)], [1]),  // sampled as sent now: ids (older recordings: id -> token)
       step(3, [entry(1, P.decode, 3, 9, 0, 2, 0).slice(0, 6)], { 1: 9 })] });  // an older recording's row
     const S = st.by.get("spec"), R = S.reqs.get(1);
     assert.equal(R.nOut, 1 + 4 + 1, "each step's own token, and the accepted drafts");
