@@ -11,6 +11,8 @@
     [[requests]]                         # a group of arrivals
     count = 8                            # how many (default 1)
     at_s = 0.0                           # the first arrives then (default 0)
+    when_batch_full = true               # optional: and not before every lane runs a full batch (a lesson
+                                         # about a full batch then holds at any engine's speed)
     every_s = 0.5                        # fixed gaps, or poisson_rate = 2.0 (+ seed) for exponential ones
     prompts = "bundled"                  # user messages from assets/prompts.jsonl whose own answers run past
                                          # max_tokens (engine/workshop/prompts.py), or text = "a message"
@@ -53,7 +55,7 @@ MAX_SYSTEM_CHARS = 16_000  # a system prompt shared by a stream
 MAX_JOIN = 100            # bundled prompts joined into one message
 _TOP = {"title", "watch", "explain", "headline", "system", "lanes", "requests", "claims"}
 _GROUP = {"count", "at_s", "every_s", "poisson_rate", "seed", "prompt_len", "text", "prompts", "join", "system",
-          "prompt_tokens", "max_tokens", "shared_prefix", "tenant", "priority"}
+          "prompt_tokens", "max_tokens", "shared_prefix", "tenant", "priority", "when_batch_full"}
 
 
 class ScenarioError(ValueError):
@@ -143,8 +145,12 @@ def _group(where: str, field: str, g, system: str | None) -> list[Arrival]:
     _no_unknown(where, f"{field}.", g, _GROUP)
     count = _int(where, f"{field}.count", g.get("count", 1), 1, MAX_REQUESTS)
     outs = _cycle(where, f"{field}.max_tokens", g.get("max_tokens"), 1)
+    full = g.get("when_batch_full", False)
+    if not isinstance(full, bool):
+        raise ScenarioError(f"{where}: {field}.when_batch_full: must be true or false")
     common = Arrival(0.0, 0, 1, tenant=_tenant(where, field, g.get("tenant")),
-                     priority=_int(where, f"{field}.priority", g.get("priority", 0), *PRIORITY_RANGE))
+                     priority=_int(where, f"{field}.priority", g.get("priority", 0), *PRIORITY_RANGE),
+                     when_batch_full=full)
     if "prompt_len" in g:
         prompt = _synthetic(where, field, g)
     else:

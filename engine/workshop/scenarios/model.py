@@ -25,6 +25,7 @@ class Arrival:
     shared_prefix: int = 0     # token-id prompts: leading tokens every arrival of the stream shares
     messages: tuple[tuple[str, str], ...] | None = None  # (role, text) chat messages instead of token ids
     prompt_tokens: tuple[int, int] | None = None  # the prompt lengths its lesson needs (default model)
+    when_batch_full: bool = False  # sent at at_s or later, once every lane runs a full batch (runner.py)
 
     def chat(self) -> list[dict] | None:
         return None if self.messages is None else [{"role": r, "content": c} for r, c in self.messages]

@@ -20,6 +20,8 @@ from .model import Arrival, Fit, Scenario
 
 TAG = "scenario"
 READY_WAIT_S = 300.0
+FULL_WAIT_S = 30.0   # an arrival sent when_batch_full waits this long at most (a lane may never fill)
+FULL_POLL_S = 0.005
 PRESENTER_ONLY = ("this stream names tenants and priorities, which only the presenter's requests keep "
                   "(a viewer is its own tenant and may not ask for a priority below 0)")
 
@@ -67,10 +69,31 @@ class StreamRunner(Submitter):
         for i, a in enumerate(self.arrivals):
             if self.halt.wait(max(0.0, t0 + a.at_s - time.monotonic())):
                 return
+            if a.when_batch_full and not self._until_batches_full():
+                return
             params = SamplingParams(max_tokens=a.max_tokens, temperature=0.0, ignore_eos=True)
             prompt, messages = (None, a.chat()) if a.messages else (a.prompt(i), None)
             self.submit(prompt, params, messages=messages, tag=TAG, priority=a.priority, tenant=a.tenant)
         self.settle()
+
+
+    def _until_batches_full(self) -> bool:
+        """Wait (up to FULL_WAIT_S) until every lane runs a full batch: a continuous lane max_num_seqs
+        requests, any other lane one. False: the stream was stopped meanwhile."""
+        give_up = time.monotonic() + FULL_WAIT_S
+        while not batches_full(self.svc.status()["engines"]) and time.monotonic() < give_up:
+            if self.halt.wait(FULL_POLL_S):
+                return False
+        return not self.halt.is_set()
+
+
+def batches_full(engines: dict) -> bool:
+    """Whether every lane of a service's status runs a full batch (see StreamRunner._until_batches_full)."""
+    def full(e: dict) -> bool:
+        cfg = e.get("config") or {}
+        need = cfg.get("max_num_seqs", 1) if cfg.get("strategy") == "continuous" else 1
+        return (e.get("num_running") or 0) >= need
+    return all(full(e) for e in engines.values())
 
 
 _current: StreamRunner | None = None  # one per process, like the service it feeds

@@ -93,6 +93,9 @@ def run_scenario(svc, scenario, speedup: float = 4.0) -> None:
     t0, sent = time.monotonic(), []
     for i, a in enumerate(scenario.fitted(runner.fit_of(svc))):  # sent on time, confirmed after, as the app does
         time.sleep(max(0.0, t0 + a.at_s / speedup - time.monotonic()))
+        deadline = time.monotonic() + runner.FULL_WAIT_S
+        while a.when_batch_full and not runner.batches_full(svc.status()["engines"]) and time.monotonic() < deadline:
+            time.sleep(runner.FULL_POLL_S)  # as the app's stream waits (StreamRunner._until_batches_full)
         prompt, messages = (None, a.chat()) if a.messages else (a.prompt(i), None)
         sent.append(svc.send(prompt, SamplingParams(max_tokens=a.max_tokens, temperature=0.0, ignore_eos=True),
                              messages=messages, priority=a.priority, tenant=a.tenant))

@@ -117,6 +117,38 @@ def test_policy_scenarios_differ_only_by_policy_with_a_batch_small_enough_to_que
     assert s.presenter_only == (policy != "sjf")  # tenants and priorities are the presenter's
 
 
+class _FillingService:
+    """What a scenario's stream reads of a service: two lanes whose batches fill on the fourth status read."""
+
+    def __init__(self):
+        self.reads, self.running, self.sent, self.workers = 0, 0, [], {}
+
+    def status(self) -> dict:
+        self.reads += 1
+        self.running = 4 if self.reads >= 4 else self.reads - 1
+        lane = {"continuous": {"strategy": "continuous", "max_num_seqs": 4}, "static": {"strategy": "static"}}
+        return {"engines": {name: {"num_running": self.running, "max_model_len": 512, "config": cfg}
+                            for name, cfg in lane.items()}}
+
+    def send(self, prompt, params, client=None, priority=0, **_):
+        self.sent.append((priority, self.running))
+        return []
+
+    wait_ready = start_run = confirm = lambda self, *a: None
+
+
+def test_the_urgent_request_is_sent_once_every_lane_runs_a_full_batch():
+    """Scenario 9's lesson (priority preempts for it) needs a full batch when it arrives, on any engine's speed:
+    a fast one finished the first four before a fixed 0.2 s had passed."""
+    from engine.workshop.scenarios.runner import StreamRunner
+    s = by_key("urgent")
+    assert [(a.priority, a.when_batch_full) for a in s.arrivals][-1] == (-1, True)
+    assert not any(a.when_batch_full for a in s.arrivals[:-1])
+    svc = _FillingService()
+    StreamRunner(svc, s).run()
+    assert svc.sent == [(0, 0)] * 12 + [(-1, 4)]
+
+
 def test_shared_system_prompt_is_shared_and_each_question_its_own():
     s = by_key("shared-system-prompt")
     systems = {a.messages[0] for a in s.arrivals}
@@ -147,6 +179,7 @@ GOOD = """title = "t"\nwatch = "w"\nexplain = "e"\n[lanes.a]\nstrategy = "contin
     (GOOD + "[[requests]]\nprompt_len = [8, true]\nmax_tokens = 4\n", "requests[0].prompt_len"),
     (GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\npoisson_rate = 0\n", "requests[0].poisson_rate"),
     (GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\nshared_prefix = 8\n", "requests[0].shared_prefix"),
+    (GOOD + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\nwhen_batch_full = 1\n", "requests[0].when_batch_full"),
     (GOOD + '[[requests]]\nprompt_len = 8\ntext = "hi"\nmax_tokens = 4\n', "requests[0].prompt_len"),
     (GOOD.replace('"continuous"', '"fast"') + "[[requests]]\nprompt_len = 8\nmax_tokens = 4\n",
      "lanes.a: EngineConfig.strategy"),
