@@ -5,7 +5,6 @@ import logging
 import time
 from collections.abc import Sequence
 
-
 from .config import EngineConfig, resolve_warmup
 from .cpu_share import CORES
 from .detokenizer import detokenizer_for, prepare_detokenizer
@@ -83,6 +82,7 @@ class LLMEngine(ReadsOutputs):
     def hand_off_requests(self) -> None:
         """A disaggregated lane's prefill half: every request leaves for the decode half after its first token."""
         self.hand_offs = HandOffs(self.scheduler, self.requests)
+
     def reset(self, reason: str) -> list[int]:
         """End every unfinished request with finish_reason "error" and start from an empty
         scheduler and cache (the loaded model is kept). Returns the ended request ids."""

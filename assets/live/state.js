@@ -452,13 +452,13 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     R.endT = Math.max(R.endT ?? -Infinity, t ?? -Infinity);
   }
 
-  // The model sampled its end-of-text token at character n of the text, and ignore_eos kept it going.
   // The requests a step sampled for: their ids (older recordings: an object of id -> token id).
   function sampledIds(ev) {
     const s = ev.sampled || [];
     return Array.isArray(s) ? s : Object.keys(s).map(Number);
   }
 
+  // The model sampled its end-of-text token at character n of the text, and ignore_eos kept it going.
   function markAnswerEnd(S, rid, n) {
     const R = requestRecord(S, rid);
     if (R.answerEnd != null || !Number.isInteger(n) || n < 0) return;

@@ -29,6 +29,7 @@ import contextlib
 import json
 import statistics
 import time
+import weakref
 from collections import defaultdict
 
 import torch
@@ -36,7 +37,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from ..config import EngineConfig
 from ..events import StepMessage
-from ..gc_pauses import freeze_long_lived
+from ..gc_pauses import collect_dropped, freeze_long_lived
 from ..kv_wire import KvFrames
 from ..llm_engine import LLMEngine
 from ..model import packed_batch, runner as runner_module
@@ -228,7 +229,9 @@ def main(argv=None) -> None:
             points = [profile_point(eng, [c] * b, args.steps, not args.no_ops) for c in contexts for b in batches]
         rows += [{**p, "linear": eng.runner.linear, "attention": eng.runner.backend,
                   "cuda_graphs": eng.runner.graphs_state()} for p in points]
+        dropped = weakref.ref(eng)
         del eng
+        collect_dropped(dropped)  # (frozen with everything else: walked again only if cycles still hold it)
     print(render(rows, torch.get_num_threads()))
     if args.json:
         with open(args.json, "w") as f:

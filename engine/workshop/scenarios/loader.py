@@ -89,7 +89,9 @@ def load_scenario(path: Path) -> Scenario:
         claims = read_claims(data.get("claims"), lanes, text["watch"])
     except ValueError as e:
         raise ScenarioError(f"{where}: {e}") from None
-    return Scenario(key=Path(path).stem, lanes=lanes, arrivals=tuple(sorted(arrivals, key=lambda a: a.at_s)),
+    # in time order; at the same time, those that wait for full batches after those that fill them
+    arrivals.sort(key=lambda a: (a.at_s, a.when_batch_full))
+    return Scenario(key=Path(path).stem, lanes=lanes, arrivals=tuple(arrivals),
                     headline=_headline(where, data.get("headline", Scenario.headline)), claims=claims, **text)
 
 

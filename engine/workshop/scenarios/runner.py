@@ -9,6 +9,7 @@ or priorities (the service makes a viewer its own tenant and refuses it a priori
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 
@@ -18,10 +19,11 @@ from engine.serving.submitter import Submitter
 
 from .model import Arrival, Fit, Scenario
 
+log = logging.getLogger(__name__)
 TAG = "scenario"
 READY_WAIT_S = 300.0
 FULL_WAIT_S = 30.0   # an arrival sent when_batch_full waits this long at most (a lane may never fill)
-FULL_POLL_S = 0.005
+FULL_POLL_S = 0.02   # (a service's status reads every lane's)
 PRESENTER_ONLY = ("this stream names tenants and priorities, which only the presenter's requests keep "
                   "(a viewer is its own tenant and may not ask for a priority below 0)")
 
@@ -76,24 +78,34 @@ class StreamRunner(Submitter):
             self.submit(prompt, params, messages=messages, tag=TAG, priority=a.priority, tenant=a.tenant)
         self.settle()
 
-
     def _until_batches_full(self) -> bool:
-        """Wait (up to FULL_WAIT_S) until every lane runs a full batch: a continuous lane max_num_seqs
-        requests, any other lane one. False: the stream was stopped meanwhile."""
-        give_up = time.monotonic() + FULL_WAIT_S
-        while not batches_full(self.svc.status()["engines"]) and time.monotonic() < give_up:
+        """Wait until every lane runs a full batch (batches_full), for FULL_WAIT_S of unpaused time at most
+        (a lane short of KV may never fill: the request then goes, said in the log). False: the stream was
+        stopped meanwhile."""
+        left, last = FULL_WAIT_S, time.monotonic()
+        while True:
+            status = self.svc.status()
+            if batches_full(status["engines"]):
+                return True
+            now = time.monotonic()
+            left -= 0.0 if status.get("paused") else now - last
+            last = now
+            if left <= 0:
+                log.warning("%s: a lane's batch did not fill in %.0f s; the next request goes now",
+                            self.scenario.key, FULL_WAIT_S)
+                return True
             if self.halt.wait(FULL_POLL_S):
                 return False
-        return not self.halt.is_set()
 
 
 def batches_full(engines: dict) -> bool:
-    """Whether every lane of a service's status runs a full batch (see StreamRunner._until_batches_full)."""
+    """Whether every ready lane of a service's status runs a full batch: a continuous lane max_num_seqs
+    requests (a disaggregated one, whose count adds its halves', and any other lane: one)."""
     def full(e: dict) -> bool:
         cfg = e.get("config") or {}
-        need = cfg.get("max_num_seqs", 1) if cfg.get("strategy") == "continuous" else 1
-        return (e.get("num_running") or 0) >= need
-    return all(full(e) for e in engines.values())
+        plain = cfg.get("strategy") == "continuous" and not cfg.get("disaggregated")
+        return (e.get("num_running") or 0) >= (cfg.get("max_num_seqs", 1) if plain else 1)
+    return all(full(e) for e in engines.values() if e.get("ready", True) and not e.get("error"))
 
 
 _current: StreamRunner | None = None  # one per process, like the service it feeds

@@ -163,7 +163,9 @@ def _check_batches(eng) -> None:
             runner.batches_differ.append((_layout(at_once), _layout(one_by_one)))
         if rows and all_plain_decode(rows):
             arrays = DecodeBatch(runner, cache, rows)
-            if _sent(arrays) != _sent(at_once) or [id(r) for r in arrays.sample_rows] != [id(r) for r in rows]:
+            staged = [[a.tolist() for a in b.decode_arrays()] for b in (arrays, at_once)]  # the decode graphs' inputs
+            if _sent(arrays) != _sent(at_once) or staged[0] != staged[1] or \
+                    [id(r) for r in arrays.sample_rows] != [id(r) for r in rows]:
                 runner.batches_differ.append((_sent(arrays), _sent(at_once)))
         return run(rows, cache)
     runner.execute = execute

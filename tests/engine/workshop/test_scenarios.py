@@ -149,6 +149,15 @@ def test_the_urgent_request_is_sent_once_every_lane_runs_a_full_batch():
     assert svc.sent == [(0, 0)] * 12 + [(-1, 4)]
 
 
+def test_a_full_batch_is_judged_on_the_lanes_that_serve():
+    from engine.workshop.scenarios.runner import batches_full
+    lane = lambda running, **cfg: {"num_running": running, "ready": True,  # noqa: E731
+                                   "config": {"strategy": "continuous", "max_num_seqs": 4, **cfg}}
+    assert batches_full({"a": lane(4), "b": lane(1, strategy="static"), "c": lane(1, disaggregated=True)})
+    assert not batches_full({"a": lane(4), "b": lane(3)})
+    assert batches_full({"a": lane(4), "b": {**lane(0), "ready": False}, "c": {**lane(0), "error": "no GPU"}})
+
+
 def test_shared_system_prompt_is_shared_and_each_question_its_own():
     s = by_key("shared-system-prompt")
     systems = {a.messages[0] for a in s.arrivals}
@@ -215,6 +224,13 @@ def test_loader_errors_name_the_file_and_the_field(tmp_path, body, field):
     with pytest.raises(ScenarioError) as e:
         load_scenarios(tmp_path)
     assert str(e.value).startswith("1-bad.toml: ") and field in str(e.value), str(e.value)
+
+
+def test_a_request_waiting_for_full_batches_goes_after_the_ones_sent_at_its_time(tmp_path):
+    (tmp_path / "x.toml").write_text(GOOD + "[[requests]]\nwhen_batch_full = true\nprompt_len = 8\nmax_tokens = 4\n"
+                                     "priority = -1\n[[requests]]\ncount = 3\nprompt_len = 8\nmax_tokens = 4\n")
+    (s,) = load_scenarios(tmp_path)
+    assert [(a.when_batch_full, a.priority) for a in s.arrivals] == [(False, 0)] * 3 + [(True, -1)]
 
 
 def test_a_text_prompt_and_a_poisson_group_load(tmp_path):
