@@ -28,6 +28,7 @@ class DecodeBatch:
     (a test builds both for random steps)."""
 
     prefills = ()
+    has_drafts = False
 
     def __init__(self, runner: ModelRunner, cache: KVCacheManager, rows: list[ScheduledRow]):
         self.runner, self.cache, self.sample_rows = runner, cache, rows

@@ -34,6 +34,7 @@ class PackedBatch:
         self.prefills: list[tuple[int, int, int, list[int]]] = []
         self.sample_idx: list[int] = []
         self.sample_rows: list[ScheduledRow] = []
+        self.has_drafts = False  # a row brought draft tokens (they are verified when sampled)
 
     def add_rows(self, rows: list[ScheduledRow]) -> None:
         """Every row of a step, in order: each run of plain decode rows (one token, sampled, no padding or
@@ -89,6 +90,7 @@ class PackedBatch:
         ids = token_slice(req, start, start + row.num_new - len(row.draft))
         if row.draft:  # a draft row samples at its last token and after each draft token
             ids = ids + row.draft
+            self.has_drafts = True
         self.add_tokens(req, ids, start, row.num_samples, row)
 
     def add_tokens(self, req: Request, ids: list[int], start: int, num_samples: int = 0,

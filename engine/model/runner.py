@@ -135,7 +135,7 @@ class ModelRunner:
             logits = self.forward(batch)
             if not batch.sample_rows:
                 return []
-            return sampled_tokens(logits, batch.sample_rows)
+            return sampled_tokens(logits, batch.sample_rows, batch.has_drafts)
 
     def forward(self, batch: PackedBatch | DecodeBatch) -> torch.Tensor:
         """The logits [len(batch.sample_idx), vocab] of one packed batch; its tokens' K/V written to the pool."""
@@ -160,10 +160,14 @@ def on_device(device: torch.device):
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
-def sampled_tokens(logits: torch.Tensor, rows: list[ScheduledRow]) -> list[int]:
+def sampled_tokens(logits: torch.Tensor, rows: list[ScheduledRow], drafts: bool = True) -> list[int]:
     """Each logit row's token, read back to the host (on a GPU, where the step waits for it). `rows` names
     the ScheduledRow of each logit row (a draft row's repeated); a draft row that samples with a
-    temperature is verified by rejection sampling instead."""
+    temperature is verified by rejection sampling instead. drafts: whether any row may have a draft (False:
+    none to look for, two passes over the rows less)."""
+    if not drafts:
+        reqs = [r.request for r in rows]
+        return sample(logits, [r.params for r in reqs], [r.generator for r in reqs]).tolist()
     verified = {i for i, r in enumerate(rows) if r.draft and not r.request.params.greedy}
     drawn = [i for i in range(len(rows)) if i not in verified]
     reqs = [rows[i].request for i in drawn]
