@@ -11,7 +11,8 @@ step rate where it would otherwise run faster. Its tokens mean nothing (random w
 is this machine's, and every figure says so.
 
 `SocketMeter` is one more client of /engine/ws, subscribed as the live view is: what a tab receives
-(bytes and messages a second), and what a recording of it would take (its events gzipped, as the
+(bytes and messages a second: the messages' text, and what the network carried, frames deflated where
+the server and the client agreed to), and what a recording of it would take (its events gzipped, as the
 recorder writes them).
 """
 from __future__ import annotations
@@ -20,9 +21,11 @@ import gzip
 import hashlib
 import io
 import json
+import socket
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from ..model.files.model_files import models_cache_root
 from ..wire_json import dumps
@@ -59,13 +62,24 @@ def app_env(workdir: Path, rows: int, num_blocks: int = NUM_BLOCKS) -> dict[str,
             "INFLIGHT_LANES": str(lanes_file(workdir / "gpu_pace_lanes.json", rows, num_blocks))}
 
 
+class _CountingSocket(socket.socket):
+    """A TCP socket that counts the bytes it receives: the websocket's frames as the network carried them."""
+    received = 0
+
+    def recv(self, size: int, *flags) -> bytes:
+        data = super().recv(size, *flags)
+        self.received += len(data)
+        return data
+
+
 class SocketMeter:
     """A client of /engine/ws subscribed as a live view tab is (every lane, every request's text, the KV),
-    counting what it receives while it runs."""
+    offering per-message deflate as a browser does, counting what it receives while it runs."""
 
     def __init__(self, url: str):
         self.url = url
-        self.bytes = 0
+        self.bytes = 0  # the messages' text
+        self.deflate: str | None = None  # the compression the server agreed to (None: frames as text)
         self.messages = 0
         self.steps = 0
         self.key_frames = 0
@@ -78,8 +92,12 @@ class SocketMeter:
 
     def __enter__(self) -> SocketMeter:
         from websockets.sync.client import connect
-        self._conn = connect(self.url, max_size=None)
+        where = urlsplit(self.url)
+        self._sock = _CountingSocket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.connect((where.hostname, where.port))
+        self._conn = connect(self.url, sock=self._sock, max_size=None, compression="deflate")
         self._ws = self._conn.__enter__()
+        self.deflate = self._ws.response.headers.get("Sec-WebSocket-Extensions")
         self._ws.recv()  # hello
         self._ws.send(json.dumps({"cmd": "subscribe", "ref": "meter", "lanes": None, "requests": None, "kv": True}))
         self.t0 = time.monotonic()
@@ -113,10 +131,12 @@ class SocketMeter:
         self._zip.close()
 
     def figures(self) -> dict:
-        """Per second of the run: bytes and messages received; a minute's recording (its events as lines,
-        as the bound on a recording counts them, and gzipped, as its file holds them)."""
+        """Per second of the run: the messages' text and what the network carried (from the connection's
+        start, its handshake included), messages; a minute's recording (its events as lines, as the bound on a
+        recording counts them, and gzipped, as its file holds them)."""
         s = max(1e-9, (self.t1 or time.monotonic()) - self.t0)
-        return {"socket_kb_per_s": self.bytes / 1024 / s, "socket_messages_per_s": self.messages / s,
+        return {"socket_kb_per_s": self.bytes / 1024 / s, "wire_kb_per_s": self._sock.received / 1024 / s,
+                "deflate": self.deflate, "socket_messages_per_s": self.messages / s,
                 "steps_per_s": self.steps / s, "key_frames": self.key_frames,
                 "recording_mb_per_min": self.raw / 2 ** 20 / s * 60,
                 "recording_gzip_mb_per_min": len(self._gz.getvalue()) / 2 ** 20 / s * 60}

@@ -244,11 +244,13 @@ def report(records: list[dict]) -> str:
         ms = [r["frame_ms_mean"] for r in rs if r["frame_ms_mean"] is not None]
         lines.append(f"{n} | {_pct(statistics.median(slow[n]))} | {_fmt(_p50(fps))} | "
                      f"{_fmt(statistics.fmean(ms) if ms else None)} | {statistics.fmean(r['browser_cpu_pct'] for r in rs):.0f}")
-    lines += ["", "round | tabs | socket KB/s a client | socket messages/s | steps/s (all lanes) | key frames | "
-              "recording MB/min | gzipped", "---|---|---|---|---|---|---|---"]
+    lines += ["", "round | tabs | socket KB/s a client | on the network | socket messages/s | steps/s (all lanes) | "
+              "key frames | recording MB/min | gzipped", "---|---|---|---|---|---|---|---|---"]
     for r in records:
         k = r["socket"]
-        lines.append(f"{r['round']} | {r['tabs']} | {k['socket_kb_per_s']:.0f} | {k['socket_messages_per_s']:.0f} | "
+        wire = f"{k['wire_kb_per_s']:.0f}" + (" (deflated)" if k.get("deflate") else "")
+        lines.append(f"{r['round']} | {r['tabs']} | {k['socket_kb_per_s']:.0f} | {wire} | "
+                     f"{k['socket_messages_per_s']:.0f} | "
                      f"{k['steps_per_s']:.0f} | {k['key_frames']} | {k['recording_mb_per_min']:.1f} | "
                      f"{k['recording_gzip_mb_per_min']:.1f}")
     return "\n".join(lines)

@@ -5,7 +5,8 @@ from engine.harness.ui_cost import report
 
 
 def _rec(rnd, tabs, ms, fps=None, frame=None, cpu=0.0):
-    socket = {"socket_kb_per_s": 512.4, "socket_messages_per_s": 30.0, "steps_per_s": 120.0, "key_frames": 9,
+    socket = {"socket_kb_per_s": 512.4, "wire_kb_per_s": 61.2, "deflate": "permessage-deflate",
+              "socket_messages_per_s": 30.0, "steps_per_s": 120.0, "key_frames": 9,
               "recording_mb_per_min": 40.04, "recording_gzip_mb_per_min": 4.06}
     return {"round": rnd, "tabs": tabs, "fps_p50": fps, "frame_ms_mean": frame, "browser_cpu_pct": cpu,
             "socket": socket, "strategies": {"continuous": {"decode_step_ms_p50": ms, "tokens_per_s": 50.0,
@@ -20,4 +21,4 @@ def test_report_pairs_rounds_and_takes_the_median():
     # per round: +10%, +30%, +20% -> median +20% (not the +35% the unpaired means would give)
     assert summary == "2 | +20.0% | 23.0 | 5.0 | 70"
     assert "1 | 2 | continuous | 260.0 | +30.0% | 60 | 50.0 | 21.0 | 5.0 | 80" in out
-    assert "1 | 2 | 512 | 30 | 120 | 9 | 40.0 | 4.1" in out  # what a tab's socket carried
+    assert "1 | 2 | 512 | 61 (deflated) | 30 | 120 | 9 | 40.0 | 4.1" in out  # what a tab's socket carried

@@ -30,4 +30,6 @@ def test_the_meter_counts_what_a_tab_receives(svc, url):
     assert meter.steps >= 2 * 8 and meter.key_frames >= 2  # both lanes' steps, each lane's tables whole first
     assert f["socket_kb_per_s"] > 0 and f["recording_mb_per_min"] > f["recording_gzip_mb_per_min"] > 0
     assert meter.bytes > meter.raw > 0  # (the events' lines, less the messages' envelopes)
+    # uvicorn deflates each message for a client that offers it (the app: server.enableWebsocketCompression)
+    assert meter.deflate.startswith("permessage-deflate") and 0 < f["wire_kb_per_s"] < f["socket_kb_per_s"] / 2
     json.dumps(f)
