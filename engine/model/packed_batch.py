@@ -41,7 +41,7 @@ class PackedBatch:
         draft) at once, the others one by one."""
         run: list[ScheduledRow] = []
         for row in rows:
-            if row.num_new == 1 and not row.num_pad and row.phase == DECODE:  # (one token: no draft)
+            if is_plain_decode(row):
                 run.append(row)
                 continue
             if run:
@@ -54,16 +54,12 @@ class PackedBatch:
     def _decode_run(self, rows: list[ScheduledRow]) -> None:
         """Decode rows one after the other: each its last token at its next position, stored and sampled;
         the slots from the table matrix in one gather (what add gives them one at a time)."""
-        reqs = [r.request for r in rows]
-        t, n, bs = len(self.ids), len(rows), self.cache.block_size
-        pos = [q.num_computed_tokens for q in reqs]
-        matrix_rows = [self.cache.tables.row[q.request_id] for q in reqs]
-        p = np.array(pos, dtype=np.int64)
-        slots = self.cache.tables.array[np.array(matrix_rows, dtype=np.intp), p // bs].astype(np.int64) * bs + p % bs
-        self.ids.extend([q.output_token_ids[-1] for q in reqs])  # a decode row's next token is its last one
+        t, n = len(self.ids), len(rows)
+        pos, ids, matrix_rows, slots = (a.tolist() for a in decode_reads(self.cache, rows))
+        self.ids.extend(ids)
         self.positions.extend(pos)
         self.write_tok.extend(range(t, t + n))
-        self.write_slots.extend(slots.tolist())
+        self.write_slots.extend(slots)
         self.dec_idx.extend(range(t, t + n))
         self.dec_row.extend(matrix_rows)
         self.dec_ctx.extend([x + 1 for x in pos])
@@ -136,6 +132,23 @@ class PackedBatch:
         return send_batch(self.runner, self.cache, (self.ids, self.positions, self.sample_idx, self.write_slots),
                           written, np.array(self.dec_idx, dtype=np.int64), np.array(self.dec_row, dtype=np.intp),
                           np.array(self.dec_ctx, dtype=np.int64), self.prefills)
+
+
+def is_plain_decode(row: ScheduledRow) -> bool:
+    """One decode token, sampled: no prefill chunk, padding or draft (a draft makes num_new more than 1)."""
+    return row.num_new == 1 and row.phase == DECODE and not row.num_pad
+
+
+def decode_reads(cache: KVCacheManager, rows: list[ScheduledRow]) -> tuple[np.ndarray, ...]:
+    """Plain decode rows' inputs: each row's last token at its next position, stored in the slot its table
+    gives that position. (positions, token ids, table matrix rows, slots), three reads a row and one gather."""
+    reqs = [r.request for r in rows]
+    bs = cache.block_size
+    pos = np.array([q.num_computed_tokens for q in reqs], dtype=np.int64)
+    ids = np.array([q.output_token_ids[-1] for q in reqs], dtype=np.int64)
+    matrix_rows = np.array([cache.tables.row[q.request_id] for q in reqs], dtype=np.intp)
+    slots = cache.tables.array[matrix_rows, pos // bs].astype(np.int64) * bs + pos % bs
+    return pos, ids, matrix_rows, slots
 
 
 def tables_for(cache: KVCacheManager, rows: np.ndarray, ctx: np.ndarray) -> np.ndarray:
