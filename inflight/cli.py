@@ -21,6 +21,7 @@ COMMANDS = {
     "html": ("engine.workshop.recording.__main__", ("html",), "a recording as one offline web page"),
     "soak": ("engine.harness.soak", (), "room traffic, faults and fuzzed input against a server: what was lost or leaked"),
     "step-profile": ("engine.bench.step_profile", (), "where one engine step's time goes"),
+    "host-pieces": ("engine.bench.host_pieces", (), "a decode-only step's host work, piece by piece"),
     "decode-floor": ("engine.bench.decode_floor", (), "a decode step's time against its memory floor"),
     "gc-pauses": ("engine.bench.gc_pauses", (), "Python's full collections while an engine serves"),
     "lanes-together": ("engine.bench.lanes_together", (), "two lanes stepping on the same cores"),

@@ -1,0 +1,75 @@
+"""The host's pieces of one decode-only step, each timed alone: python -m engine.bench.host_pieces --model DIR
+
+Fills an engine with `--rows` requests of `--context` tokens until all of them decode, schedules one more
+step, and times each piece of its host work on that step (timeit: best of --repeat rounds of --number calls,
+microseconds a call): building its batch (`batch_for`), the batch's upload (what an eager forward sends),
+staging it into the decode graphs' inputs of its bucket (what a GPU step does before its graph replays;
+graphs built here, never captured or run), and sampling its rows (greedy, random logits). step_profile
+times whole steps, where this machine's noise (~0.3 ms) hides changes of tens of microseconds; these pieces
+are what such changes are measured on, side by side (a git worktree for each side).
+
+    python -m engine.bench.host_pieces --model DIR --rows 1,256 --context 128
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import timeit
+
+import torch
+
+from ..config import EngineConfig
+from ..gc_pauses import freeze_long_lived
+from ..kv.pool import blocks_for
+from ..llm_engine import LLMEngine
+from ..model.runner import batch_for, sampled_tokens
+from .step_profile import fill
+
+PIECES = ("build", "upload", "build + stage", "sampling")
+
+
+def time_pieces(eng: LLMEngine, rows: int, context: int, number: int, repeat: int) -> dict[str, float]:
+    """Microseconds a call of each piece on one scheduled decode step of `rows` rows."""
+    from ..model.decode_graphs import DecodeGraphs, buckets  # imports triton
+    fill(eng, [context] * rows, 2)
+    step = eng.scheduler.schedule().rows
+    runner, cache = eng.runner, eng.cache
+    graphs = DecodeGraphs(runner, rows, blocks_for(eng.max_model_len, cache.block_size), capture=False)
+    bucket = next(b for b in buckets(rows) if b >= rows)
+    logits, batch = torch.randn(rows, runner.vocab_size), batch_for(runner, cache, step)
+    calls = {"build": lambda: batch_for(runner, cache, step), "upload": batch.upload,
+             "build + stage": lambda: graphs._stage(batch_for(runner, cache, step), bucket),
+             "sampling": lambda: sampled_tokens(logits, step, batch.has_drafts)}
+    with torch.inference_mode():
+        out = {k: 1e6 * min(timeit.repeat(f, number=number, repeat=repeat)) / number for k, f in calls.items()}
+    eng.scheduler.on_step_done()
+    for rid in list(eng.requests):
+        eng.abort(rid)
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m engine.bench.host_pieces", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--rows", default="1,256", help="comma-separated row counts")
+    ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--number", type=int, default=300)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    counts = [int(x) for x in args.rows.split(",")]
+    eng = LLMEngine(EngineConfig(model=args.model, device="cpu", max_num_seqs=max(counts),
+                                 max_num_batched_tokens=4096))
+    freeze_long_lived()  # as a lane does once its engine is loaded
+    rows = [{"rows": n, **time_pieces(eng, n, args.context, args.number, args.repeat)} for n in counts]
+    print("decode-only step's host pieces, us a call (best of %d x %d)" % (args.repeat, args.number))
+    print("rows  " + "  ".join(f"{p:>14}" for p in PIECES))
+    for r in rows:
+        print(f"{r['rows']:>4}  " + "  ".join(f"{r[p]:>14.1f}" for p in PIECES))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
