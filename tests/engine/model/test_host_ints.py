@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,3 +28,14 @@ def test_every_part_comes_back_flat_and_equal(parts):
     # what CUDA does: one copy, each part a view of it (the copy here is a clone)
     one = one_copy([np.asarray(p, dtype=np.int64).reshape(-1) for p in parts], torch.clone)
     assert [t.tolist() for t in one] == want
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_the_parts_travel_as_one_pinned_copy():
+    parts = [[1, 2, 3], np.arange(6, dtype=np.int32), np.arange(12, dtype=np.int64).reshape(-1, 3), []]
+    up = HostInts()
+    idx = [up.add(p) for p in parts]
+    sent = up.send(torch.device("cuda"))
+    assert all(t.device.type == "cuda" and t.dtype == torch.int64 for t in sent)
+    assert len({t.untyped_storage().data_ptr() for t in sent}) == 1  # views of one copy
+    assert [sent[i].tolist() for i in idx] == [np.asarray(p, dtype=np.int64).reshape(-1).tolist() for p in parts]
