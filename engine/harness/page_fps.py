@@ -1,0 +1,109 @@
+"""python -m engine.harness.page_fps: how a recording plays in the offline page (issue #42, item 4).
+
+Writes the page `python -m engine.workshop.recording html` writes, opens it in headless chromium with the
+network off, plays it at --speed and reads the live view's own counters once a second (frames drawn in
+the last second, mean frame time) until it ends: frames a second, frame time, how long 1x took against
+the recording's own span, and whether every lane's iterations were drawn.
+
+  python -m engine.harness.page_fps docs/perf/2026-11-27-h100-socket/gpu_socket.jsonl.gz [--speed 1]
+
+Needs playwright and chromium (`apt-get install chromium`), as engine/harness/ui_cost.py does.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..telemetry.device_peaks import cpu_model
+from ..workshop.recording.format import load
+from ..workshop.recording.web_page import web_page
+from .app_process import CHROMIUM_ARGS
+
+PLAYER = "window.inflightPlayer"
+COUNTERS = ("(() => { const r = document.querySelector('.ifl-root');"
+            " return {fps: +r.dataset.fps || 0, ms: +r.dataset.frameMs || 0,"
+            " ended: document.body.dataset.ended === 'true'}; })()")
+STEPS = f"() => Object.fromEntries([...{PLAYER}.inst.state.by].map(([n, S]) => [n, S.steps.length]))"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m engine.harness.page_fps", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("recording", type=Path)
+    ap.add_argument("--speed", type=float, default=1.0)
+    ap.add_argument("--width", type=int, default=1600)
+    ap.add_argument("--height", type=int, default=1000)
+    ap.add_argument("--cpus", default=None, help="run chromium on these cores (e.g. 1)")
+    ap.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
+    ap.add_argument("--json", type=Path, default=None)
+    return ap.parse_args(argv)
+
+
+def play(page, speed: float, span_s: float) -> tuple[list[dict], float]:
+    """Counters once a second from play to the end (or twice the span it should take, and 30 s more)."""
+    page.evaluate(f"() => {{ {PLAYER}.speed = {speed}; }}")
+    t0 = time.monotonic()
+    deadline = t0 + 2 * span_s / speed + 30
+    samples = []
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        c = page.evaluate(COUNTERS)
+        if c["ended"]:
+            break
+        samples.append(c)
+    return samples, time.monotonic() - t0
+
+
+def measure(args) -> dict:
+    from playwright.sync_api import sync_playwright
+    rec = load(args.recording)
+    recorded = {lane: sum(1 for _, e in rec.events if e["type"] == "step" and e.get("lane") == lane)
+                for lane in rec.lanes}
+    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
+        path = Path(tmp) / "page.html"
+        path.write_text(web_page(rec), encoding="utf-8")
+        page_mb = path.stat().st_size / 2 ** 20
+        browser = p.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
+        context = browser.new_context(offline=True, viewport={"width": args.width, "height": args.height})
+        page = context.new_page()
+        t_load = time.monotonic()
+        page.goto(path.as_uri())
+        page.wait_for_function(f"() => !!{PLAYER} && !!{PLAYER}.inst", timeout=120_000)
+        load_s = time.monotonic() - t_load
+        samples, wall = play(page, args.speed, rec.end - rec.start)
+        drawn = page.evaluate(STEPS)
+        browser.close()
+    busy = [s for s in samples if s["fps"] > 0]
+    return {"recording": str(args.recording), "label": rec.label, "cpu": cpu_model(),
+            "browser_cores": len(os.sched_getaffinity(0)), "events": len(rec),
+            "span_s": rec.end - rec.start, "page_mb": page_mb, "load_s": load_s, "speed": args.speed,
+            "play_wall_s": wall, "fps_p50": statistics.median(s["fps"] for s in busy) if busy else None,
+            "fps_min": min((s["fps"] for s in busy), default=None),
+            "frame_ms_mean": statistics.fmean(s["ms"] for s in busy) if busy else None,
+            "frame_ms_max": max((s["ms"] for s in busy), default=None),
+            "steps_recorded": recorded, "steps_drawn": drawn, "samples": samples}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.cpus:
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})  # chromium inherits them
+    res = measure(args)
+    print(f"{res['label']}: {res['events']} events over {res['span_s']:.1f} s; page {res['page_mb']:.1f} MiB, "
+          f"loaded in {res['load_s']:.1f} s; played at {res['speed']}x in {res['play_wall_s']:.1f} s: "
+          f"{res['fps_p50']} fps (p50; min {res['fps_min']}), frame {res['frame_ms_mean']:.1f} ms mean "
+          f"(max {res['frame_ms_max']:.1f}); steps drawn {res['steps_drawn']} of {res['steps_recorded']}")
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1))
+    return 0 if res["steps_drawn"] == res["steps_recorded"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
