@@ -6,19 +6,21 @@ its blocked layout ran the model's linear layers 1.6x faster at 1 row and 2.1x a
 CPU step's time goes"). Packing replaces each `nn.Linear` of the loaded model with a `PackedLinear`
 that holds only the packed copy; a weight tied to the embedding is copied (the embedding keeps its own).
 
-Sibling projections that read the same input (an attention block's q/k/v, an MLP's gate/up) are
-packed as one matrix: one matmul instead of three reads the weights as one stream and pays oneDNN's
-per-call cost once (decode steps 2-5% faster: docs/benchmark.md, "Where a CPU step's time goes").
+Sibling projections that read the same input (an attention block's q/k/v, an MLP's gate/up) are packed
+as one matrix (engine/model/fused_linears.py): one matmul instead of three reads the weights as one stream
+and pays oneDNN's per-call cost once (decode steps 2-5% faster: docs/benchmark.md, "Where a CPU step's
+time goes").
 
 `python -m engine.bench.step_profile --linear torch,onednn` measures both side by side.
 """
 from __future__ import annotations
 
 import os
-import threading
 
 import torch
 from torch import nn
+
+from .fused_linears import fuse_siblings
 
 # oneDNN, and ideep (PyTorch's layer over it), each keep a compiled primitive per input shape, 1,024 by
 # default: a server sees every prompt length, and over a long run those caches held hundreds of MB with
@@ -75,74 +77,11 @@ class PackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-# children of one module that Hugging Face models call on the same input, in call order
-SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
-
-
-class FusedLinears:
-    """Sibling linears run as one packed matmul: the first part called with an input computes all of
-    them; the others, called with that same tensor object, take their slice of that output. The cache
-    is per thread (engines in several threads share the model) and dropped once every part has read
-    it, so no activation outlives its layer."""
-
-    def __init__(self, linears: list[nn.Linear]):
-        weight = torch.cat([lin.weight.detach() for lin in linears])
-        bias = None
-        if any(lin.bias is not None for lin in linears):
-            bias = torch.cat([lin.bias.detach() if lin.bias is not None
-                              else lin.weight.new_zeros(lin.out_features) for lin in linears])
-        self.linear = PackedLinear(weight, bias)
-        ends = torch.tensor([lin.out_features for lin in linears]).cumsum(0).tolist()
-        self.bounds = list(zip([0] + ends[:-1], ends))
-        self._local = threading.local()
-
-    def part(self, i: int, x: torch.Tensor) -> torch.Tensor:
-        st = self._local
-        if getattr(st, "x", None) is not x:
-            st.x, st.out, st.unread = x, self.linear(x), len(self.bounds)
-        out = st.out[..., self.bounds[i][0]:self.bounds[i][1]]
-        st.unread -= 1
-        if st.unread == 0:
-            st.x = st.out = None
-        return out
-
-
-class FusedPart(nn.Module):
-    """One sibling of a FusedLinears, standing where its nn.Linear stood."""
-
-    def __init__(self, group: FusedLinears, i: int):
-        super().__init__()
-        self.group, self.i = group, i
-        a, b = group.bounds[i]
-        self.in_features, self.out_features = group.linear.in_features, b - a
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.group.part(self.i, x)
-
-    def extra_repr(self) -> str:
-        return f"part {self.i} of {len(self.group.bounds)}: out_features={self.out_features}"
-
-
-def _fuse_siblings(parent: nn.Module) -> int:
-    count = 0
-    for names in SIBLINGS:
-        linears = [getattr(parent, n, None) for n in names]
-        if not all(type(lin) is nn.Linear for lin in linears):
-            continue
-        if len({lin.in_features for lin in linears}) > 1 or len({lin.weight.dtype for lin in linears}) > 1:
-            continue
-        group = FusedLinears(linears)
-        for i, n in enumerate(names):
-            setattr(parent, n, FusedPart(group, i))
-        count += len(names)
-    return count
-
-
 def pack_linears(model: nn.Module) -> int:
-    """Replace every nn.Linear under model with a packed one (siblings fused); returns how many."""
-    count = 0
+    """Replace every nn.Linear under model with a packed one (siblings fused into one: fuse_siblings);
+    returns how many."""
+    count = fuse_siblings(model, PackedLinear)
     for parent in list(model.modules()):
-        count += _fuse_siblings(parent)
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
                 setattr(parent, name, PackedLinear.of(child))

@@ -19,6 +19,7 @@ from .attention import META_KWARG
 from .files.loader import resolve_model_dir
 from .decode_batch import DecodeBatch, all_plain_decode
 from .packed_batch import PackedBatch
+from .fused_linears import fuse_siblings
 from .packed_linear import pack_linears
 from .sampler import sample
 from .spec_sampling import NO_TOKEN, verify_draft
@@ -84,6 +85,8 @@ class ModelRunner:
         if self.linear == "onednn":
             pack_linears(self.model)
             trim_malloc()  # the unpacked weights: else malloc keeps their pages
+        else:
+            fuse_siblings(self.model)  # q/k/v and gate/up as one matmul each (fewer kernels a step)
 
     def _attention(self, cfg: EngineConfig, hf_config) -> tuple[str, str]:
         """(backend, why): attention_choice's, or on auto the reference where the Triton kernels

@@ -12,7 +12,8 @@ from torch import nn
 from transformers import AutoModelForCausalLM
 
 from engine.config import EngineConfig
-from engine.model.packed_linear import FusedLinears, FusedPart, PackedLinear, pack_linears, resolve_linear_backend
+from engine.model.fused_linears import FusedLinears, FusedPart
+from engine.model.packed_linear import PackedLinear, pack_linears, resolve_linear_backend
 from engine_helpers import greedy, make_engine, mixed_prompts
 from tiny_models import FAMILIES, reference_greedy
 
@@ -51,7 +52,7 @@ def test_packed_linear_bfloat16():
 def test_fused_siblings_equal_their_own_linears_and_keep_no_activation(biases):
     torch.manual_seed(1)
     linears = [nn.Linear(64, out, bias=b) for out, b in zip((48, 16, 16), biases)]
-    group = FusedLinears(linears)
+    group = FusedLinears(linears, PackedLinear)
     parts = [FusedPart(group, i) for i in range(3)]
     for x in (torch.randn(1, 5, 64), torch.randn(1, 1, 64)):
         for part, lin in zip(parts, linears):
@@ -143,3 +144,40 @@ def test_lanes_asking_auto_and_onednn_share_one_copy_on_the_cpu(tiny_model_dirs)
     finally:
         svc.stop()
 
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "gpt2"])  # (GPT-2's q/k/v are one c_attn already)
+def test_torch_linears_fuse_siblings_too(tiny_model_dirs, family):
+    """On torch's linear backend (every GPU) siblings run as one matmul as well: five matmuls a layer become
+    two, and no nn.Linear is left where a layer calls q/k/v or gate/up."""
+    from engine.model.fused_linears import TorchLinear
+    eng = make_engine(tiny_model_dirs[family], linear_backend="torch")
+    layer = eng.runner.model.model.layers[0]
+    groups = {p.group for p in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)}
+    assert len(groups) == 1 and isinstance(groups.pop().linear, TorchLinear)
+    assert layer.mlp.gate_proj.group is layer.mlp.up_proj.group
+    assert type(layer.self_attn.o_proj) is nn.Linear and type(layer.mlp.down_proj) is nn.Linear
+
+
+def test_traced_by_torch_compile_the_siblings_are_one_matmul_and_one_graph():
+    """Inside torch.compile's trace the parts share one matmul (the graph holds one linear for three
+    projections) with no graph break, and a second call runs the same graph (no recompile)."""
+    from engine.model.fused_linears import TorchLinear
+    torch.manual_seed(2)
+    linears = [nn.Linear(32, out, bias=b) for out, b in ((24, True), (8, False), (8, True))]
+    group = FusedLinears(linears, TorchLinear)
+    parts = [FusedPart(group, i) for i in range(3)]
+    graphs = []
+
+    def backend(gm, _inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    run = torch.compile(lambda x: [p(x) for p in parts], backend=backend, dynamic=True)
+    for rows in (3, 5):
+        x = torch.randn(rows, 32)
+        for got, lin in zip(run(x), linears):
+            torch.testing.assert_close(got, F.linear(x, lin.weight, lin.bias))
+    assert len(graphs) == 1 and group._traced.x is None and group._traced.out is None  # no activation kept
+    calls = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert calls.count(F.linear) == 1
