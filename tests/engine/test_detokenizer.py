@@ -1,6 +1,8 @@
 """IncrementalDetokenizer, apply_chat_template and find_stop, on small tokenizers built here."""
 from __future__ import annotations
 
+from itertools import accumulate
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -234,7 +236,9 @@ def test_the_rust_decode_streams_what_the_tokenizers_own_decode_does(tok, data):
 def test_the_byte_table_streams_what_the_window_decoder_does(tok, byte_tokens, data):
     """A byte-level tokenizer's requests stream through its byte table (one lookup a token): for any ids
     (broken bytes, specials, ids past the vocabulary) the same text as the window decoder and the tokenizer's
-    decode; the same deltas wherever the bytes are valid UTF-8 (broken bytes become U+FFFD sooner)."""
+    decode; wherever the bytes are valid UTF-8, never behind the window decoder after any token (a token
+    that completes one character and starts the next shows the first at once, where the window decoder
+    holds both; broken bytes become U+FFFD sooner)."""
     pieces = st.one_of(st.integers(0, len(tok) + 4), st.sampled_from(sorted(byte_tokens.values())))
     ids, prompt = data.draw(st.lists(pieces, max_size=40)), data.draw(st.text(max_size=6))
     prompt = tok.encode(prompt, add_special_tokens=False)  # whole characters
@@ -245,7 +249,8 @@ def test_the_byte_table_streams_what_the_window_decoder_does(tok, byte_tokens, d
     assert "".join(fast_deltas) == fast.text == "".join(window_deltas) == tok.decode(ids, skip_special_tokens=True)
     assert fast.num_tokens == window.num_tokens == len(ids)
     if FFFD not in fast.text:
-        assert fast_deltas == window_deltas
+        fast_so_far, window_so_far = list(accumulate(fast_deltas)), list(accumulate(window_deltas))
+        assert all(f.startswith(w) for f, w in zip(fast_so_far, window_so_far))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
