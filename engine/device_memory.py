@@ -49,6 +49,16 @@ def release_freed_memory(dropped: Callable[[], object | None] | None = None) -> 
             torch.cuda.empty_cache()
 
 
+def release_replaced_weights() -> None:
+    """Weights replaced at load (packed, fused) are freed by reference counting; hand their memory back: malloc's
+    pages on the CPU, the CUDA allocator's cached blocks on a GPU (they are not reused by tensors of another size,
+    and the KV pool's sizing reads what the device has free). Not during another lane's graph capture."""
+    with CUDA_CAPTURE_LOCK:
+        trim_malloc()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
 def freeze_loaded_engine() -> None:
     """A lane's engine is loaded: what exists now lives long (engine/gc_pauses.py), frozen outside any
     CUDA graph capture (its collection must not free another engine's graphs mid-capture)."""

@@ -32,11 +32,13 @@ class TorchLinear(nn.Module):
 
 
 class FusedLinears:
-    """Sibling linears run as one matmul: the first part called with an input computes all of them; the
-    others, called with that same tensor object, take their slice of that output. The output is dropped once
-    every part has read it, so no activation outlives its layer. Run eagerly it is kept per thread (engines
-    in several threads share the model); inside torch.compile's trace, as a plain attribute (the trace runs
-    no thread, and a thread-local would break the graph in two)."""
+    """Sibling linears run as one matmul: the first sibling computes all of them for its input; the others,
+    called with that same tensor object, take their slice of that output, which is dropped once every part
+    has read it (no activation outlives its layer). A sibling called with another input (a model that feeds
+    them different tensors) is computed on its own, and drops what was kept. Run eagerly, the output is
+    kept per thread (engines in several threads share the model); inside torch.compile's trace, as a plain
+    attribute (the trace runs no thread, and a thread-local would break the graph in two), which only traced
+    code reads."""
 
     def __init__(self, linears: list[nn.Linear], make: Callable[..., nn.Module]):
         """make(weight, bias): the module that runs the fused matmul (PackedLinear, TorchLinear)."""
@@ -53,9 +55,13 @@ class FusedLinears:
 
     def part(self, i: int, x: torch.Tensor) -> torch.Tensor:
         st = self._traced if torch.compiler.is_dynamo_compiling() else self._local
+        a, b = self.bounds[i]
         if getattr(st, "x", None) is not x:
+            if i:  # not the first sibling's input: this part alone, nothing kept
+                st.x = st.out = None
+                return self.linear(x)[..., a:b]
             st.x, st.out, st.unread = x, self.linear(x), len(self.bounds)
-        out = st.out[..., self.bounds[i][0]:self.bounds[i][1]]
+        out = st.out[..., a:b]
         st.unread -= 1
         if st.unread == 0:
             st.x = st.out = None
@@ -79,6 +85,8 @@ class FusedPart(nn.Module):
         self.group, self.i = group, i
         a, b = group.bounds[i]
         self.in_features, self.out_features = group.linear.in_features, b - a
+        if i == 0:  # the fused weights, once among the model's modules (parameters(), to(), state_dict())
+            self.fused = group.linear
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.group.part(self.i, x)

@@ -10,7 +10,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from ..config import EngineConfig, attention_choice, resolve_cuda_graphs, resolve_torch_compile, weights_key
-from ..device_memory import trim_malloc
+from ..device_memory import release_replaced_weights
 from ..kv import KVCacheManager, KVPool
 from ..kv.pool import blocks_for, kv_shape
 from ..scheduler import ScheduledRow
@@ -84,9 +84,9 @@ class ModelRunner:
         self.model = model.to(self.device).eval()
         if self.linear == "onednn":
             pack_linears(self.model)
-            trim_malloc()  # the unpacked weights: else malloc keeps their pages
         else:
             fuse_siblings(self.model)  # q/k/v and gate/up as one matmul each (fewer kernels a step)
+        release_replaced_weights()  # the unpacked, unfused weights: else their memory stays held
 
     def _attention(self, cfg: EngineConfig, hf_config) -> tuple[str, str]:
         """(backend, why): attention_choice's, or on auto the reference where the Triton kernels

@@ -181,3 +181,49 @@ def test_traced_by_torch_compile_the_siblings_are_one_matmul_and_one_graph():
     assert len(graphs) == 1 and group._traced.x is None and group._traced.out is None  # no activation kept
     calls = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
     assert calls.count(F.linear) == 1
+
+
+def test_siblings_on_other_inputs_or_other_threads_each_get_their_own():
+    """A sibling called with another tensor than the first one's (a model that feeds them different inputs)
+    is computed on its own and drops what was kept; engines in two threads, interleaved layer by layer on
+    one shared model, each read their own output."""
+    import threading
+
+    from engine.model.fused_linears import TorchLinear
+    torch.manual_seed(3)
+    linears = [nn.Linear(16, out) for out in (12, 4, 4)]
+    group = FusedLinears(linears, TorchLinear)
+    parts = [FusedPart(group, i) for i in range(3)]
+
+    def want(i, x):
+        return F.linear(x, linears[i].weight, linears[i].bias)
+    x, y = torch.randn(2, 16), torch.randn(3, 16)
+    torch.testing.assert_close(parts[0](x), want(0, x))
+    torch.testing.assert_close(parts[1](y), want(1, y))  # another input: alone
+    assert group._local.x is None and group._local.out is None
+    torch.testing.assert_close(parts[2](x), want(2, x))
+    first, other_done, got = threading.Event(), threading.Event(), {}
+
+    def other():
+        got[0] = parts[0](y)
+        first.set()
+        other_done.wait(10)
+        got[1], got[2] = parts[1](y), parts[2](y)
+    t = threading.Thread(target=other)
+    t.start()
+    first.wait(10)
+    mine = [p(x) for p in parts]  # this thread's whole layer between the other's first and second sibling
+    other_done.set()
+    t.join(10)
+    for i in range(3):
+        torch.testing.assert_close(mine[i], want(i, x))
+        torch.testing.assert_close(got[i], want(i, y))
+
+
+def test_fused_weights_are_the_models_own_parameters(tiny_model_dirs):
+    eng = make_engine(tiny_model_dirs["qwen2"], linear_backend="torch")
+    attn = eng.runner.model.model.layers[0].self_attn
+    fused = attn.q_proj.group.linear
+    params = {id(p) for p in eng.runner.model.parameters()}
+    assert id(fused.weight) in params and id(fused.bias) in params  # (qwen2's q/k/v have biases)
+    assert fused.weight.shape[0] == attn.q_proj.out_features + attn.k_proj.out_features + attn.v_proj.out_features
