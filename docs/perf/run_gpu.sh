@@ -2,7 +2,7 @@
 # The GPU figures of docs/PERFORMANCE.md. `all` runs every part in one go of at most $DEADLINE_S seconds
 # (default 530), each part under its own time cap, and packs what they wrote into one archive, $OUT.tar.gz:
 #
-#   bash docs/perf/run_gpu.sh all          # $PARTS (default: everything below but lanes), in order, then the archive
+#   bash docs/perf/run_gpu.sh all          # $PARTS (default: check to nano below), in order, then the archive
 #   bash docs/perf/run_gpu.sh check        # versions, then the GPU tests (kernels, warm-up, fp32 equality, bf16)
 #   bash docs/perf/run_gpu.sh floor        # decode step vs memory floor, CUDA graphs with and without torch.compile
 #   bash docs/perf/run_gpu.sh profile      # where a decode step's time goes: host phases vs GPU busy time
@@ -22,8 +22,8 @@
 # DEVICE=cuda DTYPE=bfloat16 ATTN=auto QWEN25=random:Qwen2.5-0.5B-Instruct QWEN3=random:Qwen3-0.6B
 # BATCHES=1,16,64,256 CONTEXT=512 SCALE=0.1 (anyscale's share of its 1000 requests) NANO_SCALE=1
 # MAX_SEQS=256 STATIC_BATCH=32 BUDGET=8192 (tokens per step) KV_GB=16 (the same KV memory for every lane)
-# COMPILE="on off" (the floor's and nano's torch.compile, in order) BASE= (floor-base's tree: git archive of a
-# commit's engine/) SOCKET_KV_GB=24 (each socket lane's KV pool)
+# COMPILE="on off" (the floor's and nano's torch.compile, in order) BASE= (floor-base's tree: `git archive C
+# engine assets/model_configs` of a commit C, unpacked) SOCKET_KV_GB=24 (each socket lane's KV pool)
 # DEADLINE_S=530, and each part's cap: CAP_CHECK=110 CAP_FLOOR=150 CAP_PROFILE=45 CAP_ANYSCALE=140
 # CAP_ANYSCALE_CB=120 CAP_NANO=150 CAP_SOCKET=150 CAP_FLOOR_BASE=100 (seconds; a part never runs past the
 # deadline less PACK_S=10; an engine that compiles spends part of its start in torch.compile: its status gives
@@ -39,10 +39,11 @@ MAX_SEQS=${MAX_SEQS:-256} STATIC_BATCH=${STATIC_BATCH:-32} BUDGET=${BUDGET:-8192
 DEADLINE_S=${DEADLINE_S:-530} PACK_S=${PACK_S:-10} PARTS=${PARTS:-check floor profile anyscale anyscale-cb nano}
 COMPILE=${COMPILE:-on off} BASE=${BASE:-}
 TESTS=${TESTS:-tests/engine/model/test_triton_attention.py tests/engine/test_attention_choice.py tests/engine/test_bf16_near_greedy.py \
-tests/engine/model/test_sampler.py tests/engine/model/test_host_ints.py tests/engine/bench/test_decode_floor.py \
-tests/engine/bench/test_step_profile.py}
+tests/engine/model/test_sampler.py tests/engine/model/test_host_ints.py tests/engine/model/test_packed_linear.py \
+tests/engine/bench/test_decode_floor.py tests/engine/bench/test_step_profile.py}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 mkdir -p "$OUT"
+OUT_ABS=$(cd "$OUT" && pwd)  # (a part that runs in another tree writes here)
 py=${PYTHON:-python3}
 engine=(--device "$DEVICE" --dtype "$DTYPE" --attention-backend "$ATTN")
 rc=0
@@ -87,7 +88,7 @@ pinned_wheels() {  # each wheel in .whl/ whose version the machine lacks (transf
 
 decode_floor() {  # decode_floor log compiled json-path [tree]: the floor at 1..256 rows, from this tree or another
   local tree=${4:-$PWD}
-  run "$1" env PYTHONPATH="${PYTHONPATH/$PWD/$tree}" bash -c 'cd "$0" && exec "$@"' "$tree" \
+  run "$1" env PYTHONPATH="${PYTHONPATH:+${PYTHONPATH/"$PWD"/"$tree"}}" bash -c 'cd "$0" && exec "$@"' "$tree" \
     "$py" -m engine.bench.decode_floor --model "$QWEN25" "${engine[@]}" --cuda-graphs on \
     --torch-compile "$2" --batches "$BATCHES" --context "$CONTEXT" --json "$3"
 }
@@ -126,12 +127,13 @@ transformers.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_availab
   run check "$py" -m pytest -q -p no:cacheprovider --junitxml="$OUT/check.xml" $TESTS
   ;;
 floor)  # CUDA graphs with their forward compiled (the default), then without torch.compile
-  for compiled in $COMPILE; do decode_floor floor "$compiled" "$PWD/$OUT/decode_floor_compile_$compiled.json"; done
+  for compiled in $COMPILE; do decode_floor floor "$compiled" "$OUT_ABS/decode_floor_compile_$compiled.json"; done
   ;;
 floor-base)  # the same on $BASE, a tree of another commit (git archive), on the same machine
-  [[ -d "$BASE/engine" ]] || { echo "floor-base: BASE must be a tree of another commit"; exit 2; }
+  [[ -d "$BASE/engine" && -d "$BASE/assets/model_configs" ]] || {
+    echo "floor-base: BASE must be another commit's engine/ and assets/model_configs/"; exit 2; }
   for compiled in $COMPILE; do
-    decode_floor floor_base "$compiled" "$PWD/$OUT/decode_floor_base_compile_$compiled.json" "$BASE"
+    decode_floor floor_base "$compiled" "$OUT_ABS/decode_floor_base_compile_$compiled.json" "$BASE"
   done
   ;;
 profile)

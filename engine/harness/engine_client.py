@@ -89,5 +89,3 @@ class EngineClient:
 def p50(xs):
     return statistics.median(xs) if xs else None
 
-
-# ---- the browser -------------------------------------------------------------------------------------

@@ -84,6 +84,7 @@ class SocketMeter:
         self.steps = 0
         self.key_frames = 0
         self.raw = 0  # the events' JSON lines, as a recording holds them before compression
+        self.busy: list = []  # (time, text bytes, network bytes, steps) at the first and latest message with steps
         self._gz = io.BytesIO()
         self._zip = gzip.GzipFile(fileobj=self._gz, mode="wb")
         self._halt = threading.Event()
@@ -100,6 +101,8 @@ class SocketMeter:
         self.deflate = self._ws.response.headers.get("Sec-WebSocket-Extensions")
         self._ws.recv()  # hello
         self._ws.send(json.dumps({"cmd": "subscribe", "ref": "meter", "lanes": None, "requests": None, "kv": True}))
+        while json.loads(self._ws.recv(timeout=30)).get("ref") != "meter":  # subscribed before any load
+            pass
         self.t0 = time.monotonic()
         self._thread.start()
         return self
@@ -115,6 +118,7 @@ class SocketMeter:
             self.bytes += len(text.encode())
             self.messages += 1
             if text.startswith('{"type":"events"'):
+                steps = self.steps
                 for ev in json.loads(text)["events"]:
                     line = dumps(ev).encode() + b"\n"  # (as the recorder encodes it, less its time)
                     self.raw += len(line)
@@ -122,6 +126,9 @@ class SocketMeter:
                     if ev.get("type") == "step":
                         self.steps += 1
                         self.key_frames += "block_tables" in (ev.get("kv") or {})
+                if self.steps > steps:
+                    now = (time.monotonic(), self.bytes, self._sock.received, self.steps)
+                    self.busy[1 if self.busy else 0:] = [now]
 
     def __exit__(self, *exc) -> None:
         self.t1 = time.monotonic()
@@ -135,8 +142,19 @@ class SocketMeter:
         start, its handshake included), messages; a minute's recording (its events as lines, as the bound on a
         recording counts them, and gzipped, as its file holds them)."""
         s = max(1e-9, (self.t1 or time.monotonic()) - self.t0)
-        return {"socket_kb_per_s": self.bytes / 1024 / s, "wire_kb_per_s": self._sock.received / 1024 / s,
-                "deflate": self.deflate, "socket_messages_per_s": self.messages / s,
-                "steps_per_s": self.steps / s, "key_frames": self.key_frames,
-                "recording_mb_per_min": self.raw / 2 ** 20 / s * 60,
-                "recording_gzip_mb_per_min": len(self._gz.getvalue()) / 2 ** 20 / s * 60}
+        out = {"socket_kb_per_s": self.bytes / 1024 / s, "wire_kb_per_s": self._sock.received / 1024 / s,
+               "deflate": self.deflate, "socket_messages_per_s": self.messages / s,
+               "steps_per_s": self.steps / s, "key_frames": self.key_frames,
+               "recording_mb_per_min": self.raw / 2 ** 20 / s * 60,
+               "recording_gzip_mb_per_min": len(self._gz.getvalue()) / 2 ** 20 / s * 60}
+        return out | self._busy_figures()
+
+    def _busy_figures(self) -> dict:
+        """The same rates from the first message with steps to the last (the meter's life also holds the
+        time before the load and after it)."""
+        if len(self.busy) < 2 or self.busy[1][0] <= self.busy[0][0]:
+            return {"busy_s": 0.0}
+        (t0, b0, w0, n0), (t1, b1, w1, n1) = self.busy
+        s = t1 - t0
+        return {"busy_s": s, "busy_socket_kb_per_s": (b1 - b0) / 1024 / s, "busy_wire_kb_per_s": (w1 - w0) / 1024 / s,
+                "busy_steps_per_s": (n1 - n0) / s}

@@ -4,10 +4,11 @@ The app's routes (engine/api/server.py, the /engine/ws that `streamlit run app.p
 lanes of --rows rows each, continuous batching beside static, on this machine's device, in a server
 process of their own as the app's are. From this process the same fixed load (engine_client.py) runs in
 interleaved rounds with no socket client and with --clients clients subscribed as a live tab is
-(gpu_pace.SocketMeter): each lane's decode step and tokens a second with and without clients, what each
-client received a second (the messages' text, and what the network carried with per-message deflate),
-and the first round recorded by the app's own recorder, as a file the offline page and the app's replay
-play.
+(gpu_pace.SocketMeter): each lane's decode step and tokens a second with and without clients (each round's
+pair compared, then the median), what each client received a second (the messages' text, and what the
+network carried with per-message deflate; over the meter's life and over the steps it saw), and, with
+--record, one more load before the rounds recorded by the app's own recorder (not timed: the recorder
+works in the server's process), as a file the offline page and the app's replay play.
 
   python -m engine.harness.gpu_socket --model random:Qwen2.5-0.5B-Instruct --device cuda --rows 256 \\
       --requests 512 --max-tokens 128 --clients 2 --rounds 2 --record gpu.jsonl.gz --json gpu_socket.json
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import threading
@@ -50,6 +52,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--start-timeout", type=float, default=600.0, help="seconds the lanes may take to be ready")
     args = ap.parse_args(argv)
+    for name in ("rows", "requests", "max_tokens", "rounds"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.clients < 0:
+        ap.error("--clients must be 0 or more")
     if args.requests % args.rows:  # static batching waits for a full batch: a last partial one would never run
         ap.error(f"--requests ({args.requests}) must be a multiple of --rows ({args.rows})")
     return args
@@ -70,10 +77,10 @@ def serve(args) -> None:
                        static_batch_size=args.rows, kv_cache_memory_gb=args.kv_memory_gb,
                        max_num_batched_tokens=BATCHED_TOKENS)
     svc = EngineService(cfg, lanes={s: dataclasses.replace(cfg, strategy=s) for s in LANES}, hub_capacity=100_000)
-    svc.wait_ready(args.start_timeout)
-    if args.record:
-        threading.Thread(target=record_first_load, args=(svc, args.record), daemon=True).start()
     try:
+        svc.wait_ready(args.start_timeout)
+        if args.record:
+            threading.Thread(target=record_first_load, args=(svc, args.record), daemon=True).start()
         uvicorn.run(create_app(svc), host="127.0.0.1", port=args.serve_port, log_level="warning",
                     ws_ping_interval=PING_S, ws_ping_timeout=PING_S, ws_max_size=WS_MAX_BYTES)
     finally:
@@ -94,7 +101,9 @@ def record_first_load(svc, path: Path) -> None:
     stop_recording(svc)
     done = {"events": rec.events, "skipped": rec.skipped, "full": rec.full, "seconds": svc.clock() - rec.t0,
             "bytes": path.stat().st_size}
-    Path(f"{path}.json").write_text(json.dumps(done))
+    part = Path(f"{path}.json.part")
+    part.write_text(json.dumps(done))
+    part.replace(marker(path))  # (whole, or not there: the client polls for it)
 
 
 def connect_when_up(url: str, server: subprocess.Popen, timeout: float):
@@ -111,8 +120,13 @@ def connect_when_up(url: str, server: subprocess.Popen, timeout: float):
     raise TimeoutError(f"no server at {url} after {timeout:.0f} s")
 
 
-def run_rounds(client: EngineClient, url: str, args) -> list[dict]:
-    """Interleaved rounds of the load with no client and with --clients meters reading the socket."""
+def run_rounds(client: EngineClient, url: str, args) -> tuple[list[dict], dict | None]:
+    """Interleaved rounds of the load with no client and with --clients meters reading the socket, after the
+    recorded load where --record asks for one; returns the rounds and what was recorded."""
+    recorded = None
+    if args.record:
+        client.run_load(args.requests, args.max_tokens)
+        recorded = wait_recorded(args.record)
     records = []
     for r in range(args.rounds):
         for n in dict.fromkeys((0, args.clients)):
@@ -122,42 +136,57 @@ def run_rounds(client: EngineClient, url: str, args) -> list[dict]:
             res.update(round=r, clients=n, meters=[m.figures() for m in meters])
             records.append(res)
             print(f"round {r}, {n} clients: " + ", ".join(
-                f"{s} {v['tokens_per_s']:.0f} tok/s, decode step p50 {v['decode_step_ms_p50']:.2f} ms"
+                f"{s} {v['tokens_per_s']:.0f} tok/s, decode step p50 {_ms(v['decode_step_ms_p50'])}"
                 for s, v in res["strategies"].items()), flush=True)
-            if args.record and not records[1:]:
-                records[0]["recording"] = wait_recorded(args.record)
-    return records
+    return records, recorded
 
 
-def wait_recorded(path: Path, timeout: float = 60.0) -> dict | None:
-    done = Path(f"{path}.json")
+def _ms(x) -> str:
+    return "-" if x is None else f"{x:.2f} ms"
+
+
+def marker(path: Path) -> Path:
+    """Where the server says what it recorded, once the recording is complete."""
+    return Path(f"{path}.json")
+
+
+def wait_recorded(path: Path, timeout: float = 120.0) -> dict:
+    done = marker(path)
     deadline = time.monotonic() + timeout
-    while not done.exists() and time.monotonic() < deadline:
+    while not done.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the recording {path} was not complete after {timeout:.0f} s")
         time.sleep(0.2)
-    return json.loads(done.read_text()) if done.exists() else None
+    return json.loads(done.read_text())
 
 
 def summary(records: list[dict]) -> dict:
-    """Per client count: each lane's decode step p50 and tokens a second (median over rounds), its
-    slowdown against the rounds without clients, and the clients' socket figures."""
+    """Per client count: each lane's decode step p50 and tokens a second (the median over rounds), its
+    slowdown against the same round's run without clients (the median of the rounds' pairs), and the
+    clients' socket figures (medians)."""
     def med(xs):
-        xs = sorted(x for x in xs if x is not None)
-        return xs[len(xs) // 2] if xs else None
+        xs = [x for x in xs if x is not None]
+        return statistics.median(xs) if xs else None
+    base = {r["round"]: r["strategies"] for r in records if r["clients"] == 0}
     out = {}
     for n in sorted({r["clients"] for r in records}):
         rs = [r for r in records if r["clients"] == n]
         lanes = {s: {"decode_step_ms_p50": med(r["strategies"][s]["decode_step_ms_p50"] for r in rs),
-                     "tokens_per_s": med(r["strategies"][s]["tokens_per_s"] for r in rs)} for s in rs[0]["strategies"]}
+                     "tokens_per_s": med(r["strategies"][s]["tokens_per_s"] for r in rs),
+                     "slowdown_pct": med(_slowdown(base.get(r["round"], {}).get(s), r["strategies"][s]) for r in rs)}
+                 for s in rs[0]["strategies"]}
         meters = [m for r in rs for m in r["meters"]]
-        socket = {k: med(m[k] for m in meters) for k in ("socket_kb_per_s", "wire_kb_per_s", "steps_per_s",
-                                                         "recording_mb_per_min", "recording_gzip_mb_per_min")}
-        out[str(n)] = {"lanes": lanes, "socket_per_client": socket if meters else None}
-    base = out.get("0", {}).get("lanes", {})
-    for n, v in out.items():
-        for s, lane in v["lanes"].items():
-            b = base.get(s, {}).get("tokens_per_s")
-            lane["slowdown_pct"] = 100 * (b / lane["tokens_per_s"] - 1) if b and lane["tokens_per_s"] else None
+        socket = {k: med(m[k] for m in meters) for k, v in meters[0].items() if isinstance(v, (int, float))} \
+            if meters else None
+        out[str(n)] = {"lanes": lanes, "socket_per_client": socket}
     return out
+
+
+def _slowdown(base: dict | None, lane: dict) -> float | None:
+    """How much slower a lane served its load than in the same round without clients (% of tokens a second)."""
+    if not base or not base["tokens_per_s"] or not lane["tokens_per_s"]:
+        return None
+    return 100 * (base["tokens_per_s"] / lane["tokens_per_s"] - 1)
 
 
 def server_command(args, port: int) -> list[str]:
@@ -170,11 +199,23 @@ def server_command(args, port: int) -> list[str]:
     return cmd
 
 
+def stop_server(server: subprocess.Popen) -> None:
+    server.terminate()
+    try:
+        server.wait(30)
+    except subprocess.TimeoutExpired:  # (it holds the device: it must not outlive the run)
+        server.kill()
+        server.wait(30)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.serve_port is not None:
         serve(args)
         return 0
+    if args.record:  # a file from an earlier run must not pass for this one's
+        for old in (args.record, marker(args.record)):
+            old.unlink(missing_ok=True)
     port = free_port()
     url = f"ws://127.0.0.1:{port}/engine/ws"
     server = subprocess.Popen(server_command(args, port))
@@ -185,13 +226,12 @@ def main(argv=None) -> int:
             client.wait_ready()
             started_s = time.monotonic() - t0
             status = client.call({"cmd": "status"})["status"]
-            records = run_rounds(client, url, args)
+            records, recorded = run_rounds(client, url, args)
     finally:
-        server.terminate()
-        server.wait(30)
+        stop_server(server)
     result = {"config": vars(args) | {"record": str(args.record), "json": str(args.json)},
-              "server_start_s": started_s, "engines": status["engines"], "rounds": records,
-              "summary": summary(records)}
+              "server_start_s": started_s, "engines": status["engines"], "recording": recorded,
+              "rounds": records, "summary": summary(records)}
     print(json.dumps(result["summary"], indent=1))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))
