@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from engine.harness import gpu_socket
+from engine.harness import gpu_socket  # (the app tier: it starts a uvicorn server)
 from engine.workshop.recording.format import load
 
 

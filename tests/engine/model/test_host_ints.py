@@ -31,7 +31,7 @@ def test_every_part_comes_back_flat_and_equal(parts):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_on_cuda_the_parts_travel_as_one_pinned_copy():
+def test_on_cuda_the_parts_travel_as_one_copy():
     parts = [[1, 2, 3], np.arange(6, dtype=np.int32), np.arange(12, dtype=np.int64).reshape(-1, 3), []]
     up = HostInts()
     idx = [up.add(p) for p in parts]
