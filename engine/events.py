@@ -87,6 +87,16 @@ def full_entries(entries) -> list[list]:
     return [_written_out(e, i) if len(e) == len(SHORT_ENTRY) else e for i, e in enumerate(entries)]
 
 
+def sampled_ids(step: dict) -> list[int]:
+    """The requests a wire step sampled for: its short entries' but those `unsampled`, then `sampled`'s (older
+    recordings, without `unsampled`: all in `sampled`, as ids or an object of id -> token id)."""
+    listed = [int(r) for r in step.get("sampled") or ()]
+    if "unsampled" not in step:
+        return listed
+    skip = set(step["unsampled"])
+    return [e[0] for e in step["entries"] if len(e) == len(SHORT_ENTRY) and e[0] not in skip] + listed
+
+
 def _written_out(short: list, index: int) -> list:
     return StepEntry(short[0], DECODE, 1, short[1], index).to_list()
 
@@ -169,13 +179,14 @@ class StepEvent:
     def to_dict(self, key: bool = False) -> dict:
         """Compact JSON-ready form (the websocket's shape); key: with the tables whole even where the
         event is not a key frame."""
+        entries = [wire_entry(e, i) for i, e in enumerate(self.entries)]
         return {
             "type": StepMessage.TYPE,
             "step": self.step,
             "strategy": self.strategy,
             "t_start": self.t_start,
             "t_end": self.t_end,
-            "entries": [wire_entry(e, i) for i, e in enumerate(self.entries)],
+            "entries": entries,
             "num_waiting": self.num_waiting,
             "num_running": self.num_running,
             "admitted": self.admitted,
@@ -186,12 +197,21 @@ class StepEvent:
             "kv": self.kv_dict(key),
             "prefix_queries": self.prefix_queries,
             "prefix_hits": self.prefix_hits,
-            "sampled": list(self.sampled),  # the ids alone: no view reads a token id
+            **self._sampled_dict(entries),
             "waits": {str(k): v for k, v in self.waits.items()},
             **self._swap_dict(),
             **self._part_dict(),
             **({"answer_ends": {str(k): v for k, v in self.answer_ends.items()}} if self.answer_ends else {}),
         }
+
+    def _sampled_dict(self, entries: list[list]) -> dict:
+        """The requests sampled for, relative to the short entries (plain decode rows), which mostly all
+        sample: `sampled` the others (ids alone: no view reads a token id), `unsampled` the short ones that
+        did not (a failed step, a remote lane's rows)."""
+        short = [e[0] for e in entries if len(e) == len(SHORT_ENTRY)]
+        shorts = set(short)
+        return {"sampled": [r for r in self.sampled if r not in shorts],
+                "unsampled": [r for r in short if r not in self.sampled]}
 
     def kv_dict(self, key: bool = False) -> dict:
         """The wire's `kv`: the tables whole (key, or a key frame) or their changes since kv_base."""

@@ -200,7 +200,8 @@ def _kv(v, path: str) -> None:
 
 
 def _sampled(v, path: str) -> None:
-    """The requests a step sampled for: their ids (older recordings: id -> token id)."""
+    """The requests a step sampled for beside its short entries (with `unsampled`), or all of them (older
+    recordings: their ids, or id -> token id)."""
     (_map(_id_key, _int) if isinstance(v, dict) else _list(_int))(v, path)
 
 
@@ -209,7 +210,7 @@ _STEP_FIELDS = {
     "type": _str, "step": _int, "strategy": _str, "t_start": _num, "t_end": _num, "entries": _list(_entry),
     "num_waiting": _int, "num_running": _int, "admitted": _list(_int), "finished": _list(_int),
     "preempted": _list(_int), "tokens_used": _int, "token_budget": _int, "kv": _kv, "prefix_queries": _int,
-    "prefix_hits": _int, "sampled": _sampled, "lane": _optional(_str),
+    "prefix_hits": _int, "sampled": _sampled, "unsampled": _list(_int), "lane": _optional(_str),
     "deltas": _map(_id_key, _str), "roofline": _optional(_map(_str, _optional(_num))),
     "waits": _map(_id_key, _optional(_map(_str, check_json))),
     "swaps": _list(_swap), "swap_bytes": _int, "swap_s": _num,

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from engine.events import (DECODE, DECODE_PART, ENTRY_FIELDS, EVENTS, PADDING, PREFILL, SWAP_IN, SWAP_OUT, StepEntry,
-                           StepEvent, StepMessage, full_entries)
+                           StepEvent, StepMessage, full_entries, sampled_ids)
 from engine.scheduler import waits
 
 IDS = r"#\d+(?:(?:, #\d+)*(?: and (?:#\d+|\d+ more)))?"
@@ -97,7 +97,7 @@ def step_message(d: dict) -> StepMessage:
                    token_budget=d.get("token_budget", 0), num_blocks=kv.get("num_blocks", 0),
                    block_size=kv.get("block_size", 0), used_blocks=kv.get("used", 0),
                    block_tables=ints(kv.get("block_tables")), kv_tokens=ints(kv.get("kv_tokens")),
-                   reserved_unused_slots=kv.get("reserved_unused_slots", 0), sampled=dict.fromkeys(map(int, d.get("sampled") or ())),
+                   reserved_unused_slots=kv.get("reserved_unused_slots", 0), sampled=dict.fromkeys(sampled_ids(d)),
                    cached_blocks=kv.get("cached", []), waits=ints(d.get("waits")), swaps=d.get("swaps", []),
                    part=d.get("part"), handed_off=d.get("handed_off", []), handoffs=d.get("handoffs", []))
     return StepMessage(event=ev, lane=d["lane"], strategy=d["strategy"], deltas=ints(d.get("deltas")),

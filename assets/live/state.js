@@ -452,10 +452,17 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     R.endT = Math.max(R.endT ?? -Infinity, t ?? -Infinity);
   }
 
-  // The requests a step sampled for: their ids (older recordings: an object of id -> token id).
+  // The requests a step sampled for: its short entries' (plain decode rows, [request_id, context_len]) but
+  // those `unsampled`, and those in `sampled`. Older recordings, without `unsampled`, list them all in
+  // `sampled` (their ids, or an object of id -> token id).
   function sampledIds(ev) {
     const s = ev.sampled || [];
-    return Array.isArray(s) ? s : Object.keys(s).map(Number);
+    const listed = Array.isArray(s) ? s : Object.keys(s).map(Number);
+    if (!Array.isArray(ev.unsampled)) return listed;
+    const skip = new Set(ev.unsampled);
+    const ids = [];
+    for (const e of ev.entries || []) if (e.length === 2 && !skip.has(e[0])) ids.push(e[0]);
+    return ids.concat(listed);
   }
 
   // The model sampled its end-of-text token at character n of the text, and ignore_eos kept it going.

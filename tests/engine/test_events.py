@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from engine.events import (ENTRY_FIELDS, EVENTS, PHASES, REMOTE, Event, FinishedEvent, GpuEvent, LanesEvent,
                            RemoteMetricsEvent, RequestEvent, StatusEvent, StepEntry, StepMessage, full_entries,
-                           wire_contract)
+                           sampled_ids, wire_contract)
 from engine.events_check import check_event
 from engine.request import RequestOutput
 from engine.events import StepEvent
@@ -79,6 +79,25 @@ def test_entries_on_the_wire_are_the_steps_rows_whatever_they_hold(drawn):
              and not (e.cached_tokens or e.drafted or e.accepted) for i, e in enumerate(entries)]
     assert [len(e) == 2 for e in wire["entries"]] == plain
     check_event(wire)
+
+
+@given(st.lists(st.builds(lambda rid, short: (rid, short), st.integers(0, 40), st.booleans()), max_size=12,
+                unique_by=lambda r: r[0]),
+       st.sets(st.integers(0, 60), max_size=12))
+def test_the_requests_sampled_for_come_back_whole_from_a_steps_short_form(rows, sampled):
+    """Short entries mostly all sample: the wire lists only the others (`sampled`) and the short ones that did
+    not (`unsampled`, a failed step or a remote lane); read back, the same requests, and an older recording's
+    full list (no `unsampled`) reads as it is."""
+    entries = [StepEntry(rid, "decode", 1, 9, i if short else -1) for i, (rid, short) in enumerate(rows)]
+    ev = dataclasses.replace(step_event(), entries=entries, sampled=dict.fromkeys(sampled, 5))
+    wire = json.loads(json.dumps(StepMessage(event=ev, strategy="continuous", lane="a").to_dict()))
+    got = sampled_ids(wire)
+    assert sorted(got) == sorted(sampled) and len(got) == len(set(got))
+    if all(short for _, short in rows) and {rid for rid, _ in rows} == sampled:  # a steady decode step
+        assert wire["sampled"] == wire["unsampled"] == []
+    check_event(wire)
+    old = {k: v for k, v in wire.items() if k != "unsampled"} | {"sampled": [str(r) for r in sampled]}
+    assert sorted(sampled_ids(old)) == sorted(sampled)
 
 
 def test_step_message_is_the_step_event_plus_text_deltas():
