@@ -207,7 +207,7 @@ class StepEvent:
     def _sampled_dict(self, entries: list[list]) -> dict:
         """The requests sampled for, relative to the short entries (plain decode rows), which mostly all
         sample: `sampled` the others (ids alone: no view reads a token id), `unsampled` the short ones that
-        did not (a failed step, a remote lane's rows)."""
+        did not (a failed step)."""
         short = [e[0] for e in entries if len(e) == len(SHORT_ENTRY)]
         shorts = set(short)
         return {"sampled": [r for r in self.sampled if r not in shorts],

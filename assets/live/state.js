@@ -96,9 +96,12 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     return true;
   }
 
+  // A step event with its entries written out, and the requests it sampled for listed whole (read against
+  // the entries as sent: short ones are what `unsampled` refers to).
   function withFullEntries(contract, ev) {
     const entries = Contract.fullEntries(contract, ev.entries);
-    return entries === ev.entries ? ev : { ...ev, entries };
+    if (entries === ev.entries && !Array.isArray(ev.unsampled)) return ev;
+    return { ...ev, entries, sampled: sampledIds(ev), unsampled: undefined };
   }
 
   // A step event with its kv whole: the wire sends each pool's tables whole now and then and, in between,

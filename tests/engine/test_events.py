@@ -86,7 +86,7 @@ def test_entries_on_the_wire_are_the_steps_rows_whatever_they_hold(drawn):
        st.sets(st.integers(0, 60), max_size=12))
 def test_the_requests_sampled_for_come_back_whole_from_a_steps_short_form(rows, sampled):
     """Short entries mostly all sample: the wire lists only the others (`sampled`) and the short ones that did
-    not (`unsampled`, a failed step or a remote lane); read back, the same requests, and an older recording's
+    not (`unsampled`, a failed step); read back, the same requests, and an older recording's
     full list (no `unsampled`) reads as it is."""
     entries = [StepEntry(rid, "decode", 1, 9, i if short else -1) for i, (rid, short) in enumerate(rows)]
     ev = dataclasses.replace(step_event(), entries=entries, sampled=dict.fromkeys(sampled, 5))

@@ -30,7 +30,7 @@ import dataclasses  # noqa: E402
 
 from engine import EngineConfig, SamplingParams  # noqa: E402
 from engine.api.server import create_app  # noqa: E402
-from engine.events import wire_contract  # noqa: E402
+from engine.events import sampled_ids, wire_contract  # noqa: E402
 from engine.serving.service import EngineService  # noqa: E402
 from service_helpers import serve, wait_idle  # noqa: E402
 from tiny_models import make_tiny_model  # noqa: E402
@@ -102,7 +102,7 @@ async def record(url: str, svc: EngineService) -> list[dict]:
                     # aborted queued one would leave static's second batch one short, waiting for ever), and
                     # with most of its tokens to go
                     await ws.send(json.dumps({"cmd": "abort", "request_id": r2}))
-                if ev["type"] == "step" and first_shared is not None and first_shared in ev["sampled"]:
+                if ev["type"] == "step" and first_shared is not None and first_shared in sampled_ids(ev):
                     first_shared = None  # it decodes: its prompt's full blocks are cached now
                     await submit_shared(ws, 1)
                     await submit_shared(ws, 2)

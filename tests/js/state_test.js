@@ -97,6 +97,20 @@ const tests = {
     }
   },
 
+  "a request's token count follows the steps that sampled for it, before its finished event says it"() {
+    const batches = acceptedBatches(rec.messages);
+    const raw = batches.flatMap((b) => b.events);  // as sent: plain decode rows short, sampled relative to them
+    const st = replay([{ skipped: 0, events: raw.filter((e) => e.type !== "finished") }]);
+    for (const name of rec.lanes) {
+      const requested = new Set(ofType(raw, "request", name).map((e) => e.request_id));  // (seen from its start)
+      for (const ev of ofType(raw, "finished", name)) {
+        if (!requested.has(ev.request_id) || ev.finish_reason === "abort") continue;  // (an abort may end between steps)
+        assert.equal(st.by.get(name).reqs.get(ev.request_id).nOut, ev.num_output_tokens,
+                     `${name} #${ev.request_id}`);
+      }
+    }
+  },
+
   "rows, phases and tokens per step match the step events"() {
     const batches = acceptedBatches(rec.messages);
     const st = replay(batches);
