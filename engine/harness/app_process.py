@@ -31,6 +31,21 @@ def free_port() -> int:
 
 
 @contextmanager
+def on_cpus(cpus: str | None):
+    """This process on `cpus` while the block runs (playwright's driver, started in it, starts chromium: both
+    inherit them), its own cores back after."""
+    if not cpus:
+        yield
+        return
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, mine)
+
+
+@contextmanager
 def running_app(port: int, env: dict | None = None, log=None, timeout: float = 300, cpus: set[int] | None = None):
     """Start the app on 127.0.0.1:port (on the given CPUs only, if any), wait until it answers,
     yield its URL, stop it."""

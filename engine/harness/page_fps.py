@@ -30,7 +30,7 @@ from pathlib import Path
 from ..telemetry.device_peaks import cpu_model
 from ..workshop.recording.format import load
 from ..workshop.recording.web_page import web_page
-from .app_process import CHROMIUM_ARGS, free_port
+from .app_process import CHROMIUM_ARGS, free_port, on_cpus
 
 PLAYER = "window.inflightPlayer"  # the offline page's player
 INST = "document.querySelector('.ifl-root').inflight"  # the live view (the page's and the app's)
@@ -55,7 +55,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--app-cpus", default=None, help="with --app: the cores the app runs on (e.g. 0)")
     ap.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
     ap.add_argument("--json", type=Path, default=None)
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.app and args.speed != 1.0:
+        ap.error("--speed: the app's replay is measured at 1x")
+    if args.app_cpus and not args.app:
+        ap.error("--app-cpus needs --app")
+    return args
 
 
 def play(page, span_s: float, speed: float, ended: str) -> tuple[list[dict], float]:
@@ -77,7 +82,7 @@ def in_app(browser, args, rec, tmp: Path) -> tuple[list[dict], float, dict]:
     """Play the recording in the app's replay, uploaded as a presenter would, once its engines are live."""
     from .app_process import running_app
     from .gpu_pace import app_env
-    env = {**os.environ, **app_env(tmp, rows=16)}  # (light engines: the replay is what is measured)
+    env = {**os.environ, **app_env(tmp, rows=16, num_blocks=1024)}  # (light engines: the replay is measured)
     cpus = {int(c) for c in args.app_cpus.split(",")} if args.app_cpus else None
     with running_app(free_port(), env, cpus=cpus) as url:
         page = browser.new_page(viewport={"width": args.width, "height": args.height})
@@ -97,11 +102,10 @@ def measure(args) -> dict:
     rec = load(args.recording)
     recorded = {lane: max((e["step"] for _, e in rec.events if e["type"] == "step" and e.get("lane") == lane),
                           default=-1) for lane in rec.lanes}
-    with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
-        browser = launch(p, args)
+    with tempfile.TemporaryDirectory() as tmp, on_cpus(args.cpus), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
         try:
             if args.app:
-                args.speed = 1.0
                 (samples, wall, drawn), load_s, page_mb = in_app(browser, args, rec, Path(tmp)), None, None
             else:
                 path = Path(tmp) / "page.html"
@@ -120,25 +124,13 @@ def measure(args) -> dict:
             browser.close()
     busy = [s for s in samples if s["stepping"]]  # the seconds in which steps played
     return {"recording": str(args.recording), "label": rec.label, "cpu": cpu_model(),
-            "browser_cpus": args.cpus, "events": len(rec), "where": "app" if args.app else "offline page",
+            "browser_cpus": args.cpus, "app_cpus": args.app_cpus, "events": len(rec), "where": "app" if args.app else "offline page",
             "span_s": rec.end - rec.start, "page_mb": page_mb, "load_s": load_s, "speed": args.speed,
             "play_wall_s": wall, "fps_p50": statistics.median(s["fps"] for s in busy) if busy else None,
             "fps_min": min((s["fps"] for s in busy), default=None),
             "frame_ms_mean": statistics.fmean(s["ms"] for s in busy) if busy else None,
             "frame_ms_max": max((s["ms"] for s in busy), default=None),
             "last_step_recorded": recorded, "last_step_drawn": drawn, "samples": samples}
-
-
-def launch(p, args):
-    """Chromium, on --cpus where given (its processes inherit this one's cores while it starts)."""
-    if not args.cpus:
-        return p.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
-    mine = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
-    try:
-        return p.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
-    finally:
-        os.sched_setaffinity(0, mine)
 
 
 def _ms(x) -> str:

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .app_process import CHROMIUM_ARGS, running_app
+from .app_process import CHROMIUM_ARGS, on_cpus, running_app
 from .engine_client import EngineClient, p50
 from .gpu_pace import SocketMeter, app_env
 
@@ -198,9 +198,8 @@ def main(argv=None) -> int:
         env.update(app_env(work, args.rows))
     records = []
     ws_url = f"ws://127.0.0.1:{args.port}/engine/ws"
-    with running_app(args.port, env, cpus=_cpus(args.app_cpus)) as url, sync_playwright() as p:
-        if args.browser_cpus:  # chromium and its children inherit this process's CPUs
-            os.sched_setaffinity(0, _cpus(args.browser_cpus))
+    with running_app(args.port, env, cpus=_cpus(args.app_cpus)) as url, \
+            on_cpus(args.browser_cpus), sync_playwright() as p:  # (playwright's driver starts chromium: both inherit)
         browser = p.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
         warm = open_tabs(browser, url, 1)  # the first page load starts the engines
         with connect(ws_url, max_size=None) as ws:

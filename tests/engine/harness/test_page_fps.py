@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from browser_helpers import CHROMIUM, require_browser
-from engine.harness import page_fps
+from engine.harness import page_fps  # (the app tier too: --app starts the app with running_app()
 from engine.workshop.recording import SHIPPED
 
 require_browser()  # playwright: the tier is read from this module
