@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import threading
@@ -28,7 +27,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from .app_process import free_port
-from .engine_client import EngineClient
+from .engine_client import EngineClient, p50
 from .gpu_pace import SocketMeter
 
 LANES = ("continuous", "static")
@@ -165,8 +164,7 @@ def summary(records: list[dict]) -> dict:
     slowdown against the same round's run without clients (the median of the rounds' pairs), and the
     clients' socket figures (medians)."""
     def med(xs):
-        xs = [x for x in xs if x is not None]
-        return statistics.median(xs) if xs else None
+        return p50([x for x in xs if x is not None])
     base = {r["round"]: r["strategies"] for r in records if r["clients"] == 0}
     out = {}
     for n in sorted({r["clients"] for r in records}):
