@@ -80,6 +80,7 @@ class EngineService:
         self.last_progress = ""    # latest model download / conversion message
         self.recorder = None  # engine/workshop/recording: the Recorder writing this service's events, if any
         self.replay = None    # engine/workshop/recording: a Replayer the live views show instead of the engines
+        self.replay_error = None  # why the last replay stopped before its end (a chunk off the contract), if it did
         self.host = LaneHost(clock=self.clock, publish=self.hub.publish, progress=lambda m: self.progress(m),
                              paused=self.paused.is_set, pace_s=self.pace_s, before_step=self._before_step,
                              engine_on=self.engine_on, restarted=self._restarted)  # all a worker may use

@@ -56,6 +56,8 @@ def replay_controls(svc) -> None:
     st.sidebar.header("Replay")
     r = svc.replay
     if r is None:
+        if svc.replay_error:
+            st.sidebar.error(markdown_text(svc.replay_error), icon=":material/error:")
         upload = st.sidebar.file_uploader("A recording (.jsonl.gz)", type=["gz"], key="replay_upload")
         label = "Play the uploaded recording" if upload else "Play the shipped recording"
         if st.sidebar.button(label, icon=":material/movie:", width="stretch"):

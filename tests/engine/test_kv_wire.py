@@ -92,7 +92,7 @@ def test_each_reader_gets_a_key_frame_of_each_pool_first():
 
 
 def _head(msg: StepMessage) -> dict:
-    from engine.workshop.recording.format import Recording
-    rec = Recording(header={})
-    rec.add(0.0, msg.wire())
-    return rec.heads[0]
+    from engine.workshop.recording.format import Events
+    events = Events()
+    events.add(0.0, msg.wire())
+    return events.heads[0]

@@ -1,21 +1,28 @@
-"""The recording file: gzip JSON lines. The first line is the header; each later line is one event as
-/engine/ws sends it, with the service-clock time the hub published it:
+"""The recording file: gzip JSON lines, written as a series of gzip members (chunks) of a few MiB each, so
+that a long recording is read one chunk at a time (any gzip tool still reads it as one stream). The first
+line is the header; each later line is one event as /engine/ws sends it, with the service-clock time the
+hub published it:
 
     {"format": "inflight-recording", "version": 1, "model": ..., "device": ..., "started_at": ISO time,
      "lanes": {name: config}, "status": the service status when recording began}
     {"t": 12.345, "event": {"type": "step", "lane": "continuous", ...}}
 
-A recording may be an upload, so reading one is bounded before the work (decompressed size, line
-length, event count) and streamed, and every line is checked against the event contract
-(engine/events_check.py) before the recording can replace the live stream. What is wrong is said as
-"line N: reason". Events are kept as their JSON text (about a sixth of the memory of parsed ones).
+Each chunk the recorder writes starts with the lanes as they are (a `lanes` event) and each KV pool's
+first step in it carries its tables whole, so a chunk plays without the ones before it (a seek).
+
+A recording may be an upload, so reading one is bounded before the work (the file's size, each chunk's
+and all chunks' decompressed size, line length, event count): `load` only measures the chunks (one
+piece of a chunk in memory at a time), keeps them compressed and checks the first; a later chunk's
+lines are checked against the event contract (engine/events_check.py) when it is first played, before
+any of its events reaches a view. What is wrong is said as "line N: reason". A checked chunk keeps its
+events as their JSON text (about a sixth of the memory of parsed ones); a few checked chunks are kept.
 """
 from __future__ import annotations
 
-import gzip
-import io
 import json
+import threading
 import zlib
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,11 +35,17 @@ from ...wire_json import dumps
 
 FORMAT = "inflight-recording"
 VERSION = 1
-MAX_BYTES = 64 << 20       # decompressed; about three hours of two busy lanes
-MAX_LINE_BYTES = 8 << 20   # one event (a step's block tables grow with the KV pool)
-MAX_EVENTS = 250_000
-MAX_LABEL_CHARS = 200      # model, device, started_at: the banner shows them
-MAX_KV_TABLES = 4096       # a KV pool's block tables at once (requests holding blocks)
+CHUNK_BYTES = 4 << 20         # the writer starts a new chunk past this many bytes of lines
+MAX_CHUNK_BYTES = 64 << 20    # one chunk decompressed (a recording written before chunks is one chunk)
+MAX_BYTES = 4 << 30           # all chunks decompressed: about half an hour of two busy lanes at an H100's pace
+MAX_FILE_BYTES = 512 << 20    # the file itself (compressed)
+MAX_CHUNKS = 4096
+MAX_LINE_BYTES = 8 << 20      # one event (a step's block tables grow with the KV pool)
+MAX_EVENTS = 4_000_000        # lines, in all
+MAX_LABEL_CHARS = 200         # model, device, started_at: the banner shows them
+MAX_KV_TABLES = 4096          # a KV pool's block tables at once (requests holding blocks)
+KEEP_CHECKED = 3              # checked chunks kept in memory (the one playing, the next, one more)
+PIECE = 256 << 10             # decompressed at a time while measuring
 
 
 class RecordingError(ValueError):
@@ -40,9 +53,9 @@ class RecordingError(ValueError):
 
 
 @dataclass
-class Recording:
-    header: dict
-    times: list[float] = field(default_factory=list)   # publish time of each event, in publishing order
+class Events:
+    """A checked chunk's events, in publishing order."""
+    times: list[float] = field(default_factory=list)   # publish time of each event
     heads: list[dict] = field(default_factory=list)    # what the hub routes by: type, lane, strategy, part, kv_key
     texts: list[str] = field(default_factory=list)     # each event's JSON text, as the socket sends it
 
@@ -53,13 +66,67 @@ class Recording:
         self.heads.append(head)
         self.texts.append(dumps(event))
 
+
+@dataclass
+class Chunk:
+    """One gzip member: its compressed bytes, its first line's number in the file, and what it spans."""
+    data: memoryview
+    first_line: int
+    events: int
+    t0: float
+    t1: float
+    header: bool = False  # it starts with the file's header line (the first chunk)
+
+
+class Recording:
+    def __init__(self, header: dict, chunks: list[Chunk]):
+        self.header, self.chunks = header, chunks
+        self._starts = [c.t0 for c in chunks]
+        self._checked: dict[int, Events | RecordingError] = {}
+        self._locks = [threading.Lock() for _ in chunks]  # one checker a chunk (the replay's prefetch and pump)
+        self._lock = threading.Lock()
+
     def __len__(self) -> int:
-        return len(self.times)
+        return sum(c.events for c in self.chunks)
+
+    def chunk(self, i: int) -> Events:
+        """Chunk i's events, checked (on first use; RecordingError names the line that is wrong)."""
+        with self._locks[i]:
+            with self._lock:
+                done = self._checked.get(i)
+            if done is None:
+                try:
+                    done = _check_chunk(self.chunks[i], self.header, self.chunks[i - 1].t1 if i else float("-inf"))
+                except RecordingError as e:
+                    done = e
+                self._keep(i, done)
+        if isinstance(done, RecordingError):
+            raise done
+        return done
+
+    def _keep(self, i: int, done) -> None:
+        with self._lock:
+            self._checked.pop(i, None)
+            self._checked[i] = done  # (dicts keep insertion order: the oldest first)
+            for old in [k for k in self._checked if k != i][:max(0, len(self._checked) - KEEP_CHECKED)]:
+                if not isinstance(self._checked[old], RecordingError):
+                    del self._checked[old]
+
+    def chunk_at(self, t: float) -> int:
+        """The chunk that holds recording time t (the first one before the first event)."""
+        return max(0, bisect_right(self._starts, t) - 1)
 
     @property
     def events(self) -> list[tuple[float, dict]]:
-        """(time, event) pairs, parsed (for tools and tests; the replayer keeps the text)."""
-        return [(t, json.loads(x)) for t, x in zip(self.times, self.texts)]
+        """(time, event) pairs, parsed, every chunk checked (for tests and short recordings)."""
+        return list(self.each_event())
+
+    def each_event(self, types: tuple[str, ...] | None = None):
+        """(time, event) pairs, parsed a chunk at a time (of these types only, if given)."""
+        for i in range(len(self.chunks)):
+            ev = self.chunk(i)
+            yield from ((t, json.loads(x)) for t, h, x in zip(ev.times, ev.heads, ev.texts)
+                        if types is None or h["type"] in types)
 
     @property
     def lanes(self) -> list[str]:
@@ -67,11 +134,11 @@ class Recording:
 
     @property
     def start(self) -> float:
-        return self.header.get("t0", self.times[0] if self.times else 0.0)
+        return self.header.get("t0", self.chunks[0].t0 if self.chunks else 0.0)
 
     @property
     def end(self) -> float:
-        return self.times[-1] if self.times else self.start
+        return self.chunks[-1].t1 if self.chunks else self.start
 
     @property
     def label(self) -> str:
@@ -85,66 +152,205 @@ class Recording:
 
 
 class Writer:
-    """Writes a recording line by line (flushed by close)."""
+    """Writes a recording line by line, a chunk a gzip member (flushed by close)."""
 
     def __init__(self, path: str | Path, header: dict):
-        self._f = gzip.open(path, "wt", encoding="utf-8", compresslevel=9)
-        self.bytes = 0  # decompressed bytes written: a recording stops before a reader would refuse it
+        self._f = open(path, "wb")
+        self.bytes = 0        # decompressed bytes written: a recording stops before a reader would refuse it
+        self.file_bytes = 0   # compressed bytes written
+        self.lines = 0
+        self.chunks = 1
+        self._chunk_bytes = 0
+        self._z = _member()
         self._line({"format": FORMAT, "version": VERSION, **header})
 
     def event(self, t: float, event: dict) -> None:
         self._line({"t": round(t, 6), "event": event})
 
+    @property
+    def chunk_full(self) -> bool:
+        """Past CHUNK_BYTES: the next line should start a new chunk."""
+        return self._chunk_bytes >= CHUNK_BYTES
+
+    def new_chunk(self) -> None:
+        self._write(self._z.flush())
+        self._z, self._chunk_bytes = _member(), 0
+        self.chunks += 1
+
+    def room(self) -> bool:
+        """Whether a new chunk and the longest line would still be within every bound a reader checks."""
+        return (self.bytes + MAX_LINE_BYTES < MAX_BYTES and self.file_bytes + 2 * MAX_LINE_BYTES < MAX_FILE_BYTES
+                and self.lines + 2 < MAX_EVENTS and self.chunks + 1 < MAX_CHUNKS)
+
     def _line(self, obj: dict) -> None:
-        line = dumps(obj) + "\n"
-        self.bytes += len(line.encode())
-        self._f.write(line)
+        line = (dumps(obj) + "\n").encode()
+        self.bytes += len(line)
+        self._chunk_bytes += len(line)
+        self.lines += 1
+        self._write(self._z.compress(line))
+
+    def _write(self, data: bytes) -> None:
+        self.file_bytes += len(data)
+        self._f.write(data)
 
     def close(self) -> None:
+        self._write(self._z.flush())
         self._f.close()
 
 
+def _member():
+    return zlib.compressobj(9, zlib.DEFLATED, 31)  # (wbits 31: a gzip member)
+
+
 def load(source: str | Path | bytes) -> Recording:
-    """Read and check a recording (a path, or an upload's bytes). RecordingError says why it cannot be
-    played ("line N: reason"); the caller names the file. A first pass only measures (one line in memory
-    at a time), so a file past a bound is refused before anything is parsed."""
+    """Read a recording (a path, or an upload's bytes) and check its header and first chunk.
+    RecordingError says why it cannot be played ("line N: reason"); the caller names the file. The
+    chunks are measured first (a piece of one in memory at a time), so a file past a bound is refused
+    before anything is parsed."""
+    data = memoryview(_read_bytes(source))
+    totals = _Totals()
     try:
-        raw = io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb")
-    except OSError as e:
-        raise RecordingError(e.strerror or str(e)) from None
-    with raw, gzip.GzipFile(fileobj=raw) as f:
+        scans = list(_members(data, totals))
+    except zlib.error as e:  # not gzip, or cut short
+        raise RecordingError(f"not a complete gzip file ({e})") from None
+    if not scans or not scans[0][1].firsts:
+        raise RecordingError("line 1: not an Inflight recording")
+    header = _header(_parse(*scans[0][1].firsts[0]))
+    rec = Recording(header, _chunks(data, scans))
+    if rec.chunks:
+        rec.chunk(0)
+    return rec
+
+
+def _read_bytes(source) -> bytes:
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source) if not isinstance(source, bytes) else source
+    else:
         try:
-            for _ in _lines(f):
-                pass
-            f.seek(0)
-            return _read(_lines(f))
-        except (OSError, EOFError, zlib.error) as e:  # not gzip, or cut short
-            raise RecordingError(f"not a complete gzip file ({e})") from None
+            with open(source, "rb") as f:
+                data = f.read(MAX_FILE_BYTES + 1)
+        except OSError as e:
+            raise RecordingError(e.strerror or str(e)) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise RecordingError(f"the file is larger than {MAX_FILE_BYTES:,} bytes")
+    return data
 
 
-def _lines(f):
-    """(line number, text) of each non-blank line, within the bounds."""
-    total = 0
-    for n in range(1, MAX_EVENTS + 2):
-        line = f.readline(MAX_LINE_BYTES + 1)
-        if not line:
-            return
-        total += len(line)
+@dataclass
+class _Totals:
+    bytes: int = 0
+    lines: int = 0
+    chunks: int = 0
+
+
+class _Lines:
+    """One member's lines as its pieces arrive, within the bounds; keeps only its first two and last
+    non-blank lines."""
+
+    def __init__(self, totals: _Totals):
+        self.totals, self.first_line = totals, totals.lines + 1
+        self.bytes, self.events = 0, 0
+        self.firsts: list[tuple[int, bytes]] = []  # (line number, line)
+        self.last: tuple[int, bytes] = (0, b"")
+        self._partial = b""
+
+    def feed(self, piece: bytes) -> None:
+        self.bytes += len(piece)
+        self.totals.bytes += len(piece)
+        if self.bytes > MAX_CHUNK_BYTES:
+            raise RecordingError(f"line {self.totals.lines + 1}: a chunk holds more than {MAX_CHUNK_BYTES:,} bytes")
+        if self.totals.bytes > MAX_BYTES:
+            raise RecordingError(f"line {self.totals.lines + 1}: the recording holds more than {MAX_BYTES:,} "
+                                 "bytes of events")
+        parts = piece.split(b"\n")
+        parts[0] = self._partial + parts[0]
+        for line in parts[:-1]:
+            self._line(line)
+        self._partial = parts[-1]
+        self._long(self._partial, self.totals.lines + 1)
+
+    def end(self) -> None:
+        if self._partial:
+            self._line(self._partial)
+            self._partial = b""
+
+    def _line(self, line: bytes) -> None:
+        n = self.totals.lines = self.totals.lines + 1
+        if n > MAX_EVENTS:
+            raise RecordingError(f"more than {MAX_EVENTS:,} events")
+        self._long(line, n)
+        if line.strip():
+            self.events += 1
+            if len(self.firsts) < 2:
+                self.firsts.append((n, line))
+            self.last = (n, line)
+
+    @staticmethod
+    def _long(line: bytes, n: int) -> None:
         if len(line) > MAX_LINE_BYTES:
             raise RecordingError(f"line {n}: longer than {MAX_LINE_BYTES:,} bytes")
-        if total > MAX_BYTES:
-            raise RecordingError(f"line {n}: the recording holds more than {MAX_BYTES:,} bytes of events")
-        if line.strip():
-            yield n, line
-    raise RecordingError(f"more than {MAX_EVENTS} events")
 
 
-def _read(lines) -> Recording:
-    n, first = next(lines, (1, b""))
-    rec = Recording(_header(_parse(n, first)))
-    lanes, last_t = set(rec.header["lanes"]), float("-inf")  # the lanes so far (a run may switch them)
-    kv = KvTally()
-    for n, line in lines:
+def _members(data: memoryview, totals: _Totals):
+    """(start, lines, end) of each gzip member of data, measured as it is decompressed."""
+    pos = 0
+    while pos < len(data):
+        totals.chunks += 1
+        if totals.chunks > MAX_CHUNKS:
+            raise RecordingError(f"more than {MAX_CHUNKS} chunks (gzip members)")
+        d, lines, fed = zlib.decompressobj(wbits=31), _Lines(totals), pos
+        while not d.eof:
+            if d.unconsumed_tail:
+                lines.feed(d.decompress(d.unconsumed_tail, PIECE))
+            elif fed < len(data):
+                lines.feed(d.decompress(data[fed:fed + PIECE], PIECE))
+                fed = min(len(data), fed + PIECE)
+            else:
+                raise zlib.error("cut short")
+        lines.end()
+        end = fed - len(d.unused_data)
+        yield pos, lines, end
+        pos = end
+
+
+def _chunks(data: memoryview, scans) -> list[Chunk]:
+    """The members that hold events, with their spans (each member's first and last event's time)."""
+    out, last_t = [], float("-inf")
+    for i, (start, lines, end) in enumerate(scans):
+        events = lines.events - (i == 0)
+        if events <= 0:
+            continue
+        first = lines.firsts[1] if i == 0 else lines.firsts[0]
+        t0, t1 = _time(*first), _time(*lines.last)
+        if t0 < last_t:
+            raise RecordingError(f"line {first[0]}: t goes back in time ({t0} after {last_t})")
+        out.append(Chunk(data[start:end], lines.first_line, events, t0, max(t0, t1), header=i == 0))
+        last_t = max(t0, t1)  # (within a chunk, checked with it)
+    return out
+
+
+def _time(n: int, line: bytes) -> float:
+    """An event line's time, as far as a chunk's span needs it (the rest is checked with its chunk)."""
+    obj = _parse(n, line)
+    t = obj.get("t") if isinstance(obj, dict) else None
+    if not is_number(t):
+        raise RecordingError(f"line {n}: " + ('each event line must be {"t": seconds, "event": {...}}'
+                                              if not isinstance(obj, dict) else
+                                              f"t must be a number of seconds, got {type(t).__name__}"))
+    return float(t)
+
+
+def _check_chunk(chunk: Chunk, header: dict, last_t: float) -> Events:
+    """Every event line of a chunk checked against the contract, its KV changes within their bounds."""
+    lines = zlib.decompress(chunk.data, wbits=31).split(b"\n")
+    out, lanes, kv = Events(), set(header["lanes"]), KvTally()  # the lanes so far (a run may switch them)
+    skip_header = chunk.header
+    for n, line in enumerate(lines, chunk.first_line):
+        if not line.strip():
+            continue
+        if skip_header:
+            skip_header = False
+            continue
         obj = _parse(n, line)
         try:
             t, event = _event_line(obj, lanes, last_t)
@@ -153,9 +359,9 @@ def _read(lines) -> Recording:
             raise RecordingError(f"line {n}: {e}") from None
         if event["type"] == LanesEvent.TYPE:
             lanes |= set(event["lanes"])
-        rec.add(t, event)
+        out.add(t, event)
         last_t = t
-    return rec
+    return out
 
 
 class KvTally:

@@ -2,8 +2,10 @@
 
 A thread follows the hub with its own cursor (in publishing order, like a socket client) and writes
 each event with the service-clock time it read it, so a replay keeps the pacing. It wakes on every
-publish; a recorder that fell a whole ring buffer behind would count what it lost in `skipped`. It stops
-itself (`full`) before the file grows past what a reader takes (format.MAX_BYTES), so it stays playable.
+publish; a recorder that fell a whole ring buffer behind would count what it lost in `skipped`. Every
+few MiB it starts a new chunk (format.py), which opens with the lanes as they are and each KV pool's
+tables whole. It stops itself (`full`) before the file grows past what a reader takes (format.py's
+bounds), so it stays playable.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 from ...events import LanesEvent, StepMessage
 from ...kv_wire import KEY, KvSync
 from ...serving.service import lane_dict
-from .format import MAX_BYTES, MAX_LINE_BYTES, Writer
+from .format import Writer
 
 WAIT_S = 0.1  # how soon a stop is noticed while nothing is published
 
@@ -25,15 +27,16 @@ class Recorder:
         self.svc, self.path = svc, Path(path)
         self.events = 0
         self.skipped = 0
-        self.full = False  # stopped itself before growing past what a reader takes (format.MAX_BYTES)
+        self.full = False  # stopped itself before growing past what a reader takes (format.py's bounds)
         self._cursor = svc.hub.head
         self._kv = KvSync()
         self._halt = threading.Event()
         header = header_of(svc)
         self.t0 = header["t0"]  # service clock when recording began
         self._writer = Writer(self.path, header)
-        # a replay learns its lanes from the first event, as a live view does from a `lanes` event
-        self._writer.event(svc.clock(), LanesEvent(lanes=lane_dicts(svc)).to_dict())
+        # a replay learns its lanes from the first event (of each chunk), as a live view does from a `lanes` event
+        self._lanes = LanesEvent(lanes=lane_dicts(svc)).to_dict()
+        self._write(svc.clock(), self._lanes)
         self._thread = threading.Thread(target=self._run, daemon=True, name="inflight-recorder")
         self._thread.start()
 
@@ -50,12 +53,26 @@ class Recorder:
         if batch.skipped:
             self._kv.reset()
         for _, event in batch.events:
-            if self._writer.bytes > MAX_BYTES - MAX_LINE_BYTES:
+            if not self._writer.room():
                 self.full = True
                 self._halt.set()
                 return
-            self._writer.event(t, self._wire(event))
-            self.events += 1
+            if self._writer.chunk_full:
+                self._new_chunk(t)
+            wire = self._wire(event)
+            if event.TYPE == LanesEvent.TYPE:
+                self._lanes = wire
+            self._write(t, wire)
+
+    def _write(self, t: float, wire: dict) -> None:
+        self._writer.event(t, wire)
+        self.events += 1
+
+    def _new_chunk(self, t: float) -> None:
+        """A chunk a replay can start from: the lanes as they are, then each KV pool's tables whole."""
+        self._writer.new_chunk()
+        self._kv.reset()
+        self._write(t, self._lanes)
 
     def _wire(self, event) -> dict:
         """As a socket client that started with the recording gets it: each KV pool's first step event

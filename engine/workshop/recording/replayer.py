@@ -1,9 +1,12 @@
 """Play a recording into an EventHub at its recorded pacing, scaled by a speed, without any engine.
 
 The playhead is a position on the recording's own clock (the service clock when it was recorded), so
-the views show the real timings whatever the speed. Seeking builds a new hub holding every event up to
-that point (a socket on the old hub closes, and its client resubscribes from the oldest event); the hub
-is as large as the recording, so nothing is ever coalesced away.
+the views show the real timings whatever the speed. Seeking builds a new hub holding every event from
+the start of the chunk the playhead lands in (format.py: a recording's first chunk is the whole of a
+short one) up to it (a socket on the old hub closes, and its client resubscribes from the oldest event).
+The hub holds up to MAX_RING events, so nothing of a chunk is coalesced away. A chunk is checked when the
+playhead enters the one before it (a thread of its own), so playing never waits for it; one that turns
+out wrong stops the replay, and `error` says why.
 """
 from __future__ import annotations
 
@@ -16,13 +19,14 @@ from ...config import EngineConfig
 from ...event_hub import EventHub
 from ...events import StatusEvent
 from ...serving.lanes import lane_headers
-from .format import Recording
+from .format import Recording, RecordingError
 
 log = logging.getLogger(__name__)
 SPEEDS = (0.25, 4.0)   # slowest and fastest
 SPEED_STEPS = (0.25, 0.5, 1.0, 2.0, 4.0)  # the choices a page offers, within SPEEDS
 MAX_WAIT_S = 0.25      # the thread wakes at least this often (until, stop)
 LOOP_HOLD_S = 3.0      # a looping replay shows its last frame this long (recording seconds) before restarting
+MAX_RING = 20_000      # events a replay's hub holds (more than a chunk's at a GPU's pace)
 
 
 def check_speed(speed) -> float:
@@ -59,6 +63,7 @@ class Replayer:
         self.recording, self.loop, self.until = recording, loop, until
         self.speed = check_speed(speed)
         self.paused = False
+        self.error: str | None = None  # why a chunk met late could not be played
         self.on_stop = None  # on_stop(self), once, when playback stops
         self._clock = clock
         self._lock = threading.RLock()
@@ -69,9 +74,23 @@ class Replayer:
 
     # ---- the playhead ------------------------------------------------------------------------
     def _reset(self, pos: float) -> None:
-        self.hub = EventHub(len(self.recording) + 64)
-        self._next = 0  # index of the next event to publish
+        self.hub = EventHub(min(len(self.recording), MAX_RING) + 64)
+        self._chunk = self.recording.chunk_at(pos)  # the chunk of the next event to publish, and its index there
+        self._next = 0
         self._base_pos, self._base_wall = pos, self._clock()
+        self._check_next()
+
+    def _check_next(self) -> None:
+        """Check the chunk after the playhead's in a thread of its own (its result is kept)."""
+        nxt = self._chunk + 1
+        if nxt < len(self.recording.chunks):
+            threading.Thread(target=self._check_quietly, args=(nxt,), daemon=True, name="inflight-replay-check").start()
+
+    def _check_quietly(self, i: int) -> None:
+        try:
+            self.recording.chunk(i)
+        except RecordingError:
+            pass  # kept: the replay says so when it gets there
 
     def _raw_position(self) -> float:
         if self.paused:
@@ -85,24 +104,36 @@ class Replayer:
 
     @property
     def ended(self) -> bool:
-        return self._next >= len(self.recording)
+        chunks = self.recording.chunks
+        return not chunks or (self._chunk == len(chunks) - 1 and self._next >= chunks[-1].events)
 
     def pump(self) -> int:
         """Publish every event due by now; returns how many."""
-        times = self.recording.times
         with self._lock:
-            pos, first = self._raw_position(), self._next
-            while self._next < len(times) and times[self._next] <= pos:
-                self.hub.publish(RecordedEvent(self.recording.heads[self._next], self.recording.texts[self._next]))
-                self._next += 1
-            return self._next - first
+            pos, count = self._raw_position(), 0
+            while not self.ended:
+                events = self.recording.chunk(self._chunk)
+                times, first = events.times, self._next
+                while self._next < len(times) and times[self._next] <= pos:
+                    self.hub.publish(RecordedEvent(events.heads[self._next], events.texts[self._next]))
+                    self._next += 1
+                count += self._next - first
+                if self._next < len(times) or self._chunk + 1 == len(self.recording.chunks):
+                    break
+                self._chunk, self._next = self._chunk + 1, 0
+                self._check_next()
+            return count
 
     def _due_in(self) -> float:
         """Wall seconds until the next event is due (or the loop restarts)."""
         with self._lock:
             if self.paused or (self.ended and not self.loop):
                 return MAX_WAIT_S
-            due = self.recording.end + LOOP_HOLD_S if self.ended else self.recording.times[self._next]
+            if self.ended:
+                due = self.recording.end + LOOP_HOLD_S
+            else:
+                times = self.recording.chunk(self._chunk).times
+                due = times[self._next] if self._next < len(times) else self.recording.chunks[self._chunk + 1].t0
             return max(0.0, (due - self._raw_position()) / self.speed)
 
     # ---- controls ----------------------------------------------------------------------------
@@ -129,12 +160,16 @@ class Replayer:
             self._status("replay_speed")
 
     def seek(self, t: float) -> None:
-        """Jump to recording time t: a fresh hub with every event up to t, published at once."""
+        """Jump to recording time t: a fresh hub with every event of its chunk up to t, published at once."""
         if not isinstance(t, (int, float)):
             raise ValueError(f"seek needs a time in seconds, got {t!r}")
-        with self._lock:
-            self._reset(min(max(float(t), self.recording.start), self.recording.end))
-            self.pump()
+        try:
+            with self._lock:
+                self._reset(min(max(float(t), self.recording.start), self.recording.end))
+                self.pump()
+        except RecordingError as e:  # (a seek from the page: the views go back to the engines, and error says why)
+            self._failed(e)
+            self.stop()
         self._wake.set()
 
     def _status(self, what: str) -> None:
@@ -159,12 +194,18 @@ class Replayer:
                     continue
                 self._wake.wait(min(MAX_WAIT_S, self._due_in()))
                 self._wake.clear()
+        except RecordingError as e:
+            self._failed(e)
         except Exception:  # noqa: BLE001 - never leave the views on a replay that no longer plays
             log.exception("the replay stopped")
         finally:
             self._halt.set()
             if self.on_stop is not None:
                 self.on_stop(self)
+
+    def _failed(self, e: RecordingError) -> None:
+        self.error = str(e)
+        log.warning("the replay stopped: %s", e)
 
     @property
     def active(self) -> bool:

@@ -28,6 +28,7 @@ def source(svc):
 def play(svc, recording: Recording, **kw) -> Replayer:
     """Replay `recording` in the views (Replayer's keywords: speed, loop, until); ends any other replay."""
     stop_replay(svc)
+    svc.replay_error = None
     r = Replayer(recording, **kw)
     r.on_stop = lambda done: _detach(svc, done)
     svc.replay = r
@@ -55,6 +56,8 @@ def stop_replay(svc) -> None:
 def _detach(svc, r: Replayer) -> None:
     if svc.replay is r:
         svc.replay = None
+        if r.error:
+            svc.replay_error = f"The replay stopped: {r.error}"
 
 
 def loading(svc) -> bool:

@@ -26,7 +26,7 @@ def test_a_recorded_load_then_rounds_with_and_without_clients(tmp_path, tiny_lla
     assert socket["busy_s"] > 0 and socket["busy_steps_per_s"] > 0  # (the rates while steps came, too)
     assert set(result["summary"]["2"]["lanes"]["static"]) == {"decode_step_ms_p50", "tokens_per_s", "slowdown_pct"}
     recorded = load(rec)  # the load before the rounds, whole: each lane's 8 requests finished in it
-    assert result["recording"]["events"] == len(recorded) - 1 and not result["recording"]["full"]
+    assert result["recording"]["events"] == len(recorded) and not result["recording"]["full"]
     finished = [e for _, e in recorded.events if e.get("type") == "step" for _ in e["finished"]]
     assert len(finished) == 2 * 8
 

@@ -2,6 +2,7 @@
 pause, seek; /engine/ws serving a replay instead of the engines."""
 from __future__ import annotations
 
+import gzip
 import json
 import time
 
@@ -12,6 +13,7 @@ from engine import SamplingParams
 from engine.api.server import create_app
 from engine.kv_wire import is_key
 from engine.workshop.recording import Recording, Replayer, load, play, start_recording, stop_recording, stop_replay
+from engine.workshop.recording.format import FORMAT, VERSION
 from engine.workshop.recording.stage import SHIPPED
 from scheduler_helpers import FakeClock
 from engine_helpers import whole_kv
@@ -70,10 +72,9 @@ def synthetic(n: int = 10) -> Recording:
     """Events one second apart from t=0 (the header as the recorder writes it)."""
     header = {"model": "m", "device": "CPU, 2 cores", "started_at": "2026-11-22T10:00:00+00:00", "t0": 0.0,
               "lanes": {"a": {"strategy": "continuous"}}, "status": {"engines": {"a": {"max_model_len": 64}}}}
-    rec = Recording(header)
-    for i in range(n):
-        rec.add(float(i), {"type": "status", "lane": "a", "event": f"e{i}", "t": float(i)})
-    return rec
+    lines = [{"format": FORMAT, "version": VERSION, **header}]
+    lines += [{"t": float(i), "event": {"type": "status", "lane": "a", "event": f"e{i}", "t": float(i)}} for i in range(n)]
+    return load(gzip.compress("\n".join(json.dumps(x) for x in lines).encode()))
 
 
 def published(r: Replayer) -> list[str]:
@@ -170,9 +171,9 @@ def test_the_cli_records_a_scenarios_stream_on_its_lanes(tiny_model_dirs, tmp_pa
 
 
 def test_a_recording_stops_itself_before_a_reader_would_refuse_it(svc, tmp_path, monkeypatch):
-    from engine.workshop.recording import recorder as recorder_module
-    monkeypatch.setattr(recorder_module, "MAX_BYTES", 20_000)
-    monkeypatch.setattr(recorder_module, "MAX_LINE_BYTES", 4_000)
+    from engine.workshop.recording import format as format_module
+    monkeypatch.setattr(format_module, "MAX_BYTES", 30_000)
+    monkeypatch.setattr(format_module, "MAX_LINE_BYTES", 10_000)  # (the header, with the service's status, is long)
     rec = start_recording(svc, tmp_path / "full.jsonl.gz")
     for _ in range(4):
         svc.submit("hello there", SamplingParams(max_tokens=8, ignore_eos=True))
@@ -182,4 +183,44 @@ def test_a_recording_stops_itself_before_a_reader_would_refuse_it(svc, tmp_path,
         time.sleep(0.05)
     assert rec.full and not rec.active and 0 < rec.events
     path = stop_recording(svc)
-    assert len(load(path)) == rec.events + 1  # its lanes event first, then each event it wrote
+    assert len(load(path)) == rec.events  # its lanes event first, then each event it wrote
+
+
+def test_a_long_recording_is_chunks_that_each_play_from_their_start(svc, tmp_path, monkeypatch):
+    """Past CHUNK_BYTES the recorder starts a gzip member that opens with the lanes and each KV pool's tables
+    whole: the chunks read back as the events published, and a seek into one shows it from its start."""
+    from engine.workshop.recording import format as format_module
+    monkeypatch.setattr(format_module, "CHUNK_BYTES", 3_000)
+    path = tmp_path / "chunked.jsonl.gz"
+    cursor = svc.hub.head
+    start_recording(svc, path)
+    for prompt in ([5, 6, 7], "hello there", [8, 9]):
+        svc.submit(prompt, SamplingParams(max_tokens=6, ignore_eos=True))
+    wait_idle(svc)
+    stop_recording(svc)
+    published = [item.key_wire() if item.TYPE == "step" else item.wire() for _, item in svc.hub.read(cursor).events]
+    rec = load(path)
+    assert len(rec.chunks) >= 3 and len(gzip.decompress(path.read_bytes()).splitlines()) == len(rec) + 1
+    recorded = [e for _, e in rec.events if e["type"] != "lanes"]
+    assert whole_kv(recorded) == json.loads(json.dumps(published))
+    stepped = 0
+    for i in range(len(rec.chunks)):
+        events = [json.loads(x) for x in rec.chunk(i).texts]
+        assert events[0]["type"] == "lanes" and list(events[0]["lanes"]) == rec.lanes
+        firsts = {}
+        for e in events:
+            if e["type"] == "step":
+                firsts.setdefault(e["lane"], e)
+        assert all(is_key(e["kv"]) for e in firsts.values()), i  # each pool's first step: a key frame
+        stepped += bool(firsts)
+    assert stepped >= 2
+    clock = FakeClock(100.0)
+    r = Replayer(rec, clock=clock)
+    k = len(rec.chunks) - 1
+    r.seek(rec.chunks[k].t1)
+    assert [item.wire() for _, item in r.hub.read(0).events] == [json.loads(x) for x in rec.chunk(k).texts]
+    assert r.ended
+    r.seek(rec.start)
+    clock.t += rec.end - rec.start + 1
+    r.pump()  # across every chunk, in order
+    assert [item.wire() for _, item in r.hub.read(0).events] == [e for _, e in rec.events]

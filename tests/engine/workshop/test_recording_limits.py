@@ -1,6 +1,8 @@
-"""Recordings are uploads: bounded before the work (decompressed size, line length, event count), checked
-whole against the event contract before they replace the live stream, refused as "Cannot play FILE: line
-N: reason" with the views left live, and their memory comes back after a refused or finished replay."""
+"""Recordings are uploads: bounded before the work (file size, decompressed size of each chunk and of all,
+line length, event count), checked against the event contract before any event reaches the views (the
+first chunk before the recording replaces the live stream, refused as "Cannot play FILE: line N: reason"
+with the views left live; a later one before it plays, stopping the replay there), and their memory comes
+back after a refused or finished replay."""
 from __future__ import annotations
 
 import gc
@@ -10,9 +12,12 @@ import tracemalloc
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from engine.workshop.recording import format, load, play_file, source, stop_replay
+from engine.workshop.recording import format, load, play, play_file, source, stop_replay
 from engine.workshop.recording.stage import SHIPPED
+from engine.workshop.recording.web_page import web_page
 
 LINES = gzip.decompress(SHIPPED.read_bytes()).decode().splitlines()
 HEADER, LANES_EVENT, FIRST = json.loads(LINES[0]), LINES[1], json.loads(LINES[2])
@@ -23,7 +28,7 @@ def recording(*lines) -> bytes:
 
 
 def live():
-    return SimpleNamespace(replay=None)  # what play_file touches of a service
+    return SimpleNamespace(replay=None, replay_error=None)  # what play_file touches of a service
 
 
 def without(d: dict, key: str) -> dict:
@@ -157,3 +162,59 @@ def test_a_replay_that_fails_hands_the_views_back():
     r._wake.set()
     r._thread.join(5)
     assert not r.active and svc.replay is None and source(svc) is svc
+
+
+def members(*groups) -> bytes:
+    """A recording written as one gzip member (chunk) per group of lines."""
+    return b"".join(recording(*lines) for lines in groups)
+
+
+EVENTS = LINES[2:]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, len(EVENTS) - 1), max_size=8, unique=True))
+def test_however_a_recording_is_cut_into_chunks_it_reads_the_same(cuts):
+    cuts = sorted(cuts)
+    groups = [EVENTS[a:b] for a, b in zip([0, *cuts], [*cuts, len(EVENTS)])]
+    rec, whole = load(members([HEADER, LANES_EVENT, *groups[0]], *groups[1:])), load(SHIPPED)
+    assert len(rec.chunks) == len(groups) and rec.events == whole.events and len(rec) == len(whole)
+    assert (rec.start, rec.end) == (whole.start, whole.end)
+    for i, chunk in enumerate(rec.chunks):
+        assert rec.chunk_at(chunk.t0) <= i == rec.chunk_at(chunk.t1) or rec.chunks[i + 1].t0 == chunk.t1
+
+
+def test_a_chunk_that_is_wrong_stops_the_replay_there_and_says_which_line():
+    bad = {"t": json.loads(EVENTS[19])["t"], "event": without(FIRST["event"], "type")}
+    data = members([HEADER, LANES_EVENT, *EVENTS[:10]], [*EVENTS[10:20], bad])
+    rec = load(data)  # the first chunk is checked; the second when the playhead nears it
+    assert len(rec.chunks) == 2 and len(rec) == 22
+    svc = live()
+    assert play_file(svc, data, "late.jsonl.gz") is None
+    r = svc.replay
+    r.seek(rec.end)  # (as the page's slider does)
+    r._thread.join(5)
+    assert not r.active and svc.replay is None and source(svc) is svc
+    assert r.error.startswith("line 23: event.type"), r.error
+    assert svc.replay_error == f"The replay stopped: {r.error}"  # (the replay panel shows it)
+    play(svc, load(data), speed=4.0)  # played through, not sought: the same
+    svc.replay._thread.join(10)
+    assert svc.replay is None and svc.replay_error.startswith("The replay stopped: line 23: event.type")
+    with pytest.raises(format.RecordingError, match="line 23: event.type"):
+        web_page(rec)
+
+
+@pytest.mark.parametrize("bound,value,reason", [
+    ("MAX_CHUNKS", 2, "more than 2 chunks"),
+    ("MAX_FILE_BYTES", 1000, "the file is larger than 1,000 bytes"),
+    ("MAX_CHUNK_BYTES", 20_000, "a chunk holds more than 20,000 bytes"),
+])
+def test_a_recording_past_a_bound_of_its_chunks_is_refused(monkeypatch, bound, value, reason):
+    monkeypatch.setattr(format, bound, value)
+    with pytest.raises(ValueError, match=reason):
+        load(members([HEADER, LANES_EVENT, *EVENTS[:100]], EVENTS[100:200], EVENTS[200:]))
+
+
+def test_a_chunk_before_the_previous_one_in_time_is_refused_when_loaded():
+    with pytest.raises(ValueError, match="line 13: t goes back in time"):
+        load(members([HEADER, LANES_EVENT, *EVENTS[10:20]], EVENTS[:10]))
