@@ -11,7 +11,7 @@ follow the wall clock and catch up when frames run late, so the playback's lengt
 do.)
 
   python -m engine.harness.page_fps docs/perf/2026-11-27-h100-socket/gpu_socket.jsonl.gz [--speed 1] \
-      [--app --app-cpus 0] [--cpus 1]
+      [--app --app-cpus 0] [--cpus 1] [--seconds 60]
 
 Needs playwright and chromium (`apt-get install chromium`), as engine/harness/ui_cost.py does.
 """
@@ -54,6 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--cpus", default=None, help="the cores chromium runs on, by number (e.g. 1: the second)")
     ap.add_argument("--app-cpus", default=None, help="with --app: the cores the app runs on (e.g. 0)")
     ap.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="play only this long (a long recording: its first minutes), not to the end")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     if args.app and args.speed != 1.0:
@@ -63,10 +65,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def play(page, span_s: float, speed: float, ended: str) -> tuple[list[dict], float]:
-    """Counters once a second until the player ends (or twice the span it should take, and 30 s more)."""
+def play(page, span_s: float, speed: float, ended: str, seconds: float | None = None) -> tuple[list[dict], float]:
+    """Counters once a second until the player ends (or twice the span it should take, and 30 s more; or
+    `seconds`, where given)."""
     t0 = time.monotonic()
-    deadline = t0 + 2 * span_s / speed + 30
+    deadline = t0 + (2 * span_s / speed + 30 if seconds is None else seconds)
     samples, before = [], page.evaluate(COUNTERS)["steps"]
     while time.monotonic() < deadline:
         time.sleep(1.0)
@@ -93,15 +96,16 @@ def in_app(browser, args, rec, tmp: Path) -> tuple[list[dict], float, dict]:
         page.locator("input[type=file]").set_input_files(str(args.recording))
         page.get_by_role("button", name=UPLOADED).click(timeout=60_000)
         page.wait_for_function(f"() => !!{INST}.server.status.replay", timeout=120_000)
-        samples, wall = play(page, rec.end - rec.start, 1.0, APP_ENDED)
+        samples, wall = play(page, rec.end - rec.start, 1.0, APP_ENDED, args.seconds)
         return samples, wall, page.evaluate(LAST_STEP)
 
 
 def measure(args) -> dict:
     from playwright.sync_api import sync_playwright
     rec = load(args.recording)
-    recorded = {lane: max((e["step"] for _, e in rec.events if e["type"] == "step" and e.get("lane") == lane),
-                          default=-1) for lane in rec.lanes}
+    recorded = None if args.seconds else {  # (played only in part: not the end's)
+        lane: max((e["step"] for _, e in rec.each_event(("step",)) if e.get("lane") == lane), default=-1)
+        for lane in rec.lanes}
     with tempfile.TemporaryDirectory() as tmp, on_cpus(args.cpus), sync_playwright() as p:
         browser = p.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
         try:
@@ -118,14 +122,14 @@ def measure(args) -> dict:
                 page.wait_for_function(f"() => !!{PLAYER} && !!{PLAYER}.inst", timeout=120_000)
                 load_s = time.monotonic() - t_load
                 page.evaluate(f"() => {{ {PLAYER}.speed = {args.speed}; }}")
-                samples, wall = play(page, rec.end - rec.start, args.speed, PAGE_ENDED)
+                samples, wall = play(page, rec.end - rec.start, args.speed, PAGE_ENDED, args.seconds)
                 drawn = page.evaluate(LAST_STEP)
         finally:
             browser.close()
     busy = [s for s in samples if s["stepping"]]  # the seconds in which steps played
     return {"recording": str(args.recording), "label": rec.label, "cpu": cpu_model(),
             "browser_cpus": args.cpus, "app_cpus": args.app_cpus, "events": len(rec), "where": "app" if args.app else "offline page",
-            "span_s": rec.end - rec.start, "page_mb": page_mb, "load_s": load_s, "speed": args.speed,
+            "span_s": rec.end - rec.start, "played_s": args.seconds, "page_mb": page_mb, "load_s": load_s, "speed": args.speed,
             "play_wall_s": wall, "fps_p50": statistics.median(s["fps"] for s in busy) if busy else None,
             "fps_min": min((s["fps"] for s in busy), default=None),
             "frame_ms_mean": statistics.fmean(s["ms"] for s in busy) if busy else None,
@@ -147,7 +151,7 @@ def main(argv=None) -> int:
           f"{res['last_step_drawn']}, recorded: {res['last_step_recorded']}")
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))
-    return 0 if res["last_step_drawn"] == res["last_step_recorded"] else 1
+    return 0 if args.seconds or res["last_step_drawn"] == res["last_step_recorded"] else 1
 
 
 if __name__ == "__main__":
