@@ -14,16 +14,18 @@
   const unpacking = new Map();  // chunk -> the promise of its [time, event] pairs
   const unpacked = new Map();   // chunk -> its pairs, once there
 
+  // Chunk i's pairs, or null if it was let go meanwhile (a seek past it: not parsed for nothing).
   async function unpack(i) {
     const b64 = document.getElementById(`ifl-chunk-${i}`).textContent;
     const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
     const text = await new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"))).text();
-    return JSON.parse(text);
+    return unpacking.has(i) ? JSON.parse(text) : null;
   }
 
   function want(i) {
     if (i >= rec.chunks.length || unpacking.has(i)) return;
-    unpacking.set(i, unpack(i).then((pairs) => { if (unpacking.has(i)) unpacked.set(i, pairs); }));
+    unpacking.set(i, unpack(i).then((pairs) => { if (pairs && unpacking.has(i)) unpacked.set(i, pairs); })
+      .catch((e) => { player.error = `this page cannot unpack its recording (${e.message || e})`; }));
   }
 
   // Enter chunk c: its events (now, or when unpacked), the next one unpacked ahead, the others let go.
@@ -66,18 +68,25 @@
   // The service as recorded, its clock at the playhead (the time axis follows it).
   function showStatus() {
     const replay = { ...rec.status.replay, position: player.pos, speed: player.speed, paused: !player.playing,
-                     ended: player.pos >= rec.end };
+                     ended: ended() };
     const inst = player.inst;
     inst.server.status = { ...rec.status, t: player.pos, paused: !player.playing, replay };
     inst.server.clockOffset = player.pos - performance.now() / 1000;
     inst.markDirty();
   }
 
+  // At the end, every event drawn (the last chunk may still be unpacking when the playhead gets there).
+  function ended() {
+    const last = Math.max(0, rec.chunks.length - 1);
+    return player.pos >= rec.end && !!player.events && player.chunk >= last && player.next >= player.events.length;
+  }
+
   function showControls() {
-    ui.play.textContent = player.playing ? "Pause" : player.pos >= rec.end ? "Play again" : "Play";
+    ui.play.textContent = player.playing ? "Pause" : ended() ? "Play again" : "Play";
     ui.seek.value = String(player.pos - rec.start);
-    ui.at.textContent = `${(player.pos - rec.start).toFixed(1)} / ${(rec.end - rec.start).toFixed(1)} s`;
-    document.body.dataset.ended = String(player.pos >= rec.end);
+    const at = `${(player.pos - rec.start).toFixed(1)} / ${(rec.end - rec.start).toFixed(1)} s`;
+    ui.at.textContent = player.error || at;
+    document.body.dataset.ended = String(ended());
   }
 
   function seek(pos) {
@@ -91,12 +100,10 @@
 
   function tick(now) {
     const ready = !!player.events, playing = player.playing;  // the playhead waits while its chunk is unpacked
-    if (playing && ready) {
-      player.pos = Math.min(rec.end, player.pos + ((now - player.last) / 1000) * player.speed);
-      if (player.pos >= rec.end) player.playing = false;
-    }
+    if (playing && ready) player.pos = Math.min(rec.end, player.pos + ((now - player.last) / 1000) * player.speed);
     catchUp();
-    if (playing || !ready) {
+    if (playing && ended()) player.playing = false;
+    if (playing || !ready || player.error) {
       showStatus();
       showControls();
     }
@@ -105,7 +112,7 @@
   }
 
   ui.play.onclick = () => {
-    if (player.pos >= rec.end) seek(rec.start);
+    if (ended()) seek(rec.start);
     player.playing = !player.playing;
     showStatus();
     showControls();

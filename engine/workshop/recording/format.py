@@ -37,11 +37,12 @@ FORMAT = "inflight-recording"
 VERSION = 1
 CHUNK_BYTES = 4 << 20         # the writer starts a new chunk past this many bytes of lines
 MAX_CHUNK_BYTES = 64 << 20    # one chunk decompressed (a recording written before chunks is one chunk)
-MAX_BYTES = 4 << 30           # all chunks decompressed: about half an hour of two busy lanes at an H100's pace
+MAX_BYTES = 4 << 30           # all chunks decompressed: about 45 minutes of two busy lanes at an H100's pace
 MAX_FILE_BYTES = 512 << 20    # the file itself (compressed)
 MAX_CHUNKS = 4096
 MAX_LINE_BYTES = 8 << 20      # one event (a step's block tables grow with the KV pool)
 MAX_EVENTS = 4_000_000        # lines, in all
+MAX_CHUNK_EVENTS = 250_000    # lines, in one chunk (a replay's hub holds a chunk's events)
 MAX_LABEL_CHARS = 200         # model, device, started_at: the banner shows them
 MAX_KV_TABLES = 4096          # a KV pool's block tables at once (requests holding blocks)
 KEEP_CHECKED = 3              # checked chunks kept in memory (the one playing, the next, one more)
@@ -56,12 +57,13 @@ class RecordingError(ValueError):
 class Events:
     """A checked chunk's events, in publishing order."""
     times: list[float] = field(default_factory=list)   # publish time of each event
-    heads: list[dict] = field(default_factory=list)    # what the hub routes by: type, lane, strategy, part, kv_key
+    heads: list[dict] = field(default_factory=list)    # what the hub routes by (type, lane, strategy, part, ...)
     texts: list[str] = field(default_factory=list)     # each event's JSON text, as the socket sends it
 
     def add(self, t: float, event: dict) -> None:
         head = {"type": event["type"], "lane": event.get("lane"), "strategy": event.get("strategy"),
-                "part": event.get("part"), "kv_key": "kv" in event and is_key(event["kv"])}
+                "part": event.get("part"), "kv_key": "kv" in event and is_key(event["kv"]),
+                "cont": bool(event.get("cont"))}
         self.times.append(t)
         self.heads.append(head)
         self.texts.append(dumps(event))
@@ -134,7 +136,8 @@ class Recording:
 
     @property
     def start(self) -> float:
-        return self.header.get("t0", self.chunks[0].t0 if self.chunks else 0.0)
+        first = self.chunks[0].t0 if self.chunks else self.header.get("t0", 0.0)
+        return min(self.header.get("t0", first), first)
 
     @property
     def end(self) -> float:
@@ -204,19 +207,26 @@ def _member():
 
 def load(source: str | Path | bytes) -> Recording:
     """Read a recording (a path, or an upload's bytes) and check its header and first chunk.
-    RecordingError says why it cannot be played ("line N: reason"); the caller names the file. The
-    chunks are measured first (a piece of one in memory at a time), so a file past a bound is refused
-    before anything is parsed."""
+    RecordingError says why it cannot be played ("line N: reason"); the caller names the file. Each
+    chunk is measured as it is decompressed (a piece of it, and its first and last lines, in memory at a
+    time) and kept compressed, so a file past a bound is refused before anything is parsed."""
     data = memoryview(_read_bytes(source))
-    totals = _Totals()
+    totals, header, chunks = _Totals(), None, []
     try:
-        scans = list(_members(data, totals))
+        for start, lines, end in _members(data, totals):
+            if header is None:
+                if not lines.firsts:
+                    raise RecordingError("line 1: not an Inflight recording")
+                header = _header(_parse(*lines.firsts[0]))
+            last_t = chunks[-1].t1 if chunks else float("-inf")
+            chunk = _chunk(data[start:end], lines, totals.chunks == 1, last_t)
+            if chunk is not None:
+                chunks.append(chunk)
     except zlib.error as e:  # not gzip, or cut short
         raise RecordingError(f"not a complete gzip file ({e})") from None
-    if not scans or not scans[0][1].firsts:
+    if header is None:
         raise RecordingError("line 1: not an Inflight recording")
-    header = _header(_parse(*scans[0][1].firsts[0]))
-    rec = Recording(header, _chunks(data, scans))
+    rec = Recording(header, chunks)
     if rec.chunks:
         rec.chunk(0)
     return rec
@@ -244,40 +254,42 @@ class _Totals:
 
 
 class _Lines:
-    """One member's lines as its pieces arrive, within the bounds; keeps only its first two and last
-    non-blank lines."""
+    """One member's lines as its pieces arrive, each within the bounds as it ends; keeps only the member's
+    first two and last non-blank lines."""
 
     def __init__(self, totals: _Totals):
         self.totals, self.first_line = totals, totals.lines + 1
-        self.bytes, self.events = 0, 0
+        self.bytes, self.lines, self.events = 0, 0, 0
         self.firsts: list[tuple[int, bytes]] = []  # (line number, line)
         self.last: tuple[int, bytes] = (0, b"")
         self._partial = b""
 
     def feed(self, piece: bytes) -> None:
-        self.bytes += len(piece)
-        self.totals.bytes += len(piece)
-        if self.bytes > MAX_CHUNK_BYTES:
-            raise RecordingError(f"line {self.totals.lines + 1}: a chunk holds more than {MAX_CHUNK_BYTES:,} bytes")
-        if self.totals.bytes > MAX_BYTES:
-            raise RecordingError(f"line {self.totals.lines + 1}: the recording holds more than {MAX_BYTES:,} "
-                                 "bytes of events")
         parts = piece.split(b"\n")
         parts[0] = self._partial + parts[0]
         for line in parts[:-1]:
-            self._line(line)
+            self._line(line, 1)
         self._partial = parts[-1]
         self._long(self._partial, self.totals.lines + 1)
 
     def end(self) -> None:
         if self._partial:
-            self._line(self._partial)
+            self._line(self._partial, 0)
             self._partial = b""
 
-    def _line(self, line: bytes) -> None:
+    def _line(self, line: bytes, newline: int) -> None:
         n = self.totals.lines = self.totals.lines + 1
+        self.lines += 1
+        self.bytes += len(line) + newline
+        self.totals.bytes += len(line) + newline
         if n > MAX_EVENTS:
             raise RecordingError(f"more than {MAX_EVENTS:,} events")
+        if self.lines > MAX_CHUNK_EVENTS:
+            raise RecordingError(f"line {n}: a chunk holds more than {MAX_CHUNK_EVENTS:,} events")
+        if self.bytes > MAX_CHUNK_BYTES:
+            raise RecordingError(f"line {n}: a chunk holds more than {MAX_CHUNK_BYTES:,} bytes")
+        if self.totals.bytes > MAX_BYTES:
+            raise RecordingError(f"line {n}: the recording holds more than {MAX_BYTES:,} bytes of events")
         self._long(line, n)
         if line.strip():
             self.events += 1
@@ -292,7 +304,8 @@ class _Lines:
 
 
 def _members(data: memoryview, totals: _Totals):
-    """(start, lines, end) of each gzip member of data, measured as it is decompressed."""
+    """(start, lines, end) of each gzip member of data, measured as it is decompressed (one at a time: the
+    caller keeps what it needs of each before the next)."""
     pos = 0
     while pos < len(data):
         totals.chunks += 1
@@ -313,20 +326,16 @@ def _members(data: memoryview, totals: _Totals):
         pos = end
 
 
-def _chunks(data: memoryview, scans) -> list[Chunk]:
-    """The members that hold events, with their spans (each member's first and last event's time)."""
-    out, last_t = [], float("-inf")
-    for i, (start, lines, end) in enumerate(scans):
-        events = lines.events - (i == 0)
-        if events <= 0:
-            continue
-        first = lines.firsts[1] if i == 0 else lines.firsts[0]
-        t0, t1 = _time(*first), _time(*lines.last)
-        if t0 < last_t:
-            raise RecordingError(f"line {first[0]}: t goes back in time ({t0} after {last_t})")
-        out.append(Chunk(data[start:end], lines.first_line, events, t0, max(t0, t1), header=i == 0))
-        last_t = max(t0, t1)  # (within a chunk, checked with it)
-    return out
+def _chunk(data: memoryview, lines: _Lines, first: bool, last_t: float) -> Chunk | None:
+    """A member as a chunk with its span (its first and last event's time), or None: it holds no event."""
+    events = lines.events - first  # (the first member's first line is the header)
+    if events <= 0:
+        return None
+    start = lines.firsts[1] if first else lines.firsts[0]
+    t0, t1 = _time(*start), _time(*lines.last)
+    if t0 < last_t:
+        raise RecordingError(f"line {start[0]}: t goes back in time ({t0} after {last_t})")
+    return Chunk(data, lines.first_line, events, t0, max(t0, t1), header=first)  # (t1 < t0: refused with it)
 
 
 def _time(n: int, line: bytes) -> float:

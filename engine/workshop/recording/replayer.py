@@ -4,9 +4,10 @@ The playhead is a position on the recording's own clock (the service clock when 
 the views show the real timings whatever the speed. Seeking builds a new hub holding every event from
 the start of the chunk the playhead lands in (format.py: a recording's first chunk is the whole of a
 short one) up to it (a socket on the old hub closes, and its client resubscribes from the oldest event).
-The hub holds up to MAX_RING events, so nothing of a chunk is coalesced away. A chunk is checked when the
-playhead enters the one before it (a thread of its own), so playing never waits for it; one that turns
-out wrong stops the replay, and `error` says why.
+The hub holds a chunk's events whole (and up to MAX_RING of a short recording's). A chunk is checked when
+the playhead enters the one before it (a thread of its own), so playing seldom waits for it, and never
+under the lock the socket reads the position with; one that turns out wrong stops the replay, and `error`
+says why.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ...config import EngineConfig
 from ...event_hub import EventHub
 from ...events import StatusEvent
 from ...serving.lanes import lane_headers
-from .format import Recording, RecordingError
+from .format import Events, Recording, RecordingError
 
 log = logging.getLogger(__name__)
 SPEEDS = (0.25, 4.0)   # slowest and fastest
@@ -44,6 +45,7 @@ class RecordedEvent:
     def __init__(self, head: dict, text: str):
         self.TYPE, self.lane, self.strategy = head["type"], head.get("lane"), head.get("strategy")
         self.kv_pool, self.kv_is_key = (self.lane, head.get("part")), head.get("kv_key", True)
+        self.continues = head.get("cont", False)  # its rows go on from the pool's previous step
         self._text, self._wire = text, None
 
     def json(self) -> str:
@@ -74,23 +76,34 @@ class Replayer:
 
     # ---- the playhead ------------------------------------------------------------------------
     def _reset(self, pos: float) -> None:
-        self.hub = EventHub(min(len(self.recording), MAX_RING) + 64)
+        chunks = self.recording.chunks
+        ring = max(min(len(self.recording), MAX_RING), max((c.events for c in chunks), default=0))
+        self.hub = EventHub(ring + 64)  # (a seek's chunk, whole)
         self._chunk = self.recording.chunk_at(pos)  # the chunk of the next event to publish, and its index there
         self._next = 0
+        self._held: dict[int, Events] = {}  # the checked events of the playhead's chunk and the next one
         self._base_pos, self._base_wall = pos, self._clock()
         self._check_next()
 
     def _check_next(self) -> None:
-        """Check the chunk after the playhead's in a thread of its own (its result is kept)."""
+        """Check the chunk after the playhead's in a thread of its own."""
         nxt = self._chunk + 1
-        if nxt < len(self.recording.chunks):
-            threading.Thread(target=self._check_quietly, args=(nxt,), daemon=True, name="inflight-replay-check").start()
+        if nxt < len(self.recording.chunks) and nxt not in self._held:
+            threading.Thread(target=self._hold, args=(nxt, True), daemon=True, name="inflight-replay-check").start()
 
-    def _check_quietly(self, i: int) -> None:
+    def _hold(self, i: int, quietly: bool = False) -> None:
+        """Check chunk i (outside the lock: the socket reads the position meanwhile) and keep its events while
+        the playhead is in it or the one before it. A wrong one raises RecordingError, but quietly (the
+        recording keeps it: the replay says so when it gets there)."""
         try:
-            self.recording.chunk(i)
+            events = self.recording.chunk(i)
         except RecordingError:
-            pass  # kept: the replay says so when it gets there
+            if quietly:
+                return
+            raise
+        with self._lock:
+            if self._chunk <= i <= self._chunk + 1:
+                self._held[i] = events
 
     def _raw_position(self) -> float:
         if self.paused:
@@ -108,32 +121,46 @@ class Replayer:
         return not chunks or (self._chunk == len(chunks) - 1 and self._next >= chunks[-1].events)
 
     def pump(self) -> int:
-        """Publish every event due by now; returns how many."""
-        with self._lock:
-            pos, count = self._raw_position(), 0
-            while not self.ended:
-                events = self.recording.chunk(self._chunk)
-                times, first = events.times, self._next
-                while self._next < len(times) and times[self._next] <= pos:
-                    self.hub.publish(RecordedEvent(events.heads[self._next], events.texts[self._next]))
-                    self._next += 1
-                count += self._next - first
-                if self._next < len(times) or self._chunk + 1 == len(self.recording.chunks):
-                    break
-                self._chunk, self._next = self._chunk + 1, 0
-                self._check_next()
-            return count
+        """Publish every event due by now; returns how many. A chunk not checked yet is checked here first."""
+        count = 0
+        while True:
+            with self._lock:
+                published, missing = self._publish_due()
+            count += published
+            if missing is None:
+                return count
+            self._hold(missing)
+
+    def _publish_due(self) -> tuple[int, int | None]:
+        """(events published, the chunk whose events are needed first, if any). Holds the lock."""
+        pos, count = self._raw_position(), 0
+        while not self.ended:
+            events = self._held.get(self._chunk)
+            if events is None:
+                return count, self._chunk
+            times, first = events.times, self._next
+            while self._next < len(times) and times[self._next] <= pos:
+                self.hub.publish(RecordedEvent(events.heads[self._next], events.texts[self._next]))
+                self._next += 1
+            count += self._next - first
+            if self._next < len(times) or self._chunk + 1 == len(self.recording.chunks):
+                break
+            self._held.pop(self._chunk, None)
+            self._chunk, self._next = self._chunk + 1, 0
+            self._check_next()
+        return count, None
 
     def _due_in(self) -> float:
-        """Wall seconds until the next event is due (or the loop restarts)."""
+        """Wall seconds until the next event is due (or the loop restarts; 0: its chunk is not checked yet)."""
         with self._lock:
             if self.paused or (self.ended and not self.loop):
                 return MAX_WAIT_S
             if self.ended:
                 due = self.recording.end + LOOP_HOLD_S
+            elif (events := self._held.get(self._chunk)) is None:
+                return 0.0
             else:
-                times = self.recording.chunk(self._chunk).times
-                due = times[self._next] if self._next < len(times) else self.recording.chunks[self._chunk + 1].t0
+                due = events.times[self._next]
             return max(0.0, (due - self._raw_position()) / self.speed)
 
     # ---- controls ----------------------------------------------------------------------------
@@ -163,14 +190,19 @@ class Replayer:
         """Jump to recording time t: a fresh hub with every event of its chunk up to t, published at once."""
         if not isinstance(t, (int, float)):
             raise ValueError(f"seek needs a time in seconds, got {t!r}")
+        with self._lock:
+            self._reset(min(max(float(t), self.recording.start), self.recording.end))
+        self._pump_or_stop()
+        self._wake.set()
+
+    def _pump_or_stop(self) -> None:
+        """pump(), from the page's thread (a seek, the start): a chunk that turns out wrong stops the replay
+        (the views go back to the engines, and `error` says why)."""
         try:
-            with self._lock:
-                self._reset(min(max(float(t), self.recording.start), self.recording.end))
-                self.pump()
-        except RecordingError as e:  # (a seek from the page: the views go back to the engines, and error says why)
+            self.pump()
+        except RecordingError as e:
             self._failed(e)
             self.stop()
-        self._wake.set()
 
     def _status(self, what: str) -> None:
         self.hub.publish(StatusEvent(event=what, t=self.position()))
@@ -178,7 +210,9 @@ class Replayer:
 
     # ---- the thread --------------------------------------------------------------------------
     def start(self) -> Replayer:
-        self.pump()
+        self._pump_or_stop()
+        if not self.active:
+            return self
         self._thread = threading.Thread(target=self._run, daemon=True, name="inflight-replay")
         self._thread.start()
         return self

@@ -42,8 +42,11 @@ def play_file(svc, source: bytes | Path, name: str) -> str | None:
         recording = load(source)
     except ValueError as e:  # not gzip, not JSON, not a recording, past a bound, an event off the contract
         return f"Cannot play {name}: {e}"
-    play(svc, recording)
-    return None
+    r = play(svc, recording)
+    if r.error is None:
+        return None
+    svc.replay_error = None  # (said here instead)
+    return f"Cannot play {name}: {r.error}"
 
 
 def stop_replay(svc) -> None:

@@ -218,3 +218,44 @@ def test_a_recording_past_a_bound_of_its_chunks_is_refused(monkeypatch, bound, v
 def test_a_chunk_before_the_previous_one_in_time_is_refused_when_loaded():
     with pytest.raises(ValueError, match="line 13: t goes back in time"):
         load(members([HEADER, LANES_EVENT, *EVENTS[10:20]], EVENTS[:10]))
+
+
+def test_loading_holds_one_chunks_lines_at_a_time(monkeypatch):
+    """A chunk's first and last lines are kept while it is measured, then only its span: twenty chunks of
+    three long lines load in the memory of one."""
+    monkeypatch.setattr(format, "MAX_LINE_BYTES", 1 << 20)
+    long = lambda t: {"t": float(t), "event": {"type": "status", "event": "a" * 900_000}}  # noqa: E731
+    data = members([HEADER, LANES_EVENT, long(100)], *([long(100 + 3 * i + k) for k in range(3)] for i in range(1, 21)))
+    assert len(data) < 1 << 20
+    peak, _ = _traced(lambda: load(data))
+    assert peak < 12 << 20, peak  # (all their lines: 54 MB)
+
+
+def test_a_bound_crossed_names_the_line_that_crossed_it(monkeypatch):
+    monkeypatch.setattr(format, "MAX_BYTES", 1 << 20)
+    lines = [json.dumps(HEADER), *([LINES[5]] * 2000)]
+    sizes, n = 0, 0
+    while sizes <= 1 << 20:
+        sizes, n = sizes + len(lines[n].encode()) + 1, n + 1
+    with pytest.raises(ValueError, match=f"^line {n}: the recording holds more than"):
+        load(recording(*lines))
+
+
+def test_a_replay_whose_next_chunk_is_due_at_once_and_wrong_is_refused_at_once():
+    bad = {"t": json.loads(LANES_EVENT)["t"], "event": without(FIRST["event"], "type")}  # due with the first
+    svc = live()
+    problem = play_file(svc, members([{**HEADER, "t0": 1e9}, LANES_EVENT], [bad]), "due.jsonl.gz")
+    assert problem.startswith("Cannot play due.jsonl.gz: line 3: event.type"), problem
+    assert svc.replay is None and svc.replay_error is None and source(svc) is svc
+
+
+def test_a_seek_shows_a_big_chunk_whole():
+    """The replay's hub holds its biggest chunk whole: a seek to its end hands the views all of it."""
+    many = [json.dumps({"t": 100 + i * 1e-3, "event": {"type": "status", "event": "x"}}) for i in range(25_000)]
+    rec = load(recording(HEADER, LANES_EVENT, *many))
+    svc = live()
+    r = play(svc, rec)
+    r.seek(rec.end)
+    batch = r.hub.read(0)
+    assert batch.skipped == 0 and len(batch.events) == len(rec) == 25_001
+    stop_replay(svc)
