@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .kv_wire import KvBase, change_fields, key_fields
+from .kv_wire import ENTRY_CTX, SHORT_CTX, KvBase, change_fields, key_fields
 from .wire_json import dumps
 
 if TYPE_CHECKING:
@@ -80,6 +80,68 @@ def wire_entry(e: StepEntry, index: int) -> list:
     if e.phase == DECODE and e.num_tokens == 1 and e.slot == index and not (e.cached_tokens or e.drafted or e.accepted):
         return [e.request_id, e.context_len]
     return e.to_list()
+
+
+def continued_rows(prev, entries: list[list]) -> tuple[list[list], list[list[int]]]:
+    """A step's wire entries as sent beside the previous step of its pool (prev: its rows' (request_id,
+    context_len)): the short ones that go on from a row there (its context_len one more) as runs [at, from,
+    n] (this step's entries at..at+n-1 are prev's from..from+n-1, each a token further), and the others in
+    order. At a GPU's batch sizes most rows of most steps go on, and a run of them is a few bytes instead of
+    ~11 a row (nor does a context that grows by one each step compress)."""
+    where = {rid: (j, ctx) for j, (rid, ctx) in enumerate(prev)}
+    rest, runs = [], []
+    for i, e in enumerate(entries):
+        hit = where.get(e[0]) if len(e) == len(SHORT_ENTRY) else None
+        if hit is None or hit[1] + 1 != e[1]:
+            rest.append(e)
+        elif runs and runs[-1][0] + runs[-1][2] == i and runs[-1][1] + runs[-1][2] == hit[0]:
+            runs[-1][2] += 1
+        else:
+            runs.append([i, hit[0], 1])
+    return rest, runs
+
+
+def with_continued_rows(prev: list[list] | None, step: dict) -> list[list] | None:
+    """A wire step's entries as sent whole: its `cont` runs written out from `prev`, the entries of its
+    pool's previous step (as this returned them). None: it has runs and prev is not known (a reader that
+    missed events has it whole again from the pool's next key frame). Runs past prev's rows are ignored,
+    and a step never holds more rows than prev and its own entries (each of prev's goes on at most once)."""
+    runs, explicit = step.get("cont"), step.get("entries") or []
+    if not runs:
+        return explicit
+    if prev is None:
+        return None
+    out, k, room = [], 0, len(prev)
+    for at, start, n in runs:
+        take = min(max(0, at - len(out)), len(explicit) - k)
+        out += explicit[k:k + take]
+        k += take
+        went_on = prev[max(0, start):max(0, start + min(n, room))]
+        room -= len(went_on)
+        out += [[rid, ctx + 1] for rid, ctx in map(row_context, went_on)]
+    return out + explicit[k:]
+
+
+def row_context(entry: list) -> tuple[int, int]:
+    """A wire entry's (request_id, context_len), short or not."""
+    return entry[0], entry[SHORT_CTX if len(entry) == len(SHORT_ENTRY) else ENTRY_CTX]
+
+
+class StepRows:
+    """A reader's last step entries of each pool (a lane, or one half of a disaggregated lane), to write out
+    the continued rows of the wire steps it reads in order."""
+
+    def __init__(self):
+        self._last: dict[tuple, list[list] | None] = {}
+
+    def resolve(self, step: dict) -> dict | None:
+        """The step with its entries whole (`cont` written out); None where they cannot be (see
+        with_continued_rows)."""
+        pool = (step.get("lane"), step.get("part"))
+        entries = self._last[pool] = with_continued_rows(self._last.get(pool), step)
+        if entries is None:
+            return None
+        return step if "cont" not in step else {**{k: v for k, v in step.items() if k != "cont"}, "entries": entries}
 
 
 def full_entries(entries) -> list[list]:
@@ -177,8 +239,8 @@ class StepEvent:
         return sum(e.num_tokens for e in self.entries if e.phase == PADDING)
 
     def to_dict(self, key: bool = False) -> dict:
-        """Compact JSON-ready form (the websocket's shape); key: with the tables whole even where the
-        event is not a key frame."""
+        """Compact JSON-ready form (the websocket's shape); key: with the tables and rows whole even where
+        the event is not a key frame."""
         entries = [wire_entry(e, i) for i, e in enumerate(self.entries)]
         return {
             "type": StepMessage.TYPE,
@@ -186,7 +248,7 @@ class StepEvent:
             "strategy": self.strategy,
             "t_start": self.t_start,
             "t_end": self.t_end,
-            "entries": entries,
+            **self._rows_dict(entries, key),
             "num_waiting": self.num_waiting,
             "num_running": self.num_running,
             "admitted": self.admitted,
@@ -203,6 +265,14 @@ class StepEvent:
             **self._part_dict(),
             **({"answer_ends": {str(k): v for k, v in self.answer_ends.items()}} if self.answer_ends else {}),
         }
+
+    def _rows_dict(self, entries: list[list], key: bool) -> dict:
+        """`entries` whole (a key frame), or the rows that do not go on from the pool's previous step with
+        `cont` the runs of those that do (continued_rows)."""
+        if key or self.kv_base is None:
+            return {"entries": entries}
+        rest, runs = continued_rows(((e.request_id, e.context_len) for e in self.kv_base.entries), entries)
+        return {"entries": rest, "cont": runs} if runs else {"entries": entries}
 
     def _sampled_dict(self, entries: list[list]) -> dict:
         """The requests sampled for, relative to the short entries (plain decode rows), which mostly all
@@ -309,6 +379,11 @@ class StepMessage(Event):
 
     can_key = True  # a live event holds its tables whole
 
+    @property
+    def continues(self) -> bool:
+        """Its wire form has rows that go on from its pool's previous step (`cont`)."""
+        return "cont" in self.wire()
+
     def key_wire(self) -> dict:
         """The wire dict with the tables whole (built on first use and kept, like wire(): the same dict
         but for its KV)."""
@@ -320,8 +395,11 @@ class StepMessage(Event):
         return out
 
     def _key_dict(self) -> dict:
-        """The wire dict with the tables whole, from the wire dict where a reader had it built (as json())."""
-        return {**(self.__dict__.get("_wire") or self.to_dict()), "kv": self.event.kv_dict(key=True)}
+        """The wire dict with the tables and rows whole, from the wire dict where a reader had it built (as
+        json())."""
+        wire = self.__dict__.get("_wire") or self.to_dict()
+        rows = {"entries": [wire_entry(e, i) for i, e in enumerate(self.event.entries)]}
+        return {**{k: v for k, v in wire.items() if k != "cont"}, **rows, "kv": self.event.kv_dict(key=True)}
 
     def key_json(self) -> str:
         if self.kv_is_key:

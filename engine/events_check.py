@@ -205,9 +205,20 @@ def _sampled(v, path: str) -> None:
     (_map(_id_key, _int) if isinstance(v, dict) else _list(_int))(v, path)
 
 
+def _run(v, path: str) -> None:
+    """A run of rows that go on from the pool's previous step: [at, from, n] (engine/events.py continued_rows)."""
+    if not (isinstance(v, list) and len(v) == 3):
+        raise ValueError(f"{path} must be [at, from, n]")
+    for name, x in zip(("at", "from", "n"), v):
+        _int(x, f"{path}.{name}")
+        if x < 0:
+            raise ValueError(f"{path}.{name} must not be negative")
+
+
 # StepEvent.to_dict() plus what StepMessage adds (its lane, deltas and roofline)
 _STEP_FIELDS = {
     "type": _str, "step": _int, "strategy": _str, "t_start": _num, "t_end": _num, "entries": _list(_entry),
+    "cont": _list(_run),
     "num_waiting": _int, "num_running": _int, "admitted": _list(_int), "finished": _list(_int),
     "preempted": _list(_int), "tokens_used": _int, "token_budget": _int, "kv": _kv, "prefix_queries": _int,
     "prefix_hits": _int, "sampled": _sampled, "unsampled": _list(_int), "lane": _optional(_str),

@@ -26,10 +26,12 @@ SHORT_CTX = 1  # and in a short one, [request_id, context_len] (events.SHORT_ENT
 
 @dataclass(frozen=True)
 class KvBase:
-    """What the previous published step of the same KV pool held: the next one's changes are against it."""
+    """What the previous published step of the same KV pool held: the next one's changes are against it
+    (its KV, and its rows: a row that goes on from there travels as a run of `cont`, engine/events.py)."""
     tables: dict[int, list[int]]
     kv_tokens: dict[int, int]
     cached: list[int]
+    entries: list = ()  # its StepEntry rows
 
 
 class KvFrames:
@@ -47,7 +49,7 @@ class KvFrames:
         for a pool's first event and then at least every `every_s` of its events' time."""
         pool, t = event.part, event.t_end
         prev = self._last.get(pool)
-        self._last[pool] = KvBase(event.block_tables, event.kv_tokens, event.cached_blocks)
+        self._last[pool] = KvBase(event.block_tables, event.kv_tokens, event.cached_blocks, event.entries)
         if prev is None or t - self._key_t[pool] >= self.every_s:
             self._key_t[pool] = t
             prev = None

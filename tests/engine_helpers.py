@@ -5,6 +5,7 @@ import random
 from collections import Counter
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.events import StepRows
 from engine.kv_wire import KvFrames, fold_kv
 
 
@@ -50,24 +51,27 @@ def check_kv_invariants(eng: LLMEngine) -> None:
 
 
 def check_wire_kv(eng: LLMEngine, ev) -> None:
-    """A step event's KV as the wire sends it (the changes since the engine's previous event, or the
-    tables whole; stamped as a lane stamps what it publishes) folds into exactly the tables it holds.
-    Call it on every event of the engine."""
+    """A step event's KV and rows as the wire sends them (the changes since the engine's previous event,
+    or the tables whole; the rows that go on from the previous step as runs; stamped as a lane stamps what
+    it publishes) come back as exactly the tables and rows it holds. Call it on every event of the engine."""
     if ev is None:
         return
     eng.__dict__.setdefault("_kv_frames", KvFrames()).stamp(ev)
-    wire = ev.to_dict()
+    wire, whole = ev.to_dict(), ev.to_dict(key=True)
+    wire = eng.__dict__.setdefault("_step_rows", StepRows()).resolve(wire)
+    assert wire["entries"] == whole["entries"], "the rows on the wire do not come back as the step's"
     folded = fold_kv(eng.__dict__.get("_folded_kv"), wire["kv"], wire["entries"])
-    assert folded == ev.to_dict(key=True)["kv"], "the KV changes on the wire do not fold into the tables"
+    assert folded == whole["kv"], "the KV changes on the wire do not fold into the tables"
     eng.__dict__["_folded_kv"] = folded
 
 
 def whole_kv(events: list[dict]) -> list[dict]:
-    """Wire events with each step's KV folded whole (engine/kv_wire.py), per lane and half, as a client
-    that read them in order holds them."""
-    last, out = {}, []
+    """Wire events with each step's KV folded whole (engine/kv_wire.py) and its rows whole (engine/events.py
+    StepRows), per lane and half, as a client that read them in order holds them."""
+    last, out, rows = {}, [], StepRows()
     for e in events:
         if e.get("type") == "step" and "kv" in e:
+            e = rows.resolve(e)  # (its rows whole)
             pool = (e.get("lane"), e.get("part"))
             last[pool] = fold_kv(last.get(pool), e["kv"], e["entries"])
             e = {**e, "kv": last[pool]}

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from engine.events import (DECODE, DECODE_PART, ENTRY_FIELDS, EVENTS, PADDING, PREFILL, SWAP_IN, SWAP_OUT, StepEntry,
-                           StepEvent, StepMessage, full_entries, sampled_ids)
+                           StepEvent, StepMessage, StepRows, full_entries, sampled_ids)
 from engine.scheduler import waits
 
 IDS = r"#\d+(?:(?:, #\d+)*(?: and (?:#\d+|\d+ more)))?"
@@ -108,8 +108,9 @@ CLASSES = {e.TYPE: e for e in EVENTS}
 
 
 def typed(events: list[dict]) -> list:
-    """Wire events (a recording's) -> the events as the hub holds them."""
-    return [step_message(e) if e["type"] == StepMessage.TYPE else
+    """Wire events (a recording's, in order) -> the events as the hub holds them."""
+    rows = StepRows()  # (a step's rows that go on from its pool's previous step come as runs)
+    return [step_message(rows.resolve(e)) if e["type"] == StepMessage.TYPE else
             CLASSES[e["type"]](**{k: v for k, v in e.items() if k != "type"}) for e in events]
 
 

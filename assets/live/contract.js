@@ -68,5 +68,25 @@ defineLive("Contract", [], () => {
     });
   }
 
-  return { fromWire, fullEntries };
+  // A step's entries as sent whole: its `cont` runs ([at, from, n]: entries at..at+n-1 are the previous step's
+  // of its pool from..from+n-1, each a token further, sent short) written out between its own entries. prev:
+  // that previous step's entries as this returned them. Runs past prev's rows are cut, and no more of prev's
+  // rows go on than prev holds (engine/events.py with_continued_rows).
+  function continuedRows(contract, prev, cont, entries) {
+    const out = [], ctx = contract.entry.ctx;
+    let k = 0, room = prev.length;
+    for (const [at, start, n] of cont) {
+      const take = Math.min(Math.max(0, at - out.length), entries.length - k);
+      for (let i = 0; i < take; i++) out.push(entries[k++]);
+      const from = Math.max(0, start), to = Math.min(prev.length, from + Math.max(0, Math.min(n, room)));
+      for (let j = from; j < to; j++, room--) {
+        const p = prev[j];
+        out.push([p[0], (p.length === 2 ? p[1] : p[ctx]) + 1]);
+      }
+    }
+    while (k < entries.length) out.push(entries[k++]);
+    return out;
+  }
+
+  return { fromWire, fullEntries, continuedRows };
 });

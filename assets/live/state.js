@@ -29,7 +29,8 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   }
 
   function newLane(name) {
-    return { name, steps: [], reqs: new Map(), kv: null, kvWire: {}, kvRev: 0, rev: 0, textRev: 0, lastIt: -1, lastT: null,
+    return { name, steps: [], reqs: new Map(), kv: null, kvWire: {}, rowsWire: {}, kvRev: 0, rev: 0, textRev: 0,
+             lastIt: -1, lastT: null,
              lastStepMs: null, lastEvent: null, gapPending: false, prefix: { queries: 0, hits: 0 }, peaks: null,
              remote: false, server: [] };
   }
@@ -53,6 +54,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
       for (const S of st.by.values()) {
         S.gapPending = true;
         S.kvWire = {};  // KV changes fold again from each pool's next key frame (the socket sends one next)
+        S.rowsWire = {};  // and rows that go on from a step we did not see are written out from it too
       }
       changed = true;
     }
@@ -75,6 +77,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   // Fold one event into the state; returns true if something visible changed.
   function ingest(st, ev, clearAfter = -Infinity) {
     const T = st.contract.type;
+    if (ev.type === T.step && !(ev = withContinuedRows(st, ev))) return false;
     if (ev.type === T.step) ev = withFullEntries(st.contract, ev);
     if (ev.type === T.step && ev.kv) ev = foldKv(st, ev);  // (before the time filter: later changes build on it)
     const t = eventTime(T, ev);
@@ -94,6 +97,23 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     if (tEnd != null) st.latestT = st.latestT == null ? tEnd : Math.max(st.latestT, tEnd);
     S.rev++;
     return true;
+  }
+
+  // A step event with the rows that go on from its pool's previous step (`cont`) written out among its entries
+  // (Contract.continuedRows); null where that previous step is not known (after a gap, until the pool's next key
+  // frame, which the socket sends whole: the step is left out).
+  function withContinuedRows(st, ev) {
+    const S = st.by.get(ev.lane);
+    if (!S) return ev;
+    const part = ev.part || "";
+    let entries = ev.entries || [];
+    if (Array.isArray(ev.cont) && ev.cont.length) {
+      const prev = S.rowsWire[part];
+      if (!prev) return null;
+      entries = Contract.continuedRows(st.contract, prev, ev.cont, entries);
+    }
+    S.rowsWire[part] = entries;
+    return entries === ev.entries ? ev : { ...ev, entries, cont: undefined };
   }
 
   // A step event with its entries written out, and the requests it sampled for listed whole (read against

@@ -119,11 +119,14 @@ class Subscription:
         """Whether this client sees the event (service-wide events have no lane: everyone gets them)."""
         return self.lanes is None or event.lane is None or event.lane in self.lanes
 
-    def view(self, event, kv_form: str = AS_IS) -> str:
+    def view(self, event, kv_form: str = AS_IS) -> str | None:
         """The event's JSON text as this client should get it (a hub's event: an engine/events.py Event,
-        or a replay's RecordedEvent); kv_form: how a step event's KV goes (engine/kv_wire.py KvSync)."""
+        or a replay's RecordedEvent); kv_form: how a step event's KV goes (engine/kv_wire.py KvSync).
+        None: not at all (a recorded step whose rows go on from steps this client did not get)."""
         if event.TYPE != StepMessage.TYPE:
             return event.json()
+        if kv_form == NO_KV and event.continues:
+            return None
         keep_kv = self.kv and kv_form != NO_KV
         if keep_kv and self.requests is None:
             return event.key_json() if kv_form == KEY else event.json()

@@ -8,6 +8,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..events import StepMessage
+from ..kv_wire import KEY, KvSync
 from ..telemetry.trace_export import chrome_trace
 from .http_common import json_response
 from .presenter import unless_presenter
@@ -16,8 +18,10 @@ FILE_NAME = "inflight-trace.json"
 
 
 def hub_trace(hub) -> dict:
-    """The trace of every event the hub still holds."""
-    return chrome_trace(event.wire() for _, event in hub.read(0).events)
+    """The trace of every event the hub still holds (each pool's first step with its rows whole)."""
+    sync = KvSync()
+    return chrome_trace(event.key_wire() if event.TYPE == StepMessage.TYPE and sync.form(event) == KEY
+                        else event.wire() for _, event in hub.read(0).events)
 
 
 def trace_route(get_service) -> Route:

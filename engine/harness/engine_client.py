@@ -6,7 +6,7 @@ import json
 import statistics
 import time
 
-from ..events import ENTRY_FIELDS, PREFILL, StepMessage, full_entries
+from ..events import ENTRY_FIELDS, PREFILL, StepMessage, StepRows, full_entries
 
 PHASE = ENTRY_FIELDS.index("phase")  # a step entry is a list in ENTRY_FIELDS order
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
@@ -56,14 +56,16 @@ class EngineClient:
         done: dict[str, int] | None = None  # lane -> requests finished (known from the first answer)
         steps: dict[str, list] = {}
         finished_at: dict[str, float] = {}   # when each engine finished the last request
+        rows = StepRows()  # every step's rows whole (each pool's first comes whole: the socket sees to it)
         while done is None or any(v < n for v in done.values()):
             msg = self.pending.pop(0) if self.pending else json.loads(self.ws.recv(timeout=120))
             if msg.get("type") == "error":
                 raise RuntimeError(msg["message"])
             if done is None and msg.get("type") == "reply" and msg.get("cmd") == "submit":  # (kept by call)
                 done, steps = {s: 0 for s in msg["lanes"]}, {s: [] for s in msg["lanes"]}
-            for ev in msg.get("events", []) if msg.get("type") == "events" and done else []:
-                if ev.get("type") != StepMessage.TYPE or ev["lane"] not in done:
+            stepped = [rows.resolve(ev) for ev in msg.get("events", []) if ev.get("type") == StepMessage.TYPE]
+            for ev in stepped if msg.get("type") == "events" and done else []:
+                if ev is None or ev["lane"] not in done:
                     continue
                 s = ev["lane"]
                 done[s] += len(ev["finished"])

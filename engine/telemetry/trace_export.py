@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ..events import (DECODE, ENTRY_FIELDS, PADDING, PREFILL, FinishedEvent, RequestEvent, StepMessage,
+from ..events import (DECODE, ENTRY_FIELDS, PADDING, PREFILL, FinishedEvent, RequestEvent, StepMessage, StepRows,
                       full_entries)
 
 QUEUED, RECOMPUTE, PREEMPTED, HELD, HANDED = "queued", "recompute", "preempted", "held", "KV hand-off"
@@ -35,10 +35,13 @@ _ABOUT_REQUESTS = (RequestEvent.TYPE, StepMessage.TYPE, FinishedEvent.TYPE)
 def chrome_trace(events: Iterable[dict]) -> dict:
     """The trace of these events (in the order the hub published them)."""
     lanes: dict[str, _Lane] = {}
+    rows = StepRows()
     for ev in events:
         name = ev.get("lane")
         if name is None or ev.get("type") not in _ABOUT_REQUESTS:
             continue  # service-wide or not about requests
+        if ev["type"] == StepMessage.TYPE and (ev := rows.resolve(ev)) is None:
+            continue  # its rows go on from steps before the window, until its pool's next key frame
         lane = lanes.get(name)
         if lane is None:
             lane = lanes[name] = _Lane(len(lanes) + 1, name, ev.get("strategy"))

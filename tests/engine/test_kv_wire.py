@@ -3,10 +3,12 @@ each reader gets. The engine's own events are checked in every random run (tests
 test_kv_invariants.py, check_wire_kv); these cover the arithmetic on arbitrary tables."""
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.events import DECODE, ENTRY_FIELDS, StepEntry, StepEvent, StepMessage
+from engine.events import DECODE, ENTRY_FIELDS, StepEntry, StepEvent, StepMessage, StepRows, with_continued_rows
 from engine.kv_wire import AS_IS, ENTRY_CTX, ENTRY_RID, KEY, NO_KV, KvFrames, KvSync, fold_kv, is_key
 from engine.workshop.recording.replayer import RecordedEvent
 from engine.wire_json import dumps
@@ -38,7 +40,7 @@ def test_changes_fold_into_the_tables_whole(seq, gap):
     for i, (tabs, cached) in enumerate(seq):
         msg = step(i * gap, frames, tabs, cached)
         kv = msg.wire()["kv"]
-        folded = fold_kv(folded, kv, msg.wire()["entries"])
+        folded = fold_kv(folded, kv, msg.key_wire()["entries"])
         assert folded == msg.key_wire()["kv"]
         if is_key(kv):
             last_key = i * gap
@@ -69,7 +71,7 @@ def test_a_step_left_unpublished_is_no_base():
     first = step(0.0, frames, {1: [4, 5], 2: [6]}, [])
     step(0.1, unpublished, {2: [6]}, [])  # request 1 freed in a step nobody is sent
     third = step(0.2, frames, {2: [6], 3: [7]}, [])
-    folded = fold_kv(fold_kv(None, first.wire()["kv"]), third.wire()["kv"], third.wire()["entries"])
+    folded = fold_kv(fold_kv(None, first.wire()["kv"]), third.wire()["kv"], third.key_wire()["entries"])
     assert folded == third.key_wire()["kv"] and "1" not in folded["block_tables"]
 
 
@@ -96,3 +98,47 @@ def _head(msg: StepMessage) -> dict:
     events = Events()
     events.add(0.0, msg.wire())
     return events.heads[0]
+
+
+rows = st.lists(st.tuples(st.integers(0, 12), st.sampled_from(["decode", "decode", "decode", "prefill"]),
+                          st.sampled_from([0, 1, 1, 1, 2])), max_size=10, unique_by=lambda r: r[0])
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(seq=st.lists(rows, min_size=1, max_size=10), gap=st.sampled_from([0.01, 0.6]))
+def test_rows_that_go_on_come_back_whole(seq, gap):
+    """Whatever rows a pool's steps schedule (the same ones a token further, others, in another order,
+    prefills), a reader that writes each step's runs out from the previous one's rows (StepRows) has every
+    step's entries as sent whole; a steady decode step sends no entries, only a run."""
+    frames, reader, ctx = KvFrames(), StepRows(), {}
+    for i, sched in enumerate(seq):
+        entries = []
+        for slot, (rid, phase, grow) in enumerate(sched):
+            ctx[rid] = ctx.get(rid, 5) + grow
+            entries.append(StepEntry(rid, phase, 1 if phase == DECODE else 3, ctx[rid], slot))
+        ev = StepEvent(step=i, strategy="continuous", t_start=i * gap, t_end=i * gap, entries=entries,
+                       num_waiting=0, num_running=0, admitted=[], finished=[], preempted=[], tokens_used=0,
+                       token_budget=8, num_blocks=64, block_size=4, used_blocks=0, block_tables={}, kv_tokens={},
+                       reserved_unused_slots=0)
+        frames.stamp(ev)
+        msg = StepMessage(event=ev, lane="a", strategy="continuous")
+        got = reader.resolve(json.loads(dumps(msg.wire())))
+        assert got["entries"] == msg.key_wire()["entries"] and "cont" not in got and "cont" not in msg.key_wire()
+    frames = KvFrames()
+    for k in range(2):  # four rows, a token further each step
+        ev = StepEvent(step=k, strategy="continuous", t_start=0, t_end=0, num_waiting=0, num_running=4,
+                       entries=[StepEntry(r, DECODE, 1, 9 + k, r) for r in range(4)], admitted=[], finished=[],
+                       preempted=[], tokens_used=4, token_budget=8, num_blocks=64, block_size=4, used_blocks=0,
+                       block_tables={}, kv_tokens={}, reserved_unused_slots=0)
+        frames.stamp(ev)
+    wire = StepMessage(event=ev, lane="a", strategy="continuous").wire()
+    assert wire["entries"] == [] and wire["cont"] == [[0, 0, 4]]
+
+
+def test_a_reader_without_the_previous_rows_cannot_write_runs_out():
+    assert with_continued_rows(None, {"entries": [[1, 5]], "cont": [[0, 0, 2]]}) is None
+    assert with_continued_rows(None, {"entries": [[1, 5]]}) == [[1, 5]]
+    prev = [[3, 7], [4, "prefill", 3, 9, 1, 0, 0, 0]]
+    # runs past prev's rows are cut, and no more rows than prev holds ever go on
+    assert with_continued_rows(prev, {"entries": [], "cont": [[0, 1, 9], [1, 0, 9]]}) == [[4, 10], [3, 8]]
+    assert len(with_continued_rows(prev, {"entries": [], "cont": [[0, 0, 2]] * 1000})) == 2

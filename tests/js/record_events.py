@@ -30,7 +30,7 @@ import dataclasses  # noqa: E402
 
 from engine import EngineConfig, SamplingParams  # noqa: E402
 from engine.api.server import create_app  # noqa: E402
-from engine.events import sampled_ids, wire_contract  # noqa: E402
+from engine.events import StepRows, sampled_ids, wire_contract  # noqa: E402
 from engine.serving.service import EngineService  # noqa: E402
 from service_helpers import serve, wait_idle  # noqa: E402
 from tiny_models import make_tiny_model  # noqa: E402
@@ -67,7 +67,7 @@ async def record(url: str, svc: EngineService) -> list[dict]:
     prompts = [{"prompt": "The lighthouse keeper"}, {"prompt": [5, 6, 7, 8, 9, 10, 11, 12]},
                {"messages": [{"role": "user", "content": "<b>hi</b> story"}]},
                {"prompt": "A long prompt " * 2}, {"prompt": "short"}, {"prompt": "the last one"}]
-    seen, open_requests, ids = [], set(), {}
+    seen, open_requests, ids, rows = [], set(), {}, StepRows()
     svc.set_slow_motion(SLOW_MOTION_S)  # every request lasts long enough to be seen running and aborted
     async with websockets.connect(url, max_size=2**24) as ws:
         seen.append(json.loads(await ws.recv()))  # hello
@@ -92,6 +92,8 @@ async def record(url: str, svc: EngineService) -> list[dict]:
                     shared_replies += 1
                     first_shared = msg["request_id"] if msg["ref"] == "p0" else first_shared
             for ev in msg.get("events", []):
+                if ev["type"] == "step" and (ev := rows.resolve(ev)) is None:
+                    continue  # (the socket sends each pool's first step whole: never)
                 if ev["type"] == "finished":
                     open_requests.discard((ev["request_id"], ev["lane"]))
                 r2 = ids.get("r2")

@@ -24,9 +24,18 @@ function replay(batches, clearAfter) {
   return st;
 }
 
-// what the engine stepped: each step's entries written out (the socket sends plain decode rows short)
-const full = (e) => (e.type === "step" ? { ...e, entries: Contract.fullEntries(contract, e.entries) } : e);
-const allEvents = (batches) => batches.flatMap((b) => b.events).map(full);
+// what the engine stepped: each step's entries written out (the socket sends the rows that go on from the
+// pool's previous step as runs, `cont`, and plain decode rows short)
+function allEvents(batches) {
+  const last = new Map();
+  return batches.flatMap((b) => b.events).map((e) => {
+    if (e.type !== "step") return e;
+    const pool = `${e.lane}/${e.part || ""}`;
+    const sent = e.cont ? Contract.continuedRows(contract, last.get(pool), e.cont, e.entries) : e.entries;
+    last.set(pool, sent);
+    return { ...e, entries: Contract.fullEntries(contract, sent), cont: undefined };
+  });
+}
 const ofType = (events, type, lane) => events.filter((e) => e.type === type && e.lane === lane);
 const sum = (xs) => xs.reduce((a, x) => a + x, 0);
 
@@ -56,6 +65,25 @@ const configs = Object.fromEntries(Object.entries(rec.messages.find((m) => m.typ
 const prefixLanes = () => rec.lanes.filter((n) => configs[n].enable_prefix_caching);
 
 const tests = {
+  "rows that go on are written out from the previous step's, and never more of them than it held"() {
+    const prev = [[3, 7], new Array(contract.entryWidth).fill(0)];
+    prev[1][E.rid] = 4; prev[1][E.phase] = P.prefill; prev[1][E.ctx] = 9;
+    assert.deepEqual(Contract.continuedRows(contract, prev, [[1, 0, 1]], [[8, 2]]), [[8, 2], [3, 8]]);
+    assert.deepEqual(Contract.continuedRows(contract, prev, [[0, 1, 9], [1, 0, 9]], []), [[4, 10], [3, 8]]);
+    assert.equal(Contract.continuedRows(contract, prev, Array(1000).fill([0, 0, 2]), []).length, 2);
+    // a step whose rows go on from a step this view never had is left out, until the pool's next whole one
+    const st = LiveState.newState(["a"], contract);
+    const step = (n, entries, cont) => ({ type: "step", lane: "a", strategy: "continuous", step: n, t_start: n,
+                                          t_end: n + 0.5, entries, cont, admitted: [], finished: [], preempted: [],
+                                          num_waiting: 0, num_running: entries.length, sampled: [], unsampled: [],
+                                          deltas: {}, waits: {} });
+    LiveState.applyBatch(st, { skipped: 0, events: [step(1, [], [[0, 0, 2]]), step(2, [[5, 3], [6, 4]]),
+                                                    step(3, [], [[0, 0, 2]])] });
+    const S = st.by.get("a");
+    assert.equal(S.steps.length, 2);
+    assert.deepEqual([...S.reqs.keys()].sort(), [5, 6]);
+  },
+
   "every request ends with the finished event's state and text"() {
     const batches = acceptedBatches(rec.messages);
     const st = replay(batches);
@@ -120,6 +148,7 @@ const tests = {
       assert.equal(S.steps.length, steps.length);
       const sent = batches.flatMap((b) => b.events).filter((e) => e.type === "step" && e.lane === name);
       assert.ok(sent.some((ev) => ev.entries.some((e) => e.length === 2)), `${name}: plain decode rows went short`);
+      assert.ok(sent.some((ev) => ev.cont && ev.cont.length), `${name}: rows that went on went as runs`);
       steps.forEach((ev, i) => {
         const sum = S.steps[i];
         const rids = new Set(ev.entries.map((e) => e[E.rid]));

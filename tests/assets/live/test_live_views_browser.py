@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from engine.events import full_entries
+from engine.events import StepRows, full_entries
 from engine_helpers import whole_kv
 from live_replay import ARTIFACTS, INST, accepted_events, browser, expect, open_replay, rec  # noqa: F401
 
@@ -17,10 +17,10 @@ UTIL_TIP = f"""lane => {{ const i = {INST}, col = i.timeline.cols.find(c => c.na
 
 def named_upto(rec: dict) -> tuple[dict, list[dict]]:
     """(the named request event, the accepted events up to its last step)."""
-    events = accepted_events(rec)
+    events, rows = accepted_events(rec), StepRows()
     req = next(e for e in events if e["type"] == "request" and e["name"])
     last = max(i for i, e in enumerate(events) if e["type"] == "step" and e["lane"] == req["lane"]
-               and any(x[0] == req["request_id"] for x in e["entries"]))
+               and any(x[0] == req["request_id"] for x in rows.resolve(e)["entries"]))
     return req, events[:last + 1]
 
 
@@ -236,9 +236,9 @@ def test_a_disaggregated_lanes_batch_slots_show_each_engines_own_slots(browser, 
     """The decode engine's slots above, the prefill engine's (p0, p1...) under a line: a hover names the
     engine's slot and the iteration's engine."""
     lane = rec["lanes"][0]
-    events = []
+    events, rows = [], StepRows()
     for e in accepted_events(rec):
-        if e["type"] == "step" and e["lane"] == lane:
+        if e["type"] == "step" and (e := rows.resolve(e))["lane"] == lane:  # (its rows whole: its pool changes)
             prefill = all(x[1] == "prefill" for x in full_entries(e["entries"]))
             e = {**e, "part": "prefill" if prefill else "decode", "handed_off": [], "handoffs": []}
         events.append(e)

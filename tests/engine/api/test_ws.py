@@ -9,7 +9,7 @@ import time
 import pytest
 import websockets
 
-from engine.events import ENTRY_FIELDS, PHASES, FinishedEvent, GpuEvent, RequestEvent, full_entries
+from engine.events import ENTRY_FIELDS, PHASES, FinishedEvent, GpuEvent, RequestEvent, StepRows, full_entries
 from engine_helpers import whole_kv
 from service_helpers import app_fixture, assert_all_free, recv_until, run, service_fixture
 
@@ -162,7 +162,9 @@ def test_events_on_the_socket_follow_the_contract(url):
     for cls in (RequestEvent, FinishedEvent):
         every = {"type"} | {f.name for f in dataclasses.fields(cls)}
         assert every - set(cls.OPTIONAL) <= set(by_type[cls.TYPE]) <= every  # optional ones go while None
-    entries = [dict(zip(ENTRY_FIELDS, e)) for ev in events if ev["type"] == "step" for e in full_entries(ev["entries"])]
+    rows = StepRows()  # (each pool's first step comes whole, the rows that go on after it as runs)
+    steps = [rows.resolve(ev) for ev in events if ev["type"] == "step"]
+    entries = [dict(zip(ENTRY_FIELDS, e)) for ev in steps for e in full_entries(ev["entries"])]
     assert entries and all(len(e) == len(ENTRY_FIELDS) and e["phase"] in PHASES for e in entries)
     assert {e["request_id"] for e in entries} == {by_type["request"]["request_id"]}
 
