@@ -3,10 +3,11 @@
 A real recording (a GPU run's: docs/perf/2026-11-27-h100-socket/gpu_socket.jsonl.gz holds two lanes of
 256 rows on an H100) is written again end to end as many times as `--minutes` takes, each pass a new
 load (request ids moved past the previous pass's, times after its last event), through the recorder's
-own writer: a chunk every few MiB, each opening with the lanes and each KV pool's tables whole. Then the
-file is read as the app reads an upload and its chunks checked as a replay checks them, and the offline
-page is written from it. Every event is a real one of the source run: only its pass's ids and times
-moved. Times are this machine's (name its CPU with them).
+own writer: a chunk every few MiB, each opening with the lanes and each KV pool's tables and rows whole,
+each step as the socket sends it today (as_sent_now). Then the file is read as the app reads an upload
+and its chunks checked as a replay checks them, and the offline page is written from it. Every event is a
+real one of the source run: only its pass's ids and times, and its steps' encoding, changed. Times are
+this machine's (name its CPU with them).
 
     python -m engine.harness.long_recording docs/perf/2026-11-27-h100-socket/gpu_socket.jsonl.gz \
         --minutes 10 -o /tmp/long.jsonl.gz --page /tmp/long.html --json long.json
@@ -20,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..events import SHORT_ENTRY, StepEntry, StepRows, continued_rows, row_context, sampled_ids, wire_entry
 from ..kv_wire import fold_kv
 from ..telemetry.device_peaks import cpu_model
 from ..workshop.recording.format import Writer, load
@@ -69,12 +71,28 @@ def moved(event: dict, k: int) -> dict:
     return e
 
 
+def as_sent_now(step: dict, prev: list[list] | None, kv: dict) -> dict:
+    """A step (its rows whole) as the socket sends it today: plain decode rows short, `sampled` beside them
+    (`unsampled`), and but for a key frame (prev None) the rows that go on from its pool's previous step as
+    runs (`cont`)."""
+    entries = [e if len(e) == len(SHORT_ENTRY) else wire_entry(StepEntry(*e), i) for i, e in enumerate(step["entries"])]
+    out = {**step, "kv": kv, "entries": entries}
+    if "unsampled" not in step:  # (recorded before sampled went relative)
+        ids, short = sampled_ids(step), [e[0] for e in entries if len(e) == len(SHORT_ENTRY)]
+        out.update(sampled=[r for r in ids if r not in set(short)], unsampled=[r for r in short if r not in set(ids)])
+    if prev is not None:
+        rest, runs = continued_rows(map(row_context, prev), entries)
+        if runs:
+            out.update(entries=rest, cont=runs)
+    return out
+
+
 def write(source, out: Path, minutes: float) -> dict:
     """The source's events again and again for `minutes`, written as the recorder writes (format.Writer)."""
     pairs = source.events
     lanes = next(e for _, e in pairs if e["type"] == "lanes")
     span = pairs[-1][0] - pairs[0][0] + 0.01
-    writer, folded, keyed, passes = Writer(out, source.header), {}, set(), 0
+    writer, folded, keyed, passes, rows, last = Writer(out, source.header), {}, set(), 0, StepRows(), {}
     t_end = pairs[0][0] + 60 * minutes
     while pairs[0][0] + passes * span < t_end:
         for t, e in pairs:
@@ -84,11 +102,12 @@ def write(source, out: Path, minutes: float) -> dict:
                 writer.event(t, lanes)
                 keyed.clear()
             if e["type"] == "step":
-                pool = (e["lane"], e.get("part"))
-                folded[pool] = fold_kv(folded.get(pool), e["kv"], e["entries"])
-                if pool not in keyed:  # the pool's first step in this chunk: its tables whole
-                    keyed.add(pool)
-                    e = {**e, "kv": folded[pool]}
+                pool, whole = (e["lane"], e.get("part")), rows.resolve(e)
+                folded[pool] = fold_kv(folded.get(pool), e["kv"], whole["entries"])
+                key = pool not in keyed  # the pool's first step in this chunk: its tables and rows whole
+                keyed.add(pool)
+                e = as_sent_now(whole, None if key else last.get(pool), folded[pool] if key else e["kv"])
+                last[pool] = whole["entries"]
             writer.event(t, e)
         passes += 1
     writer.close()

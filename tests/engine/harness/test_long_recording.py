@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import json
 
+from engine.events import StepEntry, full_entries, sampled_ids
 from engine.harness import long_recording
 from engine.kv_wire import is_key
 from engine.workshop.recording import SHIPPED, format, load
 from engine_helpers import whole_kv
+
+
+def rows_of(step: dict) -> list[list]:
+    """A step's rows written out whole (each with every field: older recordings lack the later ones)."""
+    return [StepEntry(*e).to_list() for e in full_entries(step["entries"])]
 
 
 def test_passes_of_the_source_with_ids_moved_in_chunks_that_each_start_whole(tmp_path, monkeypatch):
@@ -28,9 +34,12 @@ def test_passes_of_the_source_with_ids_moved_in_chunks_that_each_start_whole(tmp
     src = whole_kv([e for _, e in source.events if e["type"] != "lanes"])
     steps = [e for e in whole_kv([e for e in events if e["type"] != "lanes"]) if e["type"] == "step"]
     src_steps = [e for e in src if e["type"] == "step"]
-    for k in range(3):  # each pass: the source's tables, under its own ids
-        got = steps[k * len(src_steps):(k + 1) * len(src_steps)]
-        assert [long_recording.moved(e, k)["kv"] for e in src_steps] == [e["kv"] for e in got]
+    for k in range(3):  # each pass: the source's tables, rows and samples, under its own ids
+        got, want = steps[k * len(src_steps):(k + 1) * len(src_steps)], [long_recording.moved(e, k) for e in src_steps]
+        assert [e["kv"] for e in want] == [e["kv"] for e in got]
+        assert [rows_of(e) for e in want] == [rows_of(e) for e in got]
+        assert [sorted(sampled_ids(e)) for e in want] == [sorted(sampled_ids(e)) for e in got]
+    assert any(e.get("cont") for e in events)  # (its steps as the socket sends them today)
     for i in range(len(rec.chunks)):  # every chunk starts whole: the lanes, then each lane's tables
         chunk = [json.loads(x) for x in rec.chunk(i).texts]
         firsts = {}
