@@ -6,9 +6,11 @@ the live event socket /engine/ws, the OpenAI-compatible /v1 routes and /metrics,
 from contextlib import asynccontextmanager
 
 import streamlit as st
+from starlette.middleware import Middleware
 from streamlit import config
 
 from engine.api.server import build_routes
+from engine.api.upload_guard import UploadGuard
 from engine.config import EngineConfig
 from engine.room.access import Access
 from engine.serving.lanes import lanes_from_env
@@ -50,4 +52,5 @@ async def lifespan(_app):
     shutdown_service()
 
 
-app = st.App("pages/main.py", lifespan=lifespan, routes=build_routes(get_service))
+app = st.App("pages/main.py", lifespan=lifespan, routes=build_routes(get_service),
+             middleware=[Middleware(UploadGuard, get_service=get_service)])

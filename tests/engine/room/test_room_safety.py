@@ -542,3 +542,42 @@ def test_the_replay_budget_refills_at_its_rate_per_client():
     assert budget.spend("a", 50)
     now[0] = 100.0
     assert budget._refilled("a") == 1000  # never more than the burst
+
+
+def test_streamlits_uploads_are_the_presenters_in_a_room():
+    """Streamlit takes files from any session into memory (up to maxUploadSize each, as many as it sends):
+    in a room only the presenter's reach it, refused before the body is read; on loopback everyone's."""
+    from types import SimpleNamespace
+
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    import app
+    from engine.api.upload_guard import UPLOAD_PATH, UploadGuard
+    from engine.room.access import PRESENTER_COOKIE
+    reached = []
+
+    async def upload(request):
+        reached.append(len(await request.body()))
+        return PlainTextResponse("stored")
+
+    def client(access):
+        inner = Starlette(routes=[Route(UPLOAD_PATH + "/{session}/{file}", upload, methods=["PUT", "DELETE"])])
+        return TestClient(UploadGuard(inner, lambda: SimpleNamespace(access=access)), base_url="http://localhost")
+
+    url, body = f"{UPLOAD_PATH}/s1/f1", b"x" * 1000
+    room = client(Access(room=True, token=TOKEN))
+    for method in ("put", "delete"):
+        assert getattr(room, method)(url).status_code == 401
+    assert room.put(url, content=body, headers={"Authorization": "Bearer not-it"}).status_code == 401
+    assert room.put(url, content=body, headers={"Origin": "http://elsewhere.example"}).status_code == 403
+    assert reached == []
+    room.cookies.set(PRESENTER_COOKIE, TOKEN)
+    assert room.put(url, content=body).status_code == 200
+    assert client(Access(room=True, token=TOKEN)).put(url, content=body, headers={
+        "Authorization": f"Bearer {TOKEN}"}).status_code == 200
+    assert client(Access(room=False)).put(url, content=body).status_code == 200
+    assert reached == [1000] * 3
+    assert any(m.cls is UploadGuard for m in app.app._user_middleware)  # the app puts it in front of Streamlit
