@@ -379,11 +379,6 @@ class StepMessage(Event):
 
     can_key = True  # a live event holds its tables whole
 
-    @property
-    def continues(self) -> bool:
-        """Its wire form has rows that go on from its pool's previous step (`cont`)."""
-        return "cont" in self.wire()
-
     def key_wire(self) -> dict:
         """The wire dict with the tables whole (built on first use and kept, like wire(): the same dict
         but for its KV)."""

@@ -233,9 +233,16 @@ _STEP_FIELDS = {
 _STEP_REQUIRED = frozenset({"type", "step", "t_start", "t_end", "entries", "num_waiting", "num_running", "kv"})
 
 
+def _step(v, path: str) -> None:
+    """A step event; one with its tables whole (a key frame, where a reader starts) sends its rows whole."""
+    _object(_STEP_FIELDS, _STEP_REQUIRED)(v, path)
+    if v.get("cont") and isinstance(v["kv"], dict) and "tables" not in v["kv"]:
+        raise ValueError(f"{path}.cont: a step with its tables whole sends its rows whole")
+
+
 def _event_check(cls):
     if cls is StepMessage:
-        return _object(_STEP_FIELDS, _STEP_REQUIRED)
+        return _step
     fields, required = _dataclass_fields(cls)
     return _object({"type": _str, **fields}, required | {"type"})
 

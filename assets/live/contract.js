@@ -75,10 +75,12 @@ defineLive("Contract", [], () => {
   function continuedRows(contract, prev, cont, entries) {
     const out = [], ctx = contract.entry.ctx;
     let k = 0, room = prev.length;
-    for (const [at, start, n] of cont) {
+    for (const run of cont) {
+      if (!Array.isArray(run)) continue;
+      const [at, start, n] = run.map((x) => Math.max(0, Number(x) || 0));
       const take = Math.min(Math.max(0, at - out.length), entries.length - k);
       for (let i = 0; i < take; i++) out.push(entries[k++]);
-      const from = Math.max(0, start), to = Math.min(prev.length, from + Math.max(0, Math.min(n, room)));
+      const from = start, to = Math.min(prev.length, from + Math.min(n, room));
       for (let j = from; j < to; j++, room--) {
         const p = prev[j];
         out.push([p[0], (p.length === 2 ? p[1] : p[ctx]) + 1]);

@@ -77,8 +77,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   // Fold one event into the state; returns true if something visible changed.
   function ingest(st, ev, clearAfter = -Infinity) {
     const T = st.contract.type;
-    if (ev.type === T.step && !(ev = withContinuedRows(st, ev))) return false;
-    if (ev.type === T.step) ev = withFullEntries(st.contract, ev);
+    if (ev.type === T.step) ev = withFullEntries(st.contract, withContinuedRows(st, ev));
     if (ev.type === T.step && ev.kv) ev = foldKv(st, ev);  // (before the time filter: later changes build on it)
     const t = eventTime(T, ev);
     if (t != null && t < clearAfter) return false;
@@ -100,8 +99,9 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   }
 
   // A step event with the rows that go on from its pool's previous step (`cont`) written out among its entries
-  // (Contract.continuedRows); null where that previous step is not known (after a gap, until the pool's next key
-  // frame, which the socket sends whole: the step is left out).
+  // (Contract.continuedRows). Where that previous step is not known (a replay's step after a gap, until the
+  // pool's next key frame: a live socket sends the first whole), its rows are not known either: the step goes
+  // on without them (its text, admissions and finishes still count).
   function withContinuedRows(st, ev) {
     const S = st.by.get(ev.lane);
     if (!S) return ev;
@@ -109,7 +109,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     let entries = ev.entries || [];
     if (Array.isArray(ev.cont) && ev.cont.length) {
       const prev = S.rowsWire[part];
-      if (!prev) return null;
+      if (!prev) return { ...ev, entries: [], cont: undefined };
       entries = Contract.continuedRows(st.contract, prev, ev.cont, entries);
     }
     S.rowsWire[part] = entries;

@@ -37,7 +37,10 @@
     want(c);
     want(c + 1);
     player.events = unpacked.get(c) || null;
-    if (!player.events) unpacking.get(c).then(() => { if (player.chunk === c) player.events = unpacked.get(c); });
+    if (player.events) player.error = null;
+    else unpacking.get(c).then(() => {
+      if (player.chunk === c && unpacked.has(c)) { player.events = unpacked.get(c); player.error = null; }
+    });
   }
 
   function chunkAt(pos) {

@@ -119,18 +119,16 @@ class Subscription:
         """Whether this client sees the event (service-wide events have no lane: everyone gets them)."""
         return self.lanes is None or event.lane is None or event.lane in self.lanes
 
-    def view(self, event, kv_form: str = AS_IS) -> str | None:
+    def view(self, event, kv_form: str = AS_IS) -> str:
         """The event's JSON text as this client should get it (a hub's event: an engine/events.py Event,
-        or a replay's RecordedEvent); kv_form: how a step event's KV goes (engine/kv_wire.py KvSync).
-        None: not at all (a recorded step whose rows go on from steps this client did not get)."""
+        or a replay's RecordedEvent); kv_form: how a step event's KV and rows go (engine/kv_wire.py KvSync:
+        in its key form, tables and rows whole, even to a client that asked for no KV)."""
         if event.TYPE != StepMessage.TYPE:
             return event.json()
-        if kv_form == NO_KV and event.continues:
-            return None
         keep_kv = self.kv and kv_form != NO_KV
         if keep_kv and self.requests is None:
             return event.key_json() if kv_form == KEY else event.json()
-        out = dict(event.key_wire() if keep_kv and kv_form == KEY else event.wire())
+        out = dict(event.key_wire() if kv_form == KEY else event.wire())
         if not keep_kv:
             out.pop("kv", None)
         if self.requests is not None:

@@ -164,9 +164,8 @@ class _Connection:
             return
         if batch.skipped:
             self.kv_sync.reset()
-        views = (self.sub.view(item, self.kv_sync.form(item) if item.TYPE == StepMessage.TYPE else AS_IS)
-                 for _, item in batch.events if self.sub.wants(item))
-        events = [v for v in views if v is not None]
+        events = [self.sub.view(item, self.kv_sync.form(item) if item.TYPE == StepMessage.TYPE else AS_IS)
+                  for _, item in batch.events if self.sub.wants(item)]
         if self._over_replay_budget(batch.events[0][0], events):
             skipped, first = self.replay_end - batch.events[0][0] + batch.skipped, batch.events[0][0]
             self.cursor, self.replay_end = self.replay_end, None

@@ -63,6 +63,8 @@ class EngineClient:
                 raise RuntimeError(msg["message"])
             if done is None and msg.get("type") == "reply" and msg.get("cmd") == "submit":  # (kept by call)
                 done, steps = {s: 0 for s in msg["lanes"]}, {s: [] for s in msg["lanes"]}
+            if msg.get("skipped"):
+                rows = StepRows()  # (the socket sends each pool's next step whole)
             stepped = [rows.resolve(ev) for ev in msg.get("events", []) if ev.get("type") == StepMessage.TYPE]
             for ev in stepped if msg.get("type") == "events" and done else []:
                 if ev is None or ev["lane"] not in done:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from ..events import SHORT_ENTRY, StepEntry, StepRows, continued_rows, row_context, sampled_ids, wire_entry
-from ..kv_wire import fold_kv
+from ..kv_wire import fold_kv, is_key
 from ..telemetry.device_peaks import cpu_model
 from ..workshop.recording.format import Writer, load
 from ..workshop.recording.web_page import web_page
@@ -80,7 +80,7 @@ def as_sent_now(step: dict, prev: list[list] | None, kv: dict) -> dict:
     if "unsampled" not in step:  # (recorded before sampled went relative)
         ids, short = sampled_ids(step), [e[0] for e in entries if len(e) == len(SHORT_ENTRY)]
         out.update(sampled=[r for r in ids if r not in set(short)], unsampled=[r for r in short if r not in set(ids)])
-    if prev is not None:
+    if prev is not None and not is_key(kv):  # (a step with its tables whole sends its rows whole)
         rest, runs = continued_rows(map(row_context, prev), entries)
         if runs:
             out.update(entries=rest, cont=runs)

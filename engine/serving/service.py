@@ -33,6 +33,7 @@ from .lanes import check_lane_name, lane_spec
 from .remote.config import RemoteConfig
 from .remote.lane import RemoteWorker
 from .request_input import check_tag, checked_prompt
+from .stamped_publish import StampedPublish
 from .worker import EngineWorker, Submission
 
 log = logging.getLogger(__name__)
@@ -81,9 +82,10 @@ class EngineService:
         self.recorder = None  # engine/workshop/recording: the Recorder writing this service's events, if any
         self.replay = None    # engine/workshop/recording: a Replayer the live views show instead of the engines
         self.replay_error = None  # why the last replay stopped before its end (a chunk off the contract), if it did
-        self.host = LaneHost(clock=self.clock, publish=self.hub.publish, progress=lambda m: self.progress(m),
-                             paused=self.paused.is_set, pace_s=self.pace_s, before_step=self._before_step,
-                             engine_on=self.engine_on, restarted=self._restarted)  # all a worker may use
+        self.host = LaneHost(clock=self.clock, publish=StampedPublish(self.hub.publish),
+                             progress=lambda m: self.progress(m), paused=self.paused.is_set, pace_s=self.pace_s,
+                             before_step=self._before_step, engine_on=self.engine_on,
+                             restarted=self._restarted)  # all a worker may use
         self.workers: dict[str, LaneWorker] = {}  # replaced whole, never changed in place
         with self._lock:  # a lane that fails at once waits for the others to be here (_restarted)
             for name, lane_cfg in lanes.items():

@@ -19,7 +19,6 @@ from ..cpu_share import CORES
 from ..device_memory import freeze_loaded_engine, release_freed_memory
 from ..disaggregated import build_engine
 from ..events import FinishedEvent, RequestEvent, StatusEvent, StepMessage, WaitsEvent
-from ..kv_wire import KvFrames
 from ..llm_engine import LLMEngine
 from ..request import SamplingParams
 from ..telemetry.roofline import EngineRoofline, engine_roofline
@@ -70,7 +69,6 @@ class EngineWorker(threading.Thread):
         self._pending_cfg: EngineConfig | None = None
         self._deferred: list[tuple[RequestHandle, Submission]] = []  # arrived while reconfiguring
         self._step_credits = 0             # single steps granted while paused
-        self.kv_frames = KvFrames()        # its steps' KV on the wire: key frames, and changes between them
         self.last_step_ms = 0.0
         self.steps = 0
         self.roofline: EngineRoofline | None = None  # the engine's model costs and device peaks
@@ -266,7 +264,6 @@ class EngineWorker(threading.Thread):
         self.steps += 1
         self.last_step_ms = 1000 * ev.duration_s
         roofline = None if self.roofline is None else self.roofline.step(ev)
-        self.kv_frames.stamp(ev)  # (a step published: what the next one's KV changes are against)
         self._stream(list(ev.sampled), ev.finished, StepMessage(event=ev, roofline=roofline))
         rest = self.host.pace_s(ev.num_running) - (time.perf_counter() - t0)
         if rest > 0:

@@ -71,7 +71,8 @@ const tests = {
     assert.deepEqual(Contract.continuedRows(contract, prev, [[1, 0, 1]], [[8, 2]]), [[8, 2], [3, 8]]);
     assert.deepEqual(Contract.continuedRows(contract, prev, [[0, 1, 9], [1, 0, 9]], []), [[4, 10], [3, 8]]);
     assert.equal(Contract.continuedRows(contract, prev, Array(1000).fill([0, 0, 2]), []).length, 2);
-    // a step whose rows go on from a step this view never had is left out, until the pool's next whole one
+    assert.deepEqual(Contract.continuedRows(contract, prev, [5, null, [-3, -1, 1]], []), [[3, 8]]);  // (hostile runs)
+    // a step whose rows go on from a step this view never had goes on without rows, until the pool's next whole one
     const st = LiveState.newState(["a"], contract);
     const step = (n, entries, cont) => ({ type: "step", lane: "a", strategy: "continuous", step: n, t_start: n,
                                           t_end: n + 0.5, entries, cont, admitted: [], finished: [], preempted: [],
@@ -80,7 +81,8 @@ const tests = {
     LiveState.applyBatch(st, { skipped: 0, events: [step(1, [], [[0, 0, 2]]), step(2, [[5, 3], [6, 4]]),
                                                     step(3, [], [[0, 0, 2]])] });
     const S = st.by.get("a");
-    assert.equal(S.steps.length, 2);
+    assert.equal(S.steps.length, 3);
+    assert.deepEqual(S.steps.map((x) => x.rows), [0, 2, 2]);
     assert.deepEqual([...S.reqs.keys()].sort(), [5, 6]);
   },
 

@@ -45,7 +45,7 @@ MAX_EVENTS = 4_000_000        # lines, in all
 MAX_CHUNK_EVENTS = 250_000    # lines, in one chunk (a replay's hub holds a chunk's events)
 MAX_LABEL_CHARS = 200         # model, device, started_at: the banner shows them
 MAX_KV_TABLES = 4096          # a KV pool's block tables at once (requests holding blocks)
-KEEP_CHECKED = 3              # checked chunks kept in memory (the one playing, the next, one more)
+KEEP_CHECKED = 1              # checked chunks kept here (a replay holds its own: the playing one and the next)
 PIECE = 256 << 10             # decompressed at a time while measuring
 
 
@@ -62,8 +62,7 @@ class Events:
 
     def add(self, t: float, event: dict) -> None:
         head = {"type": event["type"], "lane": event.get("lane"), "strategy": event.get("strategy"),
-                "part": event.get("part"), "kv_key": "kv" in event and is_key(event["kv"]),
-                "cont": bool(event.get("cont"))}
+                "part": event.get("part"), "kv_key": "kv" in event and is_key(event["kv"])}
         self.times.append(t)
         self.heads.append(head)
         self.texts.append(dumps(event))

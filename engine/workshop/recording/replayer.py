@@ -45,7 +45,6 @@ class RecordedEvent:
     def __init__(self, head: dict, text: str):
         self.TYPE, self.lane, self.strategy = head["type"], head.get("lane"), head.get("strategy")
         self.kv_pool, self.kv_is_key = (self.lane, head.get("part")), head.get("kv_key", True)
-        self.continues = head.get("cont", False)  # its rows go on from the pool's previous step
         self._text, self._wire = text, None
 
     def json(self) -> str:

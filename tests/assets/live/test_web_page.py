@@ -108,7 +108,7 @@ def test_a_long_recording_plays_chunk_by_chunk_and_seeks_into_a_chunk(browser, t
     pos = (chunk.t0 + chunk.t1) / 2
     page.evaluate(f"() => {{ const s = document.querySelector('.ifl-seek'); s.value = String({pos} - {rec.start});"
                   " s.dispatchEvent(new Event('input')); }")
-    page.wait_for_function(f"() => {PLAYER}.chunk === 1 && !!{PLAYER}.events")
+    page.wait_for_function(f"() => {PLAYER}.chunk === 1 && !!{PLAYER}.events && {PLAYER}.next > 0")  # (unpacked, drawn)
     shown = page.evaluate(f"() => [...{PLAYER}.inst.state.by.values()].reduce((a, S) => a + S.steps.length, 0)")
     at = page.evaluate(f"() => {PLAYER}.pos")  # (the slider's step rounds it)
     in_chunk = [json.loads(x) for t, x in zip(rec.chunk(1).times, rec.chunk(1).texts) if t <= at]

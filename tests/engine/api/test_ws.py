@@ -103,7 +103,11 @@ def test_a_client_that_joins_mid_stream_folds_the_engines_tables(url, svc):
                     e["lane"] for e in m.get("events", []) if e["type"] == "finished") or len(ended) == 2)
         return steps_seen(got), cursor
 
-    steps, cursor = run(main())
+    svc.set_slow_motion(0.02)  # steps every 20 ms at least: the request outlasts the late client's connecting
+    try:
+        steps, cursor = run(main())
+    finally:
+        svc.set_slow_motion(0.0)
     truth = {(m.lane, m.event.step): m.key_wire()["kv"] for _, m in svc.hub.read(cursor).events if m.TYPE == "step"}
     for lane in ("continuous", "dynamic"):
         mine = [e for e in steps if e["lane"] == lane]

@@ -9,6 +9,9 @@ from engine.harness import long_recording
 from engine.kv_wire import is_key
 from engine.workshop.recording import SHIPPED, format, load
 from engine_helpers import whole_kv
+from repo_paths import ROOT
+
+H100 = ROOT / "docs" / "perf" / "2026-11-27-h100-socket" / "gpu_socket.jsonl.gz"  # a real run, as recorded then
 
 
 def rows_of(step: dict) -> list[list]:
@@ -39,7 +42,6 @@ def test_passes_of_the_source_with_ids_moved_in_chunks_that_each_start_whole(tmp
         assert [e["kv"] for e in want] == [e["kv"] for e in got]
         assert [rows_of(e) for e in want] == [rows_of(e) for e in got]
         assert [sorted(sampled_ids(e)) for e in want] == [sorted(sampled_ids(e)) for e in got]
-    assert any(e.get("cont") for e in events)  # (its steps as the socket sends them today)
     for i in range(len(rec.chunks)):  # every chunk starts whole: the lanes, then each lane's tables
         chunk = [json.loads(x) for x in rec.chunk(i).texts]
         firsts = {}
@@ -47,3 +49,16 @@ def test_passes_of_the_source_with_ids_moved_in_chunks_that_each_start_whole(tmp
             if e["type"] == "step":
                 firsts.setdefault(e["lane"], e)
         assert chunk[0]["type"] == "lanes" and all(is_key(e["kv"]) for e in firsts.values())
+
+
+def test_a_gpu_runs_steps_go_as_the_socket_sends_them_today(tmp_path):
+    """The H100 recording (KV changes between key frames, as recorded then): its steps written with their rows
+    that go on as runs, never on a step whose tables are whole, and read back as they were."""
+    source = load(H100)
+    out = tmp_path / "gpu.jsonl.gz"
+    assert long_recording.main([str(H100), "--minutes", "0.1", "-o", str(out)]) == 0
+    events = [e for _, e in load(out).events if e["type"] == "step"]
+    assert any(e.get("cont") for e in events) and not any(e.get("cont") and is_key(e["kv"]) for e in events)
+    got = [rows_of(e) for e in whole_kv(events)]
+    want = [rows_of(e) for e in whole_kv([e for _, e in source.events if e["type"] == "step"])]
+    assert got[:len(want)] == want  # (its first pass: the source's own ids)
