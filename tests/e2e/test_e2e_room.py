@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from engine.harness.app_process import CHROMIUM_ARGS, running_app
+from engine.workshop.recording import SHIPPED
 from browser_helpers import CHROMIUM, require_browser
 from service_helpers import free_port, serve
 from proxy_helpers import PROXY_ADDRESS, reverse_proxy
@@ -49,6 +50,14 @@ def test_presenter_link_unlocks_controls_viewers_see_why_not(server):
         assert viewer.get_by_role("button", name="Pause", exact=True).count() == 0
         wrong = viewer.goto(f"{server}/presenter?token=guess")
         assert wrong.status == 403
+        # Streamlit's uploads are the presenter's: a recording from the sidebar plays, a viewer's PUT is refused
+        presenter.locator("input[type=file]").set_input_files(str(SHIPPED))
+        presenter.get_by_role("button", name="Play the uploaded recording").click(timeout=60_000)
+        expect(presenter.get_by_text("Recording of a real run").first).to_be_visible(timeout=60_000)
+        refused = viewer.request.put(f"{server}/_stcore/upload_file/any-session/any-file",
+                                     multipart={"file": {"name": "x.gz", "mimeType": "application/gzip",
+                                                         "buffer": b"x" * 1000}})
+        assert refused.status == 401
         browser.close()
 
 
