@@ -58,6 +58,8 @@ def test_presenter_link_unlocks_controls_viewers_see_why_not(server):
                                      multipart={"file": {"name": "x.gz", "mimeType": "application/gzip",
                                                          "buffer": b"x" * 1000}})
         assert refused.status == 401
+        presenter.get_by_role("button", name="Go live").click()  # (the module's next tests watch the engines)
+        expect(presenter.get_by_text("Recording of a real run")).to_have_count(0, timeout=60_000)
         browser.close()
 
 
