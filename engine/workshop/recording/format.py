@@ -113,6 +113,14 @@ class Recording:
                 if not isinstance(self._checked[old], RecordingError):
                     del self._checked[old]
 
+    def check_start(self) -> None:
+        """Check every chunk due when a replay starts (RecordingError: one is wrong), so that a replay never
+        replaces what the views show with a recording it cannot play from its start."""
+        for i, c in enumerate(self.chunks):
+            if c.t0 > self.start:
+                return
+            self.chunk(i)
+
     def chunk_at(self, t: float) -> int:
         """The chunk that holds recording time t (the first one before the first event)."""
         return max(0, bisect_right(self._starts, t) - 1)

@@ -40,6 +40,7 @@ def play_file(svc, source: bytes | Path, name: str) -> str | None:
     None, or why it cannot be played ("Cannot play NAME: line N: reason"), the views left as they were."""
     try:
         recording = load(source)
+        recording.check_start()
     except ValueError as e:  # not gzip, not JSON, not a recording, past a bound, an event off the contract
         return f"Cannot play {name}: {e}"
     r = play(svc, recording)

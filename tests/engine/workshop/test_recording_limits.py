@@ -244,9 +244,15 @@ def test_a_bound_crossed_names_the_line_that_crossed_it(monkeypatch):
 def test_a_replay_whose_next_chunk_is_due_at_once_and_wrong_is_refused_at_once():
     bad = {"t": json.loads(LANES_EVENT)["t"], "event": without(FIRST["event"], "type")}  # due with the first
     svc = live()
-    problem = play_file(svc, members([{**HEADER, "t0": 1e9}, LANES_EVENT], [bad]), "due.jsonl.gz")
+    due = members([{**HEADER, "t0": 1e9}, LANES_EVENT], [bad])
+    problem = play_file(svc, due, "due.jsonl.gz")
     assert problem.startswith("Cannot play due.jsonl.gz: line 3: event.type"), problem
     assert svc.replay is None and svc.replay_error is None and source(svc) is svc
+    assert play_file(svc, SHIPPED.read_bytes(), "shipped.jsonl.gz") is None
+    playing = svc.replay
+    assert play_file(svc, due, "due.jsonl.gz").startswith("Cannot play")
+    assert svc.replay is playing and playing.active  # the views left as they were
+    stop_replay(svc)
 
 
 def test_a_seek_shows_a_big_chunk_whole():
