@@ -10,7 +10,7 @@ real one of the source run: only its pass's ids and times, and its steps' encodi
 this machine's (name its CPU with them).
 
     python -m engine.harness.long_recording docs/perf/2026-11-27-h100-socket/gpu_socket.jsonl.gz \
-        --minutes 10 -o /tmp/long.jsonl.gz --page /tmp/long.html --json long.json
+        --minutes 10 -o long10.jsonl.gz --page long10.html --json long10.json
 """
 from __future__ import annotations
 
