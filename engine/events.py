@@ -393,8 +393,10 @@ class StepMessage(Event):
         """The wire dict with the tables and rows whole, from the wire dict where a reader had it built (as
         json())."""
         wire = self.__dict__.get("_wire") or self.to_dict()
-        rows = {"entries": [wire_entry(e, i) for i, e in enumerate(self.event.entries)]}
-        return {**{k: v for k, v in wire.items() if k != "cont"}, **rows, "kv": self.event.kv_dict(key=True)}
+        if "cont" in wire:  # (its rows whole too)
+            wire = {**{k: v for k, v in wire.items() if k != "cont"},
+                    "entries": [wire_entry(e, i) for i, e in enumerate(self.event.entries)]}
+        return {**wire, "kv": self.event.kv_dict(key=True)}
 
     def key_json(self) -> str:
         if self.kv_is_key:

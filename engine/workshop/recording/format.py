@@ -11,11 +11,11 @@ Each chunk the recorder writes starts with the lanes as they are (a `lanes` even
 first step in it carries its tables whole, so a chunk plays without the ones before it (a seek).
 
 A recording may be an upload, so reading one is bounded before the work (the file's size, each chunk's
-and all chunks' decompressed size, line length, event count): `load` only measures the chunks (one
-piece of a chunk in memory at a time), keeps them compressed and checks the first; a later chunk's
+and all chunks' decompressed size, line length, event count): `load` only measures the chunks (a piece of
+one and its first and last lines in memory at a time), keeps them compressed and checks the first; a later chunk's
 lines are checked against the event contract (engine/events_check.py) when it is first played, before
 any of its events reaches a view. What is wrong is said as "line N: reason". A checked chunk keeps its
-events as their JSON text (about a sixth of the memory of parsed ones); a few checked chunks are kept.
+events as their JSON text (about a sixth of the memory of parsed ones); the last one checked is kept.
 """
 from __future__ import annotations
 
@@ -45,7 +45,6 @@ MAX_EVENTS = 4_000_000        # lines, in all
 MAX_CHUNK_EVENTS = 250_000    # lines, in one chunk (a replay's hub holds a chunk's events)
 MAX_LABEL_CHARS = 200         # model, device, started_at: the banner shows them
 MAX_KV_TABLES = 4096          # a KV pool's block tables at once (requests holding blocks)
-KEEP_CHECKED = 1              # checked chunks kept here (a replay holds its own: the playing one and the next)
 PIECE = 256 << 10             # decompressed at a time while measuring
 
 
@@ -83,9 +82,9 @@ class Recording:
     def __init__(self, header: dict, chunks: list[Chunk]):
         self.header, self.chunks = header, chunks
         self._starts = [c.t0 for c in chunks]
-        self._checked: dict[int, Events | RecordingError] = {}
+        self._last: tuple[int, Events] | None = None  # the chunk checked last (a replay holds its own two)
+        self._wrong: dict[int, RecordingError] = {}    # chunks that failed their check, and why
         self._locks = [threading.Lock() for _ in chunks]  # one checker a chunk (the replay's prefetch and pump)
-        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return sum(c.events for c in self.chunks)
@@ -93,25 +92,18 @@ class Recording:
     def chunk(self, i: int) -> Events:
         """Chunk i's events, checked (on first use; RecordingError names the line that is wrong)."""
         with self._locks[i]:
-            with self._lock:
-                done = self._checked.get(i)
-            if done is None:
-                try:
-                    done = _check_chunk(self.chunks[i], self.header, self.chunks[i - 1].t1 if i else float("-inf"))
-                except RecordingError as e:
-                    done = e
-                self._keep(i, done)
-        if isinstance(done, RecordingError):
-            raise done
-        return done
-
-    def _keep(self, i: int, done) -> None:
-        with self._lock:
-            self._checked.pop(i, None)
-            self._checked[i] = done  # (dicts keep insertion order: the oldest first)
-            for old in [k for k in self._checked if k != i][:max(0, len(self._checked) - KEEP_CHECKED)]:
-                if not isinstance(self._checked[old], RecordingError):
-                    del self._checked[old]
+            last = self._last
+            if last is not None and last[0] == i:
+                return last[1]
+            if i in self._wrong:
+                raise self._wrong[i]
+            try:
+                events = _check_chunk(self.chunks[i], self.header, self.chunks[i - 1].t1 if i else float("-inf"))
+            except RecordingError as e:
+                self._wrong[i] = e
+                raise
+            self._last = (i, events)
+            return events
 
     def check_start(self) -> None:
         """Check every chunk due when a replay starts (RecordingError: one is wrong), so that a replay never
