@@ -62,6 +62,10 @@ class EngineConfig:
     # Compile every kernel variant the engine can reach before it serves (engine/model/warmup.py).
     # None: wherever kernels are compiled (Triton attention on CUDA).
     warmup: bool | None = None
+    # The next step scheduled and launched while the GPU runs this one, its input tokens taken on the
+    # device from the step before (LLMEngine.step). None: on CUDA, for continuous batching without
+    # speculation, disaggregation or a policy that times or tallies steps (fair, slo).
+    overlap: bool | None = None
     # torch: F.linear; onednn: weights packed once for oneDNN (CPU, fp32/bf16; engine/model/packed_linear.py).
     # auto is onednn wherever it can run.
     linear_backend: str = "auto"
@@ -122,6 +126,9 @@ class EngineConfig:
         _check(self.torch_compile is None or isinstance(self.torch_compile, bool), "torch_compile",
                self.torch_compile, "None, True or False")
         _check(self.warmup is None or isinstance(self.warmup, bool), "warmup", self.warmup, "None, True or False")
+        _check(self.overlap is None or isinstance(self.overlap, bool), "overlap", self.overlap, "None, True or False")
+        blocker = self.overlap and overlap_blocker(self)
+        _check(not blocker, "overlap", self.overlap, f"None or False with {blocker}")
         _check(self.linear_backend in LINEAR_BACKENDS, "linear_backend", self.linear_backend,
                f"one of {', '.join(LINEAR_BACKENDS)}")
         _check(_count(self.block_size, 1), "block_size", self.block_size, f"an integer from 1 to {BIG}")
@@ -226,6 +233,27 @@ def resolve_cuda_graphs(flag: bool | None, device: torch.device, backend: str) -
         raise ValueError("EngineConfig.cuda_graphs=True needs attention_backend='triton' (the torch reference "
                          "backend sizes its work from host values every step, which a graph cannot replay)")
     return flag
+
+
+def overlap_blocker(cfg: EngineConfig) -> str | None:
+    """What keeps an engine from launching its next step before this one is read back, or None."""
+    if cfg.strategy != "continuous":
+        return f"strategy {cfg.strategy!r} (a static batch waits for every row)"
+    if cfg.speculative != "off":
+        return "speculative decoding (a draft is chosen from the tokens before it)"
+    if cfg.disaggregated:
+        return "a disaggregated lane (its halves hand requests on after each step)"
+    if cfg.scheduling_policy in ("fair", "slo"):
+        return f"the {cfg.scheduling_policy!r} policy (it tallies or times each step as it ends)"
+    return None
+
+
+def resolve_overlap(cfg: EngineConfig, device: torch.device) -> bool:
+    """Whether the engine launches its next step before this one is read back: by default on CUDA where
+    nothing keeps it from it (overlap_blocker)."""
+    if cfg.overlap is None:
+        return device.type == "cuda" and overlap_blocker(cfg) is None
+    return cfg.overlap  # (True with a blocker is refused when the config is made)
 
 
 def resolve_torch_compile(flag: bool | None, device: torch.device, cuda_graphs: bool) -> bool:

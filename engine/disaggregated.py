@@ -50,7 +50,7 @@ def half_configs(cfg: EngineConfig) -> tuple[EngineConfig, EngineConfig]:
         kv = {}  # each GPU's own budget
     else:
         kv = {"kv_cache_memory_gb": kv_budget_bytes(cfg, device) / 2 / GiB}
-    base = dataclasses.replace(cfg, disaggregated=False, **kv)
+    base = dataclasses.replace(cfg, disaggregated=False, overlap=False, **kv)
     if not two_gpus:
         return base, base
     return dataclasses.replace(base, device="cuda:0"), dataclasses.replace(base, device="cuda:1")
@@ -125,6 +125,8 @@ class _Mail:
 
 class DisaggregatedEngine(ReadsOutputs):
     """The LLMEngine interface (add_request, step, abort, outputs) over a prefill half and a decode half."""
+
+    overlap = False  # each half reads its step back before the next (EngineConfig.overlap: half_configs)
 
     def __init__(self, cfg: EngineConfig, progress=None, clock=time.perf_counter,
                  share_weights_with: LLMEngine | DisaggregatedEngine | None = None, on_warmup=None):

@@ -4,8 +4,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from .config import EngineConfig, resolve_warmup
+from .config import EngineConfig, resolve_device, resolve_overlap, resolve_warmup
 from .cpu_share import CORES
 from .detokenizer import detokenizer_for, prepare_detokenizer
 from .device_memory import GiB
@@ -16,6 +17,7 @@ from .kv.block_mover import BlockMover, host_pools
 from .kv.sizing import kv_block_bytes, num_kv_blocks
 from .model import kernel_variants
 from .model.draft_model import DraftModel
+from .model.device_tokens import SampledTokens
 from .model.runner import ModelRunner
 from .model.sampler import make_generator
 from .model.warmup import WarmupProgress, WarmupReport, warm_up
@@ -23,10 +25,22 @@ from .output_processor import OutputProcessor
 from .outputs import Outputs, ReadsOutputs
 from .request import Request, SamplingParams, check_priority_tenant
 from .scheduler import SchedulerOutput, StaticScheduler, make_scheduler
-from .step_event_builder import StepDone, StepEventBuilder
+from .step_event_builder import StepDone, StepEventBuilder, StepState
 from .untrusted import is_int
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class LaunchedStep:
+    """A step scheduled and launched, not yet settled: its tokens (None: nothing launched, or it failed), and
+    whether the scheduler counted them already (overlap: Scheduler.advance; in_flight until it settles)."""
+    sched: SchedulerOutput
+    done: StepDone
+    t_start: float
+    tokens: SampledTokens | None = None
+    advanced: bool = False
+    state: StepState | None = None  # overlap: what its event shows, taken when it advanced
 
 
 class LLMEngine(ReadsOutputs):
@@ -36,7 +50,10 @@ class LLMEngine(ReadsOutputs):
         this one reuses (both may step in different threads). on_warmup: told how the warm-up goes."""
         self.cfg = cfg or EngineConfig()
         self.clock = clock
-        self.runner = ModelRunner(self.cfg, progress, share=share_weights_with and share_weights_with.runner)
+        # overlap: the next step is launched before this one is read back (engine step(); LaunchedStep)
+        self.overlap = resolve_overlap(self.cfg, resolve_device(self.cfg.device))
+        self.runner = ModelRunner(self.cfg, progress, share=share_weights_with and share_weights_with.runner,
+                                  overlap=self.overlap)
         self.tokenizer = self.runner.tokenizer
         prepare_detokenizer(self.tokenizer)
         self.max_model_len = self._max_model_len()
@@ -59,6 +76,8 @@ class LLMEngine(ReadsOutputs):
         self.outputs = Outputs()
         self.requests = self.outputs.live  # unfinished, by id
         self.output = OutputProcessor(self.outputs)
+        self.in_flight: LaunchedStep | None = None  # overlap: launched, advanced, not yet settled
+        self._last_t_end = float("-inf")  # when the last step's event was made
         self._fresh_state()
         self._next_id = 0
         # Iterations that computed or finished something: what every view, log and sentence calls
@@ -75,7 +94,9 @@ class LLMEngine(ReadsOutputs):
                                     prefix_caching=self.cfg.enable_prefix_caching,
                                     num_host_blocks=self.mover.num_host_blocks)
         self.scheduler = make_scheduler(self.cfg, self.cache, self.clock)
-        self.event_builder = StepEventBuilder(self.cfg, host_same_ram=self.runner.device.type == "cpu")
+        self.scheduler.lookahead = self.overlap
+        self.event_builder = StepEventBuilder(self.cfg, host_same_ram=self.runner.device.type == "cpu",
+                                              num_blocks=self.cache.num_blocks)
         if self.hand_offs is not None:
             self.hand_off_requests()
 
@@ -86,6 +107,7 @@ class LLMEngine(ReadsOutputs):
     def reset(self, reason: str) -> list[int]:
         """End every unfinished request with finish_reason "error" and start from an empty
         scheduler and cache (the loaded model is kept). Returns the ended request ids."""
+        self.in_flight = None  # (what it computes is for requests that end here; later steps run after it)
         now, ended = self.clock(), list(self.requests)
         draining = self.scheduler.draining
         for rid in ended:
@@ -266,7 +288,7 @@ class LLMEngine(ReadsOutputs):
         self.scheduler.draining = bool(value)
 
     def has_unfinished(self) -> bool:
-        return bool(self.requests) or self.scheduler.has_work()
+        return bool(self.requests) or self.scheduler.has_work() or self.in_flight is not None
 
     @property
     def num_running(self) -> int:
@@ -283,50 +305,93 @@ class LLMEngine(ReadsOutputs):
 
     # ---- one iteration -----------------------------------------------------------------------
     def step(self) -> StepEvent:
+        """One iteration: schedule and launch it, then settle it (its tokens read back, made output) into its
+        event. With overlap the step after it is scheduled and launched first, on the counts it advanced,
+        so the GPU runs that one while the host settles this one (EngineConfig.overlap)."""
+        launched = self.in_flight = self.in_flight or self._launch()
+        self._advance(launched)
+        follows = self._launch() if launched.advanced else None
+        try:
+            return self._settle(launched)
+        except Exception as e:  # (a bug): its requests end with it, none left with a token pending
+            self._failed(launched.sched, e)
+            raise
+        finally:
+            self.in_flight = None
+            if follows is not None:
+                self._advance(follows)  # (after the settle above: it ends requests this one no longer computes)
+                if follows.sched.rows or follows.sched.moves or follows.sched.preempted:  # (else all ended above)
+                    self.in_flight = follows
+
+    def _launch(self) -> LaunchedStep:
+        """Schedule a step, run its block moves and launch its forward (on a GPU, without waiting for it)."""
         t_start = self.clock()
-        sched = self.scheduler.schedule()
-        done = StepDone()
+        launched = LaunchedStep(self.scheduler.schedule(), StepDone(), t_start)
+        sched = launched.sched
         if sched.rows or sched.moves:  # a step may only swap out: every running request preempted
             try:
-                done.swapped, done.handoffs = self.mover.run(sched.moves)
-                tokens = self._forward(sched) if sched.rows else []
+                launched.done.swapped, launched.done.handoffs = self.mover.run(sched.moves)
+                launched.tokens = self._forward(sched) if sched.rows else None
             except Exception as e:  # a failed forward ends the batch's requests, not the engine
-                log.exception("engine step failed")
-                self.output.fail(self.scheduler, sched.rows, e, self.clock())
-                tokens = []
-            done.sampled, done.answer_ends = self._update(sched, tokens)
+                self._failed(sched, e)
+        return launched
+
+    def _advance(self, launched: LaunchedStep) -> None:
+        """Overlap: the launched step's tokens counted at once, before they are read back (Scheduler.advance),
+        so that the next step can be scheduled while this one runs."""
+        if self.overlap and not launched.advanced and launched.tokens is not None:
+            self.scheduler.advance(launched.sched)
+            launched.advanced = True
+            # what its event shows: the state now, before the next step is scheduled on it
+            launched.state = self.event_builder.snapshot(launched.sched, self.scheduler)
+
+    def _settle(self, launched: LaunchedStep) -> StepEvent:
+        """Wait for a launched step's tokens and make them output; its event."""
+        sched, done = launched.sched, launched.done
+        if sched.rows:
+            tokens = []
+            try:
+                tokens = launched.tokens.tolist() if launched.tokens is not None else []
+            except Exception as e:  # an error the device raised while it ran the step
+                self._failed(sched, e)
+            now = self.clock()
+            new = (self.scheduler.settle(sched, launched.tokens.rows, tokens, now) if launched.advanced
+                   else self.scheduler.update(sched, tokens, now))
+            done.sampled, done.answer_ends = self.output.process(self.scheduler, sched, new, now)
             if self.hand_offs is not None:
                 self.hand_offs.take(sched.rows)
         self.scheduler.on_step_done()
         t_end = self.clock()
+        t_start = max(launched.t_start, self._last_t_end)  # (overlap: from where the step before ended)
         self.step_count += bool(sched.rows or self.output.has_news())
-        ev = self._event(sched, done, t_start, t_end)
-        t_done = self.clock()
+        ev = self._event(sched, done, launched.state, t_start, t_end)
+        self._last_t_end = t_done = self.clock()
         self.telemetry_s += t_done - t_end
         self.step_s += t_done - t_start
         return ev
 
-    def _forward(self, sched: SchedulerOutput) -> list[int]:
+    def _failed(self, sched: SchedulerOutput, error: Exception) -> None:
+        log.exception("engine step failed", exc_info=error)
+        self.output.fail(self.scheduler, sched.rows, error, self.clock())
+
+    def _forward(self, sched: SchedulerOutput) -> SampledTokens:
         compiled = kernel_variants.compiled_in_this_thread()
         if self.drafter:
             self.drafter.propose(sched.rows, self.cache)
-        tokens = self.runner.execute(sched.rows, self.cache)
+        tokens = self.runner.launch(sched.rows, self.cache)
         self.kernel_compiles += kernel_variants.compiled_in_this_thread() - compiled
         return tokens
 
-    def _update(self, sched: SchedulerOutput, tokens: list[int]) -> tuple[dict[int, int], dict[int, int]]:
-        """The forward's tokens into the scheduler's counts, then into text and stops (OutputProcessor.process)."""
-        now = self.clock()
-        new = self.scheduler.update(sched, tokens, now)
-        return self.output.process(self.scheduler, sched, new, now)
-
     # ---- telemetry ---------------------------------------------------------------------------
-    def _event(self, sched: SchedulerOutput, done: StepDone, t_start: float, t_end: float) -> StepEvent:
-        """The step's event; what ended and what was handed on since the last one go with it."""
+    def _event(self, sched: SchedulerOutput, done: StepDone, state: StepState | None, t_start: float,
+               t_end: float) -> StepEvent:
+        """The step's event (state: the state it shows, taken when its tokens were counted; None: now); what
+        ended and what was handed on since the last one go with it."""
         done.finished = self.output.news()
         if self.hand_offs is not None:
             done.handed_off, done.held_for_copy = self.hand_offs.news(), self.hand_offs.kv_tokens
-        return self.event_builder.build(self.step_count, sched, self.scheduler, done, t_start, t_end)
+        state = state or self.event_builder.snapshot(sched, self.scheduler)
+        return self.event_builder.build(self.step_count, sched, state, done, t_start, t_end)
 
     # ---- convenience -------------------------------------------------------------------------
     def step_on_cores(self, owner: object, **part) -> StepEvent:

@@ -102,6 +102,11 @@ class RequestOutput:
         return self.finish_reason is not None
 
 
+# An output token sampled on the device and not yet read back (EngineConfig.overlap): counted in the
+# request's tokens at once, its value written when the step that sampled it settles (Scheduler.settle).
+PENDING_TOKEN = -2  # (not -1: no other placeholder of a token is this)
+
+
 @dataclass(eq=False)  # one request is one object: the queues find it by identity, not by comparing every field
 class Request:
     """Mutable per-request state. Its lifecycle (status, token counts, timings, finish) is changed
@@ -162,7 +167,7 @@ class Request:
         return RequestOutput(
             request_id=self.request_id,
             prompt_token_ids=list(self.prompt_token_ids),
-            output_token_ids=list(self.output_token_ids),
+            output_token_ids=[t for t in self.output_token_ids if t != PENDING_TOKEN],
             text=self.text,
             finish_reason=self.finish_reason,
             arrival_s=self.arrival_s,

@@ -24,38 +24,61 @@ class StepDone:
     held_for_copy: dict[int, int] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class StepState:
+    """What the scheduler and the KV cache hold once a step's tokens are counted: its rows as the event shows
+    them, the block tables (device and host), each running request's KV tokens, the queue and block counts."""
+    entries: list[StepEntry]
+    tables: dict[int, list[int]]
+    kv_tokens: dict[int, int]
+    num_waiting: int
+    num_running: int
+    used_blocks: int
+    cached_blocks: list[int]
+    host_tables: dict[int, list[int]]
+    num_host_blocks: int
+
+
 class StepEventBuilder:
     """Builds an engine's step events; holds the wait reasons the last one reported (an event carries only
     their changes). A reset engine makes a new one."""
 
-    def __init__(self, cfg: EngineConfig, host_same_ram: bool):
+    def __init__(self, cfg: EngineConfig, host_same_ram: bool, num_blocks: int):
         self.strategy, self.block_size, self.budget = cfg.strategy, cfg.block_size, cfg.max_num_batched_tokens
+        self.num_blocks = num_blocks
         self.host_same_ram = host_same_ram
         self.waits: dict[int, dict] = {}  # every waiting request -> why, as the last event reported
 
-    def build(self, step: int, sched: SchedulerOutput, scheduler: Scheduler, done: StepDone, t_start: float,
-              t_end: float) -> StepEvent:
+    @staticmethod
+    def snapshot(sched: SchedulerOutput, scheduler: Scheduler) -> StepState:
+        """The state a step's event shows, as the scheduler and cache hold it now: when the step is built
+        (its tokens read back), or with overlap as soon as they are counted (before the next step is scheduled)."""
         cache = scheduler.cache
-        tables = cache.tables.copies(cache.block_tables)  # (unchanged tables are not copied again)
         # Every block holder is in the scheduler's running set (static: finished rows included), or held for
-        # a hand-off's copy.
-        kv_tokens = {r.request_id: r.num_computed_tokens for r in scheduler.running}
-        kv_tokens.update(done.held_for_copy)
-        held = sum(map(len, tables.values())) * self.block_size
+        # a hand-off's copy (added when the event is built). Unchanged tables are not copied again.
+        return StepState(entries(sched), cache.tables.copies(cache.block_tables),
+                         {r.request_id: r.num_computed_tokens for r in scheduler.running},
+                         scheduler.num_waiting, scheduler.num_running, cache.num_blocks - cache.num_free,
+                         cache.cached_blocks, {rid: list(t) for rid, t in cache.host_tables.items()},
+                         cache.host.num_blocks if cache.host else 0)
+
+    def build(self, step: int, sched: SchedulerOutput, state: StepState, done: StepDone, t_start: float,
+              t_end: float) -> StepEvent:
+        kv_tokens = {**state.kv_tokens, **done.held_for_copy} if done.held_for_copy else state.kv_tokens
+        held = sum(map(len, state.tables.values())) * self.block_size
         waits, self.waits = changes(self.waits, sched.waits), sched.waits
         return StepEvent(
-            step=step, strategy=self.strategy, t_start=t_start, t_end=t_end, entries=entries(sched),
-            num_waiting=scheduler.num_waiting, num_running=scheduler.num_running, admitted=sched.admitted,
+            step=step, strategy=self.strategy, t_start=t_start, t_end=t_end, entries=state.entries,
+            num_waiting=state.num_waiting, num_running=state.num_running, admitted=sched.admitted,
             finished=done.finished, preempted=sched.preempted, tokens_used=sched.num_tokens,
             token_budget=self.budget if sched.token_budget is None else sched.token_budget,
-            num_blocks=cache.num_blocks, block_size=self.block_size, used_blocks=cache.num_blocks - cache.num_free,
-            block_tables=tables, kv_tokens=kv_tokens, reserved_unused_slots=held - sum(kv_tokens.values()),
-            sampled=done.sampled, answer_ends=done.answer_ends, cached_blocks=cache.cached_blocks,
+            num_blocks=self.num_blocks, block_size=self.block_size, used_blocks=state.used_blocks,
+            block_tables=state.tables, kv_tokens=kv_tokens, reserved_unused_slots=held - sum(kv_tokens.values()),
+            sampled=done.sampled, answer_ends=done.answer_ends, cached_blocks=state.cached_blocks,
             prefix_queries=sched.prefix_queries, prefix_hits=sched.prefix_hits, waits=waits,
             swaps=[[m.request_id, m.direction, len(m.src)] for m in sched.moves], swap_bytes=done.swapped.bytes,
-            swap_s=done.swapped.seconds, num_host_blocks=cache.host.num_blocks if cache.host else 0,
-            host_tables={rid: list(t) for rid, t in cache.host_tables.items()}, host_same_ram=self.host_same_ram,
-            handed_off=done.handed_off, handoffs=done.handoffs,
+            swap_s=done.swapped.seconds, num_host_blocks=state.num_host_blocks, host_tables=state.host_tables,
+            host_same_ram=self.host_same_ram, handed_off=done.handed_off, handoffs=done.handoffs,
         )
 
 

@@ -4,11 +4,11 @@
 #
 #   bash docs/perf/run_gpu.sh all          # $PARTS (default: check to nano below), in order, then the archive
 #   bash docs/perf/run_gpu.sh check        # versions, then the GPU tests (kernels, warm-up, fp32 equality, bf16)
-#   bash docs/perf/run_gpu.sh floor        # decode step vs memory floor, CUDA graphs with and without torch.compile
+#   bash docs/perf/run_gpu.sh floor        # decode step vs memory floor (graphs compiled or not; overlap on and off)
 #   bash docs/perf/run_gpu.sh profile      # where a decode step's time goes: host phases vs GPU busy time
 #   bash docs/perf/run_gpu.sh anyscale     # anyscale workload: continuous, static, hf-generate (each warm)
 #   bash docs/perf/run_gpu.sh anyscale-cb  # the same workload: continuous beside hf-cb (same KV memory, warm)
-#   bash docs/perf/run_gpu.sh nano         # nano-vllm's workload, Qwen3-0.6B's shape, with and without torch.compile
+#   bash docs/perf/run_gpu.sh nano         # nano-vllm's workload, Qwen3-0.6B's shape (torch.compile, overlap on/off)
 #   bash docs/perf/run_gpu.sh socket       # the socket at the GPU's pace: what clients get and cost, a recording
 #   bash docs/perf/run_gpu.sh floor-base   # the floor part on another commit's tree ($BASE), on the same machine
 #   bash docs/perf/run_gpu.sh lanes        # two lanes on one GPU: decode step alone and together (not in all)
@@ -22,7 +22,8 @@
 # DEVICE=cuda DTYPE=bfloat16 ATTN=auto QWEN25=random:Qwen2.5-0.5B-Instruct QWEN3=random:Qwen3-0.6B
 # BATCHES=1,16,64,256 CONTEXT=512 SCALE=0.1 (anyscale's share of its 1000 requests) NANO_SCALE=1
 # MAX_SEQS=256 STATIC_BATCH=32 BUDGET=8192 (tokens per step) KV_GB=16 (the same KV memory for every lane)
-# COMPILE="on off" (the floor's and nano's torch.compile, in order) BASE= (floor-base's tree: `git archive C
+# COMPILE="on off" (the floor's and nano's torch.compile, in order) OVERLAP=on,off (the floor's engines, side by
+# side) NANO_OVERLAP="on" (nano's runs for each compile setting, in order) BASE= (floor-base's tree: `git archive C
 # engine assets/model_configs` of a commit C, unpacked) SOCKET_KV_GB=24 (each socket lane's KV pool)
 # DEADLINE_S=530, and each part's cap: CAP_CHECK=110 CAP_FLOOR=150 CAP_PROFILE=45 CAP_ANYSCALE=140
 # CAP_ANYSCALE_CB=120 CAP_NANO=150 CAP_SOCKET=150 CAP_FLOOR_BASE=100 (seconds; a part never runs past the
@@ -37,10 +38,10 @@ QWEN25=${QWEN25:-random:Qwen2.5-0.5B-Instruct} QWEN3=${QWEN3:-random:Qwen3-0.6B}
 BATCHES=${BATCHES:-1,16,64,256} CONTEXT=${CONTEXT:-512} SCALE=${SCALE:-0.1} NANO_SCALE=${NANO_SCALE:-1}
 MAX_SEQS=${MAX_SEQS:-256} STATIC_BATCH=${STATIC_BATCH:-32} BUDGET=${BUDGET:-8192} KV_GB=${KV_GB:-16}
 DEADLINE_S=${DEADLINE_S:-530} PACK_S=${PACK_S:-10} PARTS=${PARTS:-check floor profile anyscale anyscale-cb nano}
-COMPILE=${COMPILE:-on off} BASE=${BASE:-}
+COMPILE=${COMPILE:-on off} BASE=${BASE:-} OVERLAP=${OVERLAP:-on,off} NANO_OVERLAP=${NANO_OVERLAP:-on}
 TESTS=${TESTS:-tests/engine/model/test_triton_attention.py tests/engine/test_attention_choice.py tests/engine/test_bf16_near_greedy.py \
 tests/engine/model/test_sampler.py tests/engine/model/test_host_ints.py tests/engine/model/test_packed_linear.py \
-tests/engine/bench/test_decode_floor.py tests/engine/bench/test_step_profile.py}
+tests/engine/bench/test_decode_floor.py tests/engine/bench/test_step_profile.py tests/engine/test_overlap.py}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 mkdir -p "$OUT"
 OUT_ABS=$(cd "$OUT" && pwd)  # (a part that runs in another tree writes here)
@@ -87,10 +88,11 @@ pinned_wheels() {  # each wheel in .whl/ whose version the machine lacks (transf
 }
 
 decode_floor() {  # decode_floor log compiled json-path [tree]: the floor at 1..256 rows, from this tree or another
-  local tree=${4:-$PWD}
+  local tree=${4:-$PWD} overlap=(--overlap "$OVERLAP")
+  [[ -n ${4:-} ]] && overlap=()  # (another commit's tree may not know it)
   run "$1" env PYTHONPATH="${PYTHONPATH:+${PYTHONPATH/"$PWD"/"$tree"}}" bash -c 'cd "$0" && exec "$@"' "$tree" \
     "$py" -m engine.bench.decode_floor --model "$QWEN25" "${engine[@]}" --cuda-graphs on \
-    --torch-compile "$2" --batches "$BATCHES" --context "$CONTEXT" --json "$3"
+    --torch-compile "$2" "${overlap[@]}" --batches "$BATCHES" --context "$CONTEXT" --json "$3"
 }
 
 anyscale() {  # anyscale json-name strategies
@@ -142,11 +144,14 @@ profile)
   ;;
 anyscale) anyscale anyscale continuous,static,hf-generate ;;
 anyscale-cb) anyscale anyscale_cb continuous,hf-cb ;;
-nano)  # compiled (the default), then without torch.compile
+nano)  # compiled (the default), then without torch.compile; each with overlap on, then off (NANO_OVERLAP)
   for compiled in $COMPILE; do
-    run nano "$py" -m engine.bench --model "$QWEN3" "${engine[@]}" --workload nano-vllm --scale "$NANO_SCALE" \
-      --strategies continuous --max-num-seqs 512 --max-num-batched-tokens 16384 --kv-memory-gb "$KV_GB" \
-      --torch-compile "$compiled" --no-progress --json "$OUT/nano_vllm_compile_$compiled.json"
+    for overlap in $NANO_OVERLAP; do
+      run nano "$py" -m engine.bench --model "$QWEN3" "${engine[@]}" --workload nano-vllm --scale "$NANO_SCALE" \
+        --strategies continuous --max-num-seqs 512 --max-num-batched-tokens 16384 --kv-memory-gb "$KV_GB" \
+        --torch-compile "$compiled" --overlap "$overlap" --no-progress \
+        --json "$OUT/nano_vllm_compile_${compiled}_overlap_$overlap.json"
+    done
   done
   ;;
 socket)  # the app's socket over two lanes of 256 rows, 2 clients beside none, the first round recorded

@@ -60,6 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--linear-backend", default=None, help="auto | torch | onednn (CPU)")
     ap.add_argument("--torch-compile", choices=tuple(SWITCH), default="auto",
                     help="the decode graphs' forward through torch.compile (auto: where CUDA graphs are captured)")
+    ap.add_argument("--overlap", choices=tuple(SWITCH), default="auto",
+                    help="launch each step before the one before it is read back (auto: on CUDA, continuous)")
     ap.add_argument("--block-size", type=int, default=None)
     ap.add_argument("--kv-blocks", type=int, default=None, help="KV pool size in blocks (default: 1 GiB on CPU)")
     ap.add_argument("--kv-memory-gb", type=float, default=None)
@@ -119,8 +121,9 @@ def base_engine_config(args) -> EngineConfig:
     kw = {field: getattr(args, flag) for flag, field in ENGINE_FLAGS.items() if getattr(args, flag) is not None}
     if args.no_chunked_prefill:
         kw["enable_chunked_prefill"] = False
-    if SWITCH[args.torch_compile] is not None:
-        kw["torch_compile"] = SWITCH[args.torch_compile]
+    for flag in ("torch_compile", "overlap"):
+        if SWITCH[getattr(args, flag)] is not None:
+            kw[flag] = SWITCH[getattr(args, flag)]
     return EngineConfig(**kw)
 
 

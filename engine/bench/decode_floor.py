@@ -7,7 +7,7 @@ token, telemetry included), and divides by the floor: the step's bytes (engine/t
 from the step's own event) over the copy bandwidth measured in the same run (device_peaks).
 
     python -m engine.bench.decode_floor --model random:Qwen2.5-0.5B-Instruct --dtype bfloat16 \
-        --batches 1,16,64,256 --context 512 [--steps 16] [--json out.json]
+        --batches 1,16,64,256 --context 512 [--steps 16] [--overlap on,off] [--json out.json]
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import argparse
 import json
 import statistics
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import torch
 
@@ -53,23 +53,29 @@ def floor_point(eng: LLMEngine, cost: ModelCost, peaks, batch: int, context: int
 
 
 def run(model: str | None, device: str, dtype: str, attention_backend: str, batches: list[int], context: int,
-        steps: int, cuda_graphs: bool | None = None, torch_compile: bool | None = None) -> dict:
+        steps: int, cuda_graphs: bool | None = None, torch_compile: bool | None = None,
+        overlaps: tuple[bool | None, ...] = (None,)) -> dict:
+    """overlaps: one engine per EngineConfig.overlap value (the later ones on the first's weights), each
+    batch size measured on each in turn: side by side in one run."""
     largest, budget = max(batches), max(8192, 2 * max(batches))
     row_len = context + steps + 2 + fill_steps(budget, [context] * largest)  # what fill() asks for
     cfg = EngineConfig(model=model, device=device, dtype=dtype, attention_backend=attention_backend,
                        cuda_graphs=cuda_graphs, torch_compile=torch_compile, max_model_len=row_len, max_num_seqs=largest,
                        max_num_batched_tokens=budget, num_kv_blocks=largest * blocks_for(row_len, 16), block_size=16)
-    eng = LLMEngine(cfg)
-    runner = eng.runner
+    engines = []
+    for overlap in overlaps:
+        engines.append(LLMEngine(replace(cfg, overlap=overlap), share_weights_with=engines[0] if engines else None))
+        fill(engines[-1], [16, 16], 2)  # warm-up: kernels compiled, allocator primed
+        for rid in list(engines[-1].requests):
+            engines[-1].abort(rid)
+    runner = engines[0].runner
     cost = ModelCost.from_hf_config(runner.hf_config, runner.dtype)
-    fill(eng, [16, 16], 2)  # warm-up: kernels compiled, allocator primed
-    for rid in list(eng.requests):
-        eng.abort(rid)
     peaks = measure_peaks(runner.device, runner.dtype, runner.linear)  # this run's, not the cached ones
-    rows = [floor_point(eng, cost, peaks, b, context, steps) for b in batches]
+    rows = [{**floor_point(eng, cost, peaks, b, context, steps), "overlap": eng.overlap}
+            for b in batches for eng in engines]
     config = {"model": cfg.model, "device": str(runner.device), "dtype": str(runner.dtype),
               "attention_backend": runner.backend, "linear": runner.linear, "cuda_graphs": runner.graphs_state(),
-              "context": context, "steps": steps, "host": host_info()}
+              "overlap": [eng.overlap for eng in engines], "context": context, "steps": steps, "host": host_info()}
     return {"config": config, "peaks": asdict(peaks), "weight_bytes": cost.weight_bytes,
             "kv_bytes_per_token": cost.kv_bytes_per_token, "rows": rows}
 
@@ -80,10 +86,11 @@ def render(result: dict) -> str:
     lines = [f"{c['model']} {c['dtype']} on {p['device']} ({c['attention_backend']} attention{graphs}): "
              f"copy {p['bytes_per_s'] / 1e9:.1f} GB/s, matmul {p['flops_per_s'] / 1e12:.2f} TFLOP/s; "
              f"weights {result['weight_bytes'] / 2**20:.0f} MiB",
-             f"{'batch':>5} {'ctx':>5} {'step ms':>8} {'MiB/step':>9} {'mem floor':>10} {'x floor':>8} "
-             f"{'GB/s':>7} {'flop floor':>11}"]
+             f"{'batch':>5} {'ctx':>5} {'overlap':>7} {'step ms':>8} {'MiB/step':>9} {'mem floor':>10} "
+             f"{'x floor':>8} {'GB/s':>7} {'flop floor':>11}"]
     for r in result["rows"]:
-        lines.append(f"{r['batch']:>5} {r['context']:>5} {r['step_ms']:>8.2f} {r['bytes'] / 2**20:>9.1f} "
+        overlap = {True: "on", False: "off"}.get(r.get("overlap"), "-")
+        lines.append(f"{r['batch']:>5} {r['context']:>5} {overlap:>7} {r['step_ms']:>8.2f} {r['bytes'] / 2**20:>9.1f} "
                      f"{r['memory_floor_ms']:>8.2f}ms {r['x_memory_floor']:>7.2f}x "
                      f"{r['achieved_bytes_per_s'] / 1e9:>7.1f} {r['compute_floor_ms']:>9.2f}ms")
     return "\n".join(lines)
@@ -97,6 +104,8 @@ def main(argv=None) -> None:
     ap.add_argument("--attention-backend", default="auto")
     ap.add_argument("--cuda-graphs", choices=tuple(SWITCH), default="auto")
     ap.add_argument("--torch-compile", choices=tuple(SWITCH), default="auto")
+    ap.add_argument("--overlap", default="auto",
+                    help="auto | on | off, or several (on,off): an engine each, measured side by side")
     ap.add_argument("--batches", default="1,16,64,256")
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--steps", type=int, default=16)
@@ -105,7 +114,8 @@ def main(argv=None) -> None:
     with torch.inference_mode():
         result = run(args.model, args.device, args.dtype, args.attention_backend,
                      [int(x) for x in args.batches.split(",")], args.context, args.steps,
-                     SWITCH[args.cuda_graphs], SWITCH[args.torch_compile])
+                     SWITCH[args.cuda_graphs], SWITCH[args.torch_compile],
+                     tuple(SWITCH[x] for x in args.overlap.split(",")))
     print(render(result))
     if args.json:
         with open(args.json, "w") as f:

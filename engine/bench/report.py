@@ -193,7 +193,9 @@ def how_lanes_ran(rows: list[dict]) -> str:
         if info.get("attention"):
             graphs = info.get("cuda_graphs", "off")
             parts.append(f"{info['attention']} attention ({info.get('attention_why', '?')})"
-                         + (f", CUDA graphs {graphs}" if graphs != "off" else ""))
+                         + (f", CUDA graphs {graphs}" if graphs != "off" else "")
+                         + (", each step launched before the one before it is read back" if info.get("overlap")
+                            else ""))
         elif info.get("attn_implementation"):
             parts.append(f"transformers' {info['attn_implementation']} attention")
         warm = info.get("warmup")

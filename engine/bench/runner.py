@@ -138,6 +138,7 @@ def run_workload(eng: LLMEngine, workload: Workload, lane: str, progress=None, c
             "telemetry_pct": share_pct(eng.telemetry_s - telemetry_s0, eng.step_s - step_s0),
             "attention": eng.runner.backend, "attention_why": eng.runner.backend_why,
             "cuda_graphs": eng.runner.graphs_state(), "graph_steps": _graph_steps(eng) - graph_steps0,
+            "overlap": eng.overlap,
             # the engine's warm-up (before the run; None where it has none) and what the run still compiled
             "warmup": None if eng.warmup is None else eng.warmup.as_dict(),
             "kernel_compiles_in_run": eng.kernel_compiles - compiles0}

@@ -12,6 +12,7 @@ step; the phases are timed by wrapping the engine's own methods, so nothing here
     python -m engine.bench.step_profile --linear torch,onednn   # linear layers through F.linear vs oneDNN
     python -m engine.bench.step_profile --device cuda --attention-backend triton --cuda-graphs off
     python -m engine.bench.step_profile --batches 1,256 --contexts 128 --no-ops   # wall clock, no profiler
+    python -m engine.bench.step_profile --overlap on,off   # the next step launched before this one is read back
 
 `host` is what the step costs beside the model: the step less its forward on the CPU, less the GPU's
 busy time on a GPU (the time the GPU waits for Python), and `host/row` that per row, in microseconds.
@@ -41,6 +42,7 @@ from ..gc_pauses import collect_dropped, freeze_long_lived
 from ..kv_wire import KvFrames
 from ..llm_engine import LLMEngine
 from ..model import packed_batch, runner as runner_module
+from ..model.device_tokens import SampledTokens
 from ..request import SamplingParams
 from ..workshop.scenarios.model import prompt_ids
 from .config import SWITCH
@@ -64,9 +66,12 @@ class PhaseTimer:
     def __init__(self, eng: LLMEngine):
         self.total: dict[str, float] = defaultdict(float)
         self._targets = [(eng.scheduler, "schedule", "schedule"), (eng.runner.model, "forward", "forward"),
-                         (eng, "_update", "update + detokenize"), (eng, "_event", "telemetry"),
-                         (runner_module, "sampled_tokens", "sampling"),
-                         (eng.runner, "execute", "execute")]  # batch build = execute - forward - sampling
+                         (eng.scheduler, "update", "update + detokenize"),
+                         (eng.scheduler, "settle", "update + detokenize"),
+                         (eng.output, "process", "update + detokenize"), (eng, "_event", "telemetry"),
+                         (runner_module, "sample", "sample"), (runner_module, "sampled_tokens", "sample"),
+                         (SampledTokens, "tolist", "read back"),
+                         (eng.runner, "launch", "launch")]  # batch build = launch - forward - sample
         if eng.runner.graphs is not None:  # decode steps through a graph bucket call no model.forward
             self._targets.append((eng.runner.graphs, "logits", "forward"))
         self._saved: list[tuple[object, str, object]] = []
@@ -95,7 +100,8 @@ class PhaseTimer:
 
     def phases(self) -> dict[str, float]:
         t = dict(self.total)
-        t["batch build"] = t.pop("execute", 0.0) - t.get("forward", 0.0) - t.get("sampling", 0.0)
+        t["batch build"] = t.pop("launch", 0.0) - t.get("forward", 0.0) - t.get("sample", 0.0)
+        t["sampling"] = t.pop("sample", 0.0) + t.pop("read back", 0.0)  # (on a GPU: the wait for the step)
         return {p: t.get(p, 0.0) for p in PHASES}
 
 
@@ -107,6 +113,8 @@ def fill(eng: LLMEngine, contexts: list[int], steps: int) -> None:
     for i, context in enumerate(contexts):
         eng.add_request(prompt_ids(context, i), params)
     while any(not r.output_token_ids for r in eng.requests.values()):
+        eng.step()
+    if eng.in_flight is not None:  # overlap: the step in flight may be a last prefill chunk; settle it
         eng.step()
 
 
@@ -207,6 +215,8 @@ def main(argv=None) -> None:
     ap.add_argument("--attention-backend", default="auto")
     ap.add_argument("--cuda-graphs", choices=tuple(SWITCH), default="auto")
     ap.add_argument("--torch-compile", choices=tuple(SWITCH), default="auto")
+    ap.add_argument("--overlap", default="auto",
+                    help="comma-separated EngineConfig.overlap values to profile one after the other (auto, on, off)")
     ap.add_argument("--no-ops", action="store_true",
                     help="time by wall clock alone: no torch.profiler, no forward split by operator")
     ap.add_argument("--json", default=None)
@@ -214,10 +224,10 @@ def main(argv=None) -> None:
     batches = [int(x) for x in args.batches.split(",")]
     contexts = [int(x) for x in args.contexts.split(",")]
     rows = []
-    for linear in args.linear.split(","):
+    for linear, overlap in ((lin, ov) for lin in args.linear.split(",") for ov in args.overlap.split(",")):
         eng = LLMEngine(EngineConfig(model=args.model, device=args.device, dtype=args.dtype,
                                      attention_backend=args.attention_backend, cuda_graphs=SWITCH[args.cuda_graphs],
-                                     torch_compile=SWITCH[args.torch_compile],
+                                     torch_compile=SWITCH[args.torch_compile], overlap=SWITCH[overlap],
                                      max_num_seqs=max(batches), max_num_batched_tokens=4096, linear_backend=linear))
         fill(eng, [16, 16], 2)  # warm-up
         for rid in list(eng.requests):
@@ -227,7 +237,7 @@ def main(argv=None) -> None:
             points = mixed_points(eng, batches, contexts, args.steps, not args.no_ops)
         else:
             points = [profile_point(eng, [c] * b, args.steps, not args.no_ops) for c in contexts for b in batches]
-        rows += [{**p, "linear": eng.runner.linear, "attention": eng.runner.backend,
+        rows += [{**p, "linear": eng.runner.linear, "attention": eng.runner.backend, "overlap": eng.overlap,
                   "cuda_graphs": eng.runner.graphs_state()} for p in points]
         dropped = weakref.ref(eng)
         del eng
@@ -242,14 +252,16 @@ def render(rows: list[dict], threads: int) -> str:
     gpu = any(r["gpu_busy_ms"] for r in rows)
     ops = all(r["forward_ms"] for r in rows)
     groups = (*OP_GROUPS, "other") if ops else ()
-    cols = ["linear", *(["decode"] if rows and "decode" in rows[0] else []), "step", *(["gpu busy"] if gpu else []),
+    cols = ["linear", "overlap", *(["decode"] if rows and "decode" in rows[0] else []), "step",
+            *(["gpu busy"] if gpu else []),
             "host", "host/row us", *PHASES, "event KB", "whole KB", *(f"fwd: {g}" for g in groups)]
     how = "forward split by operator self time" if ops else "wall clock, no profiler"
     lines = [f"decode step, ms per step ({threads} threads; host: the step less the "
              f"{'GPU busy time' if gpu else 'forward'}); {how}",
              "batch   ctx  " + "  ".join(f"{c:>{max(6, len(c))}}" for c in cols)]
     for r in rows:
-        vals = [r["linear"], *([r["decode"]] if "decode" in r else []), f"{r['step_ms']:.2f}",
+        vals = [r["linear"], "on" if r.get("overlap") else "off", *([r["decode"]] if "decode" in r else []),
+                f"{r['step_ms']:.2f}",
                 *([f"{r['gpu_busy_ms']:.2f}"] if gpu else []), f"{r['host_ms']:.2f}", f"{r['host_us_per_row']:.1f}",
                 *(f"{r['phases_ms'][p]:.2f}" for p in PHASES), f"{r['event_kb']:.1f}", f"{r['event_whole_kb']:.1f}",
                 *(f"{r['forward_ms'][g]:.1f}" for g in groups)]

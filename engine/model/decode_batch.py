@@ -9,6 +9,7 @@ import torch
 from ..kv import KVCacheManager
 from ..scheduler import ScheduledRow
 from .attention import BatchMeta
+from .device_tokens import has_pending
 from .packed_batch import decode_reads, is_plain_decode, send_batch, tables_for
 
 if TYPE_CHECKING:
@@ -37,9 +38,13 @@ class DecodeBatch:
     def decode_arrays(self) -> tuple[np.ndarray, ...]:
         """What the decode graphs stage (PackedBatch.decode_arrays): every token is stored."""
         return (self.ids, self.positions, self.write_slots, self.sample_idx, self.dec_ctx,
-                tables_for(self.cache, self.dec_row, self.dec_ctx))
+                tables_for(self.cache, self.dec_row, self.dec_ctx), self.dec_row)
+
+    def sample_matrix_rows(self) -> np.ndarray:
+        """The table-matrix row of each sampled token's request (every row samples, in order)."""
+        return self.dec_row
 
     def upload(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, BatchMeta]:
         """What PackedBatch.upload sends for the same rows, from one copy."""
         return send_batch(self.runner, self.cache, (self.ids, self.positions, self.sample_idx, self.write_slots),
-                          None, self.dec_idx, self.dec_row, self.dec_ctx, ())
+                          None, self.dec_idx, self.dec_row, self.dec_ctx, (), pending=has_pending(self.ids))

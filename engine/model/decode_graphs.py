@@ -41,6 +41,7 @@ import torch
 
 from ..device_memory import CUDA_CAPTURE_LOCK
 from .attention import META_KWARG, BatchMeta
+from .device_tokens import has_pending
 from .files.model_files import user_cache
 from .runner import on_device
 from .triton_attention import PagedAttnInputs, query_tile
@@ -80,7 +81,10 @@ class DecodeGraphs:
         self.tables = torch.zeros(m + 1, max_blocks, dtype=torch.int32, device=dev)
         self.sample_rows = torch.zeros(m, dtype=torch.long, device=dev)
         pinned = dev.type == "cuda"
-        self.host64 = torch.empty((4, m), dtype=torch.long, pin_memory=pinned)  # ids, positions, slots, sample rows
+        self.matrix_rows = torch.zeros(m, dtype=torch.long, device=dev)  # overlap: each row's table-matrix row
+        self.last_tokens = runner.last_tokens  # (None: no overlap; else where pending input ids are filled from)
+        # ids, positions, slots, sample rows, table-matrix rows
+        self.host64 = torch.empty((5, m), dtype=torch.long, pin_memory=pinned)
         self.host32 = torch.empty(m + m * max_blocks, dtype=torch.int32, pin_memory=pinned)  # context, tables
         self._np64, self._np32 = self.host64.numpy(), self.host32.numpy()  # the same memory, written by NumPy
         self._copied = None  # CUDA event: the last staging copies are done, the pinned buffers free
@@ -123,8 +127,8 @@ class DecodeGraphs:
         """Write the batch into the persistent inputs, from host staging (pinned on CUDA: the copies
         do not make the host wait)."""
         if self._copied is not None and not self._copied.query():
-            self._copied.synchronize()  # rare: the last step sampled nothing, so nothing waited for it
-        ids, positions, slots, keep, ctx, tables = batch.decode_arrays()
+            self._copied.synchronize()  # the last staging copies still queued (overlap: behind the step in flight)
+        ids, positions, slots, keep, ctx, tables, matrix_rows = batch.decode_arrays()
         n, k, width = len(ids), len(keep), tables.shape[1]
         h, h32 = self._np64, self._np32  # (a NumPy write costs a fraction of a tensor op's dispatch)
         h[0, :n], h[0, n:size] = ids, self.pad_token_id
@@ -140,6 +144,10 @@ class DecodeGraphs:
         self.sample_rows[:k].copy_(host[3, :k], non_blocking=True)
         self.context[:size].copy_(host_ctx, non_blocking=True)
         self.tables[:n, :width].copy_(host_tables.view(n, width), non_blocking=True)
+        if has_pending(ids):  # overlap: tokens the step before sampled, not yet read back
+            h[4, :n] = matrix_rows
+            self.matrix_rows[:n].copy_(host[4, :n], non_blocking=True)
+            self.last_tokens.fill(self.ids[0, :n], self.matrix_rows[:n], int(matrix_rows.max()))
         if self.capture:
             self._copied = torch.cuda.Event()
             self._copied.record()

@@ -11,6 +11,8 @@ from ..kv import KVCacheManager
 from ..request import Request
 from ..scheduler import ScheduledRow
 from .attention import BatchMeta, PrefillSeq
+from ..request import PENDING_TOKEN
+from .device_tokens import has_pending
 
 if TYPE_CHECKING:
     from .runner import ModelRunner
@@ -124,14 +126,21 @@ class PackedBatch:
         slots[self.write_tok] = self.write_slots
         ints = (np.array(v, dtype=np.int64) for v in (self.ids, self.positions, self.sample_idx, self.dec_ctx))
         ids, positions, keep, ctx = ints
-        return ids, positions, slots, keep, ctx, tables_for(self.cache, np.array(self.dec_row, dtype=np.intp), ctx)
+        rows = np.array(self.dec_row, dtype=np.intp)
+        return ids, positions, slots, keep, ctx, tables_for(self.cache, rows, ctx), rows
+
+    def sample_matrix_rows(self) -> np.ndarray:
+        """The table-matrix row of each sampled token's request."""
+        row = self.cache.tables.row
+        return np.array([row[r.request.request_id] for r in self.sample_rows], dtype=np.intp)
 
     def upload(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, BatchMeta]:
         """(input ids [1, T], positions [1, T], sampling rows, BatchMeta) on the device, from one copy."""
         written = None if len(self.write_tok) == len(self.ids) else self.write_tok  # None: every token
-        return send_batch(self.runner, self.cache, (self.ids, self.positions, self.sample_idx, self.write_slots),
+        ids = np.array(self.ids, dtype=np.int64)
+        return send_batch(self.runner, self.cache, (ids, self.positions, self.sample_idx, self.write_slots),
                           written, np.array(self.dec_idx, dtype=np.int64), np.array(self.dec_row, dtype=np.intp),
-                          np.array(self.dec_ctx, dtype=np.int64), self.prefills)
+                          np.array(self.dec_ctx, dtype=np.int64), self.prefills, pending=has_pending(ids))
 
 
 def is_plain_decode(row: ScheduledRow) -> bool:
@@ -163,12 +172,14 @@ def tables_for(cache: KVCacheManager, rows: np.ndarray, ctx: np.ndarray) -> np.n
 
 
 def send_batch(runner: ModelRunner, cache: KVCacheManager, tokens: tuple, written, dec_idx: np.ndarray,
-               dec_row: np.ndarray, dec_ctx: np.ndarray, prefills) -> tuple[torch.Tensor, torch.Tensor,
-                                                                           torch.Tensor, BatchMeta]:
+               dec_row: np.ndarray, dec_ctx: np.ndarray, prefills, pending: bool = False) -> tuple[
+                   torch.Tensor, torch.Tensor, torch.Tensor, BatchMeta]:
     """A batch on the device from one copy: `tokens` (ids, positions, logit rows kept, slots of the stored
     tokens; lists or arrays), `written` (the stored tokens, None: all), the decode rows (token index, table
     matrix row, context) and the prefills ((start, end, context, blocks) each). Decode rows go longest first
     (a stable order), so rows of similar length are neighbours (see decode_groups)."""
+    if pending and not np.isin(np.flatnonzero(np.asarray(tokens[0]) == PENDING_TOKEN), dec_idx).all():
+        raise RuntimeError("a token still pending on the device is an input of a row that is not a plain decode")
     order = np.argsort(-dec_ctx, kind="stable")
     dec_ctx = dec_ctx[order]
     tables = tables_for(cache, dec_row[order], dec_ctx)
@@ -179,7 +190,13 @@ def send_batch(runner: ModelRunner, cache: KVCacheManager, tokens: tuple, writte
     layout = up.add([x for s, e, c, _ in prefills for x in (s, e - s, c)])
     blocks = [up.add(b) for *_, b in prefills]
     dec_blocks = up.add(tables)
+    dec_rows = up.add(dec_row[order]) if pending else None
     dev = up.send(runner.device)
+    if pending:
+        ids_dev, at = dev[ids], dev[dec_idx]
+        filled = ids_dev[at]
+        runner.last_tokens.fill(filled, dev[dec_rows], int(dec_row.max()))
+        ids_dev[at] = filled
     meta = BatchMeta(
         pool=runner.pool, num_tokens=int(dev[pos].shape[0]),
         write_idx=None if written is None else dev[written], write_slots=dev[slots],

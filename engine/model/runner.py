@@ -21,6 +21,7 @@ from .decode_batch import DecodeBatch, all_plain_decode
 from .packed_batch import PackedBatch
 from .fused_linears import fuse_siblings
 from .packed_linear import pack_linears
+from .device_tokens import LastTokens, SampledTokens
 from .sampler import sample
 from .spec_sampling import NO_TOKEN, verify_draft
 from .tokens import eos_token_ids, pad_token_id
@@ -38,10 +39,12 @@ _LOAD_LOCK = threading.Lock()
 class ModelRunner:
     """Loads a Hugging Face causal LM with Inflight's paged attention and runs it."""
 
-    def __init__(self, cfg: EngineConfig, progress=None, share: ModelRunner | None = None, field: str = "model"):
+    def __init__(self, cfg: EngineConfig, progress=None, share: ModelRunner | None = None, field: str = "model",
+                 overlap: bool = False):
         """share: a runner whose weights_key is the same; its weights are reused (read-only at
         inference, so engines in several threads can share them). field: the EngineConfig field that
-        named this model (a draft model's is speculative_model), which a failure to load names."""
+        named this model (a draft model's is speculative_model), which a failure to load names. overlap:
+        the engine launches a step before the one before it is read back (EngineConfig.overlap)."""
         self.weights_key = weights_key(cfg)
         self.model_name, self.device, self.dtype, _, self.linear = self.weights_key
         if share is not None and share.weights_key == self.weights_key and \
@@ -62,6 +65,8 @@ class ModelRunner:
         self.pad_token_id = pad_token_id(self.tokenizer, self.eos_token_ids)
         self.pool: KVPool | None = None
         self.graphs: DecodeGraphs | None = None
+        # overlap: each request's last sampled token on the device, a launched step's input before it is read
+        self.last_tokens = LastTokens(self.device) if overlap else None
 
     def _load(self, cfg: EngineConfig, progress, field: str) -> None:
         with _LOAD_LOCK:
@@ -129,16 +134,27 @@ class ModelRunner:
             self.graphs = DecodeGraphs(self, max_rows, blocks_for(max_model_len, block_size),
                                        capture=self.device.type == "cuda", compiled=self.torch_compile)
 
-    @torch.inference_mode()
     def execute(self, rows: list[ScheduledRow], cache: KVCacheManager) -> list[int]:
         """Run one iteration; returns the sampled tokens of every row that samples (ScheduledRow.num_samples
         each), in row order."""
+        return self.launch(rows, cache).tolist()
+
+    @torch.inference_mode()
+    def launch(self, rows: list[ScheduledRow], cache: KVCacheManager) -> SampledTokens:
+        """Run one iteration without waiting for it (on a GPU): its sampled tokens, on their way back. With
+        overlap, each sampled token is also kept on the device for the next step's input (LastTokens)."""
         with on_device(self.device):
             batch = batch_for(self, cache, rows)
             logits = self.forward(batch)
             if not batch.sample_rows:
-                return []
-            return sampled_tokens(logits, batch.sample_rows, batch.has_drafts)
+                return SampledTokens([], [])
+            if batch.has_drafts:  # verified on the host, row by row
+                return SampledTokens(sampled_tokens(logits, batch.sample_rows), batch.sample_rows)
+            reqs = [r.request for r in batch.sample_rows]
+            tokens = sample(logits, [r.params for r in reqs], [r.generator for r in reqs])
+            if self.last_tokens is not None:
+                self.last_tokens.keep(batch.sample_matrix_rows(), tokens)
+            return SampledTokens(tokens, batch.sample_rows)
 
     def forward(self, batch: PackedBatch | DecodeBatch) -> torch.Tensor:
         """The logits [len(batch.sample_idx), vocab] of one packed batch; its tokens' K/V written to the pool."""
@@ -163,14 +179,10 @@ def on_device(device: torch.device):
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
-def sampled_tokens(logits: torch.Tensor, rows: list[ScheduledRow], drafts: bool = True) -> list[int]:
-    """Each logit row's token, read back to the host (on a GPU, where the step waits for it). `rows` names
-    the ScheduledRow of each logit row (a draft row's repeated); a draft row that samples with a
-    temperature is verified by rejection sampling instead. drafts: whether any row may have a draft (False:
-    none to look for, two passes over the rows less)."""
-    if not drafts:
-        reqs = [r.request for r in rows]
-        return sample(logits, [r.params for r in reqs], [r.generator for r in reqs]).tolist()
+def sampled_tokens(logits: torch.Tensor, rows: list[ScheduledRow]) -> list[int]:
+    """Each logit row's token, read back to the host (on a GPU, where the step waits for it), where rows may
+    have drafts. `rows` names the ScheduledRow of each logit row (a draft row's repeated); a draft row that
+    samples with a temperature is verified by rejection sampling instead."""
     verified = {i for i, r in enumerate(rows) if r.draft and not r.request.params.greedy}
     drawn = [i for i in range(len(rows)) if i not in verified]
     reqs = [rows[i].request for i in drawn]

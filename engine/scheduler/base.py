@@ -10,7 +10,7 @@ from ..config import EngineConfig
 from ..events import DECODE, PREFILL
 from ..kv import KVCacheManager
 from ..kv.transfer import HANDOFF, SWAP_IN, SWAP_OUT, BlockMove
-from ..request import Request, RequestStatus
+from ..request import PENDING_TOKEN, Request, RequestStatus
 from . import ngram, waits
 from .policy import Policy, make_policy
 
@@ -97,6 +97,8 @@ class Scheduler(ABC):
         self.preempted_why: dict[int, dict] = {}  # a preempted request's reason, until it starts again
         self.dropped: dict[int, int] = {}  # KV tokens a preemption dropped, until the request starts again
         self.recomputed_tokens = 0  # tokens computed again after a preemption dropped them (all requests)
+        # the engine launches a step before the one before it settles (EngineConfig.overlap): advance/settle
+        self.lookahead = False
 
     def add(self, request: Request) -> None:
         self.policy.on_add(request)
@@ -135,6 +137,43 @@ class Scheduler(ABC):
                 sampled.append((req, tok))
                 continue
             self._update_row(row, it, now, sampled)
+        return sampled
+
+    def advance(self, out: SchedulerOutput) -> None:
+        """Overlap (EngineConfig.overlap): a launched step's tokens count as computed before their values are
+        read back, so the next step can be scheduled meanwhile; each row that samples gets a PENDING_TOKEN
+        output (settle writes its value). Rows whose request ended since the launch (their forward ran for
+        nothing) leave the step. Only for steps without drafts, where update would take the plain path."""
+        kept = []
+        for row in out.rows:
+            req = row.request
+            if req.status is RequestStatus.FINISHED:
+                continue
+            if row.samples:
+                req.output_token_ids.append(PENDING_TOKEN)
+            req.num_computed_tokens += row.num_new
+            kept.append(row)
+        out.rows = kept
+
+    def settle(self, out: SchedulerOutput, rows: list[ScheduledRow], tokens: Sequence[int],
+               now: float) -> list[tuple[Request, int]]:
+        """Overlap: the values of an advanced step's tokens, read back (`rows`: each token's row): each
+        PENDING_TOKEN becomes its token (a request that ended since takes none). update's list."""
+        sampled = []
+        for row, tok in zip(rows, tokens):
+            req = row.request
+            if req.status is RequestStatus.FINISHED:
+                continue
+            if req.output_token_ids[-1] != PENDING_TOKEN:
+                raise RuntimeError(f"request {req.request_id}: no token pending where step tokens settle")
+            req.output_token_ids[-1] = tok
+            if req.first_token_s is None:
+                req.first_token_s = now
+            sampled.append((req, tok))
+        if self.cache.prefix is not None:  # full blocks now have their tokens' hashes (preempted since: later)
+            for row in out.rows:
+                if row.request.status is RequestStatus.RUNNING:
+                    self.cache.commit(row.request)
         return sampled
 
     def _update_row(self, row: ScheduledRow, it, now: float, sampled: list) -> None:
@@ -182,6 +221,8 @@ class Scheduler(ABC):
         """End a request (stop, length, abort or error) and release what it holds."""
         request.status = RequestStatus.FINISHED
         request.finish_reason, request.finish_s, request.error = reason, now, error
+        if request.output_token_ids and request.output_token_ids[-1] == PENDING_TOKEN:  # ended mid-step
+            request.output_token_ids.pop()
         self.policy.on_finish(request)
         self._release(request)
 
@@ -244,8 +285,11 @@ class Scheduler(ABC):
         return DECODE if decoding and num_new == 1 else PREFILL
 
     def _cached_prefix(self, request: Request) -> list[int]:
-        """Blocks of the prefix cache holding a request's leading tokens, when it starts from scratch."""
-        return self.cache.match(request) if request.num_computed_tokens == 0 else []
+        """Blocks of the prefix cache holding a request's leading tokens, when it starts from scratch (not
+        while its last token is pending: preempted by this step, it is hashed once that token is known)."""
+        if request.num_computed_tokens or (request.output_token_ids and request.output_token_ids[-1] == PENDING_TOKEN):
+            return []
+        return self.cache.match(request)
 
     def _start(self, out: SchedulerOutput, request: Request, cached: list[int], num_tokens: int) -> bool:
         """Start a waiting request on its cached prefix blocks, with KV for num_tokens more tokens after

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..events import DECODE
-from ..request import Request
+from ..request import PENDING_TOKEN, Request
 from . import waits
 from .base import ScheduledRow, Scheduler, SchedulerOutput
 
@@ -35,9 +35,13 @@ class ContinuousScheduler(Scheduler):
         """The running requests' rows, in order, while the budget lasts; returns the budget left. A decode
         row whose last block has room for its token takes no more than a row (most rows, most steps)."""
         rows, running, tables, bs = out.rows, self.running, self.cache.block_tables, self.cache.block_size
+        lookahead = self.lookahead
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
+            if lookahead and len(req.output_token_ids) >= req.params.max_tokens:
+                i += 1  # its last token is pending: it ends when the step that samples it settles
+                continue
             done, left = req.num_computed_tokens, len(req.prompt_token_ids) + len(req.output_token_ids)
             if left - done == 1 and req.output_token_ids and len(tables.get(req.request_id, ())) * bs > done:
                 rows.append(ScheduledRow(req, DECODE, 1, slot=len(rows)))
@@ -106,6 +110,8 @@ class ContinuousScheduler(Scheduler):
             if budget <= 0:
                 return waits.token_budget(0, out.token_budget)
             req = self.waiting[0]
+            if req.output_token_ids and req.output_token_ids[-1] == PENDING_TOKEN:  # preempted by this step
+                return self.preempted_why.get(req.request_id)
             cached = self._cached_prefix(req)
             remaining = req.num_tokens - req.num_computed_tokens - len(cached) * self.cache.block_size
             if remaining > budget and not self.cfg.enable_chunked_prefill:

@@ -25,3 +25,17 @@ def test_rows_time_decode_only_steps_and_count_their_bytes(tiny_llama_dir, tmp_p
         assert abs(r["x_memory_floor"] - r["step_ms"] / r["memory_floor_ms"]) < 1e-6
     assert "x floor" in capsys.readouterr().out
 
+
+
+def test_overlap_on_and_off_side_by_side(tiny_llama_dir, tmp_path, capsys):
+    """--overlap on,off: an engine each (the second on the first's weights), every batch measured on both;
+    the same steps' bytes either way."""
+    out = tmp_path / "floor.json"
+    decode_floor.main(["--model", str(tiny_llama_dir), "--device", "cpu", "--batches", "1,3", "--context", "20",
+                       "--steps", "3", "--overlap", "on,off", "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert result["config"]["overlap"] == [True, False]
+    rows = result["rows"]
+    assert [(r["batch"], r["overlap"]) for r in rows] == [(1, True), (1, False), (3, True), (3, False)]
+    assert rows[0]["bytes"] == rows[1]["bytes"] and rows[2]["bytes"] == rows[3]["bytes"]
+    assert "overlap" in capsys.readouterr().out

@@ -372,10 +372,11 @@ def test_one_warmup_forward_per_tile_height():
 # --- decode steps through CUDA-graph buckets (EngineConfig.cuda_graphs) -------------------------
 
 @kernels
-@pytest.mark.parametrize("strategy", ["continuous", "static"])
-def test_decode_graph_buckets_equal_generate(tiny_model_dirs, strategy):
+@pytest.mark.parametrize("strategy,overlap", [("continuous", False), ("continuous", True), ("static", False)])
+def test_decode_graph_buckets_equal_generate(tiny_model_dirs, strategy, overlap):
     """Decode-only steps run through padded buckets (replayed graphs on CUDA; the same bucketed
-    forward eagerly in the interpreter): outputs still equal generate(), nothing is lost."""
+    forward eagerly in the interpreter): outputs still equal generate(), nothing is lost. With overlap,
+    each bucket's input tokens are those the step before sampled, filled in on the device."""
     from engine_helpers import check_drained, greedy, make_engine, mixed_prompts
     from tiny_models import reference_greedy
     mixed, mixed_max = mixed_prompts(7)
@@ -383,7 +384,7 @@ def test_decode_graph_buckets_equal_generate(tiny_model_dirs, strategy):
     batches = [(mixed, [min(m, 6) for m in mixed_max]), ([[5 + i, 9, 13 + i] for i in range(5)], [2, 3, 6, 6, 6])]
     eng = make_engine(tiny_model_dirs["qwen3"], strategy=strategy, attention_backend="triton", device=DEVICE,
                       cuda_graphs=True, torch_compile=False, max_num_seqs=6, static_batch_size=5, num_kv_blocks=20,
-                      max_model_len=64, max_num_batched_tokens=16)
+                      max_model_len=64, max_num_batched_tokens=16, overlap=overlap)
     for prompts, max_tokens in batches:
         outs = eng.generate(prompts, [greedy(m) for m in max_tokens])
         assert [o.output_token_ids for o in outs] == reference_greedy(tiny_model_dirs["qwen3"], prompts, max_tokens)
@@ -500,12 +501,14 @@ def test_cuda_graphs_need_the_triton_backend_and_default_on_cuda(tiny_model_dirs
 
 @pytest.mark.skipif(not _CUDA, reason="host syncs exist only with a GPU")
 @pytest.mark.parametrize("graphs", [True, False])
-def test_a_step_makes_the_host_wait_for_the_gpu_once(tiny_model_dirs, graphs):
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_step_makes_the_host_wait_for_the_gpu_once(tiny_model_dirs, graphs, overlap):
     """torch's sync debug mode reports every operation that makes the host wait for the GPU: a
     step has one, reading its sampled tokens back (its index tensors go up in one non-blocking copy)."""
     import warnings
     from engine_helpers import greedy, make_engine
-    eng = make_engine(tiny_model_dirs["qwen3"], attention_backend="triton", device=DEVICE, cuda_graphs=graphs)
+    eng = make_engine(tiny_model_dirs["qwen3"], attention_backend="triton", device=DEVICE, cuda_graphs=graphs,
+                      overlap=overlap)
     for i in range(3):
         eng.add_request([5 + i, 9, 13, 21 + i], greedy(8))
     eng.add_request(list(range(30, 70)), greedy(4))  # a prefill in chunks beside the decodes
