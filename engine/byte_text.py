@@ -73,8 +73,9 @@ def _build(tokenizer, skip_special_tokens: bool) -> list[bytes]:
     return table
 
 
-def ends_inside_character(table: list[bytes], ids: list[int]) -> bool:
-    """Whether the bytes of ids (token_bytes' table) end in a character cut short (a prompt given as ids may)."""
+def cut_character(table: list[bytes], ids: list[int]) -> bytes:
+    """The bytes of the character cut short that the bytes of ids (token_bytes' table) end in, if they do (a
+    prompt given as ids may), else b""."""
     tail = b""
     for i in reversed(ids):  # back to 4 bytes (a character's most), past tokens of none (skipped specials)
         tail = (table[i] if 0 <= i < len(table) else b"") + tail
@@ -82,21 +83,24 @@ def ends_inside_character(table: list[bytes], ids: list[int]) -> bool:
             break
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     decoder.decode(tail)
-    return bool(decoder.getstate()[0])
+    return decoder.getstate()[0]
 
 
 class ByteLevelDetokenizer:
     """Streams the text of one request's output tokens for a byte-level tokenizer (is_byte_level): the
     same interface and the same text as IncrementalDetokenizer. Its deltas match too, except that bytes
     which cannot start or continue a character become U+FFFD as soon as they come, not after up to eight
-    held tokens."""
+    held tokens. A prompt that ends inside a character (cut_character) is the window decoder's case too:
+    the character its first bytes start is the prompt's text, so the first the output's bytes finish (or
+    break: U+FFFD) is not the output's."""
 
-    def __init__(self, tokenizer, table: TokenTable):
-        """table: token_bytes(tokenizer, skip_special_tokens)."""
+    def __init__(self, tokenizer, table: TokenTable, cut: bytes = b""):
+        """table: token_bytes(tokenizer, skip_special_tokens); cut: cut_character of the prompt."""
         self.tokenizer = tokenizer  # (an engine sets its thread's own: the table, shared, stays)
         self._bytes, self._texts = table, table.texts
         self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
-        self._held = False  # the decoder holds the start of a character
+        self._utf8.decode(cut)
+        self._held = self._prompts = bool(cut)  # the decoder holds the start of a character (the prompt's)
         self._pieces: list[str] = []  # the text, a piece a token (joined when read)
         self.num_tokens = 0
 
@@ -112,13 +116,19 @@ class ByteLevelDetokenizer:
             return ""  # an id past the tokenizer's vocabulary (a padded LM head): no text, as its decode gives
         delta = None if self._held else self._texts[token_id]
         if delta is None:  # a character cut short, on either side of this token: through the decoder
-            delta = self._utf8.decode(self._bytes[token_id])
+            delta = self._outputs(self._utf8.decode(self._bytes[token_id]))
             self._held = bool(self._utf8.getstate()[0])
         self._pieces.append(delta)
         return delta
 
     def finish(self) -> str:
-        delta = self._utf8.decode(b"", final=True)
+        delta = self._outputs(self._utf8.decode(b"", final=True))
         self._held = False
         self._pieces.append(delta)
         return delta
+
+    def _outputs(self, text: str) -> str:
+        """The decoder's text less its first character where that is the prompt's (cut by the prompt's end)."""
+        if self._prompts and text:
+            self._prompts, text = False, text[1:]
+        return text

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .byte_text import ByteLevelDetokenizer, TokenTable, ends_inside_character, is_byte_level, token_bytes
+from .byte_text import ByteLevelDetokenizer, TokenTable, cut_character, is_byte_level, token_bytes
 from .untrusted import is_int
 
 REPLACEMENT_CHAR = "\ufffd"
@@ -180,11 +180,10 @@ def prepare_detokenizer(tokenizer) -> None:
 
 
 def detokenizer_for(tokenizer, prompt_token_ids: list[int], skip_special_tokens: bool = True):
-    """A request's detokenizer: a byte-level tokenizer's table where the prompt ends on a whole character,
-    else the window decoder above."""
+    """A request's detokenizer: a byte-level tokenizer's table, else the window decoder above."""
     table = _byte_table(tokenizer, skip_special_tokens)
-    if table is not None and not ends_inside_character(table, list(prompt_token_ids)):
-        return ByteLevelDetokenizer(tokenizer, table)
+    if table is not None:
+        return ByteLevelDetokenizer(tokenizer, table, cut_character(table, list(prompt_token_ids)))
     return IncrementalDetokenizer(tokenizer, prompt_token_ids, skip_special_tokens)
 
 

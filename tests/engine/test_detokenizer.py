@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from engine.byte_text import ByteLevelDetokenizer, is_byte_level
+from engine.byte_text import ByteLevelDetokenizer, cut_character, is_byte_level, token_bytes
 from engine.detokenizer import (IncrementalDetokenizer, apply_chat_template, detokenizer_for, find_stop,
                                  rust_decode)
 
@@ -242,11 +242,17 @@ def test_the_byte_table_streams_what_the_window_decoder_does(tok, byte_tokens, d
     pieces = st.one_of(st.integers(0, len(tok) + 4), st.sampled_from(sorted(byte_tokens.values())))
     ids, prompt = data.draw(st.lists(pieces, max_size=40)), data.draw(st.text(max_size=6))
     prompt = tok.encode(prompt, add_special_tokens=False)  # whole characters
+    if data.draw(st.booleans()):  # or any ids at all, a prompt that may end inside a character
+        prompt = data.draw(st.lists(st.one_of(pieces.filter(lambda i: i < len(tok)),
+                                              st.sampled_from([byte_tokens[b] for b in (0xE2, 0xF0, 0x82, 0x9F)])),
+                                    max_size=6))
     fast, window = detokenizer_for(tok, prompt), IncrementalDetokenizer(tok, prompt)
     assert isinstance(fast, ByteLevelDetokenizer)
     fast_deltas = [fast.push(t) for t in ids] + [fast.finish()]
     window_deltas = [window.push(t) for t in ids] + [window.finish()]
-    assert "".join(fast_deltas) == fast.text == "".join(window_deltas) == tok.decode(ids, skip_special_tokens=True)
+    assert "".join(fast_deltas) == fast.text == "".join(window_deltas)
+    whole = tok.decode(prompt + [i for i in ids if i < len(tok)], skip_special_tokens=True)
+    assert fast.text == whole[len(tok.decode(prompt, skip_special_tokens=True)):]
     assert fast.num_tokens == window.num_tokens == len(ids)
     if FFFD not in fast.text:
         fast_so_far, window_so_far = list(accumulate(fast_deltas)), list(accumulate(window_deltas))
@@ -284,13 +290,15 @@ def test_a_prompt_ending_inside_a_character_is_decoded_again_after_it(tok, byte_
     tokens decode to on their own is not the delta, which only adds what follows the prompt's text."""
     prompt, out = [byte_tokens[0xE2]], [byte_tokens[0x82], byte_tokens[0xAC], byte_tokens[ord("a")],
                                          byte_tokens[ord("b")]]
-    detok = detokenizer_for(tok, prompt)
-    assert isinstance(detok, IncrementalDetokenizer)  # the byte table starts on a whole character
-    assert [detok.push(t) for t in out] + [detok.finish()] == ["", "", "a", "b", ""]
+    for detok in detokenizer_for(tok, prompt), IncrementalDetokenizer(tok, prompt):
+        assert [detok.push(t) for t in out] + [detok.finish()] == ["", "", "a", "b", ""]
     im_end = tok.convert_tokens_to_ids("<|im_end|>")  # specials after the cut add no bytes: still cut
-    assert isinstance(detokenizer_for(tok, prompt + [im_end] * 6), IncrementalDetokenizer)
-    assert isinstance(detokenizer_for(tok, prompt + [byte_tokens[0x82], byte_tokens[0xAC], im_end]),
-                      ByteLevelDetokenizer)
+    assert cut_character(token_bytes(tok), prompt + [im_end] * 6) == b"\xe2"
+    assert cut_character(token_bytes(tok), prompt + [byte_tokens[0x82], byte_tokens[0xAC], im_end]) == b""
+    broken = detokenizer_for(tok, prompt)  # the prompt's character broken by the output: its U+FFFD is the prompt's
+    assert [broken.push(byte_tokens[ord("a")]), broken.finish()] == ["a", ""]
+    unfinished = detokenizer_for(tok, prompt)
+    assert [unfinished.push(byte_tokens[0x82]), unfinished.finish()] == ["", ""]
 
 
 def test_metaspace_tokenizer_without_prompt_context():
