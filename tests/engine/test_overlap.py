@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 
 import pytest
 import torch
@@ -155,6 +156,20 @@ def test_overlap_is_refused_where_a_step_needs_the_one_before_it(tiny_model_dirs
         EngineConfig(model=str(tiny_model_dirs["llama"]), overlap="yes")
     assert make_engine(tiny_model_dirs["llama"]).overlap is False  # the default: on CUDA only
     assert make_engine(tiny_model_dirs["llama"], overlap=True).runner.last_tokens is not None
+
+
+def test_the_next_step_is_launched_before_this_one_is_read_back(tiny_model_dirs, monkeypatch):
+    """What lets the GPU run step N+1 while the host settles step N: on the host, N+1's launch comes before
+    N's tokens are read (a read before it would make the host wait for the GPU with nothing queued)."""
+    eng = make_engine(tiny_model_dirs["llama"], overlap=True)
+    log, launch, read = [], eng.runner.launch, SampledTokens.tolist
+    monkeypatch.setattr(eng.runner, "launch", lambda *a: log.append("launch") or launch(*a))
+    monkeypatch.setattr(SampledTokens, "tolist", lambda self: log.append("read") or read(self))
+    eng.add_request([5, 6, 7, 8], greedy(12))
+    while eng.has_unfinished():
+        eng.step()
+    order = "".join("L" if x == "launch" else "R" for x in log)
+    assert re.fullmatch(r"LL(RL)+RR?", order), order  # each read after the next launch (without overlap: LRLR...)
 
 
 @pytest.mark.parametrize("overlap", [False, True])
