@@ -305,7 +305,8 @@ def test_binary_and_oversized_frames_get_errors_and_socket_stays_open(base):
 def test_streamlit_refuses_large_frames_and_uploads_before_buffering():
     cfg = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert cfg["server"]["maxMessageSize"] <= 2  # MB; Streamlit's default (200) buffered 200 MB frames
-    assert cfg["server"]["maxUploadSize"] <= 16  # MB; a recording is bounded again once decompressed
+    # MB, only the presenter's in a room (the test below); a recording is bounded again once decompressed
+    assert cfg["server"]["maxUploadSize"] <= 64
     assert cfg["server"]["websocketPingInterval"] == ws_module.PING_S  # a stalled reader is noticed
 
 
