@@ -164,6 +164,6 @@ lanes)
     --json "$OUT/lanes_together.json"
   ;;
 *)
-  sed -n '2,32p' "$0"; exit 2 ;;
+  sed -n '2,33p' "$0"; exit 2 ;;
 esac
 exit $rc
