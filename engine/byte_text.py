@@ -83,7 +83,9 @@ def cut_character(table: list[bytes], ids: list[int]) -> bytes:
             break
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     decoder.decode(tail)
-    return decoder.getstate()[0]
+    held = decoder.getstate()[0]
+    # (Python's decoder also holds ED A0..BF, a surrogate's start, which every decoder breaks as two characters)
+    return held if len(held.decode("utf-8", "replace")) == 1 else b""
 
 
 class ByteLevelDetokenizer:
@@ -92,7 +94,8 @@ class ByteLevelDetokenizer:
     which cannot start or continue a character become U+FFFD as soon as they come, not after up to eight
     held tokens. A prompt that ends inside a character (cut_character) is the window decoder's case too:
     the character its first bytes start is the prompt's text, so the first the output's bytes finish (or
-    break: U+FFFD) is not the output's."""
+    break: U+FFFD) is not the output's. (The window decoder looks back five prompt ids: where those are
+    skipped specials or ids past the vocabulary after the cut, it misses the cut; this does not.)"""
 
     def __init__(self, tokenizer, table: TokenTable, cut: bytes = b""):
         """table: token_bytes(tokenizer, skip_special_tokens); cut: cut_character of the prompt."""

@@ -3,7 +3,8 @@ server, up to server.maxUploadSize each and as many as a session sends (each und
 and holds them in memory until that session ends: in a room, a phone could fill the server's memory. The
 only uploader on our pages is the presenter's (a recording to replay), so in room mode a request there that
 is not the presenter's (engine/api/presenter.py: the cookie of the presenter link, or the token as a bearer
-key) is refused before its body is read. On loopback the local user is the presenter."""
+key) is refused before its body is read. On loopback the local user is the presenter. The route is matched
+wherever it is mounted (server.baseUrlPath puts it under a prefix)."""
 from __future__ import annotations
 
 from starlette.requests import Request
@@ -20,7 +21,7 @@ class UploadGuard:
         self.app, self.get_service = app, get_service
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["path"].startswith(UPLOAD_PATH):
+        if scope["type"] == "http" and UPLOAD_PATH in scope["path"]:
             refusal = unless_presenter(Request(scope), self.get_service().access, "uploading a file")
             if refusal is not None:
                 await refusal(scope, receive, send)

@@ -242,17 +242,19 @@ def test_the_byte_table_streams_what_the_window_decoder_does(tok, byte_tokens, d
     pieces = st.one_of(st.integers(0, len(tok) + 4), st.sampled_from(sorted(byte_tokens.values())))
     ids, prompt = data.draw(st.lists(pieces, max_size=40)), data.draw(st.text(max_size=6))
     prompt = tok.encode(prompt, add_special_tokens=False)  # whole characters
-    if data.draw(st.booleans()):  # or any ids at all, a prompt that may end inside a character
-        prompt = data.draw(st.lists(st.one_of(pieces.filter(lambda i: i < len(tok)),
-                                              st.sampled_from([byte_tokens[b] for b in (0xE2, 0xF0, 0x82, 0x9F)])),
+    cut = data.draw(st.booleans())  # or a prompt of any ids, that may end inside a character
+    if cut:
+        edges = [byte_tokens[b] for b in (0xE2, 0xF0, 0x82, 0x9F, 0xED, 0xA0, 0xBF)]  # (ED A0: a surrogate's)
+        prompt = data.draw(st.lists(st.one_of(pieces.filter(lambda i: i < len(tok)), st.sampled_from(edges)),
                                     max_size=6))
     fast, window = detokenizer_for(tok, prompt), IncrementalDetokenizer(tok, prompt)
     assert isinstance(fast, ByteLevelDetokenizer)
     fast_deltas = [fast.push(t) for t in ids] + [fast.finish()]
     window_deltas = [window.push(t) for t in ids] + [window.finish()]
-    assert "".join(fast_deltas) == fast.text == "".join(window_deltas)
     whole = tok.decode(prompt + [i for i in ids if i < len(tok)], skip_special_tokens=True)
-    assert fast.text == whole[len(tok.decode(prompt, skip_special_tokens=True)):]
+    assert "".join(fast_deltas) == fast.text == whole[len(tok.decode(prompt, skip_special_tokens=True)):]
+    if not cut:  # (the window decoder looks back five prompt ids: it can miss a cut before skipped ones)
+        assert fast.text == "".join(window_deltas)
     assert fast.num_tokens == window.num_tokens == len(ids)
     if FFFD not in fast.text:
         fast_so_far, window_so_far = list(accumulate(fast_deltas)), list(accumulate(window_deltas))
@@ -299,6 +301,10 @@ def test_a_prompt_ending_inside_a_character_is_decoded_again_after_it(tok, byte_
     assert [broken.push(byte_tokens[ord("a")]), broken.finish()] == ["a", ""]
     unfinished = detokenizer_for(tok, prompt)
     assert [unfinished.push(byte_tokens[0x82]), unfinished.finish()] == ["", ""]
+    surrogate = [byte_tokens[0xED], byte_tokens[0xA0]]  # held by Python's decoder, two broken bytes to any other
+    assert cut_character(token_bytes(tok), surrogate) == b""
+    after = detokenizer_for(tok, surrogate)
+    assert [after.push(byte_tokens[ord("a")]), after.finish()] == ["a", ""]
 
 
 def test_metaspace_tokenizer_without_prompt_context():

@@ -565,13 +565,16 @@ def test_streamlits_uploads_are_the_presenters_in_a_room():
         return PlainTextResponse("stored")
 
     def client(access):
-        inner = Starlette(routes=[Route(UPLOAD_PATH + "/{session}/{file}", upload, methods=["PUT", "DELETE"])])
-        return TestClient(UploadGuard(inner, lambda: SimpleNamespace(access=access)), base_url="http://localhost")
+        routes = [Route(base + UPLOAD_PATH + "/{session}/{file}", upload, methods=["PUT", "DELETE"])
+                  for base in ("", "/inflight")]  # (server.baseUrlPath mounts it under a prefix)
+        return TestClient(UploadGuard(Starlette(routes=routes), lambda: SimpleNamespace(access=access)),
+                          base_url="http://localhost")
 
     url, body = f"{UPLOAD_PATH}/s1/f1", b"x" * 1000
     room = client(Access(room=True, token=TOKEN))
     for method in ("put", "delete"):
         assert getattr(room, method)(url).status_code == 401
+    assert room.put(f"/inflight{url}", content=body).status_code == 401
     assert room.put(url, content=body, headers={"Authorization": "Bearer not-it"}).status_code == 401
     assert room.put(url, content=body, headers={"Origin": "http://elsewhere.example"}).status_code == 403
     assert reached == []
