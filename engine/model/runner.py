@@ -134,15 +134,11 @@ class ModelRunner:
             self.graphs = DecodeGraphs(self, max_rows, blocks_for(max_model_len, block_size),
                                        capture=self.device.type == "cuda", compiled=self.torch_compile)
 
-    def execute(self, rows: list[ScheduledRow], cache: KVCacheManager) -> list[int]:
-        """Run one iteration; returns the sampled tokens of every row that samples (ScheduledRow.num_samples
-        each), in row order."""
-        return self.launch(rows, cache).tolist()
-
     @torch.inference_mode()
     def launch(self, rows: list[ScheduledRow], cache: KVCacheManager) -> SampledTokens:
-        """Run one iteration without waiting for it (on a GPU): its sampled tokens, on their way back. With
-        overlap, each sampled token is also kept on the device for the next step's input (LastTokens)."""
+        """Run one iteration without waiting for it (on a GPU): the sampled tokens of every row that samples
+        (ScheduledRow.num_samples each, in row order), on their way back. With overlap, each is also kept on the
+        device for the next step's input (LastTokens)."""
         with on_device(self.device):
             batch = batch_for(self, cache, rows)
             logits = self.forward(batch)

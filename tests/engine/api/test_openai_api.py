@@ -150,12 +150,12 @@ def test_aborted_elsewhere_reports_abort(client, svc):
 
 def test_engine_error_is_500_or_error_chunk(client, svc):
     w = svc.workers["continuous"]
-    real = w.engine.runner.execute
+    real = w.engine.runner.launch
 
     def broken(rows, cache):
         raise RuntimeError("injected fault")
 
-    w.engine.runner.execute = broken
+    w.engine.runner.launch = broken
     try:
         body = dict(model="m", prompt=[5, 6], max_tokens=4, extra_body={"lanes": ["continuous"]})
         with pytest.raises(openai.InternalServerError, match="injected fault") as e:
@@ -164,7 +164,7 @@ def test_engine_error_is_500_or_error_chunk(client, svc):
         with pytest.raises(openai.APIError, match="injected fault"):
             list(client.completions.create(stream=True, **body))
     finally:
-        w.engine.runner.execute = real
+        w.engine.runner.launch = real
 
 
 def test_oversized_chunked_body_refused(base):

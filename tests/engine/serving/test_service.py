@@ -112,7 +112,7 @@ def test_abort_frees_blocks(svc):
 
 def test_injected_step_exception_errors_and_recovers(svc):
     w = svc.workers["continuous"]
-    real = w.engine.runner.execute
+    real = w.engine.runner.launch
     calls = {"n": 0}
 
     def flaky(rows, cache):
@@ -121,14 +121,14 @@ def test_injected_step_exception_errors_and_recovers(svc):
             raise RuntimeError("injected fault")
         return real(rows, cache)
 
-    w.engine.runner.execute = flaky
+    w.engine.runner.launch = flaky
     try:
         h = svc.submit([5, 6], greedy(10), lanes=["continuous"])[0]
         out = h.result(30)
         assert out.finish_reason == "error" and "injected fault" in out.error
         assert svc.submit([7, 8], greedy(4), lanes=["continuous"])[0].result(30).finish_reason == "length"
     finally:
-        w.engine.runner.execute = real
+        w.engine.runner.launch = real
 
 
 def test_scheduler_exception_restarts_engine(svc):
