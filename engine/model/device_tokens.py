@@ -46,12 +46,15 @@ class LastTokens:
             self._hold(int(matrix_rows.max()))
             self.table.index_copy_(0, self._index(matrix_rows), tokens)
 
-    def fill(self, ids: torch.Tensor, matrix_rows: np.ndarray | torch.Tensor, top: int) -> None:
+    def fill(self, ids: torch.Tensor, matrix_rows: torch.Tensor, top: int, every: bool) -> None:
         """ids[i] == PENDING_TOKEN becomes the last token of matrix row matrix_rows[i], in place. top: the
-        largest of matrix_rows (the table must hold it even where the id is known and the value unused)."""
+        largest of matrix_rows (the table must hold it even where the id is known and the value unused);
+        every: every id is pending (the steady state: one gather into ids)."""
         self._hold(top)
-        rows = matrix_rows if isinstance(matrix_rows, torch.Tensor) else self._index(matrix_rows)
-        ids.copy_(torch.where(ids == PENDING_TOKEN, self.table[rows], ids))
+        if every:
+            torch.index_select(self.table, 0, matrix_rows, out=ids)
+        else:
+            ids.copy_(torch.where(ids == PENDING_TOKEN, self.table[matrix_rows], ids))
 
     def _hold(self, row: int) -> None:
         if row >= len(self.table):
@@ -68,4 +71,4 @@ class LastTokens:
 
 def has_pending(ids: np.ndarray) -> bool:
     """Some of a batch's input ids are PENDING_TOKEN (sampled by a step not yet read back)."""
-    return bool((ids == PENDING_TOKEN).any())
+    return PENDING_TOKEN in ids

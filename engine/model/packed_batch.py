@@ -178,8 +178,7 @@ def send_batch(runner: ModelRunner, cache: KVCacheManager, tokens: tuple, writte
     tokens; lists or arrays), `written` (the stored tokens, None: all), the decode rows (token index, table
     matrix row, context) and the prefills ((start, end, context, blocks) each). Decode rows go longest first
     (a stable order), so rows of similar length are neighbours (see decode_groups)."""
-    if pending and not np.isin(np.flatnonzero(np.asarray(tokens[0]) == PENDING_TOKEN), dec_idx).all():
-        raise RuntimeError("a token still pending on the device is an input of a row that is not a plain decode")
+    fill = pending_inputs(np.asarray(tokens[0]), dec_idx, dec_row) if pending else None
     order = np.argsort(-dec_ctx, kind="stable")
     dec_ctx = dec_ctx[order]
     tables = tables_for(cache, dec_row[order], dec_ctx)
@@ -190,13 +189,10 @@ def send_batch(runner: ModelRunner, cache: KVCacheManager, tokens: tuple, writte
     layout = up.add([x for s, e, c, _ in prefills for x in (s, e - s, c)])
     blocks = [up.add(b) for *_, b in prefills]
     dec_blocks = up.add(tables)
-    dec_rows = up.add(dec_row[order]) if pending else None
+    token_rows = up.add(fill[0]) if fill else None
     dev = up.send(runner.device)
-    if pending:
-        ids_dev, at = dev[ids], dev[dec_idx]
-        filled = ids_dev[at]
-        runner.last_tokens.fill(filled, dev[dec_rows], int(dec_row.max()))
-        ids_dev[at] = filled
+    if fill:
+        runner.last_tokens.fill(dev[ids], dev[token_rows], *fill[1:])
     meta = BatchMeta(
         pool=runner.pool, num_tokens=int(dev[pos].shape[0]),
         write_idx=None if written is None else dev[written], write_slots=dev[slots],
@@ -205,6 +201,20 @@ def send_batch(runner: ModelRunner, cache: KVCacheManager, tokens: tuple, writte
         prefills=[PrefillSeq(s, e, c, dev[b]) for (s, e, c, _), b in zip(prefills, blocks)],
         prefill_layout=dev[layout].view(len(prefills), 3))
     return dev[ids].view(1, -1), dev[pos].view(1, -1), dev[keep], meta
+
+
+def pending_inputs(ids: np.ndarray, dec_idx: np.ndarray, dec_row: np.ndarray) -> tuple[np.ndarray, int, bool]:
+    """For input ids some of which are PENDING_TOKEN (overlap): each token's table-matrix row (a decode row's;
+    0 for the others), the largest, and whether every id is pending (LastTokens.fill's arguments). A pending
+    id outside the decode rows (a prefill's, which only a bug could bring) raises."""
+    pending = ids == PENDING_TOKEN
+    every = bool(pending.all())
+    pending[dec_idx] = False
+    if pending.any():
+        raise RuntimeError("a token still pending on the device is an input of a row that is not a plain decode")
+    rows = np.zeros(len(ids), dtype=np.int64)
+    rows[dec_idx] = dec_row
+    return rows, int(dec_row.max()), every
 
 
 class HostInts:

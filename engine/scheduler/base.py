@@ -149,7 +149,7 @@ class Scheduler(ABC):
             req = row.request
             if req.status is RequestStatus.FINISHED:
                 continue
-            if row.samples:
+            if (row.num_new == 1 and row.phase == DECODE) or row.samples:  # (a plain decode row samples)
                 req.output_token_ids.append(PENDING_TOKEN)
             req.num_computed_tokens += row.num_new
             kept.append(row)

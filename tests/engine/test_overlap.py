@@ -7,6 +7,7 @@ import itertools
 import random
 import re
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -242,3 +243,23 @@ def test_overlap_on_a_gpu_matches_generate(tiny_model_dirs, references, family, 
     outs, events = _run_ahead(eng, prompts, [greedy(m) for m in max_tokens])
     assert [o.output_token_ids for o in outs] == refs[family]
     assert any(ev.preempted for ev in events)
+
+
+def test_pending_inputs_are_only_decode_rows_and_fill_takes_the_last_tokens():
+    from engine.model.device_tokens import LastTokens
+    from engine.model.packed_batch import pending_inputs
+    P = PENDING_TOKEN
+    ids, dec_idx, dec_row = np.array([7, P, 8, P]), np.array([1, 3]), np.array([5, 2])
+    rows, top, every = pending_inputs(ids, dec_idx, dec_row)
+    assert rows.tolist() == [0, 5, 0, 2] and top == 5 and not every
+    assert pending_inputs(np.array([P, P]), np.array([0, 1]), np.array([3, 4]))[2]
+    with pytest.raises(RuntimeError, match="not a plain decode"):
+        pending_inputs(np.array([P, P, 9]), np.array([1]), np.array([3]))  # a prefill's token pending
+    last = LastTokens(torch.device("cpu"))
+    last.keep(np.array([5, 2, 70]), torch.tensor([50, 20, 700]))  # (row 70: the table grows)
+    got = torch.tensor(ids)
+    last.fill(got, torch.from_numpy(rows), top, every)
+    assert got.tolist() == [7, 50, 8, 20]
+    every_pending = torch.tensor([P, P, P])
+    last.fill(every_pending, torch.tensor([70, 2, 5]), 70, True)
+    assert every_pending.tolist() == [700, 20, 50]
