@@ -267,7 +267,7 @@ class EngineWorker(threading.Thread):
         self._stream(list(ev.sampled), ev.finished, StepMessage(event=ev, roofline=roofline))
         rest = self.host.pace_s(ev.num_running) - (time.perf_counter() - t0)
         if rest > 0:
-            self._rest()  # slow motion: nothing computes while it waits
+            self._rest()  # slow motion: nothing computes on its cores while it waits (a GPU ends the step in flight)
             self._halt.wait(rest)
 
     def _stream(self, sampled: list[int], finished: list[int], step_item: StepMessage | None = None) -> None:

@@ -503,8 +503,9 @@ def test_cuda_graphs_need_the_triton_backend_and_default_on_cuda(tiny_model_dirs
 @pytest.mark.parametrize("graphs", [True, False])
 @pytest.mark.parametrize("overlap", [True, False])
 def test_a_step_makes_the_host_wait_for_the_gpu_once(tiny_model_dirs, graphs, overlap):
-    """torch's sync debug mode reports every operation that makes the host wait for the GPU: a
-    step has one, reading its sampled tokens back (its index tensors go up in one non-blocking copy)."""
+    """torch's sync debug mode reports every operation that makes the host wait for the GPU: a step has
+    none (its index tensors go up in one non-blocking copy); it waits once, where it reads its sampled
+    tokens back, on the event of their copy to pinned memory (SampledTokens), which the mode does not report."""
     import warnings
     from engine_helpers import greedy, make_engine
     eng = make_engine(tiny_model_dirs["qwen3"], attention_backend="triton", device=DEVICE, cuda_graphs=graphs,
@@ -523,6 +524,6 @@ def test_a_step_makes_the_host_wait_for_the_gpu_once(tiny_model_dirs, graphs, ov
         finally:
             torch.cuda.set_sync_debug_mode("default")
         syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
-        assert len(syncs) <= 1 or captured() > before, (ev.step, syncs)  # a capture waits, once per bucket
+        assert not syncs or captured() > before, (ev.step, syncs)  # a capture waits, once per bucket
         phases += [e.phase for e in ev.entries]
     assert {"prefill", "decode"} <= set(phases)
