@@ -342,8 +342,10 @@ class LLMEngine(ReadsOutputs):
         if self.overlap and not launched.advanced and launched.tokens is not None:
             self.scheduler.advance(launched.sched)
             launched.advanced = True
-            # what its event shows: the state now, before the next step is scheduled on it
+            # what its event shows: the state now, before the next step is scheduled on it (telemetry's time)
+            t0 = self.clock()
             launched.state = self.event_builder.snapshot(launched.sched, self.scheduler)
+            self.telemetry_s += self.clock() - t0
 
     def _settle(self, launched: LaunchedStep) -> StepEvent:
         """Wait for a launched step's tokens and make them output; its event."""
