@@ -30,6 +30,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def cpu_set(spec: str | None) -> set[int] | None:
+    """A --cpus value ("0", "0,1") as the set of CPUs; None for none given."""
+    return {int(c) for c in spec.split(",")} if spec else None
+
+
 @contextmanager
 def on_cpus(cpus: str | None):
     """This process on `cpus` while the block runs (playwright's driver, started in it, starts chromium: both
@@ -38,7 +43,7 @@ def on_cpus(cpus: str | None):
         yield
         return
     mine = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+    os.sched_setaffinity(0, cpu_set(cpus))
     try:
         yield
     finally:

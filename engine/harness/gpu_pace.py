@@ -56,6 +56,12 @@ def lanes_file(path: Path, rows: int, num_blocks: int = NUM_BLOCKS) -> Path:
     return path
 
 
+def check_full_batches(requests: int, rows: int) -> None:
+    """A GPU-pace load is whole batches of the static lane (it runs full batches): else SystemExit, saying so."""
+    if requests % rows:
+        raise SystemExit(f"--requests must be a multiple of --rows ({rows}): the static lane runs full batches")
+
+
 def app_env(workdir: Path, rows: int, num_blocks: int = NUM_BLOCKS) -> dict[str, str]:
     """What the app's environment needs for lanes at a GPU's pace."""
     return {"INFLIGHT_MODEL": str(pace_model()), "INFLIGHT_DEVICE": "cpu", "INFLIGHT_DTYPE": "float32",

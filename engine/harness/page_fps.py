@@ -30,7 +30,7 @@ from pathlib import Path
 from ..telemetry.device_peaks import cpu_model
 from ..workshop.recording.format import load
 from ..workshop.recording.web_page import web_page
-from .app_process import CHROMIUM_ARGS, free_port, on_cpus
+from .app_process import CHROMIUM_ARGS, cpu_set, free_port, on_cpus
 
 PLAYER = "window.inflightPlayer"  # the offline page's player
 INST = "document.querySelector('.ifl-root').inflight"  # the live view (the page's and the app's)
@@ -86,8 +86,7 @@ def in_app(browser, args, rec, tmp: Path) -> tuple[list[dict], float, dict]:
     from .app_process import running_app
     from .gpu_pace import app_env
     env = {**os.environ, **app_env(tmp, rows=16, num_blocks=1024)}  # (light engines: the replay is measured)
-    cpus = {int(c) for c in args.app_cpus.split(",")} if args.app_cpus else None
-    with running_app(free_port(), env, cpus=cpus) as url:
+    with running_app(free_port(), env, cpus=cpu_set(args.app_cpus)) as url:
         page = browser.new_page(viewport={"width": args.width, "height": args.height})
         page.goto(url, wait_until="domcontentloaded")
         # the engines live (the app first shows a recording while they load)

@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from .app_process import CHROMIUM_ARGS, on_cpus, running_app
+from .app_process import CHROMIUM_ARGS, cpu_set, on_cpus, running_app
 from .engine_client import EngineClient, p50
-from .gpu_pace import SocketMeter, app_env
+from .gpu_pace import SocketMeter, app_env, check_full_batches
 
 
 def parse_args(argv=None):
@@ -177,10 +177,6 @@ def _pct(x):
     return "–" if x is None else f"{100 * x:+.1f}%"
 
 
-def _cpus(spec: str | None) -> set[int] | None:
-    return {int(c) for c in spec.split(",")} if spec else None
-
-
 def _fmt(x):
     return "–" if x is None else f"{x:.1f}"
 
@@ -190,15 +186,15 @@ def main(argv=None) -> int:
     from playwright.sync_api import sync_playwright
     from websockets.sync.client import connect
     tab_counts = [int(x) for x in args.tabs.split(",")]
-    if args.gpu_pace and args.requests % args.rows:
-        raise SystemExit(f"--requests must be a multiple of --rows ({args.rows}): the static lane runs full batches")
+    if args.gpu_pace:
+        check_full_batches(args.requests, args.rows)
     env = {**os.environ, **({"INFLIGHT_MODEL": args.model} if args.model else {})}
     work = Path(tempfile.mkdtemp(prefix="ui-cost-"))
     if args.gpu_pace:
         env.update(app_env(work, args.rows))
     records = []
     ws_url = f"ws://127.0.0.1:{args.port}/engine/ws"
-    with running_app(args.port, env, cpus=_cpus(args.app_cpus)) as url, \
+    with running_app(args.port, env, cpus=cpu_set(args.app_cpus)) as url, \
             on_cpus(args.browser_cpus), sync_playwright() as p:  # (playwright's driver starts chromium: both inherit)
         browser = p.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
         warm = open_tabs(browser, url, 1)  # the first page load starts the engines
