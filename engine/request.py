@@ -167,7 +167,8 @@ class Request:
         return RequestOutput(
             request_id=self.request_id,
             prompt_token_ids=list(self.prompt_token_ids),
-            output_token_ids=[t for t in self.output_token_ids if t != PENDING_TOKEN],
+            output_token_ids=self.output_token_ids[:-1] if self.output_token_ids[-1:] == [PENDING_TOKEN]
+            else list(self.output_token_ids),
             text=self.text,
             finish_reason=self.finish_reason,
             arrival_s=self.arrival_s,

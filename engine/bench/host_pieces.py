@@ -22,8 +22,7 @@ from ..config import EngineConfig
 from ..gc_pauses import freeze_long_lived
 from ..kv.pool import blocks_for
 from ..llm_engine import LLMEngine
-from ..model.runner import batch_for
-from ..model.sampler import sample
+from ..model.runner import batch_for, sample_rows
 from .step_profile import fill
 
 PIECES = ("build", "upload", "build + stage", "sampling")
@@ -40,19 +39,13 @@ def time_pieces(eng: LLMEngine, rows: int, context: int, number: int, repeat: in
     logits, batch = torch.randn(rows, runner.vocab_size), batch_for(runner, cache, step)
     calls = {"build": lambda: batch_for(runner, cache, step), "upload": batch.upload,
              "build + stage": lambda: graphs._stage(batch_for(runner, cache, step), bucket),
-             "sampling": lambda: runner_sample(logits, step)}
+             "sampling": lambda: sample_rows(logits, step).tolist()}
     with torch.inference_mode():
         out = {k: 1e6 * min(timeit.repeat(f, number=number, repeat=repeat)) / number for k, f in calls.items()}
     eng.scheduler.on_step_done()
     for rid in list(eng.requests):
         eng.abort(rid)
     return out
-
-
-def runner_sample(logits: torch.Tensor, rows) -> list[int]:
-    """What ModelRunner.launch does to sample a step without drafts, and its read back."""
-    reqs = [r.request for r in rows]
-    return sample(logits, [r.params for r in reqs], [r.generator for r in reqs]).tolist()
 
 
 def main(argv=None) -> None:

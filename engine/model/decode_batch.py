@@ -9,7 +9,6 @@ import torch
 from ..kv import KVCacheManager
 from ..scheduler import ScheduledRow
 from .attention import BatchMeta
-from .device_tokens import has_pending
 from .packed_batch import decode_reads, is_plain_decode, send_batch, tables_for
 
 if TYPE_CHECKING:
@@ -47,4 +46,4 @@ class DecodeBatch:
     def upload(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, BatchMeta]:
         """What PackedBatch.upload sends for the same rows, from one copy."""
         return send_batch(self.runner, self.cache, (self.ids, self.positions, self.sample_idx, self.write_slots),
-                          None, self.dec_idx, self.dec_row, self.dec_ctx, (), pending=has_pending(self.ids))
+                          None, self.dec_idx, self.dec_row, self.dec_ctx, ())

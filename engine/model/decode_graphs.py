@@ -40,8 +40,8 @@ from collections import Counter
 import torch
 
 from ..device_memory import CUDA_CAPTURE_LOCK
-from ..request import PENDING_TOKEN
 from .attention import META_KWARG, BatchMeta
+from .device_tokens import pending_inputs
 from .files.model_files import user_cache
 from .runner import on_device
 from .triton_attention import PagedAttnInputs, query_tile
@@ -144,11 +144,11 @@ class DecodeGraphs:
         self.sample_rows[:k].copy_(host[3, :k], non_blocking=True)
         self.context[:size].copy_(host_ctx, non_blocking=True)
         self.tables[:n, :width].copy_(host_tables.view(n, width), non_blocking=True)
-        pending = ids == PENDING_TOKEN
-        if pending.any():  # overlap: tokens the step before sampled, not yet read back
-            h[4, :n] = matrix_rows
+        fill = pending_inputs(ids, slice(None), matrix_rows)  # (every token is a decode row's)
+        if fill:  # overlap: tokens the step before sampled, not yet read back
+            h[4, :n] = fill[0]
             self.matrix_rows[:n].copy_(host[4, :n], non_blocking=True)
-            self.last_tokens.fill(self.ids[0, :n], self.matrix_rows[:n], int(matrix_rows.max()), bool(pending.all()))
+            self.last_tokens.fill(self.ids[0, :n], self.matrix_rows[:n], *fill[1:])
         if self.capture:
             self._copied = torch.cuda.Event()
             self._copied.record()

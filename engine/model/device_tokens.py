@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from ..request import PENDING_TOKEN
+from .sampler import to_device
 
 
 class SampledTokens:
@@ -63,12 +64,21 @@ class LastTokens:
             self.table = grown
 
     def _index(self, values: np.ndarray) -> torch.Tensor:
-        host = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64))
-        if self.device.type == "cuda":
-            return host.pin_memory().to(self.device, non_blocking=True)
-        return host.to(self.device)
+        return to_device(values, torch.long, self.device)
 
 
-def has_pending(ids: np.ndarray) -> bool:
-    """Some of a batch's input ids are PENDING_TOKEN (sampled by a step not yet read back)."""
-    return PENDING_TOKEN in ids
+def pending_inputs(ids: np.ndarray, dec_idx, dec_row: np.ndarray) -> tuple[np.ndarray, int, bool] | None:
+    """For input ids some of which are PENDING_TOKEN (overlap): each token's table-matrix row (a decode row's,
+    dec_row at dec_idx; 0 for the others), the largest, and whether every id is pending (LastTokens.fill's
+    arguments); None where none is. A pending id outside the decode rows (a prefill's, which only a bug could
+    bring) raises."""
+    pending = ids == PENDING_TOKEN
+    if not pending.any():
+        return None
+    every = bool(pending.all())
+    pending[dec_idx] = False
+    if pending.any():
+        raise RuntimeError("a token still pending on the device is an input of a row that is not a plain decode")
+    rows = np.zeros(len(ids), dtype=np.int64)
+    rows[dec_idx] = dec_row
+    return rows, int(dec_row.max()), every

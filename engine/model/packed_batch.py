@@ -11,8 +11,7 @@ from ..kv import KVCacheManager
 from ..request import Request
 from ..scheduler import ScheduledRow
 from .attention import BatchMeta, PrefillSeq
-from ..request import PENDING_TOKEN
-from .device_tokens import has_pending
+from .device_tokens import pending_inputs
 
 if TYPE_CHECKING:
     from .runner import ModelRunner
@@ -137,10 +136,9 @@ class PackedBatch:
     def upload(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, BatchMeta]:
         """(input ids [1, T], positions [1, T], sampling rows, BatchMeta) on the device, from one copy."""
         written = None if len(self.write_tok) == len(self.ids) else self.write_tok  # None: every token
-        ids = np.array(self.ids, dtype=np.int64)
-        return send_batch(self.runner, self.cache, (ids, self.positions, self.sample_idx, self.write_slots),
+        return send_batch(self.runner, self.cache, (self.ids, self.positions, self.sample_idx, self.write_slots),
                           written, np.array(self.dec_idx, dtype=np.int64), np.array(self.dec_row, dtype=np.intp),
-                          np.array(self.dec_ctx, dtype=np.int64), self.prefills, pending=has_pending(ids))
+                          np.array(self.dec_ctx, dtype=np.int64), self.prefills)
 
 
 def is_plain_decode(row: ScheduledRow) -> bool:
@@ -172,13 +170,15 @@ def tables_for(cache: KVCacheManager, rows: np.ndarray, ctx: np.ndarray) -> np.n
 
 
 def send_batch(runner: ModelRunner, cache: KVCacheManager, tokens: tuple, written, dec_idx: np.ndarray,
-               dec_row: np.ndarray, dec_ctx: np.ndarray, prefills, pending: bool = False) -> tuple[
-                   torch.Tensor, torch.Tensor, torch.Tensor, BatchMeta]:
+               dec_row: np.ndarray, dec_ctx: np.ndarray, prefills) -> tuple[torch.Tensor, torch.Tensor,
+                                                                           torch.Tensor, BatchMeta]:
     """A batch on the device from one copy: `tokens` (ids, positions, logit rows kept, slots of the stored
     tokens; lists or arrays), `written` (the stored tokens, None: all), the decode rows (token index, table
     matrix row, context) and the prefills ((start, end, context, blocks) each). Decode rows go longest first
-    (a stable order), so rows of similar length are neighbours (see decode_groups)."""
-    fill = pending_inputs(np.asarray(tokens[0]), dec_idx, dec_row) if pending else None
+    (a stable order), so rows of similar length are neighbours (see decode_groups). Decode rows' ids that are
+    PENDING_TOKEN are filled on the device from the runner's last tokens (EngineConfig.overlap)."""
+    tokens = (np.asarray(tokens[0], dtype=np.int64), *tokens[1:])
+    fill = pending_inputs(tokens[0], dec_idx, dec_row)
     order = np.argsort(-dec_ctx, kind="stable")
     dec_ctx = dec_ctx[order]
     tables = tables_for(cache, dec_row[order], dec_ctx)
@@ -201,20 +201,6 @@ def send_batch(runner: ModelRunner, cache: KVCacheManager, tokens: tuple, writte
         prefills=[PrefillSeq(s, e, c, dev[b]) for (s, e, c, _), b in zip(prefills, blocks)],
         prefill_layout=dev[layout].view(len(prefills), 3))
     return dev[ids].view(1, -1), dev[pos].view(1, -1), dev[keep], meta
-
-
-def pending_inputs(ids: np.ndarray, dec_idx: np.ndarray, dec_row: np.ndarray) -> tuple[np.ndarray, int, bool]:
-    """For input ids some of which are PENDING_TOKEN (overlap): each token's table-matrix row (a decode row's;
-    0 for the others), the largest, and whether every id is pending (LastTokens.fill's arguments). A pending
-    id outside the decode rows (a prefill's, which only a bug could bring) raises."""
-    pending = ids == PENDING_TOKEN
-    every = bool(pending.all())
-    pending[dec_idx] = False
-    if pending.any():
-        raise RuntimeError("a token still pending on the device is an input of a row that is not a plain decode")
-    rows = np.zeros(len(ids), dtype=np.int64)
-    rows[dec_idx] = dec_row
-    return rows, int(dec_row.max()), every
 
 
 class HostInts:

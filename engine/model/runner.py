@@ -146,8 +146,7 @@ class ModelRunner:
                 return SampledTokens([], [])
             if batch.has_drafts:  # verified on the host, row by row
                 return SampledTokens(sampled_tokens(logits, batch.sample_rows), batch.sample_rows)
-            reqs = [r.request for r in batch.sample_rows]
-            tokens = sample(logits, [r.params for r in reqs], [r.generator for r in reqs])
+            tokens = sample_rows(logits, batch.sample_rows)
             if self.last_tokens is not None:
                 self.last_tokens.keep(batch.sample_matrix_rows(), tokens)
             return SampledTokens(tokens, batch.sample_rows)
@@ -173,6 +172,12 @@ def batch_for(runner: ModelRunner, cache: KVCacheManager, rows: list[ScheduledRo
 def on_device(device: torch.device):
     """The context a step runs in: on CUDA, its device (streams, graphs and Triton launches on cuda:N too)."""
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def sample_rows(logits: torch.Tensor, rows: list[ScheduledRow]) -> torch.Tensor:
+    """Each logit row's token, on the logits' device, where no row has a draft (`rows`: each row's ScheduledRow)."""
+    reqs = [r.request for r in rows]
+    return sample(logits, [r.params for r in reqs], [r.generator for r in reqs])
 
 
 def sampled_tokens(logits: torch.Tensor, rows: list[ScheduledRow]) -> list[int]:

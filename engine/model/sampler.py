@@ -59,7 +59,7 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
     if all_sampled:
         sub = logits.float()
     else:
-        row_idx = _to_device(sampled_rows, torch.long, device)
+        row_idx = to_device(sampled_rows, torch.long, device)
         sub = logits.index_select(0, row_idx).float()
     sub_params = [params[i] for i in sampled_rows]
     sub_gens = [generators[i] for i in sampled_rows]
@@ -74,7 +74,8 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
     return out
 
 
-def _to_device(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+def to_device(values, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Host values (a list or an array) as a tensor on `device`, without making the host wait on CUDA."""
     t = torch.tensor(values, dtype=dtype)
     if device.type == "cuda":
         # Pinned + non_blocking: the copy is queued behind the forward pass
@@ -94,7 +95,7 @@ def _probabilities(logits: torch.Tensor, params: list[SamplingParams]) -> torch.
     use_top_p = any(p < 1.0 for p in top_ps)
 
     # One host-to-device copy for all per-row parameters.
-    row_params = _to_device([[t, float(k), p] for t, k, p in zip(temps, top_ks, top_ps)],
+    row_params = to_device([[t, float(k), p] for t, k, p in zip(temps, top_ks, top_ps)],
                             torch.float32, device)
     if any(t != 1.0 for t in temps):
         logits = logits / row_params[:, 0:1]

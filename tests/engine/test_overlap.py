@@ -248,12 +248,13 @@ def test_overlap_on_a_gpu_matches_generate(tiny_model_dirs, references, family, 
 
 def test_pending_inputs_are_only_decode_rows_and_fill_takes_the_last_tokens():
     from engine.model.device_tokens import LastTokens
-    from engine.model.packed_batch import pending_inputs
+    from engine.model.device_tokens import pending_inputs
     P = PENDING_TOKEN
     ids, dec_idx, dec_row = np.array([7, P, 8, P]), np.array([1, 3]), np.array([5, 2])
     rows, top, every = pending_inputs(ids, dec_idx, dec_row)
     assert rows.tolist() == [0, 5, 0, 2] and top == 5 and not every
     assert pending_inputs(np.array([P, P]), np.array([0, 1]), np.array([3, 4]))[2]
+    assert pending_inputs(np.array([7, 8]), np.array([0, 1]), np.array([3, 4])) is None  # nothing pending
     with pytest.raises(RuntimeError, match="not a plain decode"):
         pending_inputs(np.array([P, P, 9]), np.array([1]), np.array([3]))  # a prefill's token pending
     last = LastTokens(torch.device("cpu"))
