@@ -32,10 +32,21 @@ class EngineClient:
             return reply
 
     def wait_ready(self, timeout: float = 600) -> list[str]:
+        """The live lanes' names once every one is ready. While the engines load, the socket may be serving
+        the landing page's replay (its status says every lane is ready): the server closes that socket when
+        the engines are ready, and this reconnects to them."""
+        from websockets.exceptions import ConnectionClosed
+        from websockets.sync.client import connect
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            engines = self.call({"cmd": "status"})["status"]["engines"]
-            if engines and all(e["ready"] for e in engines.values()):
+            try:
+                status = self.call({"cmd": "status"})["status"]
+            except ConnectionClosed:
+                self.ws = connect(self.ws_url, max_size=None)
+                self.call({"cmd": "subscribe", "kv": False, "requests": []})
+                continue
+            engines = status["engines"]
+            if "replay" not in status and engines and all(e["ready"] for e in engines.values()):
                 return list(engines)
             time.sleep(1)
         raise TimeoutError("engines did not become ready")

@@ -8,7 +8,7 @@ in ms per second of the trace: requestAnimationFrame callbacks (the views' draw)
 layer updates, the socket's messages, style, layout and paint. Slices nest (a FunctionCall sits inside a
 RunTask), so read the names as a tree, not as parts of one sum; `busy` is the top-level tasks' share.
 
-  python -m engine.harness.tab_trace [--seconds 8] [--rows 256] [--rate 150] [--requests 1024] \
+  python -m engine.harness.tab_trace [--seconds 8] [--rows 256] [--rate 150] [--requests 2048] \
       [--app-cpus 0 --browser-cpus 1] [--top 30] [--json out.json]
 
 Needs playwright and chromium, as engine/harness/ui_cost.py does.
@@ -33,6 +33,7 @@ from .ui_cost import open_tabs
 
 MAIN = "CrRendererMain"  # the renderer's main thread, as chromium names it in a trace
 TOP_LEVEL = "ThreadControllerImpl::RunTask"  # each task the main thread runs, outermost
+FRAME = "FireAnimationFrame"  # one requestAnimationFrame turn
 CATEGORIES = ["devtools.timeline", "disabled-by-default-devtools.timeline", "blink", "cc", "v8", "toplevel"]
 
 
@@ -49,6 +50,12 @@ def main_thread_ms(trace, seconds: float) -> tuple[list[tuple[str, float]], floa
             totals[e["name"]] += e.get("dur", 0) / 1e3
     per_s = sorted(((name, ms / seconds) for name, ms in totals.items()), key=lambda x: -x[1])
     return per_s, totals.get(TOP_LEVEL, 0.0) / 1e3 / seconds
+
+
+def frames_per_s(trace, seconds: float) -> float:
+    """Animation frames the main thread ran a second (the views draw in one: assets/live/frame.js)."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    return sum(1 for e in events if e.get("ph") == "X" and e.get("name") == FRAME) / seconds
 
 
 def trace_tab(args) -> dict:
@@ -73,18 +80,21 @@ def trace_tab(args) -> dict:
             time.sleep(args.settle_s)
             browser.start_tracing(page=page, categories=CATEGORIES)
             time.sleep(args.seconds)
-            raw = browser.stop_tracing()
-            fps = page.evaluate("(() => { const r = document.querySelector('.ifl-root');"
+            fps = page.evaluate("(() => { const r = document.querySelector('.ifl-root');"  # (its last second)
                                 " return {fps: +r.dataset.fps || 0, frame_ms: +r.dataset.frameMs || 0}; })()")
+            raw = browser.stop_tracing()
             load.join()
         browser.close()
-    per_s, busy = main_thread_ms(json.loads(raw), args.seconds)
+    trace = json.loads(raw)
+    per_s, busy = main_thread_ms(trace, args.seconds)
     return {"seconds": args.seconds, "rows": args.rows, "rate": args.rate, "requests": args.requests,
-            "busy_share": busy, "ms_per_s": dict(per_s[:args.top]), "at_end": fps}
+            "busy_share": busy, "frames_per_s": frames_per_s(trace, args.seconds), "ms_per_s": dict(per_s[:args.top]),
+            "at_end": fps}
 
 
 def render(result: dict) -> str:
-    lines = [f"{MAIN}: busy {100 * result['busy_share']:.0f}% of {result['seconds']:g} s; ms a second by slice name:"]
+    lines = [f"{MAIN}: busy {100 * result['busy_share']:.0f}% of {result['seconds']:g} s, "
+             f"{result['frames_per_s']:.1f} animation frames a second; ms a second by slice name:"]
     lines += [f"{ms:8.1f}  {name}" for name, ms in result["ms_per_s"].items()]
     return "\n".join(lines)
 
@@ -96,7 +106,7 @@ def main(argv=None) -> int:
     ap.add_argument("--settle-s", type=float, default=3.0, help="load run before the trace starts")
     ap.add_argument("--rows", type=int, default=256, help="rows a lane (max_num_seqs, static batch)")
     ap.add_argument("--rate", type=float, default=150.0, help="at most this many steps a second a lane")
-    ap.add_argument("--requests", type=int, default=1024, help="requests sent (a multiple of --rows)")
+    ap.add_argument("--requests", type=int, default=2048, help="requests sent (a multiple of --rows)")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--top", type=int, default=30, help="slice names kept")
     ap.add_argument("--port", type=int, default=None)

@@ -2,7 +2,7 @@
 engine.harness.tab_trace)."""
 from __future__ import annotations
 
-from engine.harness.tab_trace import MAIN, TOP_LEVEL, main_thread_ms, render
+from engine.harness.tab_trace import FRAME, MAIN, TOP_LEVEL, frames_per_s, main_thread_ms, render
 
 
 def test_the_main_threads_slices_are_summed_by_name_per_second():
@@ -17,5 +17,10 @@ def test_the_main_threads_slices_are_summed_by_name_per_second():
     assert per_s == [(TOP_LEVEL, 1.5), ("Commit", 0.75)]
     assert busy == 3.0 / 1e3 / 2.0
     assert main_thread_ms(meta + slices, 2.0) == (per_s, busy)  # a bare list of events too
-    text = render({"busy_share": busy, "seconds": 2.0, "ms_per_s": dict(per_s)})
-    assert "busy 0% of 2 s" in text and "0.8  Commit" in text
+    text = render({"busy_share": busy, "seconds": 2.0, "frames_per_s": 12.5, "ms_per_s": dict(per_s)})
+    assert "busy 0% of 2 s, 12.5 animation frames a second" in text and "0.8  Commit" in text
+
+
+def test_animation_frames_are_counted_per_second():
+    frames = [{"ph": "X", "name": FRAME, "pid": 1, "tid": 10, "ts": 40_000 * i, "dur": 9000} for i in range(6)]
+    assert frames_per_s({"traceEvents": frames + [{"ph": "B", "name": FRAME}]}, seconds=0.25) == 24.0
