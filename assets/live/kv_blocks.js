@@ -8,6 +8,7 @@
 defineLive("KvBlocks", [], () => {
   const clamp = (x, a, b) => Math.min(b, Math.max(a, x));
   const derived = new WeakMap();  // kv snapshot -> its per-block arrays
+  const light = new WeakMap();    // kv snapshot -> sharesOrCaches()
 
   // -> { n, bs, owner (first holder or -1), logical, tokens, refs (holders per block), sharers (block ->
   // [{ rid, logical }], shared blocks only), lru (position in the eviction order, -1 when not cached),
@@ -39,6 +40,29 @@ defineLive("KvBlocks", [], () => {
       } else if (kb.refs[b] === 2) kb.sharers.set(b, [{ rid: kb.owner[b], logical: kb.logical[b] }, { rid, logical: i }]);
       else kb.sharers.get(b).push({ rid, logical: i });
     });
+  }
+
+  // Whether a snapshot has cached blocks no request holds, or blocks two holders share (the legends' question,
+  // asked every frame), from its tables alone: of()'s per-block arrays cost a pass over the whole pool
+  // (hundreds of thousands of blocks on a GPU) for a view that may not be on the page.
+  function sharesOrCaches(kv) {
+    const kb = derived.get(kv);
+    if (kb) return kb.cached > 0 || kb.sharers.size > 0;
+    let answer = light.get(kv);
+    if (answer === undefined) light.set(kv, (answer = heldTwiceOrCached(kv)));
+    return answer;
+  }
+
+  function heldTwiceOrCached(kv) {
+    const n = kv.num_blocks, held = new Set();
+    for (const table of Object.values(kv.block_tables || {})) {
+      for (const b of table) {
+        if (b < 0 || b >= n) continue;
+        if (held.has(b)) return true;
+        held.add(b);
+      }
+    }
+    return (kv.cached || []).some((b) => b >= 0 && b < n && !held.has(b));
   }
 
   // The requests a request shares blocks with: [{ rid, blocks }] by most shared blocks first.
@@ -74,5 +98,5 @@ defineLive("KvBlocks", [], () => {
     return { ...rest, block_tables: tables, kv_tokens: kvTokens, cached: kv.cached || base.cached || [] };
   }
 
-  return { of, sharedWith, fold };
+  return { of, sharesOrCaches, sharedWith, fold };
 });

@@ -86,38 +86,33 @@ defineLive("Slots", ["Common", "LiveState"], () => {
     const { cols, edges, nSlots, prefix } = g, slotH = sub.slotH, gapY = slotH > 8 ? 1.5 : 0;
     const Y = (s) => sub.y + sub.h - (s + 1) * slotH;
     const px = edges.map((e) => Math.round(X(e)));
-    ctx.fillStyle = C.idle;  // iterations that ran: empty slots first
+    const xb = (j) => Math.max(px[j + 1], px[j] + 1);  // column j's right edge: at least a pixel wide
+    ctx.fillStyle = C.idle;  // iterations that ran: empty slots first, one rectangle from gap to gap
+    const gapAt = Array(cols.length + 1).fill(cols.length);  // j -> the first gap column at or after j
+    for (let j = cols.length - 1; j >= 0; j--) gapAt[j] = cols[j] ? gapAt[j + 1] : j;
     cols.forEach((st, j) => {
       if (!st) return;
-      ctx.fillRect(px[j], sub.y, Math.max(px[j + 1] - px[j], 1), sub.h);
-      sub.cols.push({ xa: px[j], xb: Math.max(px[j + 1], px[j] + 1), st });
+      sub.cols.push({ xa: px[j], xb: xb(j), st });
+      if (j === 0 || !cols[j - 1]) ctx.fillRect(px[j], sub.y, xb(gapAt[j] - 1) - px[j], sub.h);
     });
-    // then runs of one request and phase per slot: a slot's cell in the next column (adjacent, or within the
-    // same pixel: at a GPU's pace iterations are narrower than a pixel, and a rectangle each would be tens of
-    // thousands a frame at 256 rows) extends its run; one pass over the columns, each slot's run kept open
-    const runs = [];
-    const flush = (s) => drawCellRun(ctx, inst, runs[s], Y(s) + gapY / 2, slotH - gapY);
+    // then each run of one request and phase in a slot (linked as the steps arrived, state.js linkRuns) as
+    // one rectangle, from the column it starts in (or the first after a gap, where every run is open) to its
+    // last column in view or the next gap. At a GPU's pace iterations are narrower than a pixel: a
+    // rectangle per cell would be tens of thousands a frame at 256 rows, and a look at every cell as many.
+    const colOf = new Map(cols.map((st, j) => [st, j]));
     cols.forEach((st, j) => {
       if (!st) return;
-      const xa = px[j], xb = Math.max(px[j + 1], px[j] + 1);
-      st.bySlot.forEach((cell, s) => {
-        if (s >= nSlots) return;
-        const run = runs[s];
-        if (run && run.j === j - 1 && run.rid === cell.rid && run.kind === cell.kind && run.xb >= xa) {
-          run.xb = Math.max(run.xb, xb);
-          run.j = j;
-          return;
-        }
-        if (run) flush(s);
-        runs[s] = { rid: cell.rid, kind: cell.kind, xa, xb, j };
-      });
+      for (const cell of j === 0 || !cols[j - 1] ? st.bySlot : st.starts) {
+        if (!cell || cell.slot >= nSlots) continue;
+        const end = Math.min(colOf.get(cell.run.last) ?? cols.length - 1, gapAt[j] - 1);
+        drawCellRun(ctx, inst, cell, px[j], xb(end), Y(cell.slot) + gapY / 2, slotH - gapY);
+      }
     });
-    runs.forEach((run, s) => flush(s));
     cols.forEach((st, j) => {  // speculative decoding: each step's drafts over its cells
-      if (st && st.drafted) drawDrafts(ctx, inst, st, px[j], Math.max(px[j + 1], px[j] + 1), Y, slotH, gapY);
+      if (st && st.drafted) drawDrafts(ctx, inst, st, px[j], xb(j), Y, slotH, gapY);
     });
     cols.forEach((st, j) => {  // iterations whose decoding rows waited for a prefill (state.js: stall)
-      if (st && st.stall) drawStall(ctx, inst.scale, px[j], Math.max(px[j + 1], px[j] + 1), sub.y, sub.h, "stall");
+      if (st && st.stall) drawStall(ctx, inst.scale, px[j], xb(j), sub.y, sub.h, "stall");
     });
     const fit = Math.max(1, Math.floor(sub.h / (16 * inst.scale)));  // labels a line apart at the least
     const dtick = [1, 2, 4, 5, 8, 10, 16, 20, 32, 50, 64, 100].find((d) => nSlots / d <= fit)
@@ -149,14 +144,15 @@ defineLive("Slots", ["Common", "LiveState"], () => {
     ctx.fillText(text, band.x + band.w / 2, band.y + band.h / 2, band.w - 8);
   }
 
-  function drawCellRun(ctx, inst, run, y, h) {
-    const color = reqColor(run.rid);
-    ctx.globalAlpha = inst.sel != null && run.rid !== inst.sel ? 0.25 : 1;
-    ctx.fillStyle = cellFill(run.kind, color);
-    ctx.fillRect(run.xa, y, run.xb - run.xa, h);
-    if (run.kind === KIND.held) {
+  // cell: the first of a run drawn from xa to xb.
+  function drawCellRun(ctx, inst, cell, xa, xb, y, h) {
+    const color = reqColor(cell.rid);
+    ctx.globalAlpha = inst.sel != null && cell.rid !== inst.sel ? 0.25 : 1;
+    ctx.fillStyle = cellFill(cell.kind, color);
+    ctx.fillRect(xa, y, xb - xa, h);
+    if (cell.kind === KIND.held) {
       ctx.fillStyle = hatchPattern(ctx, mix(C.heldDim, color, 0.12), inst.scale);
-      ctx.fillRect(run.xa, y, run.xb - run.xa, h);
+      ctx.fillRect(xa, y, xb - xa, h);
     }
     ctx.globalAlpha = 1;
   }

@@ -235,6 +235,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
                       waiting: ev.num_waiting, running: ev.num_running, tps: 0,
                       queries: ev.prefix_queries || 0, hits: ev.prefix_hits || 0, hitAll: null, hitRecent: null,
                       roof: roofPoint(S, ev.roofline), part: ev.part || null };
+    linkRuns(S, summary);
     summary.tps = rollingRate(S.steps, summary);
     summary.stall = stall(S, cells, t1 - t0);
     if (summary.stall) S.stalls = (S.stalls || 0) + 1;  // the legend explains them from the first
@@ -545,6 +546,22 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
       hits += S.steps[k].hits;
     }
     if (queries > 0) cur.hitRecent = hits / queries;
+  }
+
+  // Runs of one request and phase in a slot, linked as the steps arrive: a cell that repeats its slot's
+  // cell of the step before it (the same engine's, a disaggregated lane's half) joins that cell's run, else
+  // starts one (st.starts). The batch slots band draws a run once, not a rectangle per cell (slots.js).
+  function linkRuns(S, st) {
+    let prev = null;
+    for (let k = S.steps.length - 1; k >= 0 && !prev; k--) if (S.steps[k].part === st.part) prev = S.steps[k];
+    st.starts = [];
+    st.bySlot.forEach((cell, s) => {
+      const p = prev && prev.bySlot[s];
+      const joins = p && p.rid === cell.rid && p.kind === cell.kind;
+      cell.run = joins ? p.run : { last: null };
+      if (!joins) st.starts.push(cell);
+      cell.run.last = st;
+    });
   }
 
   // Flat memory: drop finished requests that ended before the retained window, then cap the count.

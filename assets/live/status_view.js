@@ -136,8 +136,7 @@ defineLive("StatusView", ["Common", "KvBlocks", "LiveState", "Waits"], () => {
   function hasPrefix(inst, S) {
     if (!S) return false;
     if (prefixOn(S, inst.laneConfig(S.name))) return true;
-    const kb = S.kv ? KvBlocks.of(S.kv) : null;
-    return !!kb && (kb.cached > 0 || kb.sharers.size > 0);
+    return !!S.kv && KvBlocks.sharesOrCaches(S.kv);
   }
 
   // A lane that drafts tokens (its configuration says so, or its steps carried drafts).

@@ -1,7 +1,9 @@
-// The batch slots band (assets/live/slots.js) at a GPU's pace: 256 rows, iterations narrower than a pixel.
-// It must paint what each cell says (every pixel a cell covers in its request's color, nothing where no
-// cell is) with a rectangle per run of a request in a slot, not one per cell. Run by
-// tests/assets/live/test_live_slots_js.py: node tests/js/slots_test.js CONTRACT.json
+// The batch slots band (assets/live/slots.js): it paints each run of a request in a slot as one rectangle,
+// and what it paints must be what a rectangle per cell would paint, pixel for pixel: at a GPU's pace (256
+// rows, iterations narrower than a pixel), zoomed in (iterations wider than a pixel), with idle time between
+// iterations (wider and narrower than the 1.5 px the band leaves undrawn), on the time and the iteration
+// axis, with a slot now and then empty. Run by tests/assets/live/test_live_slots_js.py:
+// node tests/js/slots_test.js CONTRACT.json
 "use strict";
 const assert = require("node:assert/strict");
 const fs = require("node:fs");
@@ -10,27 +12,40 @@ require("./live_modules.js");
 const { Contract, LiveState, Slots, Common } = globalThis;
 const contract = Contract.fromWire(JSON.parse(fs.readFileSync(process.argv[2], "utf8")));
 
-const ROWS = 256, STEPS = 300, STEP_S = 0.004, SWAP_EVERY = 70, WIDTH = 160;
-const rid = (slot, i) => slot + ROWS * Math.floor((i + 3 * slot) / SWAP_EVERY);  // each slot's request changes now and then
+const ROWS = 256, STEPS = 300, STEP_S = 0.004;
 
-function events() {
+function random(seed) {  // mulberry32: the same cases every run
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+// Steps of one lane: each slot's request changes every `swapEvery` iterations or so (a prefill first, then
+// decodes), a slot stands empty now and then, and idle time of up to `idle` steps' length follows some steps.
+function events(rnd, swapEvery, idle) {
   const out = [], seen = new Set();
+  let t = 0;
   for (let i = 0; i < STEPS; i++) {
     const entries = [];
     for (let s = 0; s < ROWS; s++) {
-      if ((s + i) % 97 === 0) continue;  // now and then a slot stands empty for an iteration
-      const r = rid(s, i);
-      if (!seen.has(r)) {
+      if ((s + i) % 97 === 0) continue;
+      const r = s + ROWS * Math.floor((i + 3 * s) / swapEvery);
+      const first = !seen.has(r);
+      if (first) {
         seen.add(r);
         out.push({ type: "request", lane: "a", strategy: "continuous", request_id: r, tag: "t", prompt: "x",
-                   num_prompt_tokens: 4, max_tokens: 1000, arrival_s: i * STEP_S });
+                   num_prompt_tokens: 4, max_tokens: 1000, arrival_s: t });
       }
-      entries.push([r, contract.phase.decode, 1, 10 + i, s, 0, 0, 0]);
+      entries.push([r, first ? contract.phase.prefill : contract.phase.decode, first ? 4 : 1, first ? 0 : 10 + i, s,
+                    0, 0, 0]);
     }
-    out.push({ type: "step", lane: "a", strategy: "continuous", step: i + 1, t_start: i * STEP_S,
-               t_end: (i + 1) * STEP_S, entries, num_waiting: 0, num_running: entries.length, admitted: [],
-               finished: [], preempted: [], tokens_used: entries.length, token_budget: 512, sampled: {}, deltas: {},
-               waits: {} });
+    out.push({ type: "step", lane: "a", strategy: "continuous", step: i + 1, t_start: t, t_end: t + STEP_S, entries,
+               num_waiting: 0, num_running: entries.length, admitted: [], finished: [], preempted: [],
+               tokens_used: entries.length, token_budget: 2048, sampled: {}, deltas: {}, waits: {} });
+    t += STEP_S * (1 + (rnd() < 0.1 ? idle * rnd() : 0));
   }
   return out;
 }
@@ -44,40 +59,69 @@ function recordingContext() {
   return { ctx, rects };
 }
 
-const st = LiveState.newState(["a"], contract);
-LiveState.applyBatch(st, { skipped: 0, events: events() });
-const S = st.by.get("a");
-const t0 = S.steps[0].t0, t1 = S.steps[S.steps.length - 1].t1;
-const X = (t) => ((t - t0) / (t1 - t0)) * WIDTH;
-X.invert = (x) => t0 + (x / WIDTH) * (t1 - t0);
-const inst = { contract, sel: null, scale: 1, laneConfig: () => ({ strategy: "continuous", max_num_seqs: ROWS }) };
-const band = { x: 0, y: 0, w: WIDTH, h: 2 * ROWS, yticks: [] };
-const { ctx, rects } = recordingContext();
-Slots.draw(ctx, inst, S, { axis: "time" }, X, band);
+// slot -> pixel -> the fill painted there last, by the band's rectangles in a request's color
+function painted(rects, sub) {
+  const slotOf = (y) => sub.nSlots - 1 - Math.floor((y - sub.y) / sub.slotH);
+  const out = new Map();
+  for (const r of rects) {
+    if (!Common.PALETTE.some((c) => r.fill.includes(c)) && !r.fill.startsWith("rgb")) continue;
+    const s = slotOf(r.y + r.h / 2), row = out.get(s) || out.set(s, new Map()).get(s);
+    for (let x = Math.round(r.x); x < Math.round(r.x + r.w); x++) row.set(x, r.fill);
+  }
+  return out;
+}
 
-// What each cell says: slot -> pixel -> the colors of the cells over it
-const sub = band.subs[0], slotOf = (y) => sub.nSlots - 1 - Math.floor((y - sub.y) / sub.slotH);
-const want = new Map();
-for (const step of S.steps) {
-  const xa = Math.round(X(step.t0)), xb = Math.max(Math.round(X(step.t1)), xa + 1);
-  step.bySlot.forEach((cell, s) => {
-    const row = want.get(s) || want.set(s, new Map()).get(s);
-    for (let x = xa; x < xb; x++) (row.get(x) || row.set(x, new Set()).get(x)).add(Common.reqColor(cell.rid));
-  });
+// The oracle: a rectangle per cell, over the columns the band drew (sub.cols: each iteration's pixels).
+function perCell(sub, idle) {
+  const rects = [];
+  for (const c of sub.cols) {
+    c.st.bySlot.forEach((cell, s) => {
+      const color = Common.reqColor(cell.rid);
+      const fill = cell.kind === LiveState.KIND.decode ? color : Common.mix(color, Common.C.white, 0.5);
+      rects.push({ x: c.xa, y: sub.y + sub.h - (s + 1) * sub.slotH + 0.5, w: c.xb - c.xa, h: 1, fill });
+    });
+  }
+  return rects.filter((r) => r.fill !== idle);
 }
-const cellsDrawn = rects.filter((r) => Common.PALETTE.includes(r.fill));
-const got = new Map();
-for (const r of cellsDrawn) {
-  const s = slotOf(r.y + r.h / 2), row = got.get(s) || got.set(s, new Map()).get(s);
-  for (let x = Math.round(r.x); x < Math.round(r.x + r.w); x++) row.set(x, r.fill);  // (later rectangles paint over)
+
+function check(seed) {
+  const rnd = random(seed);
+  const swapEvery = 2 + Math.floor(rnd() * 90), idle = [0, 0.5, 3, 40][Math.floor(rnd() * 4)];
+  const axis = rnd() < 0.75 ? "time" : "iteration", width = [160, 700, 2400][Math.floor(rnd() * 3)];
+  const st = LiveState.newState(["a"], contract);
+  LiveState.applyBatch(st, { skipped: 0, events: events(rnd, swapEvery, idle) });
+  const S = st.by.get("a");
+  const at = (step) => (axis === "time" ? [step.t0, step.t1] : [step.it - 0.5, step.it + 0.5]);
+  let lo = at(S.steps[0])[0], hi = at(S.steps[S.steps.length - 1])[1];
+  if (rnd() < 0.5) [lo, hi] = [lo + (hi - lo) * 0.3 * rnd(), hi - (hi - lo) * 0.3 * rnd()];  // zoomed in
+  const X = (v) => ((v - lo) / (hi - lo)) * width;
+  X.invert = (x) => lo + (x / width) * (hi - lo);
+  const inst = { contract, sel: null, scale: 1, laneConfig: () => ({ strategy: "continuous", max_num_seqs: ROWS }) };
+  const band = { x: 0, y: 0, w: width, h: 2 * ROWS, yticks: [] };
+  const { ctx, rects } = recordingContext();
+  Slots.draw(ctx, inst, S, { axis }, X, band);
+  const sub = band.subs[0];
+  const cells = sub.cols.reduce((a, c) => a + c.st.bySlot.filter(Boolean).length, 0);
+  const runs = rects.filter((r) => r.fill !== Common.C.idle);
+  const got = painted(runs, sub), want = painted(perCell(sub, Common.C.idle), sub);
+  const what = `seed ${seed} (${axis} axis, ${width} px, a request every ~${swapEvery} steps, idle ${idle})`;
+  assert.ok(sub.cols.length > 0, what);
+  for (const [s, row] of want) {
+    for (const [x, fill] of row) assert.equal(got.get(s)?.get(x), fill, `${what}: slot ${s} pixel ${x}`);
+  }
+  for (const [s, row] of got) for (const x of row.keys()) assert.ok(want.get(s)?.has(x), `${what}: slot ${s} px ${x}`);
+  // a rectangle per run: a slot's requests, each a prefill and a run of decodes, split where the slot stood
+  // empty and where idle time shows
+  const gaps = sub.cols.filter((c, k) => k > 0 && c.xa > sub.cols[k - 1].xb).length;
+  const most = ROWS * (2 * (STEPS / swapEvery + 2) + 2 * Math.ceil(STEPS / 97) + gaps);
+  assert.ok(runs.length <= most, `${what}: ${runs.length} rectangles for ${cells} cells`);
+  return { cells, runs: runs.length };
 }
-let cells = 0;
-for (const step of S.steps) cells += step.cells.length;
-assert.equal(S.steps.length, STEPS);
-assert.ok(WIDTH / STEPS < 1, "iterations narrower than a pixel");
-for (const [s, row] of want) {
-  for (const [x, colors] of row) assert.ok(colors.has(got.get(s)?.get(x)), `slot ${s} pixel ${x}`);
-  for (const x of (got.get(s) || new Map()).keys()) assert.ok(row.has(x), `slot ${s} pixel ${x} painted with no cell`);
+
+let cells = 0, runs = 0;
+for (let seed = 1; seed <= 40; seed++) {
+  const r = check(seed);
+  cells += r.cells;
+  runs += r.runs;
 }
-assert.ok(cellsDrawn.length < cells / 20, `${cellsDrawn.length} rectangles for ${cells} cells`);
-console.log(`ok - ${cells} cells of ${ROWS} slots painted as ${cellsDrawn.length} runs`);
+console.log(`ok - 40 cases: ${cells} cells painted as ${runs} rectangles, pixel for pixel as a rectangle each`);

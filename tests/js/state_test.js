@@ -288,6 +288,9 @@ const tests = {
         for (const s of kb.sharers.get(b)) assert.equal(ev.kv.block_tables[s.rid][s.logical], b);
       }
       assert.equal(kb.cached, ev.kv.cached.length);
+      const either = expected.length > 0 || kb.cached > 0;
+      assert.equal(KvBlocks.sharesOrCaches({ ...ev.kv }), either, `step ${ev.step}: from the tables alone`);
+      assert.equal(KvBlocks.sharesOrCaches(ev.kv), either, `step ${ev.step}: from of()'s arrays`);
       ev.kv.cached.forEach((b, i) => assert.equal(kb.lru[b], i, `step ${ev.step}: block ${b} evicted ${i}th`));
       shared += expected.length;
       cached += kb.cached;

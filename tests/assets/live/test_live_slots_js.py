@@ -1,5 +1,6 @@
-"""The batch slots band (assets/live/slots.js) at a GPU's pace, run in node: 256 rows over 300 iterations
-narrower than a pixel paint what each cell says, as runs (tests/js/slots_test.js)."""
+"""The batch slots band (assets/live/slots.js), run in node: a rectangle per run of a request in a slot paints
+what a rectangle per cell would, pixel for pixel, at 256 rows, zoomed in and out, with idle time, on both axes
+(tests/js/slots_test.js)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ from node_js import require_node, run_node
 require_node("the slots test")
 
 
-def test_slots_at_256_rows_paint_every_cell_as_runs(tmp_path):
+def test_slots_paint_runs_as_a_rectangle_per_cell_would(tmp_path):
     contract = tmp_path / "contract.json"
     contract.write_text(json.dumps(wire_contract()))
     out = run_node("slots_test.js", contract)
