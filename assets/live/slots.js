@@ -87,24 +87,28 @@ defineLive("Slots", ["Common", "LiveState"], () => {
     const Y = (s) => sub.y + sub.h - (s + 1) * slotH;
     const px = edges.map((e) => Math.round(X(e)));
     const xb = (j) => Math.max(px[j + 1], px[j] + 1);  // column j's right edge: at least a pixel wide
-    ctx.fillStyle = C.idle;  // iterations that ran: empty slots first, one rectangle from gap to gap
-    const gapAt = Array(cols.length + 1).fill(cols.length);  // j -> the first gap column at or after j
-    for (let j = cols.length - 1; j >= 0; j--) gapAt[j] = cols[j] ? gapAt[j + 1] : j;
+    // Runs (state.js linkRuns) link an engine's consecutive steps: a column opens a stretch where the one
+    // before it is a gap or another engine's step (a grid that holds both halves of a disaggregated lane,
+    // just reconfigured to one engine); stop[j]: the first column after j that a run from j cannot reach.
+    const opens = (j) => !!cols[j] && (j === 0 || !cols[j - 1] || cols[j - 1].part !== cols[j].part);
+    const stop = Array(cols.length).fill(cols.length);
+    for (let j = cols.length - 2; j >= 0; j--) stop[j] = cols[j + 1] && !opens(j + 1) ? stop[j + 1] : j + 1;
+    ctx.fillStyle = C.idle;  // iterations that ran: empty slots first, a rectangle a stretch
     cols.forEach((st, j) => {
       if (!st) return;
       sub.cols.push({ xa: px[j], xb: xb(j), st });
-      if (j === 0 || !cols[j - 1]) ctx.fillRect(px[j], sub.y, xb(gapAt[j] - 1) - px[j], sub.h);
+      if (opens(j)) ctx.fillRect(px[j], sub.y, xb(stop[j] - 1) - px[j], sub.h);
     });
-    // then each run of one request and phase in a slot (linked as the steps arrived, state.js linkRuns) as
-    // one rectangle, from the column it starts in (or the first after a gap, where every run is open) to its
-    // last column in view or the next gap. At a GPU's pace iterations are narrower than a pixel: a
-    // rectangle per cell would be tens of thousands a frame at 256 rows, and a look at every cell as many.
+    // then each run of one request and phase in a slot as one rectangle, from the column it starts in (or
+    // where its stretch opens: every run is open there) to its last column in view or its stretch's end. At a
+    // GPU's pace iterations are narrower than a pixel: a rectangle per cell would be tens of thousands a
+    // frame at 256 rows, and a look at every cell as many.
     const colOf = new Map(cols.map((st, j) => [st, j]));
     cols.forEach((st, j) => {
       if (!st) return;
-      for (const cell of j === 0 || !cols[j - 1] ? st.bySlot : st.starts) {
+      for (const cell of opens(j) ? st.bySlot : st.starts) {
         if (!cell || cell.slot >= nSlots) continue;
-        const end = Math.min(colOf.get(cell.run.last) ?? cols.length - 1, gapAt[j] - 1);
+        const end = Math.min(colOf.get(cell.run.last) ?? cols.length - 1, stop[j] - 1);
         drawCellRun(ctx, inst, cell, px[j], xb(end), Y(cell.slot) + gapY / 2, slotH - gapY);
       }
     });
