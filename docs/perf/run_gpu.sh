@@ -5,7 +5,7 @@
 #   bash docs/perf/run_gpu.sh all          # $PARTS (default: check to nano below), in order, then the archive
 #   bash docs/perf/run_gpu.sh check        # versions, then the GPU tests (kernels, warm-up, fp32 equality, bf16)
 #   bash docs/perf/run_gpu.sh floor        # decode step vs memory floor (graphs compiled or not; overlap on and off)
-#   bash docs/perf/run_gpu.sh profile      # where a decode step's time goes: host phases vs GPU busy time
+#   bash docs/perf/run_gpu.sh profile      # where a decode step's time goes: host phases vs GPU busy time, timelines
 #   bash docs/perf/run_gpu.sh anyscale     # anyscale workload: continuous, static, hf-generate (each warm)
 #   bash docs/perf/run_gpu.sh anyscale-cb  # the same workload: continuous beside hf-cb (same KV memory, warm)
 #   bash docs/perf/run_gpu.sh nano         # nano-vllm's workload, Qwen3-0.6B's shape (torch.compile, overlap on/off)
@@ -22,10 +22,11 @@
 # DEVICE=cuda DTYPE=bfloat16 ATTN=auto QWEN25=random:Qwen2.5-0.5B-Instruct QWEN3=random:Qwen3-0.6B
 # BATCHES=1,16,64,256 CONTEXT=512 SCALE=0.1 (anyscale's share of its 1000 requests) NANO_SCALE=1
 # MAX_SEQS=256 STATIC_BATCH=32 BUDGET=8192 (tokens per step) KV_GB=16 (the same KV memory for every lane)
-# COMPILE="on off" (the floor's and nano's torch.compile, in order) OVERLAP=on,off (the floor's engines, side by
-# side) NANO_OVERLAP="on" (nano's runs for each compile setting, in order) BASE= (floor-base's tree: `git archive C
-# engine assets/model_configs` of a commit C, unpacked) SOCKET_KV_GB=24 (each socket lane's KV pool)
-# DEADLINE_S=530, and each part's cap: CAP_CHECK=150 CAP_FLOOR=150 CAP_PROFILE=45 CAP_ANYSCALE=140
+# COMPILE="on off" (the floor's and nano's torch.compile, in order) OVERLAP=on,off (the floor's and the profile's
+# engines, side by side) NANO_OVERLAP="on" (nano's runs for each compile setting, in order) BASE= (floor-base's
+# tree: `git archive C engine assets/model_configs` of a commit C, unpacked) SOCKET_KV_GB=24 (each socket lane's
+# KV pool)
+# DEADLINE_S=530, and each part's cap: CAP_CHECK=150 CAP_FLOOR=150 CAP_PROFILE=120 CAP_ANYSCALE=140
 # CAP_ANYSCALE_CB=120 CAP_NANO=240 CAP_SOCKET=150 CAP_FLOOR_BASE=100 (seconds; a part never runs past the
 # deadline less PACK_S=10; an engine that compiles spends part of its start in torch.compile: its status gives
 # the seconds).
@@ -110,7 +111,7 @@ all)
   for m in "$QWEN25" "$QWEN3"; do
     [[ $m == random:* ]] && { "$py" -m engine.model.files.random_model "${m#random:}" >>"$OUT/models.log" 2>&1 & }
   done
-  declare -A caps=([check]=${CAP_CHECK:-150} [floor]=${CAP_FLOOR:-150} [profile]=${CAP_PROFILE:-45}
+  declare -A caps=([check]=${CAP_CHECK:-150} [floor]=${CAP_FLOOR:-150} [profile]=${CAP_PROFILE:-120}
                     [anyscale]=${CAP_ANYSCALE:-140} [anyscale-cb]=${CAP_ANYSCALE_CB:-120} [nano]=${CAP_NANO:-240}
                     [socket]=${CAP_SOCKET:-150} [floor-base]=${CAP_FLOOR_BASE:-100})
   for part in $PARTS; do
@@ -140,7 +141,7 @@ floor-base)  # the same on $BASE, a tree of another commit (git archive), on the
   ;;
 profile)
   run profile "$py" -m engine.bench.step_profile --model "$QWEN25" "${engine[@]}" --batches 1,64,256 \
-    --contexts "$CONTEXT" --json "$OUT/step_profile.json"
+    --contexts "$CONTEXT" --overlap "$OVERLAP" --json "$OUT/step_profile.json" --trace "$OUT/step_traces"
   ;;
 anyscale) anyscale anyscale continuous,static,hf-generate ;;
 anyscale-cb) anyscale anyscale_cb continuous,hf-cb ;;
@@ -164,6 +165,6 @@ lanes)
     --json "$OUT/lanes_together.json"
   ;;
 *)
-  sed -n '2,33p' "$0"; exit 2 ;;
+  sed -n '2,34p' "$0"; exit 2 ;;
 esac
 exit $rc

@@ -13,6 +13,7 @@ step; the phases are timed by wrapping the engine's own methods, so nothing here
     python -m engine.bench.step_profile --device cuda --attention-backend triton --cuda-graphs off
     python -m engine.bench.step_profile --batches 1,256 --contexts 128 --no-ops   # wall clock, no profiler
     python -m engine.bench.step_profile --overlap on,off   # the next step launched before this one is read back
+    python -m engine.bench.step_profile --device cuda --trace traces/   # each point's timeline, for Perfetto
 
 `host` is what the step costs beside the model: the step less its forward on the CPU, less the GPU's
 busy time on a GPU (the time the GPU waits for Python), and `host/row` that per row, in microseconds.
@@ -21,20 +22,28 @@ split by operator, and on a GPU no busy time).
 
 On a GPU the phases are host time (a kernel launch returns at once; the step waits for the GPU
 where it reads its sampled tokens back, which counts as sampling), and `gpu busy` is the time the
-GPU's kernels ran per step: the step time minus that is what the host costs.
+GPU's kernels ran per step: the step time minus that is what the host costs. Where the host waits, and for
+what, the phases do not say (with overlap the wait for the step in flight falls inside a launch): `--trace DIR`
+writes each point's torch.profiler timeline (DIR/step_b<batch>_c<context>_<linear>_overlap_<on|off>.json.gz,
+for ui.perfetto.dev or chrome://tracing), the engine's phases labelled on the host's thread beside the CUDA API
+calls and, on a GPU, each kernel.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import json
+import tempfile
 import statistics
 import time
 import weakref
 from collections import defaultdict
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from pathlib import Path
+
+from torch.profiler import ProfilerActivity, profile, record_function
 
 from ..config import EngineConfig
 from ..events import StepMessage
@@ -63,8 +72,9 @@ class PhaseTimer:
     """Wraps the engine's methods so each step's time is split by phase (seconds, summed); a context
     manager that puts the originals back."""
 
-    def __init__(self, eng: LLMEngine):
+    def __init__(self, eng: LLMEngine, labels: bool = False):
         self.total: dict[str, float] = defaultdict(float)
+        self.labels = labels  # each call also a named range in torch.profiler's timeline
         self._targets = [(eng.scheduler, "schedule", "schedule"), (eng.runner.model, "forward", "forward"),
                          (eng.scheduler, "update", "update + detokenize"),
                          (eng.scheduler, "settle", "update + detokenize"),
@@ -93,7 +103,8 @@ class PhaseTimer:
         def timed(*a, **k):
             t = time.perf_counter()
             try:
-                return fn(*a, **k)
+                with record_function(phase) if self.labels else contextlib.nullcontext():
+                    return fn(*a, **k)
             finally:
                 self.total[phase] += time.perf_counter() - t
         return timed
@@ -124,16 +135,21 @@ def fill_steps(budget: int, contexts: list[int]) -> int:
     return -(-sum(contexts) // max(1, budget - len(contexts))) + 1
 
 
-def profile_point(eng: LLMEngine, contexts: list[int], steps: int, ops: bool = True) -> dict:
+def profile_point(eng: LLMEngine, contexts: list[int], steps: int, ops: bool = True,
+                  trace: Path | None = None) -> dict:
     """Time `steps` decode steps of len(contexts) rows; ops: under torch.profiler, the forward split by
-    operator (and on a GPU its busy time), else by wall clock alone."""
+    operator (and on a GPU its busy time), else by wall clock alone; trace: where the profiler's timeline
+    goes (gzipped Chrome trace JSON)."""
     fill(eng, contexts, steps)
     cuda = eng.runner.device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with PhaseTimer(eng) as timer, (profile(activities=activities) if ops else contextlib.nullcontext()) as prof:
+    with PhaseTimer(eng, labels=trace is not None) as timer, \
+            (profile(activities=activities) if ops else contextlib.nullcontext()) as prof:
         t0 = time.perf_counter()
         events = [eng.step() for _ in range(steps)]
         wall = time.perf_counter() - t0  # before the profiler's own processing at exit
+    if trace is not None:
+        write_trace(prof, trace)
     for rid in list(eng.requests):
         eng.abort(rid)
     forward_s = timer.total["forward"]
@@ -145,6 +161,23 @@ def profile_point(eng: LLMEngine, contexts: list[int], steps: int, ops: bool = T
             "phases_ms": {k: 1e3 * v / steps for k, v in timer.phases().items()},
             "forward_ms": {k: 1e3 * v / steps for k, v in _op_groups(prof, forward_s).items()} if ops else {},
             **wire_sizes(events)}
+
+
+def write_trace(prof, path: Path) -> None:
+    """The profiler's timeline as gzipped Chrome trace JSON (torch writes it to a file of its own first)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(raw))
+        with raw.open("rb") as src, gzip.open(path, "wb") as dst:
+            dst.write(src.read())
+
+
+def trace_path(folder: str | None, eng: LLMEngine, batch: int, context: int) -> Path | None:
+    if folder is None:
+        return None
+    overlap = "on" if eng.overlap else "off"
+    return Path(folder) / f"step_b{batch}_c{context}_{eng.runner.linear}_overlap_{overlap}.json.gz"
 
 
 def wire_sizes(events) -> dict:
@@ -220,7 +253,11 @@ def main(argv=None) -> None:
     ap.add_argument("--no-ops", action="store_true",
                     help="time by wall clock alone: no torch.profiler, no forward split by operator")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--trace", default=None, metavar="DIR",
+                    help="write each point's torch.profiler timeline here, the engine's phases labelled")
     args = ap.parse_args(argv)
+    if args.trace and (args.no_ops or args.mixed):
+        ap.error("--trace records the profiler's timeline: not with --no-ops or --mixed")
     batches = [int(x) for x in args.batches.split(",")]
     contexts = [int(x) for x in args.contexts.split(",")]
     rows = []
@@ -236,7 +273,8 @@ def main(argv=None) -> None:
         if args.mixed:
             points = mixed_points(eng, batches, contexts, args.steps, not args.no_ops)
         else:
-            points = [profile_point(eng, [c] * b, args.steps, not args.no_ops) for c in contexts for b in batches]
+            points = [profile_point(eng, [c] * b, args.steps, not args.no_ops, trace_path(args.trace, eng, b, c))
+                      for c in contexts for b in batches]
         rows += [{**p, "linear": eng.runner.linear, "attention": eng.runner.backend, "overlap": eng.overlap,
                   "cuda_graphs": eng.runner.graphs_state()} for p in points]
         dropped = weakref.ref(eng)

@@ -1,7 +1,10 @@
 """The step profiler (engine/bench/step_profile.py) on a tiny model: real decode steps, split by phase."""
 from __future__ import annotations
 
+import gzip
 import json
+
+import pytest
 
 from engine.bench import step_profile
 
@@ -43,3 +46,22 @@ def test_fill_leaves_every_row_decoding_through_the_timed_steps(tiny_llama_dir):
     for _ in range(3):
         ev = eng.step()
         assert len(ev.entries) == 4 and {e.phase for e in ev.entries} == {"decode"}
+
+
+def test_a_trace_of_each_point_labels_the_engines_phases(tiny_llama_dir, tmp_path, capsys):
+    """--trace: each point's profiler timeline, gzipped, with the engine's phases as named ranges on the
+    host's thread (where a GPU step waits, and for what, shows there)."""
+    traces = tmp_path / "traces"
+    step_profile.main(["--model", str(tiny_llama_dir), "--batches", "1,2", "--contexts", "12", "--steps", "2",
+                       "--linear", "torch", "--overlap", "off", "--trace", str(traces)])
+    files = sorted(p.name for p in traces.iterdir())
+    assert files == ["step_b1_c12_torch_overlap_off.json.gz", "step_b2_c12_torch_overlap_off.json.gz"]
+    events = json.loads(gzip.decompress((traces / files[1]).read_bytes()))["traceEvents"]
+    named = {e["name"] for e in events if e.get("ph") == "X"}
+    assert {"schedule", "launch", "forward", "update + detokenize", "telemetry"} <= named
+    assert any(name.startswith("aten::") for name in named)  # the operators beside them
+
+
+def test_a_trace_needs_the_profiler(tiny_llama_dir, tmp_path):
+    with pytest.raises(SystemExit):
+        step_profile.main(["--model", str(tiny_llama_dir), "--no-ops", "--trace", str(tmp_path)])
