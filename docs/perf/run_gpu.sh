@@ -26,7 +26,7 @@
 # engines, side by side) NANO_OVERLAP="on" (nano's runs for each compile setting, in order) BASE= (floor-base's
 # tree: `git archive C engine assets/model_configs` of a commit C, unpacked) SOCKET_KV_GB=24 (each socket lane's
 # KV pool)
-# DEADLINE_S=530, and each part's cap: CAP_CHECK=150 CAP_FLOOR=150 CAP_PROFILE=120 CAP_ANYSCALE=140
+# DEADLINE_S=530, and each part's cap: CAP_CHECK=150 CAP_FLOOR=150 CAP_PROFILE=180 CAP_ANYSCALE=140
 # CAP_ANYSCALE_CB=120 CAP_NANO=240 CAP_SOCKET=150 CAP_FLOOR_BASE=100 (seconds; a part never runs past the
 # deadline less PACK_S=10; an engine that compiles spends part of its start in torch.compile: its status gives
 # the seconds).
@@ -111,7 +111,7 @@ all)
   for m in "$QWEN25" "$QWEN3"; do
     [[ $m == random:* ]] && { "$py" -m engine.model.files.random_model "${m#random:}" >>"$OUT/models.log" 2>&1 & }
   done
-  declare -A caps=([check]=${CAP_CHECK:-150} [floor]=${CAP_FLOOR:-150} [profile]=${CAP_PROFILE:-120}
+  declare -A caps=([check]=${CAP_CHECK:-150} [floor]=${CAP_FLOOR:-150} [profile]=${CAP_PROFILE:-180}
                     [anyscale]=${CAP_ANYSCALE:-140} [anyscale-cb]=${CAP_ANYSCALE_CB:-120} [nano]=${CAP_NANO:-240}
                     [socket]=${CAP_SOCKET:-150} [floor-base]=${CAP_FLOOR_BASE:-100})
   for part in $PARTS; do

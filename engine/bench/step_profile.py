@@ -174,7 +174,7 @@ def write_trace(prof, path: Path) -> None:
 
 
 def trace_path(folder: str | None, eng: LLMEngine, batch: int, context: int) -> Path | None:
-    if folder is None:
+    if not folder:
         return None
     overlap = "on" if eng.overlap else "off"
     return Path(folder) / f"step_b{batch}_c{context}_{eng.runner.linear}_overlap_{overlap}.json.gz"
@@ -256,7 +256,7 @@ def main(argv=None) -> None:
     ap.add_argument("--trace", default=None, metavar="DIR",
                     help="write each point's torch.profiler timeline here, the engine's phases labelled")
     args = ap.parse_args(argv)
-    if args.trace and (args.no_ops or args.mixed):
+    if args.trace is not None and (args.no_ops or args.mixed):
         ap.error("--trace records the profiler's timeline: not with --no-ops or --mixed")
     batches = [int(x) for x in args.batches.split(",")]
     contexts = [int(x) for x in args.contexts.split(",")]

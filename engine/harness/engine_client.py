@@ -36,20 +36,35 @@ class EngineClient:
         the landing page's replay (its status says every lane is ready): the server closes that socket when
         the engines are ready, and this reconnects to them."""
         from websockets.exceptions import ConnectionClosed
-        from websockets.sync.client import connect
         deadline = time.monotonic() + timeout
+        status = {}
         while time.monotonic() < deadline:
             try:
                 status = self.call({"cmd": "status"})["status"]
             except ConnectionClosed:
-                self.ws = connect(self.ws_url, max_size=None)
-                self.call({"cmd": "subscribe", "kv": False, "requests": []})
+                self._reconnect()
                 continue
             engines = status["engines"]
             if "replay" not in status and engines and all(e["ready"] for e in engines.values()):
                 return list(engines)
             time.sleep(1)
+        if "replay" in status:
+            raise TimeoutError("a recording is still playing in the views: the engines' events wait for it to end")
         raise TimeoutError("engines did not become ready")
+
+    def _reconnect(self) -> None:
+        """A new socket in place of the one the server closed (tried again a second later if it fails too)."""
+        from websockets.exceptions import ConnectionClosed
+        from websockets.sync.client import connect
+        try:
+            self.ws = connect(self.ws_url, max_size=None)
+            self.call({"cmd": "subscribe", "kv": False, "requests": []})
+        except (ConnectionClosed, OSError):
+            time.sleep(1)
+
+    def close(self) -> None:
+        """Closes the socket in use (a reconnected one is not the caller's)."""
+        self.ws.close()
 
     def run_load(self, n: int, max_tokens: int, on_tick=None) -> dict:
         """Submit n requests at once (without waiting for each answer); collect step events until every

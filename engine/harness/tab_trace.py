@@ -84,6 +84,7 @@ def trace_tab(args) -> dict:
                                 " return {fps: +r.dataset.fps || 0, frame_ms: +r.dataset.frameMs || 0}; })()")
             raw = browser.stop_tracing()
             load.join()
+            client.close()
         browser.close()
     trace = json.loads(raw)
     per_s, busy = main_thread_ms(trace, args.seconds)

@@ -211,6 +211,7 @@ def main(argv=None) -> int:
                     rec["round"] = rnd
                     records.append(rec)
                     print(f"round {rnd} tabs {n}: " + json.dumps(rec), file=sys.stderr)
+            client.close()
         browser.close()
     print(report(records))
     if args.json:

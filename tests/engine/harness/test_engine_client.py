@@ -50,3 +50,28 @@ def test_the_client_gives_up_when_the_engines_never_come(monkeypatch):
     monkeypatch.setattr(engine_client.time, "sleep", lambda s: None)
     with pytest.raises(TimeoutError, match="engines did not become ready"):
         EngineClient(ws, "ws://x").wait_ready(timeout=10)
+
+
+def test_a_reconnect_the_server_refuses_is_tried_again(monkeypatch):
+    live = ScriptedSocket([READY])
+    tries = iter([OSError("connection refused"), live])
+
+    def connect(url, **kw):
+        got = next(tries)
+        if isinstance(got, Exception):
+            raise got
+        return got
+    monkeypatch.setattr("websockets.sync.client.connect", connect)
+    monkeypatch.setattr(engine_client.time, "sleep", lambda s: None)
+    client = EngineClient(ScriptedSocket([None, None]), "ws://x")
+    assert client.wait_ready() == ["continuous", "static"] and client.ws is live
+
+
+def test_a_replay_that_does_not_end_is_named_when_the_wait_gives_up(monkeypatch):
+    """A presenter's replay plays until stopped: the engines are ready, but their events wait for it."""
+    ws = ScriptedSocket([{**READY, "replay": {"label": "a workshop"}}] * 3)
+    clock = iter([0.0, 1.0, 2.0, 99.0])
+    monkeypatch.setattr(engine_client.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(engine_client.time, "sleep", lambda s: None)
+    with pytest.raises(TimeoutError, match="a recording is still playing"):
+        EngineClient(ws, "ws://x").wait_ready(timeout=10)
