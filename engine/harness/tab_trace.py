@@ -41,21 +41,24 @@ def main_thread_ms(trace, seconds: float) -> tuple[list[tuple[str, float]], floa
     """The main thread's complete slices ("X") summed by name, in ms per second of `seconds` (largest first),
     and its busy share (its top-level tasks' time over the span). `trace`: a Chrome trace (a dict with
     traceEvents, or their list)."""
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    mains = {(e["pid"], e["tid"]) for e in events
-             if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("args", {}).get("name") == MAIN}
     totals: dict[str, float] = defaultdict(float)
-    for e in events:
-        if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in mains:
-            totals[e["name"]] += e.get("dur", 0) / 1e3
+    for e in main_slices(trace):
+        totals[e["name"]] += e.get("dur", 0) / 1e3
     per_s = sorted(((name, ms / seconds) for name, ms in totals.items()), key=lambda x: -x[1])
     return per_s, totals.get(TOP_LEVEL, 0.0) / 1e3 / seconds
 
 
 def frames_per_s(trace, seconds: float) -> float:
     """Animation frames the main thread ran a second (the views draw in one: assets/live/frame.js)."""
+    return sum(1 for e in main_slices(trace) if e["name"] == FRAME) / seconds
+
+
+def main_slices(trace) -> list[dict]:
+    """The renderer main thread's complete slices ("X")."""
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    return sum(1 for e in events if e.get("ph") == "X" and e.get("name") == FRAME) / seconds
+    mains = {(e["pid"], e["tid"]) for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("args", {}).get("name") == MAIN}
+    return [e for e in events if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in mains]
 
 
 def trace_tab(args) -> dict:

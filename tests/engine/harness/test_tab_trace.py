@@ -21,6 +21,9 @@ def test_the_main_threads_slices_are_summed_by_name_per_second():
     assert "busy 0% of 2 s, 12.5 animation frames a second" in text and "0.8  Commit" in text
 
 
-def test_animation_frames_are_counted_per_second():
+def test_the_main_threads_animation_frames_are_counted_per_second():
+    meta = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 10, "args": {"name": MAIN}}]
     frames = [{"ph": "X", "name": FRAME, "pid": 1, "tid": 10, "ts": 40_000 * i, "dur": 9000} for i in range(6)]
-    assert frames_per_s({"traceEvents": frames + [{"ph": "B", "name": FRAME}]}, seconds=0.25) == 24.0
+    others = [{"ph": "X", "name": FRAME, "pid": 2, "tid": 20, "ts": 0, "dur": 9000},  # another tab's renderer
+              {"ph": "B", "name": FRAME, "pid": 1, "tid": 10, "ts": 0}]  # (not a complete slice)
+    assert frames_per_s({"traceEvents": meta + frames + others}, seconds=0.25) == 24.0
