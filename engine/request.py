@@ -160,6 +160,11 @@ class Request:
         return self.status is RequestStatus.FINISHED
 
     @property
+    def token_pending(self) -> bool:
+        """Its last output token is sampled on the device and not yet read back (EngineConfig.overlap)."""
+        return bool(self.output_token_ids) and self.output_token_ids[-1] == PENDING_TOKEN
+
+    @property
     def max_total_tokens(self) -> int:
         return len(self.prompt_token_ids) + self.params.max_tokens
 
@@ -167,8 +172,7 @@ class Request:
         return RequestOutput(
             request_id=self.request_id,
             prompt_token_ids=list(self.prompt_token_ids),
-            output_token_ids=self.output_token_ids[:-1] if self.output_token_ids[-1:] == [PENDING_TOKEN]
-            else list(self.output_token_ids),
+            output_token_ids=self.output_token_ids[:-1] if self.token_pending else list(self.output_token_ids),
             text=self.text,
             finish_reason=self.finish_reason,
             arrival_s=self.arrival_s,

@@ -164,7 +164,7 @@ class Scheduler(ABC):
             req = row.request
             if req.status is RequestStatus.FINISHED:
                 continue
-            if req.output_token_ids[-1] != PENDING_TOKEN:
+            if not req.token_pending:
                 raise RuntimeError(f"request {req.request_id}: no token pending where step tokens settle")
             req.output_token_ids[-1] = tok
             if req.first_token_s is None:
@@ -221,7 +221,7 @@ class Scheduler(ABC):
         """End a request (stop, length, abort or error) and release what it holds."""
         request.status = RequestStatus.FINISHED
         request.finish_reason, request.finish_s, request.error = reason, now, error
-        if request.output_token_ids and request.output_token_ids[-1] == PENDING_TOKEN:  # ended mid-step
+        if request.token_pending:  # ended mid-step
             request.output_token_ids.pop()
         self.policy.on_finish(request)
         self._release(request)
@@ -287,7 +287,7 @@ class Scheduler(ABC):
     def _cached_prefix(self, request: Request) -> list[int]:
         """Blocks of the prefix cache holding a request's leading tokens, when it starts from scratch (not
         while its last token is pending: preempted by this step, it is hashed once that token is known)."""
-        if request.num_computed_tokens or (request.output_token_ids and request.output_token_ids[-1] == PENDING_TOKEN):
+        if request.num_computed_tokens or request.token_pending:
             return []
         return self.cache.match(request)
 

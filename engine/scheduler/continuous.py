@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..events import DECODE
-from ..request import PENDING_TOKEN, Request
+from ..request import Request
 from . import waits
 from .base import ScheduledRow, Scheduler, SchedulerOutput
 
@@ -110,7 +110,7 @@ class ContinuousScheduler(Scheduler):
             if budget <= 0:
                 return waits.token_budget(0, out.token_budget)
             req = self.waiting[0]
-            if req.output_token_ids and req.output_token_ids[-1] == PENDING_TOKEN:  # preempted by this step
+            if req.token_pending:  # preempted by this step
                 return self.preempted_why.get(req.request_id)
             cached = self._cached_prefix(req)
             remaining = req.num_tokens - req.num_computed_tokens - len(cached) * self.cache.block_size
