@@ -32,17 +32,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gzip
 import json
-import tempfile
 import statistics
 import time
 import weakref
 from collections import defaultdict
-
-import torch
 from pathlib import Path
 
+import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from ..config import EngineConfig
@@ -148,8 +145,9 @@ def profile_point(eng: LLMEngine, contexts: list[int], steps: int, ops: bool = T
         t0 = time.perf_counter()
         events = [eng.step() for _ in range(steps)]
         wall = time.perf_counter() - t0  # before the profiler's own processing at exit
-    if trace is not None:
-        write_trace(prof, trace)
+    if trace is not None:  # (torch gzips a path that ends in .gz)
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace))
     for rid in list(eng.requests):
         eng.abort(rid)
     forward_s = timer.total["forward"]
@@ -161,16 +159,6 @@ def profile_point(eng: LLMEngine, contexts: list[int], steps: int, ops: bool = T
             "phases_ms": {k: 1e3 * v / steps for k, v in timer.phases().items()},
             "forward_ms": {k: 1e3 * v / steps for k, v in _op_groups(prof, forward_s).items()} if ops else {},
             **wire_sizes(events)}
-
-
-def write_trace(prof, path: Path) -> None:
-    """The profiler's timeline as gzipped Chrome trace JSON (torch writes it to a file of its own first)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        raw = Path(tmp) / "trace.json"
-        prof.export_chrome_trace(str(raw))
-        with raw.open("rb") as src, gzip.open(path, "wb") as dst:
-            dst.write(src.read())
 
 
 def trace_path(folder: str | None, eng: LLMEngine, batch: int, context: int) -> Path | None:

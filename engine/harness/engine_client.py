@@ -6,6 +6,9 @@ import json
 import statistics
 import time
 
+import websockets.sync.client
+from websockets.exceptions import ConnectionClosed
+
 from ..events import ENTRY_FIELDS, PREFILL, StepMessage, StepRows, full_entries
 
 PHASE = ENTRY_FIELDS.index("phase")  # a step entry is a list in ENTRY_FIELDS order
@@ -35,7 +38,6 @@ class EngineClient:
         """The live lanes' names once every one is ready. While the engines load, the socket may be serving
         the landing page's replay (its status says every lane is ready): the server closes that socket when
         the engines are ready, and this reconnects to them."""
-        from websockets.exceptions import ConnectionClosed
         deadline = time.monotonic() + timeout
         status = {}
         while time.monotonic() < deadline:
@@ -54,10 +56,8 @@ class EngineClient:
 
     def _reconnect(self) -> None:
         """A new socket in place of the one the server closed (tried again a second later if it fails too)."""
-        from websockets.exceptions import ConnectionClosed
-        from websockets.sync.client import connect
         try:
-            self.ws = connect(self.ws_url, max_size=None)
+            self.ws = websockets.sync.client.connect(self.ws_url, max_size=None)
             self.call({"cmd": "subscribe", "kv": False, "requests": []})
         except (ConnectionClosed, OSError):
             time.sleep(1)
