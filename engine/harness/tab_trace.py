@@ -9,7 +9,7 @@ layer updates, the socket's messages, style, layout and paint. Slices nest (a Fu
 RunTask), so read the names as a tree, not as parts of one sum; `busy` is the top-level tasks' share.
 
   python -m engine.harness.tab_trace [--seconds 8] [--rows 256] [--rate 150] [--requests 2048] \
-      [--app-cpus 0 --browser-cpus 1] [--top 30] [--json out.json]
+      [--app-cpus 0 --browser-cpus 1] [--top 30] [--no-draw Slots,UtilView] [--json out.json]
 
 Needs playwright and chromium, as engine/harness/ui_cost.py does.
 """
@@ -61,6 +61,15 @@ def main_slices(trace) -> list[dict]:
     return [e for e in events if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in mains]
 
 
+def no_draw_js(modules: str) -> str:
+    """JS that stops the live view's modules named (comma-separated: Timeline, Slots, Gantt, UtilView,
+    TextView, ...; assets/live) from drawing: what a tab costs without them, by difference."""
+    names = [m.strip() for m in modules.split(",") if m.strip()]
+    if not all(m.isidentifier() for m in names):
+        raise ValueError(f"--no-draw: module names, comma-separated: {modules!r}")
+    return "".join(f"{m}.draw = () => {{}};" for m in names)
+
+
 def trace_tab(args) -> dict:
     """The trace of one tab while the lanes run the load at a GPU's pace; what main_thread_ms makes of it."""
     from playwright.sync_api import sync_playwright
@@ -81,6 +90,8 @@ def trace_tab(args) -> dict:
             load = threading.Thread(target=client.run_load, args=(args.requests, args.max_tokens))
             load.start()
             time.sleep(args.settle_s)
+            if args.no_draw:
+                page.evaluate(no_draw_js(args.no_draw))
             browser.start_tracing(page=page, categories=CATEGORIES)
             time.sleep(args.seconds)
             fps = page.evaluate("(() => { const r = document.querySelector('.ifl-root');"  # (its last second)
@@ -92,6 +103,7 @@ def trace_tab(args) -> dict:
     trace = json.loads(raw)
     per_s, busy = main_thread_ms(trace, args.seconds)
     return {"seconds": args.seconds, "rows": args.rows, "rate": args.rate, "requests": args.requests,
+            "no_draw": args.no_draw,
             "busy_share": busy, "frames_per_s": frames_per_s(trace, args.seconds), "ms_per_s": dict(per_s[:args.top]),
             "at_end": fps}
 
@@ -117,8 +129,15 @@ def main(argv=None) -> int:
     ap.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
     ap.add_argument("--app-cpus", default=None, help="pin the app to these CPUs, e.g. 0 (Linux)")
     ap.add_argument("--browser-cpus", default=None, help="pin the browser to these CPUs, e.g. 1")
+    ap.add_argument("--no-draw", default="", metavar="MODULES",
+                    help="live view modules that draw nothing while traced, e.g. Slots,UtilView (what they cost, "
+                         "by difference)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    try:
+        no_draw_js(args.no_draw)  # (a bad name fails before the app starts)
+    except ValueError as e:
+        ap.error(str(e))
     check_full_batches(args.requests, args.rows)
     result = trace_tab(args)
     print(render(result))

@@ -2,7 +2,9 @@
 engine.harness.tab_trace)."""
 from __future__ import annotations
 
-from engine.harness.tab_trace import FRAME, MAIN, TOP_LEVEL, frames_per_s, main_thread_ms, render
+import pytest
+
+from engine.harness.tab_trace import FRAME, MAIN, TOP_LEVEL, frames_per_s, main_thread_ms, no_draw_js, render
 
 
 def test_the_main_threads_slices_are_summed_by_name_per_second():
@@ -27,3 +29,10 @@ def test_the_main_threads_animation_frames_are_counted_per_second():
     others = [{"ph": "X", "name": FRAME, "pid": 2, "tid": 20, "ts": 0, "dur": 9000},  # another tab's renderer
               {"ph": "B", "name": FRAME, "pid": 1, "tid": 10, "ts": 0}]  # (not a complete slice)
     assert frames_per_s({"traceEvents": meta + frames + others}, seconds=0.25) == 24.0
+
+
+def test_modules_named_to_draw_nothing_become_a_script_and_nothing_else_does():
+    assert no_draw_js("Slots, UtilView") == "Slots.draw = () => {};UtilView.draw = () => {};"
+    assert no_draw_js("") == ""
+    with pytest.raises(ValueError, match="--no-draw"):
+        no_draw_js("Slots;alert(1)")
