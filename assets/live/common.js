@@ -143,6 +143,7 @@ defineLive("Common", [], () => {
     };
   }
 
-  return { PALETTE, C, FONT, stallTip, drawStall, reqColor, clamp, perfNow, sameList, fmt, pct, reqLabel, rgba, mix, el, setText, hatchPattern,
+  return { PALETTE, C, FONT, stallTip, drawStall, reqColor, clamp, perfNow, sameList, fmt, pct, reqLabel, rgb, rgba, mix,
+           el, setText, hatchPattern,
            canvasContext, tooltip };
 });

@@ -5,8 +5,8 @@
 // stays empty. A disaggregated lane has a grid per engine: the decode engine's above the prefill engine's.
 // An iteration whose decoding rows waited for a prefill (a stall, state.js) is marked amber.
 
-defineLive("Slots", ["Common", "LiveState"], () => {
-  const { C, FONT, fmt, mix, reqColor, hatchPattern, stallTip, drawStall } = Common;
+defineLive("Slots", ["Common", "LiveState", "Raster"], () => {
+  const { C, FONT, fmt, mix, reqColor, stallTip, drawStall } = Common;
   const { KIND, maxBatch, engineSteps, isRemote } = LiveState;
   const REMOTE_NOTE = "A remote server does not expose its batch slots (its rows are timed at this client)";
 
@@ -93,25 +93,27 @@ defineLive("Slots", ["Common", "LiveState"], () => {
     const opens = (j) => !!cols[j] && (j === 0 || !cols[j - 1] || cols[j - 1].part !== cols[j].part);
     const stop = Array(cols.length).fill(cols.length);
     for (let j = cols.length - 2; j >= 0; j--) stop[j] = cols[j + 1] && !opens(j + 1) ? stop[j + 1] : j + 1;
-    ctx.fillStyle = C.idle;  // iterations that ran: empty slots first, a rectangle a stretch
+    // iterations that ran: empty slots first, a rectangle a stretch; then each run of one request and phase
+    // in a slot as one rectangle, from the column it starts in (or where its stretch opens: every run is open
+    // there) to its last column in view or its stretch's end. At a GPU's pace iterations are narrower than a
+    // pixel: a rectangle per cell would be tens of thousands a frame at 256 rows, and a look at every cell as
+    // many. The rectangles go to a layer of pixels (raster.js), the canvas gets them as one image.
+    const layer = Raster.layer(ctx, sub.x, sub.y, sub.w, sub.h);
     cols.forEach((st, j) => {
       if (!st) return;
       sub.cols.push({ xa: px[j], xb: xb(j), st });
-      if (opens(j)) ctx.fillRect(px[j], sub.y, xb(stop[j] - 1) - px[j], sub.h);
+      if (opens(j)) layer.rect(px[j], sub.y, xb(stop[j] - 1) - px[j], sub.h, C.idle);
     });
-    // then each run of one request and phase in a slot as one rectangle, from the column it starts in (or
-    // where its stretch opens: every run is open there) to its last column in view or its stretch's end. At a
-    // GPU's pace iterations are narrower than a pixel: a rectangle per cell would be tens of thousands a
-    // frame at 256 rows, and a look at every cell as many.
     const colOf = new Map(cols.map((st, j) => [st, j]));
     cols.forEach((st, j) => {
       if (!st) return;
       for (const cell of opens(j) ? st.bySlot : st.starts) {
         if (!cell || cell.slot >= nSlots) continue;
         const end = Math.min(colOf.get(cell.run.last) ?? cols.length - 1, stop[j] - 1);
-        drawCellRun(ctx, inst, cell, px[j], xb(end), Y(cell.slot) + gapY / 2, slotH - gapY);
+        drawCellRun(layer, inst, cell, px[j], xb(end), Y(cell.slot) + gapY / 2, slotH - gapY);
       }
     });
+    layer.draw();
     cols.forEach((st, j) => {  // speculative decoding: each step's drafts over its cells
       if (st && st.drafted) drawDrafts(ctx, inst, st, px[j], xb(j), Y, slotH, gapY);
     });
@@ -148,17 +150,11 @@ defineLive("Slots", ["Common", "LiveState"], () => {
     ctx.fillText(text, band.x + band.w / 2, band.y + band.h / 2, band.w - 8);
   }
 
-  // cell: the first of a run drawn from xa to xb.
-  function drawCellRun(ctx, inst, cell, xa, xb, y, h) {
-    const color = reqColor(cell.rid);
-    ctx.globalAlpha = inst.sel != null && cell.rid !== inst.sel ? 0.25 : 1;
-    ctx.fillStyle = cellFill(cell.kind, color);
-    ctx.fillRect(xa, y, xb - xa, h);
-    if (cell.kind === KIND.held) {
-      ctx.fillStyle = hatchPattern(ctx, mix(C.heldDim, color, 0.12), inst.scale);
-      ctx.fillRect(xa, y, xb - xa, h);
-    }
-    ctx.globalAlpha = 1;
+  // cell: the first of a run drawn from xa to xb (a Raster layer).
+  function drawCellRun(layer, inst, cell, xa, xb, y, h) {
+    const color = reqColor(cell.rid), alpha = inst.sel != null && cell.rid !== inst.sel ? 0.25 : 1;
+    layer.rect(xa, y, xb - xa, h, cellFill(cell.kind, color), alpha);
+    if (cell.kind === KIND.held) layer.hatch(xa, y, xb - xa, h, mix(C.heldDim, color, 0.12), alpha, inst.scale);
   }
 
   function cellTip(cell, st, prefix) {

@@ -1,0 +1,108 @@
+// A layer of pixels over a rectangle of a canvas, for marks that are many and small. At a GPU's pace the
+// batch slots hold thousands of runs about a pixel tall: a software canvas (a laptop without GPU raster,
+// headless chromium) rasterizes each fillRect on the page's main thread at the commit, about a microsecond
+// apiece (docs/room.md). Here a mark is a few spans of a typed array, and the canvas gets the layer as one
+// image. Axis-aligned rectangles only, snapped to device pixels (at least one each way), each drawn over
+// what the layer already holds; the layer is drawn over the canvas.
+
+defineLive("Raster", ["Common"], () => {
+  const { rgb } = Common;
+  const buffers = new Map();  // "WxH" -> ImageData, reused frame to frame (a layer is drawn before the next)
+  let scratch = null;  // the canvas a layer's pixels go through on their way to the view's canvas
+  const word = new Uint32Array(1), bytes = new Uint8Array(word.buffer);  // RGBA as the platform stores it
+  const packed = new Map();
+
+  function opaque(hex) {
+    let w = packed.get(hex);
+    if (w === undefined) {
+      bytes.set([...rgb(hex), 255]);
+      packed.set(hex, (w = word[0]));
+    }
+    return w;
+  }
+
+  // [a, b): the device pixels from v to v + len, at least one where len > 0, within [0, n).
+  function span(v, len, k, origin, n) {
+    const a = Math.round(v * k) - origin;
+    let b = Math.round((v + len) * k) - origin;
+    if (len > 0 && b <= a) b = a + 1;
+    return [Math.max(0, a), Math.min(n, b)];
+  }
+
+  function imageData(W, H) {
+    const key = `${W}x${H}`;
+    let img = buffers.get(key);
+    if (!img) {
+      if (buffers.size > 8) buffers.clear();  // sizes of a resized page
+      buffers.set(key, (img = new ImageData(W, H)));
+    } else new Uint32Array(img.data.buffer).fill(0);
+    return img;
+  }
+
+  // A layer over (x, y, w, h) in the context's user space (CSS pixels; its scale: device pixels).
+  function layer(ctx, x, y, w, h) {
+    const k = ctx.getTransform().a;
+    const ox = Math.round(x * k), oy = Math.round(y * k);
+    const W = Math.max(0, Math.round((x + w) * k) - ox), H = Math.max(0, Math.round((y + h) * k) - oy);
+    const img = W && H ? imageData(W, H) : null;
+    const px = img ? new Uint32Array(img.data.buffer) : null, data = img ? img.data : null;
+
+    // Each pixel of the rectangle where keep(column, row) holds (device pixels of the canvas): the color
+    // (a hex), over what the layer has there at opacity alpha.
+    function paint(rx, ry, rw, rh, hex, alpha, keep) {
+      if (!img) return;
+      const [xa, xb] = span(rx, rw, k, ox, W), [ya, yb] = span(ry, rh, k, oy, H);
+      if (xa >= xb || ya >= yb) return;  // (off the layer)
+      if (alpha >= 1 && !keep) {
+        const c = opaque(hex);
+        for (let r = ya; r < yb; r++) px.fill(c, r * W + xa, r * W + xb);
+        return;
+      }
+      const [sr, sg, sb] = rgb(hex);
+      for (let r = ya; r < yb; r++) {
+        for (let i = r * W + xa, c = xa; c < xb; i++, c++) {
+          if (keep && !keep(ox + c, oy + r)) continue;
+          over(4 * i, sr, sg, sb, alpha);
+        }
+      }
+    }
+
+    // Source-over, unpremultiplied as ImageData is.
+    function over(j, r, g, b, a) {
+      const da = (data[j + 3] / 255) * (1 - a), out = a + da;
+      data[j] = (r * a + data[j] * da) / out;
+      data[j + 1] = (g * a + data[j + 1] * da) / out;
+      data[j + 2] = (b * a + data[j + 2] * da) / out;
+      data[j + 3] = 255 * out;
+    }
+
+    return {
+      rect(rx, ry, rw, rh, hex, alpha = 1) {
+        paint(rx, ry, rw, rh, hex, alpha, null);
+      },
+      // Diagonal hatching (bottom left to top right, as Common.hatchPattern draws it), anchored to the canvas.
+      hatch(rx, ry, rw, rh, hex, alpha, scale) {
+        const period = Math.max(3, Math.round(6 * scale * k)), width = Math.max(1, Math.round(1.6 * scale * k));
+        paint(rx, ry, rw, rh, hex, alpha, (c, r) => (((c + r) % period) + period) % period < width);
+      },
+      pixels: px, width: W, height: H,
+      // Onto the canvas, over what it has, at (x, y).
+      draw() {
+        if (!img) return;
+        scratch = scratch || document.createElement("canvas");
+        if (scratch.width < W || scratch.height < H) {
+          scratch.width = Math.max(scratch.width, W);
+          scratch.height = Math.max(scratch.height, H);
+        }
+        scratch.getContext("2d").putImageData(img, 0, 0);
+        ctx.save();
+        ctx.setTransform(1, 0, 0, 1, 0, 0);
+        ctx.globalAlpha = 1;
+        ctx.drawImage(scratch, 0, 0, W, H, ox, oy, W, H);
+        ctx.restore();
+      },
+    };
+  }
+
+  return { layer };
+});
