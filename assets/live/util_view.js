@@ -95,23 +95,33 @@ defineLive("UtilView", ["Axes", "Common", "LiveState"], () => {
     return c.series;
   }
 
-  // A stepped line (each value holds until the next iteration ends); null breaks the line.
+  // A stepped line (each value holds until the next iteration ends); null breaks the line. Iterations
+  // less than a pixel apart share one vertical stroke, from their lowest value to their highest, ending at
+  // the last: at a GPU's pace a window holds several iterations a pixel, and the canvas rasterizes every
+  // vertex it is given (the same pixels, a few times fewer vertices).
   function stepLine(ctx, X, Y, xs, ys, close) {
-    let started = false, lastY = 0, firstX = 0, lastX = 0;
+    let open = false, firstX = 0, colX = 0, lo = 0, hi = 0, last = 0, lastX = 0;  // the open pixel column
+    const flush = () => {
+      if (lo < hi) { ctx.lineTo(colX, lo); ctx.lineTo(colX, hi); ctx.lineTo(colX, last); }
+    };
+    const end = () => {  // the piece ends at its last iteration, as a line through every vertex would
+      if (!open) return;
+      flush();
+      if (lastX > colX) ctx.lineTo(lastX, last);
+      if (close) closeArea(ctx, firstX, lastX, Y(0));
+      open = false;
+    };
     ctx.beginPath();
     for (let i = 0; i < xs.length; i++) {
-      if (xs[i] == null || ys[i] == null) {
-        if (close && started) closeArea(ctx, firstX, lastX, Y(0));
-        started = false;
-        continue;
-      }
+      if (xs[i] == null || ys[i] == null) { end(); continue; }
       const x = X(xs[i]), y = Y(ys[i]);
-      if (!started) { ctx.moveTo(x, y); firstX = x; started = true; }
-      else { ctx.lineTo(x, lastY); ctx.lineTo(x, y); }
-      lastY = y;
       lastX = x;
+      if (!open) { ctx.moveTo(x, y); firstX = x; open = true; }
+      else if (x - colX < 1) { lo = Math.min(lo, y); hi = Math.max(hi, y); last = y; continue; }
+      else { flush(); ctx.lineTo(x, last); ctx.lineTo(x, y); }
+      colX = x; lo = hi = last = y;
     }
-    if (close && started) closeArea(ctx, firstX, lastX, Y(0));
+    end();
   }
 
   function closeArea(ctx, x0, x1, y0) {
@@ -309,5 +319,5 @@ defineLive("UtilView", ["Axes", "Common", "LiveState"], () => {
     return best < 0 ? null : { rid: null, tip: utilTip(inst, u, best), color: C.muted };
   }
 
-  return { draw, drawTps, hit };
+  return { draw, drawTps, hit, stepLine };  // (stepLine: tests/js/util_lines_test.js)
 });
