@@ -2,8 +2,9 @@
 // batch slots hold thousands of runs about a pixel tall: a software canvas (a laptop without GPU raster,
 // headless chromium) rasterizes each fillRect on the page's main thread at the commit, about a microsecond
 // apiece (docs/room.md). Here a mark is a few spans of a typed array, and the canvas gets the layer as one
-// image. Axis-aligned rectangles only, snapped to device pixels (at least one each way), each drawn over
-// what the layer already holds; the layer is drawn over the canvas.
+// image. Opaque axis-aligned rectangles only, each drawn over what the layer already holds; the layer is
+// drawn over the canvas. A rectangle's edges are rounded to device pixels, so rectangles that tile (slots
+// under a pixel tall) give each pixel to exactly one of them, and one narrower than a pixel may get none.
 
 defineLive("Raster", ["Common"], () => {
   const { rgb } = Common;
@@ -21,12 +22,9 @@ defineLive("Raster", ["Common"], () => {
     return w;
   }
 
-  // [a, b): the device pixels from v to v + len, at least one where len > 0, within [0, n).
+  // [a, b): the device pixels from v to v + len (its edges rounded), within [0, n).
   function span(v, len, k, origin, n) {
-    const a = Math.round(v * k) - origin;
-    let b = Math.round((v + len) * k) - origin;
-    if (len > 0 && b <= a) b = a + 1;
-    return [Math.max(0, a), Math.min(n, b)];
+    return [Math.max(0, Math.round(v * k) - origin), Math.min(n, Math.round((v + len) * k) - origin)];
   }
 
   function imageData(W, H) {
@@ -45,45 +43,30 @@ defineLive("Raster", ["Common"], () => {
     const ox = Math.round(x * k), oy = Math.round(y * k);
     const W = Math.max(0, Math.round((x + w) * k) - ox), H = Math.max(0, Math.round((y + h) * k) - oy);
     const img = W && H ? imageData(W, H) : null;
-    const px = img ? new Uint32Array(img.data.buffer) : null, data = img ? img.data : null;
+    const px = img ? new Uint32Array(img.data.buffer) : null;
 
-    // Each pixel of the rectangle where keep(column, row) holds (device pixels of the canvas): the color
-    // (a hex), over what the layer has there at opacity alpha.
-    function paint(rx, ry, rw, rh, hex, alpha, keep) {
+    // Each pixel of the rectangle where keep(column, row) holds (device pixels of the canvas): the color.
+    function paint(rx, ry, rw, rh, hex, keep) {
       if (!img) return;
       const [xa, xb] = span(rx, rw, k, ox, W), [ya, yb] = span(ry, rh, k, oy, H);
       if (xa >= xb || ya >= yb) return;  // (off the layer)
-      if (alpha >= 1 && !keep) {
-        const c = opaque(hex);
-        for (let r = ya; r < yb; r++) px.fill(c, r * W + xa, r * W + xb);
-        return;
-      }
-      const [sr, sg, sb] = rgb(hex);
+      const c = opaque(hex);
       for (let r = ya; r < yb; r++) {
-        for (let i = r * W + xa, c = xa; c < xb; i++, c++) {
-          if (keep && !keep(ox + c, oy + r)) continue;
-          over(4 * i, sr, sg, sb, alpha);
-        }
+        if (!keep) px.fill(c, r * W + xa, r * W + xb);
+        else for (let i = r * W + xa, col = xa; col < xb; i++, col++) if (keep(ox + col, oy + r)) px[i] = c;
       }
-    }
-
-    // Source-over, unpremultiplied as ImageData is.
-    function over(j, r, g, b, a) {
-      const da = (data[j + 3] / 255) * (1 - a), out = a + da;
-      data[j] = (r * a + data[j] * da) / out;
-      data[j + 1] = (g * a + data[j + 1] * da) / out;
-      data[j + 2] = (b * a + data[j + 2] * da) / out;
-      data[j + 3] = 255 * out;
     }
 
     return {
-      rect(rx, ry, rw, rh, hex, alpha = 1) {
-        paint(rx, ry, rw, rh, hex, alpha, null);
+      rect(rx, ry, rw, rh, hex) {
+        paint(rx, ry, rw, rh, hex, null);
       },
-      // Diagonal hatching (bottom left to top right, as Common.hatchPattern draws it), anchored to the canvas.
-      hatch(rx, ry, rw, rh, hex, alpha, scale) {
-        const period = Math.max(3, Math.round(6 * scale * k)), width = Math.max(1, Math.round(1.6 * scale * k));
-        paint(rx, ry, rw, rh, hex, alpha, (c, r) => (((c + r) % period) + period) % period < width);
+      // Diagonal hatching (bottom left to top right, lines 1.6 px across, as Common.hatchPattern draws it),
+      // anchored to the canvas.
+      hatch(rx, ry, rw, rh, hex, scale) {
+        const period = Math.max(3, Math.round(6 * scale * k));
+        const width = Math.max(1, Math.round(1.6 * Math.SQRT2 * scale * k));  // (a row's share of a line 1.6 across)
+        paint(rx, ry, rw, rh, hex, (c, r) => (((c + r) % period) + period) % period < width);
       },
       pixels: px, width: W, height: H,
       // Onto the canvas, over what it has, at (x, y).

@@ -150,11 +150,15 @@ defineLive("Slots", ["Common", "LiveState", "Raster"], () => {
     ctx.fillText(text, band.x + band.w / 2, band.y + band.h / 2, band.w - 8);
   }
 
-  // cell: the first of a run drawn from xa to xb (a Raster layer).
+  // cell: the first of a run drawn from xa to xb (a Raster layer). Another request than the one picked is
+  // dimmed: its colors at a quarter over the empty slot's (opaque, so runs that share a pixel do not add up).
   function drawCellRun(layer, inst, cell, xa, xb, y, h) {
-    const color = reqColor(cell.rid), alpha = inst.sel != null && cell.rid !== inst.sel ? 0.25 : 1;
-    layer.rect(xa, y, xb - xa, h, cellFill(cell.kind, color), alpha);
-    if (cell.kind === KIND.held) layer.hatch(xa, y, xb - xa, h, mix(C.heldDim, color, 0.12), alpha, inst.scale);
+    const color = reqColor(cell.rid), dim = inst.sel != null && cell.rid !== inst.sel;
+    const fill = dim ? mix(C.idle, cellFill(cell.kind, color), 0.25) : cellFill(cell.kind, color);
+    layer.rect(xa, y, xb - xa, h, fill);
+    if (cell.kind !== KIND.held) return;
+    const hatch = mix(C.heldDim, color, 0.12);
+    layer.hatch(xa, y, xb - xa, h, dim ? mix(fill, hatch, 0.25) : hatch, inst.scale);
   }
 
   function cellTip(cell, st, prefix) {

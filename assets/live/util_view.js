@@ -117,7 +117,7 @@ defineLive("UtilView", ["Axes", "Common", "LiveState"], () => {
       const x = X(xs[i]), y = Y(ys[i]);
       lastX = x;
       if (!open) { ctx.moveTo(x, y); firstX = x; open = true; }
-      else if (x - colX < 1) { lo = Math.min(lo, y); hi = Math.max(hi, y); last = y; continue; }
+      else if (x >= colX && x - colX < 1) { lo = Math.min(lo, y); hi = Math.max(hi, y); last = y; continue; }
       else { flush(); ctx.lineTo(x, last); ctx.lineTo(x, y); }
       colX = x; lo = hi = last = y;
     }

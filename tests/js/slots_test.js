@@ -34,8 +34,9 @@ function events(rnd, swapEvery, idle, halves) {
         out.push({ type: "request", lane: "a", strategy: "continuous", request_id: r, tag: "t", prompt: "x",
                    num_prompt_tokens: 4, max_tokens: 1000, arrival_s: t });
       }
-      entries.push([r, first ? contract.phase.prefill : contract.phase.decode, first ? 4 : 1, first ? 0 : 10 + i, s,
-                    0, 0, 0]);
+      const held = !first && (i + 3 * s) % swapEvery === swapEvery - 1;  // (its last step: padding, as static)
+      const phase = first ? contract.phase.prefill : held ? contract.phase.padding : contract.phase.decode;
+      entries.push([r, phase, first ? 4 : 1, first ? 0 : 10 + i, s, 0, 0, 0]);
     }
     out.push({ type: "step", lane: "a", strategy: "continuous", step: i + 1, t_start: t, t_end: t + STEP_S, entries,
                ...(halves ? { part: parts[half] } : {}),
@@ -60,13 +61,14 @@ globalThis.document = {
   },
 };
 
-function recordingContext() {
+// k: the device pixels a CSS pixel (the context's scale).
+function recordingContext(k) {
   const images = [];
   const ctx = { fillStyle: "", globalAlpha: 1, font: "", textAlign: "", textBaseline: "",
-                getTransform: () => ({ a: 1 }), save() {}, restore() {}, setTransform() {},
+                getTransform: () => ({ a: k }), save() {}, restore() {}, setTransform() {},
                 fillRect() {}, fillText() {}, measureText: () => ({ width: 0 }),
                 drawImage(src, sx, sy, w, h, x, y) {
-                  images.push({ px: new Uint32Array(src.img.data.slice().buffer), x, y, w, h });
+                  images.push({ bytes: src.img.data.slice(), x, y, w, h });
                 } };
   return { ctx, images };
 }
@@ -82,20 +84,40 @@ function countingRects() {
   return { counts, restore: () => { Raster.layer = layer; } };
 }
 
-// The oracle: a rectangle per cell, over the columns the band drew (sub.cols: each iteration's pixels),
-// on the empty slots of every column; the layer's pixels.
-function perCell(ctx, sub) {
-  const layer = Raster.layer(ctx, sub.x, sub.y, sub.w, sub.h);
-  for (const c of sub.cols) layer.rect(c.xa, sub.y, c.xb - c.xa, sub.h, Common.C.idle);
+// The oracle, without raster.js: RGBA bytes of the device pixels under the grid, where each column the band
+// drew (sub.cols) is an empty slot's color, and then each cell a rectangle of its own in its color, with edges
+// rounded to device pixels; padding hatched; requests other than the picked one at a quarter over the empty
+// slot's color.
+function perCell(sub, k, sel, scale) {
+  const { C, mix, reqColor } = Common, { KIND } = LiveState;
+  const ox = Math.round(sub.x * k), oy = Math.round(sub.y * k);
+  const W = Math.round((sub.x + sub.w) * k) - ox, H = Math.round((sub.y + sub.h) * k) - oy;
+  const out = new Uint8ClampedArray(4 * W * H);
+  const fill = (x, y, w, h, hex, keep = () => true) => {
+    const rgb = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+    const xa = Math.max(0, Math.round(x * k) - ox), xb = Math.min(W, Math.round((x + w) * k) - ox);
+    const ya = Math.max(0, Math.round(y * k) - oy), yb = Math.min(H, Math.round((y + h) * k) - oy);
+    for (let r = ya; r < yb; r++) {
+      for (let c = xa; c < xb; c++) if (keep(ox + c, oy + r)) out.set([...rgb, 255], 4 * (r * W + c));
+    }
+  };
+  const period = Math.max(3, Math.round(6 * scale * k)), line = Math.max(1, Math.round(1.6 * Math.SQRT2 * scale * k));
+  for (const c of sub.cols) fill(c.xa, sub.y, c.xb - c.xa, sub.h, C.idle);
   for (const c of sub.cols) {
     c.st.bySlot.forEach((cell, s) => {
       if (!cell || s >= sub.nSlots) return;
-      const color = Common.reqColor(cell.rid);
-      const fill = cell.kind === LiveState.KIND.decode ? color : Common.mix(color, Common.C.white, 0.5);
-      layer.rect(c.xa, sub.y + sub.h - (s + 1) * sub.slotH, c.xb - c.xa, sub.slotH, fill);
+      const color = reqColor(cell.rid), dim = (hex) => (sel != null && cell.rid !== sel ? mix(C.idle, hex, 0.25) : hex);
+      const own = cell.kind === KIND.decode ? color : cell.kind === KIND.held ? mix(C.held, color, 0.25)
+        : mix(color, C.white, 0.5);
+      const y = sub.y + sub.h - (s + 1) * sub.slotH;
+      fill(c.xa, y, c.xb - c.xa, sub.slotH, dim(own));
+      if (cell.kind !== KIND.held) return;
+      const hatch = mix(C.heldDim, color, 0.12);
+      fill(c.xa, y, c.xb - c.xa, sub.slotH, sel != null && cell.rid !== sel ? mix(dim(own), hatch, 0.25) : hatch,
+           (gx, gy) => (gx + gy) % period < line);
     });
   }
-  return layer.pixels.slice();
+  return { bytes: out, W, H, ox, oy };
 }
 
 function check(seed) {
@@ -103,6 +125,7 @@ function check(seed) {
   const swapEvery = 2 + Math.floor(rnd() * 90), idle = [0, 0.5, 3, 40][Math.floor(rnd() * 4)];
   const axis = rnd() < 0.75 ? "time" : "iteration", width = [160, 700, 2400][Math.floor(rnd() * 3)];
   const halves = rnd() < 0.25 ? 1 + Math.floor(rnd() * 3) : 0;
+  const k = [1, 1, 1.5, 2][Math.floor(rnd() * 4)], height = [0.45, 0.94, 2][Math.floor(rnd() * 3)] * ROWS;
   const st = LiveState.newState(["a"], contract);
   LiveState.applyBatch(st, { skipped: 0, events: events(rnd, swapEvery, idle, halves) });
   const S = st.by.get("a");
@@ -111,27 +134,33 @@ function check(seed) {
   if (rnd() < 0.5) [lo, hi] = [lo + (hi - lo) * 0.3 * rnd(), hi - (hi - lo) * 0.3 * rnd()];  // zoomed in
   const X = (v) => ((v - lo) / (hi - lo)) * width;
   X.invert = (x) => lo + (x / width) * (hi - lo);
-  const inst = { contract, sel: null, scale: 1, laneConfig: () => ({ strategy: "continuous", max_num_seqs: ROWS }) };
-  const band = { x: 0, y: 0, w: width, h: 2 * ROWS, yticks: [] };
-  const { ctx, images } = recordingContext();
+  const some = S.steps[Math.floor(S.steps.length / 2)].bySlot.find(Boolean);
+  const sel = rnd() < 0.3 && some ? some.rid : null;  // a request picked: the others dimmed
+  const inst = { contract, sel, scale: 1, laneConfig: () => ({ strategy: "continuous", max_num_seqs: ROWS }) };
+  const band = { x: 3, y: 7, w: width, h: height, yticks: [] };
+  const { ctx, images } = recordingContext(k);
   const counting = countingRects();
   Slots.draw(ctx, inst, S, { axis }, X, band);
   counting.restore();
   const sub = band.subs[0];
   const cells = sub.cols.reduce((a, c) => a + c.st.bySlot.filter(Boolean).length, 0);
-  const what = `seed ${seed} (${axis} axis, ${width} px, a request every ~${swapEvery} steps, idle ${idle}, `
-    + `halves in turns of up to ${halves})`;
+  const what = `seed ${seed} (${axis} axis, ${width} px at ${k} device px each, ${height} px tall, a request every `
+    + `~${swapEvery} steps, idle ${idle}, halves in turns of up to ${halves}, picked ${sel})`;
   assert.ok(sub.cols.length > 0, what);
   assert.equal(images.length, 1, `${what}: the grid reaches the canvas as one image`);
-  const [img] = images, want = perCell(ctx, sub);
-  assert.deepEqual([img.x, img.y, img.w, img.h], [sub.x, sub.y, sub.w, sub.h], what);
-  for (let i = 0; i < want.length; i++) {
-    if (img.px[i] !== want[i]) assert.fail(`${what}: pixel ${i % img.w}, ${Math.floor(i / img.w)} differs`);
+  const [img] = images, want = perCell(sub, k, sel, inst.scale);
+  assert.deepEqual([img.x, img.y, img.w, img.h], [want.ox, want.oy, want.W, want.H], what);
+  for (let i = 0; i < want.bytes.length; i++) {
+    if (img.bytes[i] !== want.bytes[i]) {
+      const p = i >> 2;
+      assert.fail(`${what}: pixel ${p % want.W}, ${Math.floor(p / want.W)} is ${img.bytes.slice(4 * p, 4 * p + 4)}, `
+                  + `not ${want.bytes.slice(4 * p, 4 * p + 4)}`);
+    }
   }
-  // a rectangle per run: a slot's requests, each a prefill and a run of decodes, split where the slot stood
-  // empty and where idle time shows; and one per stretch of iterations for the empty slots
-  const gaps = sub.cols.filter((c, k) => k > 0 && c.xa > sub.cols[k - 1].xb).length;
-  const most = ROWS * (2 * (STEPS / swapEvery + 2) + 2 * Math.ceil(STEPS / 97) + gaps) + gaps + 1;
+  // a rectangle per run: a slot's requests, each a prefill, a run of decodes and a step of padding, split where
+  // the slot stood empty and where idle time shows; and one per stretch of iterations for the empty slots
+  const gaps = sub.cols.filter((c, j) => j > 0 && c.xa > sub.cols[j - 1].xb).length;
+  const most = ROWS * (3 * (STEPS / swapEvery + 2) + 2 * Math.ceil(STEPS / 97) + gaps) + gaps + 1;
   const runs = counting.counts.rects;
   if (!halves) assert.ok(runs <= most, `${what}: ${runs} rectangles for ${cells} cells`);
   return { cells, runs };

@@ -20,12 +20,13 @@ function pathContext() {
   };
 }
 
-// A series of n iterations: values that hold, drift or jump; a null now and then (an idle gap).
-function series(rnd, n) {
+// A series of n iterations: values that hold, drift or jump; a null now and then (an idle gap); with back,
+// now and then an x behind the one before (a lane whose two engines' steps interleave).
+function series(rnd, n, back) {
   const xs = [], ys = [];
   let x = 0, y = 50 * rnd();
   for (let i = 0; i < n; i++) {
-    x += 0.5 + rnd();
+    x += back && rnd() < 0.02 ? -3 * rnd() : 0.5 + rnd();
     const r = rnd();
     y = r < 0.5 ? y : r < 0.9 ? Math.max(0, Math.min(100, y + 10 * (rnd() - 0.5))) : 100 * rnd();
     const gap = rnd() < 0.01;
@@ -38,13 +39,14 @@ function series(rnd, n) {
 function check(seed) {
   const rnd = random(seed);
   const n = 50 + Math.floor(rnd() * 6000), width = [120, 700, 2400][Math.floor(rnd() * 3)];
-  const { xs, ys } = series(rnd, n);
-  const last = xs.reduce((a, x) => (x == null ? a : x), 0);
+  const back = rnd() < 0.25, { xs, ys } = series(rnd, n, back);
+  const last = Math.max(...xs.filter((x) => x != null));
   const X = (v) => (v / last) * width, Y = (v) => 300 - 2.5 * v;
   const close = rnd() < 0.3;
   const ctx = pathContext();
   UtilView.stepLine(ctx, X, Y, xs, ys, close);
-  const what = `seed ${seed}: ${n} iterations over ${width} px${close ? ", closed" : ""}`;
+  const what = `seed ${seed}: ${n} iterations over ${width} px${close ? ", closed" : ""}`
+    + `${back ? ", x back now and then" : ""}`;
   // the same pieces as the series has between its breaks, each closed where asked
   const pieces = xs.filter((x, i) => x != null && (i === 0 || xs[i - 1] == null)).length;
   assert.equal(ctx.paths.length, pieces, what);
@@ -63,6 +65,19 @@ function check(seed) {
   const values = new Set(ys.filter((y) => y != null).map(Y)), xsAt = new Set(xs.filter((x) => x != null).map(X));
   for (const p of ctx.paths) {
     for (const [x, y] of p) assert.ok((values.has(y) || (close && y === Y(0))) && xsAt.has(x), `${what}: (${x}, ${y})`);
+  }
+  // an open line (the closed one adds the edges along zero): each stroke flat or upright, and between pixel
+  // columns of iterations it holds the value of the last iteration at or before it
+  const line = pathContext();
+  UtilView.stepLine(line, X, Y, xs, ys, false);
+  for (const p of line.paths) {
+    p.slice(1).forEach(([x1, y1], i) => {
+      const [x0, y0] = p[i];
+      assert.ok(x0 === x1 || y0 === y1, `${what}: a slanted stroke ${x0}, ${y0} -> ${x1}, ${y1}`);
+      if (back || y0 !== y1 || x1 - x0 <= 2) return;
+      const m = (x0 + x1) / 2, j = xs.findLastIndex((x) => x != null && X(x) <= m);
+      assert.equal(Y(ys[j]), y0, `${what}: at ${m} the line holds ${y0}, not iteration ${j}'s value`);
+    });
   }
   const vertices = ctx.paths.reduce((a, p) => a + p.length, 0);
   assert.ok(vertices <= 4 * (width + 2 * pieces) + 6 * pieces, `${what}: ${vertices} vertices`);
