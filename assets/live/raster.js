@@ -52,8 +52,10 @@ defineLive("Raster", ["Common"], () => {
       if (xa >= xb || ya >= yb) return;  // (off the layer)
       const c = opaque(hex);
       for (let r = ya; r < yb; r++) {
-        if (!keep) px.fill(c, r * W + xa, r * W + xb);
-        else for (let i = r * W + xa, col = xa; col < xb; i++, col++) if (keep(ox + col, oy + r)) px[i] = c;
+        const a = r * W + xa, b = r * W + xb;
+        if (keep) for (let i = a, col = xa; col < xb; i++, col++) { if (keep(ox + col, oy + r)) px[i] = c; }
+        else if (b - a > 16) px.fill(c, a, b);
+        else for (let i = a; i < b; i++) px[i] = c;  // (narrower than a call to fill is worth)
       }
     }
 

@@ -10,6 +10,7 @@ const fs = require("node:fs");
 
 require("./live_modules.js");
 const { random } = require("./seeded.js");
+const { recordingContext } = require("./canvas_stub.js");
 const { Contract, LiveState, Slots, Common, Raster } = globalThis;
 const contract = Contract.fromWire(JSON.parse(fs.readFileSync(process.argv[2], "utf8")));
 
@@ -45,32 +46,6 @@ function events(rnd, swapEvery, idle, halves) {
     t += STEP_S * (1 + (rnd() < 0.1 ? idle * rnd() : 0));
   }
   return out;
-}
-
-// The browser's canvas as far as the band uses it: a Raster layer (assets/live/raster.js) reaches the canvas
-// as one image through a scratch canvas; each image drawn is kept, with where it went.
-globalThis.ImageData = class {
-  constructor(w, h) {
-    Object.assign(this, { width: w, height: h, data: new Uint8ClampedArray(4 * w * h) });
-  }
-};
-globalThis.document = {
-  createElement: () => {
-    const c = { width: 0, height: 0, img: null, getContext: () => ({ putImageData: (img) => { c.img = img; } }) };
-    return c;
-  },
-};
-
-// k: the device pixels a CSS pixel (the context's scale).
-function recordingContext(k) {
-  const images = [];
-  const ctx = { fillStyle: "", globalAlpha: 1, font: "", textAlign: "", textBaseline: "",
-                getTransform: () => ({ a: k }), save() {}, restore() {}, setTransform() {},
-                fillRect() {}, fillText() {}, measureText: () => ({ width: 0 }),
-                drawImage(src, sx, sy, w, h, x, y) {
-                  images.push({ bytes: src.img.data.slice(), x, y, w, h });
-                } };
-  return { ctx, images };
 }
 
 // The rectangles a band's layers get, counted.
