@@ -3,12 +3,13 @@
 // border, cached-evictable blocks outlined, free blocks dark; with swap preemption, the host pool
 // under a line below it.
 
-defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
-  const { C, FONT, fmt, pct, rgba, reqColor, el, setText, hatchPattern, canvasContext } = Common;
+defineLive("KvMap", ["Common", "KvBlocks", "LiveState", "Raster"], () => {
+  const { C, FONT, fmt, pct, reqColor, el, setText, canvasContext } = Common;
   const MAX_STRIPES = 4;      // a shared block shows its first holders' colors; the count says how many
   const MAX_TIP_HOLDERS = 8;  // a shared block's tooltip lists this many holders
   const HOST_SHARE = 0.2;     // swap preemption: the share of the view's height the host pool takes
   const HOST_GAP = 6;         // px between the device pool and the host pool (a line in it)
+  const DIM = 0.22;           // the opacity of blocks other than the picked request's
 
   function build(inst, cell, name) {
     const caption = el("div", "ifl-caption", "");
@@ -48,8 +49,7 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
                holders: holders ? holders.map((h) => h.rid) : null, shared: holders ? 1 : 0, cached: kc.lru[c] >= 0 ? 1 : 0 };
     }
     const first = c * g.group, last = Math.min(kc.n, first + g.group) - 1;
-    const count = new Map();
-    let tokens = 0, used = 0, shared = 0, cached = 0;
+    let tokens = 0, used = 0, shared = 0, cached = 0, owner = -1, best = 0, count = null;
     for (let i = first; i <= last; i++) {
       if (kc.lru[i] >= 0) cached++;
       const o = kc.owner[i];
@@ -57,10 +57,14 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
       used++;
       tokens += kc.tokens[i];
       if (kc.refs[i] > 1) shared++;
-      count.set(o, (count.get(o) || 0) + 1);
+      if (owner < 0 || o === owner) [owner, best] = [o, best + 1];  // (a second owner: counted in a map)
+      else (count ||= new Map([[owner, best]])).set(o, (count.get(o) || 0) + 1);
     }
-    let owner = -1, best = 0;
-    for (const [o, k] of count) if (k > best || o === sel) { owner = o; best = o === sel ? Infinity : k; }
+    if (count) {
+      count.set(owner, best);
+      [owner, best] = [-1, 0];
+      for (const [o, k] of count) if (k > best || o === sel) { owner = o; best = o === sel ? Infinity : k; }
+    }
     return { owner, tokens, cap: (last - first + 1) * kc.bs, first, last, used, holders: null, shared, cached };
   }
 
@@ -97,14 +101,19 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
     const g = geometry(kc.n, W, H - lowH * below.length);
     view.geom = g;
     ctx.clearRect(0, 0, W, H);
+    // a cell or a few rectangles a block: tens of thousands at a GPU's pool size, so a layer of pixels
+    // (raster.js) takes them, and the canvas only the shared blocks' counts
+    const layer = Raster.layer(ctx, 0, 0, W, H), counts = [];
     const inner = g.s - g.gap;
     for (let i = 0; i < g.cells; i++) {
       const cell = cellAt(kc, g, i, inst.sel);
-      drawBlock(ctx, inst, g.ox + (i % g.cols) * g.s, Math.floor(i / g.cols) * g.s, inner, cell);
+      drawBlock(layer, inst, g.ox + (i % g.cols) * g.s, Math.floor(i / g.cols) * g.s, inner, cell, counts);
     }
     const name = (b) => (b.sender ? "prefill engine's pool" : sender ? "decode engine's host pool" : "host pool");
-    view.below = below.map((b, k) => ({ ...drawHost(ctx, inst, b.pool, W, H - lowH * (below.length - k), lowH,
+    view.below = below.map((b, k) => ({ ...drawHost(layer, inst, b.pool, W, H - lowH * (below.length - k), lowH,
                                                     b.sender ? C.transfer : C.swapped), sender: b.sender, name: name(b) }));
+    layer.draw();
+    for (const c of counts) drawCount(ctx, ...c);
     const copies = view.below.map((h) => (h.sender ? senderCaption(h, S) : hostCaption(h, S, inst.contract))).join("");
     setText(view.caption, (S.pools ? "decode engine's pool: " : "") + `${kc.used} / ${kc.n} blocks used (${fmt(pct(kc.used, kc.n), 1)}%) · `
       + `${kc.held.toLocaleString()} tokens in ${kc.slots.toLocaleString()} slots`
@@ -115,20 +124,17 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
 
   // Swap preemption's host pool, under a line below the device pool: each swapped-out request's blocks
   // in its color, free ones dark. Returns what hover needs: its geometry, its top and block -> owner.
-  function drawHost(ctx, inst, host, W, top, h, line) {
+  function drawHost(layer, inst, host, W, top, h, line) {
     const owner = new Map();
     for (const [rid, table] of Object.entries(host.block_tables || {})) for (const b of table) owner.set(b, +rid);
     const g = geometry(host.num_blocks, W, h - HOST_GAP);
     const y0 = top + HOST_GAP;
-    ctx.fillStyle = line;
-    ctx.fillRect(0, top + 1, W, 1);
+    layer.rect(0, top + 1, W, 1, line);
     for (let i = 0; i < g.cells; i++) {
       const o = cellOwner(owner, host.num_blocks, g, i);
-      ctx.globalAlpha = o < 0 || inst.sel == null || o === inst.sel ? 1 : 0.22;
-      ctx.fillStyle = o < 0 ? C.free : reqColor(o);
-      ctx.fillRect(g.ox + (i % g.cols) * g.s, y0 + Math.floor(i / g.cols) * g.s, g.s - g.gap, g.s - g.gap);
+      layer.rect(g.ox + (i % g.cols) * g.s, y0 + Math.floor(i / g.cols) * g.s, g.s - g.gap, g.s - g.gap,
+                 o < 0 ? C.free : reqColor(o), o < 0 || inst.sel == null || o === inst.sel ? 1 : DIM);
     }
-    ctx.globalAlpha = 1;
     return { g, top: y0, owner, n: host.num_blocks, rids: Object.keys(host.block_tables || {}).map(Number),
              sameRam: !!host.same_ram };
   }
@@ -160,69 +166,66 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState"], () => {
       + (now ? ` · this iteration: ${now} blocks copied over` : "");
   }
 
-  function drawBlock(ctx, inst, x, y, s, cell) {
+  // A block's cell (a Raster layer): free dark; held in its request's color, filled from the foot as far as
+  // its tokens go; reserved and empty hatched; shared striped (drawShared); the picked request's outlined,
+  // the others' dimmed. counts: where a shared block's holders are counted in text, for the canvas.
+  function drawBlock(layer, inst, x, y, s, cell, counts) {
     const { owner, tokens, cap } = cell;
     if (owner < 0) {
-      ctx.fillStyle = C.free;
-      ctx.fillRect(x, y, s, s);
-      if (cell.cached) drawCached(ctx, x, y, s);
+      layer.rect(x, y, s, s, C.free);
+      if (cell.cached) drawCached(layer, x, y, s);
       return;
     }
     const color = reqColor(owner);
     const picked = inst.sel == null || (cell.holders ? cell.holders.includes(inst.sel) : owner === inst.sel);
-    ctx.globalAlpha = picked ? 1 : 0.22;
-    if (cell.shared) drawShared(ctx, inst, x, y, s, cell);
+    const a = picked ? 1 : DIM;
+    if (cell.shared) drawShared(layer, inst, x, y, s, cell, a, counts);
     else if (tokens <= 0) {  // reserved but holding nothing yet
-      ctx.fillStyle = C.idle;
-      ctx.fillRect(x, y, s, s);
-      ctx.fillStyle = hatchPattern(ctx, color, inst.scale);
-      ctx.fillRect(x, y, s, s);
+      layer.rect(x, y, s, s, C.idle, a);
+      layer.hatch(x, y, s, s, color, inst.scale, a);
     } else {
-      ctx.fillStyle = rgba(color, 0.28);
-      ctx.fillRect(x, y, s, s);
       const h = Math.max(1, Math.round((s * tokens) / cap));
-      ctx.fillStyle = color;
-      ctx.fillRect(x, y + s - h, s, h);
+      layer.rect(x, y, s, s - h, color, 0.28 * a);
+      layer.rect(x, y + s - h, s, h, color, a);
     }
-    ctx.globalAlpha = 1;
-    if (inst.sel != null && picked && s >= 5) {
-      ctx.strokeStyle = C.white;
-      ctx.lineWidth = 1;
-      ctx.strokeRect(x + 0.5, y + 0.5, s - 1, s - 1);
-    }
+    if (inst.sel != null && picked && s >= 5) outline(layer, x, y, s, 1, C.white, 1);
   }
 
-  // Shared: stripes of its holders' colors (a grouped cell: its main owner's), a white border, and
-  // how many hold it where it fits.
-  function drawShared(ctx, inst, x, y, s, cell) {
+  // A ring w pixels wide just inside the cell.
+  function outline(layer, x, y, s, w, color, a) {
+    layer.rect(x, y, s, w, color, a);
+    layer.rect(x, y + s - w, s, w, color, a);
+    layer.rect(x, y + w, w, s - 2 * w, color, a);
+    layer.rect(x + s - w, y + w, w, s - 2 * w, color, a);
+  }
+
+  // Shared: stripes of its holders' colors (a grouped cell: its main owner's), a white border, and how many
+  // hold it where it fits (into counts, drawn on the canvas over the layer).
+  function drawShared(layer, inst, x, y, s, cell, a, counts) {
     const holders = cell.holders || [cell.owner];
     const n = Math.min(holders.length, MAX_STRIPES);
     for (let i = 0; i < n; i++) {
-      ctx.fillStyle = reqColor(holders[i]);
-      ctx.fillRect(x + Math.floor((i * s) / n), y, Math.ceil(s / n), s);
+      layer.rect(x + Math.floor((i * s) / n), y, Math.ceil(s / n), s, reqColor(holders[i]), a);
     }
     if (s < 5) return;
-    ctx.strokeStyle = C.white;
-    ctx.lineWidth = s >= 12 ? 2 : 1;
-    ctx.strokeRect(x + ctx.lineWidth / 2, y + ctx.lineWidth / 2, s - ctx.lineWidth, s - ctx.lineWidth);
-    if (s < 18 * inst.scale || !cell.holders) return;
+    outline(layer, x, y, s, s >= 12 ? 2 : 1, C.white, a);
+    if (s >= 18 * inst.scale && cell.holders) counts.push([x, y, s, holders.length, a]);
+  }
+
+  function drawCount(ctx, x, y, s, n, a) {
+    ctx.globalAlpha = a;
     ctx.font = `700 ${Math.round(s * 0.4)}px ${FONT}`;
     ctx.textAlign = "center";
     ctx.textBaseline = "middle";
     ctx.fillStyle = C.bg;
-    ctx.fillText(`×${holders.length}`, x + s / 2, y + s / 2 + 1);
+    ctx.fillText(`×${n}`, x + s / 2, y + s / 2 + 1);
+    ctx.globalAlpha = 1;
   }
 
   // Cached-evictable: no holder, kept for a prefix hit until the pool needs it.
-  function drawCached(ctx, x, y, s) {
-    if (s < 4) {
-      ctx.fillStyle = C.cached;
-      ctx.fillRect(x, y, s, s);
-      return;
-    }
-    ctx.strokeStyle = C.cached;
-    ctx.lineWidth = s >= 10 ? 2 : 1;
-    ctx.strokeRect(x + ctx.lineWidth / 2, y + ctx.lineWidth / 2, s - ctx.lineWidth, s - ctx.lineWidth);
+  function drawCached(layer, x, y, s) {
+    if (s < 4) layer.rect(x, y, s, s, C.cached);
+    else outline(layer, x, y, s, s >= 10 ? 2 : 1, C.cached, 1);
   }
 
   function blockAt(inst, name, view, e) {

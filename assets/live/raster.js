@@ -1,8 +1,9 @@
 // A layer of pixels over a rectangle of a canvas, for marks that are many and small. At a GPU's pace the
-// batch slots hold thousands of runs about a pixel tall: a software canvas (a laptop without GPU raster,
-// headless chromium) rasterizes each fillRect on the page's main thread at the commit, about a microsecond
-// apiece (docs/room.md). Here a mark is a few spans of a typed array, and the canvas gets the layer as one
-// image. Opaque axis-aligned rectangles only, each drawn over what the layer already holds; the layer is
+// batch slots hold thousands of runs about a pixel tall and the KV map tens of thousands of block cells: a
+// software canvas (a laptop without GPU raster, headless chromium) rasterizes each fillRect on the page's main
+// thread at the commit, about a microsecond apiece (docs/room.md). Here a mark is a few spans of a typed
+// array, and the canvas gets the layer as one image. Axis-aligned rectangles only, each put over what the
+// layer holds (its color and opacity replace what was there: nothing blends inside a layer); the layer is
 // drawn over the canvas. A rectangle's edges are rounded to device pixels, so rectangles that tile (slots
 // under a pixel tall) give each pixel to exactly one of them, and one narrower than a pixel may get none.
 
@@ -13,11 +14,12 @@ defineLive("Raster", ["Common"], () => {
   const word = new Uint32Array(1), bytes = new Uint8Array(word.buffer);  // RGBA as the platform stores it
   const packed = new Map();
 
-  function opaque(hex) {
-    let w = packed.get(hex);
+  function color(hex, alpha) {
+    const key = alpha === 1 ? hex : `${hex}/${alpha}`;
+    let w = packed.get(key);
     if (w === undefined) {
-      bytes.set([...rgb(hex), 255]);
-      packed.set(hex, (w = word[0]));
+      bytes.set([...rgb(hex), Math.round(255 * alpha)]);
+      packed.set(key, (w = word[0]));
     }
     return w;
   }
@@ -45,12 +47,13 @@ defineLive("Raster", ["Common"], () => {
     const img = W && H ? imageData(W, H) : null;
     const px = img ? new Uint32Array(img.data.buffer) : null;
 
-    // Each pixel of the rectangle where keep(column, row) holds (device pixels of the canvas): the color.
-    function paint(rx, ry, rw, rh, hex, keep) {
+    // Each pixel of the rectangle where keep(column, row) holds (device pixels of the canvas): the color at
+    // opacity alpha.
+    function paint(rx, ry, rw, rh, hex, alpha, keep) {
       if (!img) return;
       const [xa, xb] = span(rx, rw, k, ox, W), [ya, yb] = span(ry, rh, k, oy, H);
       if (xa >= xb || ya >= yb) return;  // (off the layer)
-      const c = opaque(hex);
+      const c = color(hex, alpha);
       for (let r = ya; r < yb; r++) {
         const a = r * W + xa, b = r * W + xb;
         if (keep) for (let i = a, col = xa; col < xb; i++, col++) { if (keep(ox + col, oy + r)) px[i] = c; }
@@ -60,15 +63,15 @@ defineLive("Raster", ["Common"], () => {
     }
 
     return {
-      rect(rx, ry, rw, rh, hex) {
-        paint(rx, ry, rw, rh, hex, null);
+      rect(rx, ry, rw, rh, hex, alpha = 1) {
+        paint(rx, ry, rw, rh, hex, alpha, null);
       },
       // Diagonal hatching (bottom left to top right, lines 1.6 px across, as Common.hatchPattern draws it),
       // anchored to the canvas.
-      hatch(rx, ry, rw, rh, hex, scale) {
+      hatch(rx, ry, rw, rh, hex, scale, alpha = 1) {
         const period = Math.max(3, Math.round(6 * scale * k));
         const width = Math.max(1, Math.round(1.6 * Math.SQRT2 * scale * k));  // (a row's share of a line 1.6 across)
-        paint(rx, ry, rw, rh, hex, (c, r) => (((c + r) % period) + period) % period < width);
+        paint(rx, ry, rw, rh, hex, alpha, (c, r) => (((c + r) % period) + period) % period < width);
       },
       pixels: px, width: W, height: H,
       // Onto the canvas, over what it has, at (x, y).

@@ -19,7 +19,7 @@ function recordingContext(k) {
   const images = [];
   const ctx = { fillStyle: "", globalAlpha: 1, font: "", textAlign: "", textBaseline: "",
                 getTransform: () => ({ a: k }), save() {}, restore() {}, setTransform() {},
-                fillRect() {}, fillText() {}, measureText: () => ({ width: 0 }),
+                fillRect() {}, clearRect() {}, fillText() {}, measureText: () => ({ width: 0 }),
                 drawImage(src, sx, sy, w, h, x, y) {
                   images.push({ bytes: src.img.data.slice(), x, y, w, h });
                 } };
