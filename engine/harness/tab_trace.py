@@ -9,7 +9,10 @@ layer updates, the socket's messages, style, layout and paint. Slices nest (a Fu
 RunTask), so read the names as a tree, not as parts of one sum; `busy` is the top-level tasks' share.
 
   python -m engine.harness.tab_trace [--seconds 8] [--rows 256] [--rate 150] [--requests 2048] \
-      [--app-cpus 0 --browser-cpus 1] [--top 30] [--no-draw Slots,UtilView] [--json out.json]
+      [--app-cpus 0 --browser-cpus 1] [--top 30] [--no-draw Slots,UtilView] [--watch kv] [--json out.json]
+
+--watch says which views are in sight while traced (a view out of sight is not drawn): the timeline (Gantt,
+batch slots, utilization: where ui_cost looks), or the KV maps.
 
 Needs playwright and chromium, as engine/harness/ui_cost.py does.
 """
@@ -82,6 +85,8 @@ def trace_tab(args) -> dict:
             sync_playwright() as p:
         browser = p.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
         page = open_tabs(browser, url, 1)[0]
+        if args.watch == "kv":
+            page.locator(".ifl-cell-kv").first.scroll_into_view_if_needed()
         with connect(ws_url, max_size=None) as ws:
             client = EngineClient(ws, ws_url)
             client.wait_ready()
@@ -103,7 +108,7 @@ def trace_tab(args) -> dict:
     trace = json.loads(raw)
     per_s, busy = main_thread_ms(trace, args.seconds)
     return {"seconds": args.seconds, "rows": args.rows, "rate": args.rate, "requests": args.requests,
-            "no_draw": args.no_draw,
+            "no_draw": args.no_draw, "watch": args.watch,
             "busy_share": busy, "frames_per_s": frames_per_s(trace, args.seconds), "ms_per_s": dict(per_s[:args.top]),
             "at_end": fps}
 
@@ -112,6 +117,8 @@ def render(result: dict) -> str:
     lines = [f"{MAIN}: busy {100 * result['busy_share']:.0f}% of {result['seconds']:g} s, "
              f"{result['frames_per_s']:.1f} animation frames a second; ms a second by slice name:"]
     lines += [f"{ms:8.1f}  {name}" for name, ms in result["ms_per_s"].items()]
+    lines.append(f"the views' own count in the last second: {result['at_end']['fps']} frames, "
+                 f"{result['at_end']['frame_ms']} ms each")
     return "\n".join(lines)
 
 
@@ -132,6 +139,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-draw", default="", metavar="MODULES",
                     help="live view modules that draw nothing while traced, e.g. Slots,UtilView (what they cost, "
                          "by difference)")
+    ap.add_argument("--watch", choices=("timeline", "kv"), default="timeline",
+                    help="the views in sight while traced: the timeline, or the KV maps")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     try:
