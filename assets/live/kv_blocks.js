@@ -9,16 +9,16 @@ defineLive("KvBlocks", [], () => {
   const clamp = (x, a, b) => Math.min(b, Math.max(a, x));
   const derived = new WeakMap();  // kv snapshot -> its per-block arrays
   const light = new WeakMap();    // kv snapshot -> sharesOrCaches()
+  const handed = new WeakMap();   // kv snapshot -> the derived arrays of the snapshot it was folded from
 
   // -> { n, bs, owner (first holder or -1), logical, tokens, refs (holders per block), sharers (block ->
   // [{ rid, logical }], shared blocks only), lru (position in the eviction order, -1 when not cached),
   // cached (count), held, slots, used, reservedUnused, tables }
   function of(kv) {
     let kb = derived.get(kv);
-    if (kb) return kb;
+    if (kb && !kb.spent) return kb;
     const n = kv.num_blocks, bs = kv.block_size, tables = kv.block_tables || {};
-    kb = { n, bs, owner: new Int32Array(n).fill(-1), logical: new Int32Array(n).fill(-1), tokens: new Int32Array(n),
-           refs: new Int32Array(n), sharers: new Map(), lru: new Int32Array(n).fill(-1), cached: 0, held: 0, slots: 0,
+    kb = { n, bs, ...blockArrays(n, handed.get(kv)), sharers: new Map(), cached: 0, held: 0, slots: 0,
            used: kv.used, reservedUnused: kv.reserved_unused_slots, tables };
     for (const [key, table] of Object.entries(tables)) addTable(kb, Number(key), table, (kv.kv_tokens || {})[key] ?? 0);
     (kv.cached || []).forEach((b, i) => {
@@ -26,6 +26,24 @@ defineLive("KvBlocks", [], () => {
     });
     derived.set(kv, kb);
     return kb;
+  }
+
+  // A snapshot's per-block arrays, cleared: those of the snapshot it was folded from where they are at hand
+  // (that one is then spent: of() works it out again if asked), else new. A GPU's pool is hundreds of
+  // thousands of blocks, and a lane steps hundreds of times a second.
+  function blockArrays(n, old) {
+    if (!old || old.spent || old.n !== n) {
+      return { owner: new Int32Array(n).fill(-1), logical: new Int32Array(n).fill(-1), tokens: new Int32Array(n),
+               refs: new Int32Array(n), lru: new Int32Array(n).fill(-1) };
+    }
+    old.spent = true;
+    const { owner, logical, tokens, refs, lru } = old;
+    owner.fill(-1);
+    logical.fill(-1);
+    tokens.fill(0);
+    refs.fill(0);
+    lru.fill(-1);
+    return { owner, logical, tokens, refs, lru };
   }
 
   function addTable(kb, rid, table, kvTok) {
@@ -47,7 +65,7 @@ defineLive("KvBlocks", [], () => {
   // (hundreds of thousands of blocks on a GPU) for a view that may not be on the page.
   function sharesOrCaches(kv) {
     const kb = derived.get(kv);
-    if (kb) return kb.cached > 0 || kb.sharers.size > 0;
+    if (kb && !kb.spent) return kb.cached > 0 || kb.sharers.size > 0;
     let answer = light.get(kv);
     if (answer === undefined) light.set(kv, (answer = heldTwiceOrCached(kv)));
     return answer;
@@ -95,7 +113,10 @@ defineLive("KvBlocks", [], () => {
       else kvTokens[rid] = n;
     }
     const { tables: _changes, ...rest } = kv;
-    return { ...rest, block_tables: tables, kv_tokens: kvTokens, cached: kv.cached || base.cached || [] };
+    const out = { ...rest, block_tables: tables, kv_tokens: kvTokens, cached: kv.cached || base.cached || [] };
+    const arrays = derived.get(prev) || handed.get(prev);  // (steps folded between two frames pass them on)
+    if (arrays) handed.set(out, arrays);
+    return out;
   }
 
   return { of, sharesOrCaches, sharedWith, fold };

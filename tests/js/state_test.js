@@ -299,6 +299,34 @@ const tests = {
     assert.ok(shared > 0 && cached > 0, "the recording has shared and cached blocks");
   },
 
+  "per-block arrays handed from a snapshot to the one folded from it: what a fresh pass over each makes"() {
+    const last = new Map(), seen = [];
+    const same = (a, b, what) => {
+      for (const key of ["owner", "logical", "tokens", "refs", "lru"]) assert.deepEqual(a[key], b[key], `${what}: ${key}`);
+      assert.deepEqual([a.cached, a.held, a.slots, [...a.sharers]], [b.cached, b.held, b.slots, [...b.sharers]], what);
+    };
+    let handed = 0;
+    const asked = new Map(), keyFrame = new Map();  // pool -> the arrays it last asked for; a key frame since
+    allEvents(acceptedBatches(rec.messages)).filter((e) => e.type === "step").forEach((ev, i) => {
+      const pool = `${ev.lane}/${ev.part || ""}`;
+      const kv = KvBlocks.fold(last.get(pool), ev.kv, ev.entries, E);
+      last.set(pool, kv);
+      seen.push(kv);
+      if (ev.kv.block_tables) keyFrame.set(pool, true);  // (whole: folded from nothing)
+      if (i % 3) return;  // the KV map asks once a frame, a few steps apart: the arrays go on from the last asked
+      const kb = KvBlocks.of(kv), before = asked.get(pool);
+      if (before && !keyFrame.get(pool)) {
+        assert.equal(kb.owner, before.owner, `step ${ev.step} of ${pool}: the arrays of the snapshot asked before`);
+        handed++;
+      }
+      same(kb, KvBlocks.of({ ...kv }), `step ${ev.step} of ${pool}`);
+      asked.set(pool, kb);
+      keyFrame.set(pool, false);
+    });
+    assert.ok(handed > 0, "some snapshot took its arrays over from the one before");
+    for (const kv of seen.slice(0, 20)) same(KvBlocks.of(kv), KvBlocks.of({ ...kv }), "an earlier snapshot asked again");
+  },
+
   "a prefix hit: the tokens it skipped on the request and its admission bar"() {
     const batches = acceptedBatches(rec.messages);
     const st = replay(batches);
