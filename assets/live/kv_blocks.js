@@ -100,7 +100,10 @@ defineLive("KvBlocks", [], () => {
     if (kv.block_tables) return kv;
     const base = prev || {};
     const tables = { ...(base.block_tables || {}) }, kvTokens = { ...(base.kv_tokens || {}) };
-    for (const e of entries || []) kvTokens[e[E.rid]] = e[E.ctx];
+    for (const e of entries || []) {  // (a short entry: [request id, context])
+      if (e.length === 2) kvTokens[e[0]] = e[1];
+      else kvTokens[e[E.rid]] = e[E.ctx];
+    }
     for (const [rid, change] of Object.entries(kv.tables || {})) {
       if (!Array.isArray(change)) delete tables[rid];
       else {

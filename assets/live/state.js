@@ -77,7 +77,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   // Fold one event into the state; returns true if something visible changed.
   function ingest(st, ev, clearAfter = -Infinity) {
     const T = st.contract.type;
-    if (ev.type === T.step) ev = withFullEntries(st.contract, withContinuedRows(st, ev));
+    if (ev.type === T.step) ev = withSampled(withContinuedRows(st, ev));
     if (ev.type === T.step && ev.kv) ev = foldKv(st, ev);  // (before the time filter: later changes build on it)
     const t = eventTime(T, ev);
     if (t != null && t < clearAfter) return false;
@@ -116,12 +116,12 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     return entries === ev.entries ? ev : { ...ev, entries, cont: undefined };
   }
 
-  // A step event with its entries written out, and the requests it sampled for listed whole (read against
-  // the entries as sent: short ones are what `unsampled` refers to).
-  function withFullEntries(contract, ev) {
-    const entries = Contract.fullEntries(contract, ev.entries);
-    if (entries === ev.entries && !Array.isArray(ev.unsampled)) return ev;
-    return { ...ev, entries, sampled: sampledIds(ev), unsampled: undefined };
+  // A step event with the requests it sampled for listed whole (read against the entries as sent: short ones
+  // are what `unsampled` refers to). Its entries stay as sent: their readers take a short one (a plain decode
+  // row, contract.js fullEntries) as it is, where writing each out made an array a row a step.
+  function withSampled(ev) {
+    if (!Array.isArray(ev.unsampled)) return ev;
+    return { ...ev, sampled: sampledIds(ev), unsampled: undefined };
   }
 
   // A step event with its kv whole: the wire sends each pool's tables whole now and then and, in between,
@@ -171,18 +171,23 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     if (!R.segs.length && !R.done && !R.open) R.open = { kind: KIND.queued, t0: ev.arrival_s, x0: S.lastIt + 0.5 };
   }
 
-  // Entries of one step grouped per request: static rows carry a prefill entry plus a padding entry.
+  // Entries of one step grouped per request: static rows carry a prefill entry plus a padding entry. A short
+  // entry ([request id, context]) is one decode token in the slot of its place in the list.
   function groupEntries(contract, entries) {
     const E = contract.entry, P = contract.phase;
     const by = new Map();
-    for (const e of entries || []) {
-      const rid = e[E.rid], phase = e[E.phase], tokens = e[E.tokens], ctx = e[E.ctx];
+    (entries || []).forEach((e, i) => {
+      const short = e.length === 2;
+      const rid = e[short ? 0 : E.rid], phase = short ? P.decode : e[E.phase], tokens = short ? 1 : e[E.tokens];
+      const ctx = short ? e[1] : e[E.ctx];
       let g = by.get(rid);
       if (!g) by.set(rid, (g = { rid, real: 0, pad: 0, cached: 0, drafted: 0, accepted: 0, prefill: false, decode: false,
-                                 slot: e[E.slot], ctx }));
-      g.cached += e[E.cached];  // tokens a prefix hit served at (re)admission
-      g.drafted += e[E.drafted] || 0;  // speculative decoding: draft tokens, and those that became output
-      g.accepted += e[E.accepted] || 0;
+                                 slot: short ? i : e[E.slot], ctx }));
+      if (!short) {
+        g.cached += e[E.cached];  // tokens a prefix hit served at (re)admission
+        g.drafted += e[E.drafted] || 0;  // speculative decoding: draft tokens, and those that became output
+        g.accepted += e[E.accepted] || 0;
+      }
       if (phase === P.padding) g.pad += tokens;
       else {
         g.real += tokens;
@@ -190,7 +195,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
         if (phase === P.decode) g.decode = true;
       }
       g.ctx = Math.max(g.ctx, ctx);
-    }
+    });
     return by;
   }
 

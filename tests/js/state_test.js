@@ -25,15 +25,16 @@ function replay(batches, clearAfter) {
 }
 
 // what the engine stepped: each step's entries written out (the socket sends the rows that go on from the
-// pool's previous step as runs, `cont`, and plain decode rows short)
-function allEvents(batches) {
+// pool's previous step as runs, `cont`, and plain decode rows short; short: those left short, as the reducer
+// reads them)
+function allEvents(batches, short = false) {
   const last = new Map();
   return batches.flatMap((b) => b.events).map((e) => {
     if (e.type !== "step") return e;
     const pool = `${e.lane}/${e.part || ""}`;
     const sent = e.cont ? Contract.continuedRows(contract, last.get(pool), e.cont, e.entries) : e.entries;
     last.set(pool, sent);
-    return { ...e, entries: Contract.fullEntries(contract, sent), cont: undefined };
+    return { ...e, entries: short ? sent : Contract.fullEntries(contract, sent), cont: undefined };
   });
 }
 const ofType = (events, type, lane) => events.filter((e) => e.type === type && e.lane === lane);
@@ -42,7 +43,7 @@ const sum = (xs) => xs.reduce((a, x) => a + x, 0);
 // Each step event with its kv whole, folded from what the socket sent (KvBlocks.fold, per lane and half).
 function foldedSteps(batches) {
   const last = new Map();
-  return allEvents(batches).filter((e) => e.type === "step").map((ev) => {
+  return allEvents(batches, true).filter((e) => e.type === "step").map((ev) => {
     const pool = `${ev.lane}/${ev.part || ""}`;
     const kv = KvBlocks.fold(last.get(pool), ev.kv, ev.entries, E);
     last.set(pool, kv);
@@ -164,6 +165,9 @@ const tests = {
           const expected = phases.has(P.decode) ? ["decode"] : phases.has(P.prefill) ? ["prefill", "recompute"] : ["held"];
           assert.ok(expected.includes(cell.kind), `${name} step ${ev.step} #${cell.rid}: ${cell.kind} for ${[...phases]}`);
           assert.equal(sum.bySlot[cell.slot], cell);
+          const own = ev.entries.filter((e) => e[E.rid] === cell.rid);
+          assert.deepEqual([cell.slot, cell.ctx], [own[0][E.slot], Math.max(...own.map((e) => e[E.ctx]))],
+                           `${name} step ${ev.step} #${cell.rid}: slot and context`);
         }
       });
       const preempted = steps.flatMap((ev) => ev.preempted);
