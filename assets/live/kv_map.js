@@ -185,7 +185,7 @@ defineLive("KvMap", ["Common", "KvBlocks", "LiveState", "Raster"], () => {
       layer.hatch(x, y, s, s, color, inst.scale, a);
     } else {
       const h = Math.max(1, Math.round((s * tokens) / cap));
-      layer.rect(x, y, s, s - h, color, 0.28 * a);
+      layer.rect(x, y, s, s, color, 0.28 * a);
       layer.rect(x, y + s - h, s, h, color, a);
     }
     if (inst.sel != null && picked && s >= 5) outline(layer, x, y, s, 1, C.white, 1);

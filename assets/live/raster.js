@@ -1,10 +1,10 @@
-// A layer of pixels over a rectangle of a canvas, for marks that are many and small. At a GPU's pace the
-// batch slots hold thousands of runs about a pixel tall and the KV map tens of thousands of block cells: a
-// software canvas (a laptop without GPU raster, headless chromium) rasterizes each fillRect on the page's main
-// thread at the commit, about a microsecond apiece (docs/room.md). Here a mark is a few spans of a typed
-// array, and the canvas gets the layer as one image. Axis-aligned rectangles only, each put over what the
-// layer holds (its color and opacity replace what was there: nothing blends inside a layer); the layer is
-// drawn over the canvas. A rectangle's edges are rounded to device pixels, so rectangles that tile (slots
+// A layer of pixels over a rectangle of a canvas, for marks that are many and small. At a GPU's pace the batch
+// slots hold thousands of runs about a pixel tall and the KV map tens of thousands of block cells: a software
+// canvas (a laptop without GPU raster, headless chromium) rasterizes each fillRect on the page's main thread at
+// the commit, about a microsecond apiece (docs/room.md). Here a mark is a few spans of a typed array, and the
+// canvas gets the layer as one image. Axis-aligned rectangles only, each drawn over what the layer holds as a
+// canvas would draw it at that opacity (an opaque one replaces it, a translucent one blends over it); the layer
+// is drawn over the canvas. A rectangle's edges are rounded to device pixels, so rectangles that tile (slots
 // under a pixel tall) give each pixel to exactly one of them, and one narrower than a pixel may get none.
 
 defineLive("Raster", ["Common"], () => {
@@ -45,7 +45,19 @@ defineLive("Raster", ["Common"], () => {
     const ox = Math.round(x * k), oy = Math.round(y * k);
     const W = Math.max(0, Math.round((x + w) * k) - ox), H = Math.max(0, Math.round((y + h) * k) - oy);
     const img = W && H ? imageData(W, H) : null;
-    const px = img ? new Uint32Array(img.data.buffer) : null;
+    const px = img ? new Uint32Array(img.data.buffer) : null, data = img ? img.data : null;
+
+    // Pixel i <- the color at opacity a over it (source-over, unpremultiplied as ImageData is).
+    function blender(hex, a) {
+      const [r, g, b] = rgb(hex);
+      return (i) => {
+        const j = 4 * i, da = (data[j + 3] / 255) * (1 - a), out = a + da;
+        data[j] = (r * a + data[j] * da) / out;
+        data[j + 1] = (g * a + data[j + 1] * da) / out;
+        data[j + 2] = (b * a + data[j + 2] * da) / out;
+        data[j + 3] = 255 * out;
+      };
+    }
 
     // Each pixel of the rectangle where keep(column, row) holds (device pixels of the canvas): the color at
     // opacity alpha.
@@ -53,10 +65,11 @@ defineLive("Raster", ["Common"], () => {
       if (!img) return;
       const [xa, xb] = span(rx, rw, k, ox, W), [ya, yb] = span(ry, rh, k, oy, H);
       if (xa >= xb || ya >= yb) return;  // (off the layer)
-      const c = color(hex, alpha);
+      const c = color(hex, alpha), blend = alpha < 1 ? blender(hex, alpha) : null;
       for (let r = ya; r < yb; r++) {
         const a = r * W + xa, b = r * W + xb;
-        if (keep) for (let i = a, col = xa; col < xb; i++, col++) { if (keep(ox + col, oy + r)) px[i] = c; }
+        if (blend) for (let i = a, col = xa; col < xb; i++, col++) { if (!keep || keep(ox + col, oy + r)) blend(i); }
+        else if (keep) for (let i = a, col = xa; col < xb; i++, col++) { if (keep(ox + col, oy + r)) px[i] = c; }
         else if (b - a > 16) px.fill(c, a, b);
         else for (let i = a; i < b; i++) px[i] = c;  // (narrower than a call to fill is worth)
       }
