@@ -13,7 +13,8 @@ defineLive("KvBlocks", [], () => {
 
   // -> { n, bs, owner (first holder or -1), logical, tokens, refs (holders per block), sharers (block ->
   // [{ rid, logical }], shared blocks only), lru (position in the eviction order, -1 when not cached),
-  // cached (count), held, slots, used, reservedUnused, tables }
+  // cached (count), held, slots, used, reservedUnused, tables }. Good until a later snapshot of the same pool
+  // is asked for: its arrays then pass on to that one (ask again for this one's).
   function of(kv) {
     let kb = derived.get(kv);
     if (kb && !kb.spent) return kb;
@@ -38,6 +39,7 @@ defineLive("KvBlocks", [], () => {
     }
     old.spent = true;
     const { owner, logical, tokens, refs, lru } = old;
+    old.owner = old.logical = old.tokens = old.refs = old.lru = null;  // (a kb kept past its time fails loudly)
     owner.fill(-1);
     logical.fill(-1);
     tokens.fill(0);

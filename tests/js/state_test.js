@@ -318,9 +318,10 @@ const tests = {
       seen.push(kv);
       if (ev.kv.block_tables) keyFrame.set(pool, true);  // (whole: folded from nothing)
       if (i % 3) return;  // the KV map asks once a frame, a few steps apart: the arrays go on from the last asked
-      const kb = KvBlocks.of(kv), before = asked.get(pool);
+      const before = asked.get(pool), arrays = before && before.owner, kb = KvBlocks.of(kv);
       if (before && !keyFrame.get(pool)) {
-        assert.equal(kb.owner, before.owner, `step ${ev.step} of ${pool}: the arrays of the snapshot asked before`);
+        assert.equal(kb.owner, arrays, `step ${ev.step} of ${pool}: the arrays of the snapshot asked before`);
+        assert.equal(before.owner, null, `step ${ev.step} of ${pool}: the one that gave them has none left`);
         handed++;
       }
       same(kb, KvBlocks.of({ ...kv }), `step ${ev.step} of ${pool}`);
