@@ -40,6 +40,12 @@ FRAME = "FireAnimationFrame"  # one requestAnimationFrame turn
 CATEGORIES = ["devtools.timeline", "disabled-by-default-devtools.timeline", "blink", "cc", "v8", "toplevel"]
 
 
+# Which of the views were in the tab's viewport (a view out of sight is not drawn).
+IN_SIGHT = ("(() => { const on = (sel) => [...document.querySelectorAll(sel)].some((e) => {"
+            " const r = e.getBoundingClientRect(); return r.bottom > 0 && r.top < window.innerHeight; });"
+            " return {timeline: on('.ifl-timeline-canvas'), kv: on('.ifl-cell-kv'), text: on('.ifl-cell-text')}; })()")
+
+
 def main_thread_ms(trace, seconds: float) -> tuple[list[tuple[str, float]], float]:
     """The main thread's complete slices ("X") summed by name, in ms per second of `seconds` (largest first),
     and its busy share (its top-level tasks' time over the span). `trace`: a Chrome trace (a dict with
@@ -101,6 +107,7 @@ def trace_tab(args) -> dict:
             time.sleep(args.seconds)
             fps = page.evaluate("(() => { const r = document.querySelector('.ifl-root');"  # (its last second)
                                 " return {fps: +r.dataset.fps || 0, frame_ms: +r.dataset.frameMs || 0}; })()")
+            sight = page.evaluate(IN_SIGHT)
             raw = browser.stop_tracing()
             load.join()
             client.close()
@@ -108,7 +115,7 @@ def trace_tab(args) -> dict:
     trace = json.loads(raw)
     per_s, busy = main_thread_ms(trace, args.seconds)
     return {"seconds": args.seconds, "rows": args.rows, "rate": args.rate, "requests": args.requests,
-            "no_draw": args.no_draw, "watch": args.watch,
+            "no_draw": args.no_draw, "watch": args.watch, "in_sight": sight,
             "busy_share": busy, "frames_per_s": frames_per_s(trace, args.seconds), "ms_per_s": dict(per_s[:args.top]),
             "at_end": fps}
 
@@ -119,6 +126,8 @@ def render(result: dict) -> str:
     lines += [f"{ms:8.1f}  {name}" for name, ms in result["ms_per_s"].items()]
     lines.append(f"the views' own count in the last second: {result['at_end']['fps']} frames, "
                  f"{result['at_end']['frame_ms']} ms each")
+    if "in_sight" in result:
+        lines.append("in sight at the end: " + (", ".join(k for k, v in result["in_sight"].items() if v) or "nothing"))
     return "\n".join(lines)
 
 

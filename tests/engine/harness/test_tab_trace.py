@@ -20,9 +20,10 @@ def test_the_main_threads_slices_are_summed_by_name_per_second():
     assert busy == 3.0 / 1e3 / 2.0
     assert main_thread_ms(meta + slices, 2.0) == (per_s, busy)  # a bare list of events too
     text = render({"busy_share": busy, "seconds": 2.0, "frames_per_s": 12.5, "ms_per_s": dict(per_s),
-                   "at_end": {"fps": 12, "frame_ms": 6.1}})
+                   "at_end": {"fps": 12, "frame_ms": 6.1}, "in_sight": {"timeline": False, "kv": True, "text": True}})
     assert "busy 0% of 2 s, 12.5 animation frames a second" in text and "0.8  Commit" in text
     assert "the views' own count in the last second: 12 frames, 6.1 ms each" in text
+    assert "in sight at the end: kv, text" in text
 
 
 def test_the_main_threads_animation_frames_are_counted_per_second():
