@@ -86,7 +86,6 @@ defineLive("Raster", ["Common"], () => {
         const width = Math.max(1, Math.round(1.6 * Math.SQRT2 * scale * k));  // (a row's share of a line 1.6 across)
         paint(rx, ry, rw, rh, hex, alpha, (c, r) => (((c + r) % period) + period) % period < width);
       },
-      pixels: px, width: W, height: H,
       // Onto the canvas, over what it has, at (x, y).
       draw() {
         if (!img) return;
