@@ -31,6 +31,7 @@ from ..telemetry.device_peaks import cpu_model
 from ..workshop.recording.format import load
 from ..workshop.recording.web_page import web_page
 from .app_process import CHROMIUM_ARGS, cpu_set, free_port, on_cpus
+from .page_state import wait_on_page
 
 PLAYER = "window.inflightPlayer"  # the offline page's player
 INST = "document.querySelector('.ifl-root').inflight"  # the live view (the page's and the app's)
@@ -90,8 +91,8 @@ def in_app(browser, args, rec, tmp: Path) -> tuple[list[dict], float, dict]:
         page = browser.new_page(viewport={"width": args.width, "height": args.height})
         page.goto(url, wait_until="domcontentloaded")
         # the engines live (the app first shows a recording while they load)
-        page.wait_for_function("() => { const s = document.querySelector('.ifl-root')?.inflight?.server.status;"
-                               " return !!s && !s.replay; }", timeout=300_000)
+        wait_on_page(page, "() => { const s = document.querySelector('.ifl-root')?.inflight?.server.status;"
+                     " return !!s && !s.replay; }", 300, "the app's engines live after its landing replay")
         page.locator("input[type=file]").set_input_files(str(args.recording))
         page.get_by_role("button", name=UPLOADED).click(timeout=60_000)
         page.wait_for_function(f"() => !!{INST}.server.status.replay", timeout=120_000)

@@ -30,6 +30,7 @@ from pathlib import Path
 from .app_process import CHROMIUM_ARGS, cpu_set, on_cpus, running_app
 from .engine_client import EngineClient, p50
 from .gpu_pace import SocketMeter, app_env, check_full_batches
+from .page_state import wait_on_page
 
 
 def parse_args(argv=None):
@@ -66,7 +67,7 @@ def open_tabs(browser, url: str, n: int) -> list:
         pages.append(pg)
     for pg in pages:
         pg.locator(".ifl-root").first.wait_for(timeout=120_000)
-        pg.wait_for_function("document.querySelector('.ifl-conn')?.dataset.kind === 'live'", timeout=60_000)
+        wait_on_page(pg, "document.querySelector('.ifl-conn')?.dataset.kind === 'live'", 60, "the tab's socket live")
         pg.locator(".ifl-timeline-canvas").first.scroll_into_view_if_needed()  # watching the Gantt
     return pages
 
