@@ -68,12 +68,16 @@ defineLive("Contract", [], () => {
     });
   }
 
+  // A step entry's request id and context, whether whole or short ([request id, context]). E: contract.entry.
+  const entryRid = (E, e) => (e.length === 2 ? e[0] : e[E.rid]);
+  const entryCtx = (E, e) => (e.length === 2 ? e[1] : e[E.ctx]);
+
   // A step's entries as sent whole: its `cont` runs ([at, from, n]: entries at..at+n-1 are the previous step's
   // of its pool from..from+n-1, each a token further, sent short) written out between its own entries. prev:
   // that previous step's entries as this returned them. Runs past prev's rows are cut, and no more of prev's
   // rows go on than prev holds (engine/events.py with_continued_rows).
   function continuedRows(contract, prev, cont, entries) {
-    const out = [], ctx = contract.entry.ctx;
+    const out = [], E = contract.entry;
     let k = 0, room = prev.length;
     for (const run of cont) {
       if (!Array.isArray(run)) continue;
@@ -82,13 +86,12 @@ defineLive("Contract", [], () => {
       for (let i = 0; i < take; i++) out.push(entries[k++]);
       const from = start, to = Math.min(prev.length, from + Math.min(n, room));
       for (let j = from; j < to; j++, room--) {
-        const p = prev[j];
-        out.push([p[0], (p.length === 2 ? p[1] : p[ctx]) + 1]);
+        out.push([entryRid(E, prev[j]), entryCtx(E, prev[j]) + 1]);
       }
     }
     while (k < entries.length) out.push(entries[k++]);
     return out;
   }
 
-  return { fromWire, fullEntries, continuedRows };
+  return { fromWire, fullEntries, entryRid, entryCtx, continuedRows };
 });

@@ -5,7 +5,7 @@
 // cached list (whole, or the changes since the engine's previous step: fold); this is their inverse,
 // derived once per snapshot. Pure data: loads in node for the tests.
 
-defineLive("KvBlocks", [], () => {
+defineLive("KvBlocks", ["Contract"], () => {
   const clamp = (x, a, b) => Math.min(b, Math.max(a, x));
   const derived = new WeakMap();  // kv snapshot -> its per-block arrays
   const light = new WeakMap();    // kv snapshot -> sharesOrCaches()
@@ -102,10 +102,7 @@ defineLive("KvBlocks", [], () => {
     if (kv.block_tables) return kv;
     const base = prev || {};
     const tables = { ...(base.block_tables || {}) }, kvTokens = { ...(base.kv_tokens || {}) };
-    for (const e of entries || []) {  // (a short entry: [request id, context])
-      if (e.length === 2) kvTokens[e[0]] = e[1];
-      else kvTokens[e[E.rid]] = e[E.ctx];
-    }
+    for (const e of entries || []) kvTokens[Contract.entryRid(E, e)] = Contract.entryCtx(E, e);
     for (const [rid, change] of Object.entries(kv.tables || {})) {
       if (!Array.isArray(change)) delete tables[rid];
       else {

@@ -177,9 +177,8 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     const E = contract.entry, P = contract.phase;
     const by = new Map();
     (entries || []).forEach((e, i) => {
-      const short = e.length === 2;
-      const rid = e[short ? 0 : E.rid], phase = short ? P.decode : e[E.phase], tokens = short ? 1 : e[E.tokens];
-      const ctx = short ? e[1] : e[E.ctx];
+      const short = e.length === 2, rid = Contract.entryRid(E, e), ctx = Contract.entryCtx(E, e);
+      const phase = short ? P.decode : e[E.phase], tokens = short ? 1 : e[E.tokens];
       let g = by.get(rid);
       if (!g) by.set(rid, (g = { rid, real: 0, pad: 0, cached: 0, drafted: 0, accepted: 0, prefill: false, decode: false,
                                  slot: short ? i : e[E.slot], ctx }));
