@@ -126,8 +126,7 @@ def render(result: dict) -> str:
     lines += [f"{ms:8.1f}  {name}" for name, ms in result["ms_per_s"].items()]
     lines.append(f"the views' own count in the last second: {result['at_end']['fps']} frames, "
                  f"{result['at_end']['frame_ms']} ms each")
-    if "in_sight" in result:
-        lines.append("in sight at the end: " + (", ".join(k for k, v in result["in_sight"].items() if v) or "nothing"))
+    lines.append("in sight at the end: " + (", ".join(k for k, v in result["in_sight"].items() if v) or "nothing"))
     return "\n".join(lines)
 
 
