@@ -30,8 +30,9 @@ defineLive("Common", [], () => {
     ctx.fillRect(xa, y, Math.max(xb - xa, 2), h);
     ctx.fillStyle = C.stall;
     ctx.fillRect(xa, y, Math.max(xb - xa, 2), Math.max(2, 2 * k));
+    if (!label || xb - xa < 6 + 6 * k) return;  // (no room for a letter: at a GPU's pace, most are this narrow)
     ctx.font = `600 ${Math.round(11 * k)}px ${FONT}`;
-    if (!label || ctx.measureText(label).width + 6 > xb - xa) return;
+    if (ctx.measureText(label).width + 6 > xb - xa) return;
     ctx.textBaseline = "top";
     ctx.textAlign = "left";
     ctx.fillText(label, xa + 3, y + 3 * k);
