@@ -54,7 +54,7 @@ defineLive("Slots", ["Common", "LiveState", "Raster"], () => {
     band.subs = [];
     for (const g of grids) {
       const sub = { x: band.x, w: band.w, y: top, h: g.nSlots * slotH, slotH, nSlots: g.nSlots, cols: [], yticks: [],
-                    prefix: g.prefix };
+                    prefix: g.prefix, steps: g.steps };
       drawGrid(ctx, inst, g, X, sub);
       band.yticks.push(...sub.yticks);
       if (top > band.y) divider(ctx, inst, sub);
@@ -69,8 +69,8 @@ defineLive("Slots", ["Common", "LiveState", "Raster"], () => {
   // engine's grid has as many slots as its steps kept have used (it runs few rows: long prompts).
   function engineGrids(inst, S, fc, range, pxPerX) {
     const grid = (steps, nSlots, prefix) => {
-      for (const st of steps) nSlots = Math.max(nSlots, st.bySlot.length);  // (its highest slot + 1)
-      return { ...slotColumns({ steps }, fc, range, pxPerX), nSlots, prefix };
+      for (const st of steps) if (st.bySlot) nSlots = Math.max(nSlots, st.bySlot.length);  // (its highest slot + 1)
+      return { ...slotColumns({ steps }, fc, range, pxPerX), steps, nSlots, prefix };
     };
     const [own, prefill] = engineSteps(S, inst.contract);
     const grids = [grid(own, maxBatch(S, inst.laneConfig(S.name)) || 1, "")];
@@ -94,28 +94,29 @@ defineLive("Slots", ["Common", "LiveState", "Raster"], () => {
     const stop = Array(cols.length).fill(cols.length);
     for (let j = cols.length - 2; j >= 0; j--) stop[j] = cols[j + 1] && !opens(j + 1) ? stop[j + 1] : j + 1;
     // iterations that ran: empty slots first, a rectangle a stretch; then each run of one request and phase
-    // in a slot as one rectangle, from the column it starts in (or where its stretch opens: every run is open
-    // there) to its last column in view or its stretch's end. At a GPU's pace iterations are narrower than a
-    // pixel: a rectangle per cell would be tens of thousands a frame at 256 rows, and a look at every cell as
-    // many. The rectangles go to a layer of pixels (raster.js), the canvas gets them as one image.
+    // in a slot as one rectangle, from the column it starts in (or where its stretch opens: every run there,
+    // found by a sweep through the grid's steps, state.js runSweep) to its last column in view or its
+    // stretch's end. At a GPU's pace iterations are narrower than a pixel: a rectangle per cell would be tens
+    // of thousands a frame at 256 rows, and a look at every cell as many (older steps keep no cell a row at
+    // all). The rectangles go to a layer of pixels (raster.js), the canvas gets them as one image.
     const layer = Raster.layer(ctx, sub.x, sub.y, sub.w, sub.h);
     cols.forEach((st, j) => {
       if (!st) return;
       sub.cols.push({ xa: px[j], xb: xb(j), st });
       if (opens(j)) layer.rect(px[j], sub.y, xb(stop[j] - 1) - px[j], sub.h, C.idle);
     });
-    const colOf = new Map(cols.map((st, j) => [st, j]));
+    const lastCol = columnOf(cols), sweep = LiveState.runSweep(g.steps);
     cols.forEach((st, j) => {
       if (!st) return;
-      for (const cell of opens(j) ? st.bySlot : st.starts) {
+      for (const cell of opens(j) ? sweep.at(st) : st.starts) {
         if (!cell || cell.slot >= nSlots) continue;
-        const end = Math.min(colOf.get(cell.run.last) ?? cols.length - 1, stop[j] - 1);
+        const end = Math.min(lastCol(cell.run.last), stop[j] - 1);
         drawCellRun(layer, inst, cell, px[j], xb(end), Y(cell.slot) + gapY / 2, slotH - gapY);
       }
     });
     layer.draw();
     cols.forEach((st, j) => {  // speculative decoding: each step's drafts over its cells
-      if (st && st.drafted) drawDrafts(ctx, inst, st, px[j], xb(j), Y, slotH, gapY);
+      if (st && st.drafted && st.cells) drawDrafts(ctx, inst, st, px[j], xb(j), Y, slotH, gapY);
     });
     cols.forEach((st, j) => {  // iterations whose decoding rows waited for a prefill (state.js: stall)
       if (st && st.stall) drawStall(ctx, inst.scale, px[j], xb(j), sub.y, sub.h, "stall");
@@ -124,6 +125,15 @@ defineLive("Slots", ["Common", "LiveState", "Raster"], () => {
     const dtick = [1, 2, 4, 5, 8, 10, 16, 20, 32, 50, 64, 100].find((d) => nSlots / d <= fit)
       ?? Math.ceil(nSlots / fit);
     for (let s = 0; s < nSlots; s += dtick) sub.yticks.push({ y: Y(s) + slotH / 2, label: prefix + s });
+  }
+
+  // The column of a step (a run's last) among cols (steps in order, null for a gap), looked up by its
+  // iteration; the last column where the step is past the columns in view.
+  function columnOf(cols) {
+    const first = cols.length ? cols[0].it : 0;
+    const byIt = new Int32Array(cols.length ? cols[cols.length - 1].it - first + 1 : 0);
+    cols.forEach((st, j) => { if (st) byIt[st.it - first] = j; });
+    return (st) => (st.it - first < byIt.length ? byIt[st.it - first] : cols.length - 1);
   }
 
   // A strip along the cell's foot, one tick per draft token: accepted ones white, rejected ones red.
@@ -161,14 +171,25 @@ defineLive("Slots", ["Common", "LiveState", "Raster"], () => {
     layer.hatch(xa, y, xb - xa, h, dim ? mix(fill, hatch, 0.25) : hatch, inst.scale);
   }
 
+  const kindText = (kind) => (kind === KIND.held ? "padding (finished, still in the batch)" : kind);
+
   function cellTip(cell, st, prefix) {
-    const what = cell.kind === KIND.held ? "padding (finished, still in the batch)" : cell.kind;
+    const what = kindText(cell.kind);
     const toks = cell.real ? `${cell.real} tok` : "";
     const pad = cell.pad ? `${toks ? " + " : ""}${cell.pad} pad` : "";
     const drafts = cell.drafted ? `${cell.accepted} of ${cell.drafted} drafted tokens accepted: ${1 + cell.accepted} `
       + `token${cell.accepted ? "s" : ""} this step` : "";
     return [`#${cell.rid} · slot ${prefix}${cell.slot} · ${what}`, `${toks}${pad} · context ${cell.ctx}`, drafts,
             `iteration ${st.it}${partOf(st)} · ${fmt(1000 * (st.t1 - st.t0), 1)} ms`].filter(Boolean);
+  }
+
+  // A step that kept no cell a row (state.js LIMITS): what its run says.
+  function runTip(cell, st, prefix) {
+    const what = kindText(cell.kind), last = cell.run.last.it > st.it ? ` to ${cell.run.last.it}` : "";
+    return [`#${cell.rid} · slot ${prefix}${cell.slot} · ${what}`,
+            `in this slot from iteration ${cell.run.from}${last}`,
+            `iteration ${st.it}${partOf(st)} · ${fmt(1000 * (st.t1 - st.t0), 1)} ms`,
+            "(tokens and context: the newest iterations only)"];
   }
 
   // A disaggregated lane's iteration: which of its two engines ran it.
@@ -180,13 +201,15 @@ defineLive("Slots", ["Common", "LiveState", "Raster"], () => {
     const c = sub && sub.cols.find((k) => x >= k.xa && x < k.xb);
     if (!c) return null;
     const slot = sub.nSlots - 1 - Math.floor((y - sub.y) / sub.slotH);  // slot s spans [Y(s), Y(s) + slotH)
-    const cell = c.st.bySlot[slot];
+    const cell = c.st.bySlot ? c.st.bySlot[slot]
+      : LiveState.runSweep(sub.steps).at(c.st).find((x) => x.slot === slot);  // (a step without its cells)
     const stalled = c.st.stall ? ["", ...stallTip(c.st)] : [];
     if (!cell) {
       return { rid: null, tip: [`slot ${sub.prefix}${slot} · empty`, `iteration ${c.st.it}${partOf(c.st)}`, ...stalled],
                color: C.muted };
     }
-    return { rid: cell.rid, tip: [...cellTip(cell, c.st, sub.prefix), ...stalled], color: reqColor(cell.rid) };
+    const tip = c.st.bySlot ? cellTip(cell, c.st, sub.prefix) : runTip(cell, c.st, sub.prefix);
+    return { rid: cell.rid, tip: [...tip, ...stalled], color: reqColor(cell.rid) };
   }
 
   return { draw, hit };

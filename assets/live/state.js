@@ -6,7 +6,12 @@
 // for a remote lane, its server's polled gauges. Events are folded in as they arrive; nothing is kept raw.
 
 defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
-  const MAX_STEPS = 300;        // iterations kept per lane (slots grid, utilization)
+  // Iterations kept per lane (slots grid, utilization): at a GPU's 150-300 a second, 40-80 s of them, so the
+  // time axis's 20 s window is full; on a CPU's 20 a second, ten minutes (an ended run shown whole). Only the
+  // newest keep a cell per row (hover, drafts); older ones keep their runs' starts (linkRuns, runSweep): 256
+  // rows' cells are some 30 KB an iteration, a step without them well under 1 KB.
+  // Steps past the bound go `chunk` at a time (a splice, not one a step).
+  const LIMITS = { steps: 12000, cells: 300 * 256, chunk: 256 };
   const MAX_REQS = 160;         // requests kept per lane; finished ones past the window go first
   const MAX_SEGS = 64;          // segments kept per request before old ones are trimmed
   const RATE_WINDOW_S = 1.0;    // tokens/s: rolling window over step events
@@ -22,14 +27,17 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
                  preempted: "preempted", swapped: "swapped", transfer: "transfer", finished: "finished" };
 
   // contract: Contract.fromWire(...) (the step entry layout and phase names).
-  function newState(lanes, contract) {
-    return { contract, by: new Map(lanes.map((name) => [name, newLane(name)])), coalesced: 0, latestT: null,
+  // limits: LIMITS's fields to change (the tests keep fewer).
+  function newState(lanes, contract, limits = {}) {
+    const lim = { ...LIMITS, ...limits };
+    return { contract, by: new Map(lanes.map((name) => [name, newLane(name, lim)])), coalesced: 0, latestT: null,
              progress: null, gpu: [], gpuRev: 0, named: 0, pauses: [],
              run: null };  // the current scenario run: {t0, it0: lane -> its first iteration} (run_started)
   }
 
-  function newLane(name) {
-    return { name, steps: [], reqs: new Map(), kv: null, kvWire: {}, rowsWire: {}, kvRev: 0, rev: 0, textRev: 0,
+  function newLane(name, limits) {
+    return { name, steps: [], limits, detailed: 0, detailCells: 0,  // (detailed: the first step with its cells)
+             reqs: new Map(), kv: null, kvWire: {}, rowsWire: {}, kvRev: 0, rev: 0, textRev: 0,
              lastIt: -1, lastT: null,
              lastStepMs: null, lastEvent: null, gapPending: false, prefix: { queries: 0, hits: 0 }, peaks: null,
              remote: false, server: [] };
@@ -245,8 +253,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     if (summary.stall) S.stalls = (S.stalls || 0) + 1;  // the legend explains them from the first
     S.drafted = (S.drafted || 0) + drafted;  // speculative decoding: draft tokens over the lane's stream
     prefixRates(S, summary);
-    S.steps.push(summary);
-    if (S.steps.length > MAX_STEPS) S.steps.splice(0, S.steps.length - MAX_STEPS);
+    keepStep(S, summary);
     if (ev.kv) {
       // a disaggregated lane: each half's pool (the decode engine's is the lane's main one, and its host
       // pool is the one shown); a lane of one engine (again, after a reconfigure): its pool
@@ -558,14 +565,65 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   function linkRuns(S, st) {
     let prev = null;
     for (let k = S.steps.length - 1; k >= 0 && !prev; k--) if (S.steps[k].part === st.part) prev = S.steps[k];
+    const before = prev && prev.bySlot;  // (null where that step has given its cells up: every run starts again)
     st.starts = [];
     st.bySlot.forEach((cell, s) => {
-      const p = prev && prev.bySlot[s];
+      const p = before && before[s];
       const joins = p && p.rid === cell.rid && p.kind === cell.kind;
-      cell.run = joins ? p.run : { last: null };
+      cell.run = joins ? p.run : { from: st.it, last: null, part: st.part };
       if (!joins) st.starts.push(cell);
       cell.run.last = st;
     });
+  }
+
+  // The step joins the lane's kept ones; the oldest give their cells up past limits.cells and go past
+  // limits.steps.
+  function keepStep(S, st) {
+    S.steps.push(st);
+    S.detailCells += st.cells.length;
+    while (S.detailCells > S.limits.cells && S.detailed < S.steps.length - 1) {
+      const old = S.steps[S.detailed++];
+      S.detailCells -= old.cells.length;
+      old.cells = old.bySlot = null;
+    }
+    if (S.steps.length >= S.limits.steps + S.limits.chunk) dropOldest(S, S.steps.length - S.limits.steps);
+  }
+
+  // The n oldest steps go. A run they started that goes on past them is carried into the starts of its
+  // engine's first step kept, so a sweep from there (runSweep) still finds it.
+  function dropOldest(S, n) {
+    const gone = S.steps.splice(0, n), first = new Map();
+    S.detailed = Math.max(0, S.detailed - n);
+    for (const st of S.steps) if (!first.has(st.part)) first.set(st.part, st);
+    const edge = gone[gone.length - 1].it;
+    for (const st of gone) {
+      for (const cell of st.starts) {
+        const to = cell.run.last.it > edge && first.get(cell.run.part);
+        if (to) to.starts.push(cell);
+      }
+    }
+  }
+
+  // A walk through a grid's steps in order (an engine's, or a lane's whole), which says at each step it is
+  // given (in order, each at or after the one before) which runs hold a slot there: at(st) -> each such run's
+  // first cell (rid, slot, kind, run). Whether a step kept its cells or not.
+  function runSweep(steps) {
+    const latest = new Map();  // engine part -> slot -> the last run started there up to here
+    let next = 0;
+    return {
+      at(st) {
+        for (; next < steps.length && steps[next].it <= st.it; next++) {
+          const { part, starts } = steps[next];
+          if (!starts.length) continue;
+          if (!latest.has(part)) latest.set(part, new Map());
+          const slots = latest.get(part);
+          for (const cell of starts) slots.set(cell.slot, cell);
+        }
+        const out = [];
+        for (const cell of (latest.get(st.part) || new Map()).values()) if (cell.run.last.it >= st.it) out.push(cell);
+        return out;
+      },
+    };
   }
 
   // Flat memory: drop finished requests that ended before the retained window, then cap the count.
@@ -678,5 +736,6 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     return config ? config.source === "remote" : S.remote;
   }
 
-  return { KIND, HIT_WINDOW_S, newState, applyBatch, computing, runExtent, maxBatch, engineSteps, prefixOn, isRemote };
+  return { KIND, HIT_WINDOW_S, LIMITS, newState, runSweep, applyBatch, computing, runExtent, maxBatch, engineSteps,
+           prefixOn, isRemote };
 });

@@ -68,12 +68,16 @@ function perCell(sub, k, sel, scale) {
   const ox = Math.round(sub.x * k), oy = Math.round(sub.y * k);
   const W = Math.round((sub.x + sub.w) * k) - ox, H = Math.round((sub.y + sub.h) * k) - oy;
   const out = new Uint8ClampedArray(4 * W * H);
-  const fill = (x, y, w, h, hex, keep = () => true) => {
-    const rgb = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+  const fill = (x, y, w, h, hex, keep = null) => {
+    const [R, G, B] = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
     const xa = Math.max(0, Math.round(x * k) - ox), xb = Math.min(W, Math.round((x + w) * k) - ox);
     const ya = Math.max(0, Math.round(y * k) - oy), yb = Math.min(H, Math.round((y + h) * k) - oy);
     for (let r = ya; r < yb; r++) {
-      for (let c = xa; c < xb; c++) if (keep(ox + c, oy + r)) out.set([...rgb, 255], 4 * (r * W + c));
+      for (let c = xa; c < xb; c++) {
+        if (keep && !keep(ox + c, oy + r)) continue;
+        const i = 4 * (r * W + c);
+        out[i] = R; out[i + 1] = G; out[i + 2] = B; out[i + 3] = 255;
+      }
     }
   };
   const period = Math.max(3, Math.round(6 * scale * k)), line = Math.max(1, Math.round(1.6 * Math.SQRT2 * scale * k));
@@ -95,28 +99,44 @@ function perCell(sub, k, sel, scale) {
   return { bytes: out, W, H, ox, oy };
 }
 
-function check(seed) {
-  const rnd = random(seed);
-  const swapEvery = 2 + Math.floor(rnd() * 90), idle = [0, 0.5, 3, 40][Math.floor(rnd() * 4)];
-  const axis = rnd() < 0.75 ? "time" : "iteration", width = [160, 700, 2400][Math.floor(rnd() * 3)];
-  const halves = rnd() < 0.25 ? 1 + Math.floor(rnd() * 3) : 0;
-  const k = [1, 1, 1.5, 2][Math.floor(rnd() * 4)], height = [0.45, 0.94, 2][Math.floor(rnd() * 3)] * ROWS;
-  const st = LiveState.newState(["a"], contract);
-  LiveState.applyBatch(st, { skipped: 0, events: events(rnd, swapEvery, idle, halves) });
-  const S = st.by.get("a");
-  const at = (step) => (axis === "time" ? [step.t0, step.t1] : [step.it - 0.5, step.it + 0.5]);
-  let lo = at(S.steps[0])[0], hi = at(S.steps[S.steps.length - 1])[1];
-  if (rnd() < 0.5) [lo, hi] = [lo + (hi - lo) * 0.3 * rnd(), hi - (hi - lo) * 0.3 * rnd()];  // zoomed in
+// A lane's state from the events; limits: LiveState's (fewer steps kept, fewer with a cell a row).
+function folded(evs, limits) {
+  const st = LiveState.newState(["a"], contract, limits);
+  LiveState.applyBatch(st, { skipped: 0, events: evs });
+  return st.by.get("a");
+}
+
+// Slots.draw of a lane over [lo, hi]: the band (its grids as drawn) and the one image it made.
+function drawn(S, axis, lo, hi, width, k, height, sel) {
   const X = (v) => ((v - lo) / (hi - lo)) * width;
   X.invert = (x) => lo + (x / width) * (hi - lo);
-  const some = S.steps[Math.floor(S.steps.length / 2)].bySlot.find(Boolean);
-  const sel = rnd() < 0.3 && some ? some.rid : null;  // a request picked: the others dimmed
   const inst = { contract, sel, scale: 1, laneConfig: () => ({ strategy: "continuous", max_num_seqs: ROWS }) };
   const band = { x: 3, y: 7, w: width, h: height, yticks: [] };
   const { ctx, images } = recordingContext(k);
   const counting = countingRects();
   Slots.draw(ctx, inst, S, { axis }, X, band);
   counting.restore();
+  return { inst, band, images, rects: counting.counts.rects };
+}
+
+function check(seed) {
+  const rnd = random(seed);
+  const swapEvery = 2 + Math.floor(rnd() * 90), idle = [0, 0.5, 3, 40][Math.floor(rnd() * 4)];
+  const axis = rnd() < 0.75 ? "time" : "iteration", width = [160, 700, 2400][Math.floor(rnd() * 3)];
+  const halves = rnd() < 0.25 ? 1 + Math.floor(rnd() * 3) : 0;
+  const k = [1, 1, 1.5, 2][Math.floor(rnd() * 4)], height = [0.45, 0.94, 2][Math.floor(rnd() * 3)] * ROWS;
+  const evs = events(rnd, swapEvery, idle, halves);
+  const S = folded(evs, {});
+  // the same events kept as a long run keeps them: the oldest steps without their cells, the oldest of all gone
+  const few = { cells: ROWS * Math.floor(1 + rnd() * STEPS), steps: rnd() < 0.4 ? STEPS : 20 + Math.floor(rnd() * 200),
+                chunk: 1 + Math.floor(rnd() * 60) };
+  const kept = folded(evs, few);
+  const at = (step) => (axis === "time" ? [step.t0, step.t1] : [step.it - 0.5, step.it + 0.5]);
+  let lo = at(kept.steps[2])[0], hi = at(S.steps[S.steps.length - 1])[1];  // (what both keep)
+  if (rnd() < 0.5) [lo, hi] = [lo + (hi - lo) * 0.3 * rnd(), hi - (hi - lo) * 0.3 * rnd()];  // zoomed in
+  const some = S.steps[Math.floor(S.steps.length / 2)].bySlot.find(Boolean);
+  const sel = rnd() < 0.3 && some ? some.rid : null;  // a request picked: the others dimmed
+  const { inst, band, images, rects } = drawn(S, axis, lo, hi, width, k, height, sel);
   const sub = band.subs[0];
   const cells = sub.cols.reduce((a, c) => a + c.st.bySlot.filter(Boolean).length, 0);
   const what = `seed ${seed} (${axis} axis, ${width} px at ${k} device px each, ${height} px tall, a request every `
@@ -125,26 +145,43 @@ function check(seed) {
   assert.equal(images.length, 1, `${what}: the grid reaches the canvas as one image`);
   const [img] = images, want = perCell(sub, k, sel, inst.scale);
   assert.deepEqual([img.x, img.y, img.w, img.h], [want.ox, want.oy, want.W, want.H], what);
-  for (let i = 0; i < want.bytes.length; i++) {
-    if (img.bytes[i] !== want.bytes[i]) {
-      const p = i >> 2;
-      assert.fail(`${what}: pixel ${p % want.W}, ${Math.floor(p / want.W)} is ${img.bytes.slice(4 * p, 4 * p + 4)}, `
-                  + `not ${want.bytes.slice(4 * p, 4 * p + 4)}`);
-    }
-  }
+  samePixels(img.bytes, want, what);
   // a rectangle per run: a slot's requests, each a prefill, a run of decodes and a step of padding, split where
   // the slot stood empty and where idle time shows; and one per stretch of iterations for the empty slots
   const gaps = sub.cols.filter((c, j) => j > 0 && c.xa > sub.cols[j - 1].xb).length;
   const most = ROWS * (3 * (STEPS / swapEvery + 2) + 2 * Math.ceil(STEPS / 97) + gaps) + gaps + 1;
-  const runs = counting.counts.rects;
-  if (!halves) assert.ok(runs <= most, `${what}: ${runs} rectangles for ${cells} cells`);
-  return { cells, runs };
+  if (!halves) assert.ok(rects <= most, `${what}: ${rects} rectangles for ${cells} cells`);
+  // kept as a long run keeps them, the same pixels and the same request under every point
+  const old = drawn(kept, axis, lo, hi, width, k, height, sel);
+  const compact = old.band.subs[0].cols.filter((c) => !c.st.bySlot).length;
+  const how = `${what}, ${kept.steps.length} of ${S.steps.length} steps kept, ${compact} in view without their cells`;
+  assert.equal(old.images.length, 1, how);
+  samePixels(old.images[0].bytes, want, how);
+  for (let i = 0; i < 100; i++) {
+    const x = band.x + rnd() * band.w, y = band.y + rnd() * band.h;
+    const a = Slots.hit(inst, band, x, y), b = Slots.hit(old.inst, old.band, x, y);
+    assert.equal(b && b.rid, a && a.rid, `${how}: the request under ${x}, ${y}`);
+    if (a && a.rid != null) assert.equal(b.tip[0], a.tip[0], `${how}: the tip's first line at ${x}, ${y}`);
+  }
+  return { cells, runs: rects, compact };
 }
 
-let cells = 0, runs = 0;
+function samePixels(bytes, want, what) {
+  for (let i = 0; i < want.bytes.length; i++) {
+    if (bytes[i] !== want.bytes[i]) {
+      const p = i >> 2;
+      assert.fail(`${what}: pixel ${p % want.W}, ${Math.floor(p / want.W)} is ${bytes.slice(4 * p, 4 * p + 4)}, `
+                  + `not ${want.bytes.slice(4 * p, 4 * p + 4)}`);
+    }
+  }
+}
+
+let cells = 0, runs = 0, compact = 0;
 for (let seed = 1; seed <= 60; seed++) {
   const r = check(seed);
   cells += r.cells;
   runs += r.runs;
+  compact += r.compact;
 }
-console.log(`ok - 60 cases: ${cells} cells painted as ${runs} rectangles, pixel for pixel as a rectangle each`);
+console.log(`ok - 60 cases: ${cells} cells painted as ${runs} rectangles, pixel for pixel as a rectangle each; `
+            + `the same with the oldest steps gone and ${compact} steps in view without their cells`);

@@ -87,6 +87,38 @@ const tests = {
     assert.deepEqual([...S.reqs.keys()].sort(), [5, 6]);
   },
 
+  "a lane keeps its newest steps, only the newest with a cell a row, and a run from a step gone is still found"() {
+    const rows = 6, lim = { steps: 50, cells: rows * 10, chunk: 7 };
+    const st = LiveState.newState(["a"], contract, lim);
+    const S = st.by.get("a");
+    const entry = (rid, slot) => { const e = new Array(contract.entryWidth).fill(0); e[E.rid] = rid;
+      e[E.phase] = P.decode; e[E.real] = 1; e[E.ctx] = 10; e[E.slot] = slot; return e; };
+    for (let n = 1; n <= 400; n++) {
+      // slot 0 holds request 1 throughout; the others change hands every 13 steps
+      const changing = Array.from({ length: rows - 1 }, (_, s) => entry(100 * (1 + Math.floor(n / 13)) + s, s + 1));
+      const entries = [entry(1, 0), ...changing];
+      LiveState.applyBatch(st, { skipped: 0, events: [
+        { type: "step", lane: "a", strategy: "continuous", step: n, t_start: n, t_end: n + 0.5, entries,
+          admitted: [], finished: [], preempted: [], num_waiting: 0, num_running: rows, sampled: [], deltas: {},
+          waits: {} }] });
+      assert.ok(S.steps.length < lim.steps + lim.chunk, `${S.steps.length} steps kept after ${n}`);
+      const detailed = S.steps.filter((x) => x.cells);
+      assert.ok(detailed.length * rows <= lim.cells && detailed.length >= 1);
+      assert.equal(detailed[0], S.steps[S.steps.length - detailed.length], "the newest keep their cells");
+    }
+    assert.equal(S.steps[0].it, 400 - S.steps.length + 1);
+    const sweep = LiveState.runSweep(S.steps);
+    for (const x of S.steps) {
+      const runs = [];
+      for (const cell of sweep.at(x)) runs[cell.slot] = cell;
+      assert.deepEqual([runs[0].rid, runs[0].run.from], [1, 1], `iteration ${x.it}: slot 0 since the first`);
+      for (let s = 1; s < rows; s++) assert.equal(runs[s].rid, 100 * (1 + Math.floor(x.it / 13)) + s - 1);
+      if (x.bySlot) assert.deepEqual(runs.map((c) => c.rid), x.bySlot.map((c) => c.rid));
+    }
+    // what a lane keeps by default: the time axis's 20 s of a GPU's 300 steps a second, 256 rows a step in detail
+    assert.ok(LiveState.LIMITS.steps >= 20 * 300 && LiveState.LIMITS.cells >= 300 * 256);
+  },
+
   "every request ends with the finished event's state and text"() {
     const batches = acceptedBatches(rec.messages);
     const st = replay(batches);
