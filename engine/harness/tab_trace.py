@@ -9,7 +9,8 @@ layer updates, the socket's messages, style, layout and paint. Slices nest (a Fu
 RunTask), so read the names as a tree, not as parts of one sum; `busy` is the top-level tasks' share.
 
   python -m engine.harness.tab_trace [--seconds 8] [--rows 256] [--rate 150] [--requests 2048] \
-      [--app-cpus 0 --browser-cpus 1] [--top 30] [--no-draw Slots,UtilView] [--watch kv] [--json out.json]
+      [--app-cpus 0 --browser-cpus 1] [--top 30] [--no-draw Slots,UtilView] [--watch kv] [--json out.json] \
+      [--screenshot tab.png]
 
 --watch says which views are in sight while traced (a view out of sight is not drawn): the timeline (Gantt,
 batch slots, utilization: where ui_cost looks), or the KV maps.
@@ -108,6 +109,8 @@ def trace_tab(args) -> dict:
             fps = page.evaluate("(() => { const r = document.querySelector('.ifl-root');"  # (its last second)
                                 " return {fps: +r.dataset.fps || 0, frame_ms: +r.dataset.frameMs || 0}; })()")
             sight = page.evaluate(IN_SIGHT)
+            if args.screenshot:
+                page.screenshot(path=args.screenshot)
             raw = browser.stop_tracing()
             load.join()
             client.close()
@@ -150,6 +153,7 @@ def main(argv=None) -> int:
     ap.add_argument("--watch", choices=("timeline", "kv"), default="timeline",
                     help="the views in sight while traced: the timeline, or the KV maps")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--screenshot", default=None, metavar="PNG", help="the tab as the trace ends")
     args = ap.parse_args(argv)
     try:
         no_draw_js(args.no_draw)  # (a bad name fails before the app starts)
