@@ -3,7 +3,8 @@
 // and phase are drawn as one rectangle. A speculating row's drafts are ticks along its cell's foot:
 // white where accepted, red where rejected. On the time axis an iteration spans [t_start, t_end]; idle time
 // stays empty. A disaggregated lane has a grid per engine: the decode engine's above the prefill engine's.
-// An iteration whose decoding rows waited for a prefill (a stall, state.js) is marked amber.
+// An iteration whose decoding rows waited for a prefill (a stall, state.js) is marked amber. A continuous
+// lane's slot is the seat its request holds from its first iteration to its last (state.js seatRows).
 
 defineLive("Slots", ["Common", "LiveState", "Raster"], () => {
   const { C, FONT, fmt, mix, reqColor, stallTip, drawStall } = Common;
@@ -69,7 +70,7 @@ defineLive("Slots", ["Common", "LiveState", "Raster"], () => {
   // engine's grid has as many slots as its steps kept have used (it runs few rows: long prompts).
   function engineGrids(inst, S, fc, range, pxPerX) {
     const grid = (steps, nSlots, prefix) => {
-      for (const st of steps) if (st.bySlot) nSlots = Math.max(nSlots, st.bySlot.length);  // (its highest slot + 1)
+      for (const st of steps) nSlots = Math.max(nSlots, st.slots);  // (its highest slot + 1)
       return { ...slotColumns({ steps }, fc, range, pxPerX), steps, nSlots, prefix };
     };
     const [own, prefill] = engineSteps(S, inst.contract);
@@ -128,12 +129,15 @@ defineLive("Slots", ["Common", "LiveState", "Raster"], () => {
   }
 
   // The column of a step (a run's last) among cols (steps in order, null for a gap), looked up by its
-  // iteration; the last column where the step is past the columns in view.
+  // iteration; the last column where the step is not one of them (past the columns in view).
   function columnOf(cols) {
     const first = cols.length ? cols[0].it : 0;
-    const byIt = new Int32Array(cols.length ? cols[cols.length - 1].it - first + 1 : 0);
+    const byIt = new Int32Array(cols.length ? cols[cols.length - 1].it - first + 1 : 0).fill(-1);
     cols.forEach((st, j) => { if (st) byIt[st.it - first] = j; });
-    return (st) => (st.it - first < byIt.length ? byIt[st.it - first] : cols.length - 1);
+    return (st) => {
+      const j = st.it - first < byIt.length ? byIt[st.it - first] : -1;
+      return j >= 0 ? j : cols.length - 1;
+    };
   }
 
   // A strip along the cell's foot, one tick per draft token: accepted ones white, rejected ones red.

@@ -10,8 +10,9 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   // time axis's 20 s window is full; on a CPU's 20 a second, ten minutes (an ended run shown whole). Only the
   // newest keep a cell per row (hover, drafts); older ones keep their runs' starts (linkRuns, runSweep): 256
   // rows' cells are some 30 KB an iteration, a step without them well under 1 KB.
-  // Steps past the bound go `chunk` at a time (a splice, not one a step).
-  const LIMITS = { steps: 12000, cells: 300 * 256, chunk: 256 };
+  // Steps past the bound go `chunk` at a time (a splice, not one a step); one step in `check` of an engine's
+  // that gives its cells up keeps which runs held its slots (runSweep starts from the nearest).
+  const LIMITS = { steps: 12000, cells: 300 * 256, chunk: 256, check: 256 };
   const MAX_REQS = 160;         // requests kept per lane; finished ones past the window go first
   const MAX_SEGS = 64;          // segments kept per request before old ones are trimmed
   const RATE_WINDOW_S = 1.0;    // tokens/s: rolling window over step events
@@ -212,6 +213,34 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     return KIND.held;  // padding only: a finished row that still occupies its slot (static)
   }
 
+  // A continuous lane packs its rows in order, so a row's place moves up whenever one before it ends, and the
+  // slots band would show every request below it move: the view gives each request a seat instead, from its
+  // first step to its last, the lowest free one at its first. A request that ends leaves a hole that the next
+  // one admitted fills, as narration says (a static batch's rows keep the engine's own slots).
+  function seatRows(S, part, groups) {
+    const seats = (S.seats ||= new Map());
+    let own = seats.get(part);
+    if (!own) seats.set(part, (own = { of: new Map(), taken: [] }));
+    for (const [rid, seat] of own.of) {
+      const g = groups.get(rid);
+      if (!g || g.slot < 0) {
+        own.of.delete(rid);
+        own.taken[seat] = false;
+      }
+    }
+    let free = 0;
+    for (const g of groups.values()) {
+      if (g.slot < 0) continue;
+      let seat = own.of.get(g.rid);
+      if (seat === undefined) {
+        while (own.taken[free]) free++;
+        own.of.set(g.rid, (seat = free));
+        own.taken[seat] = true;
+      }
+      g.slot = seat;
+    }
+  }
+
   function onStep(contract, S, ev) {
     // The lane's iteration number as the engine counts it (narration, headers and tooltips say the same);
     // never backwards (a recording played again starts from 1).
@@ -221,6 +250,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     for (const rid of ev.preempted || []) preempt(S, rid, t0, it, swappedOut.has(rid));
     copied(S, ev.handoffs);
     const groups = groupEntries(contract, ev.entries);
+    if (ev.strategy === "continuous") seatRows(S, ev.part || null, groups);
     const cells = [], bySlot = [];
     let real = 0, pad = 0, busy = 0, drafted = 0, accepted = 0;
     for (const g of groups.values()) {
@@ -242,7 +272,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     for (const [rid, text] of Object.entries(ev.deltas || {})) appendText(S, +rid, text);
     for (const [rid, n] of Object.entries(ev.answer_ends || {})) markAnswerEnd(S, +rid, n);
     const kv = ev.kv || {};
-    const summary = { it, t0, t1, cells, bySlot, real, pad, busy, rows: groups.size, drafted, accepted,
+    const summary = { it, t0, t1, cells, bySlot, slots: bySlot.length, real, pad, busy, rows: groups.size, drafted, accepted,
                       used: ev.tokens_used, budget: ev.token_budget, kvUsed: kv.used, kvBlocks: kv.num_blocks,
                       waiting: ev.num_waiting, running: ev.num_running, tps: 0,
                       queries: ev.prefix_queries || 0, hits: ev.prefix_hits || 0, hitAll: null, hitRecent: null,
@@ -562,15 +592,15 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   // Runs of one request and phase in a slot, linked as the steps arrive: a cell that repeats its slot's
   // cell of the step before it (the same engine's, a disaggregated lane's half) joins that cell's run, else
   // starts one (st.starts). The batch slots band draws a run once, not a rectangle per cell (slots.js).
+  // S.tails: each engine's last step's cells by slot (kept when that step gives its cells up).
   function linkRuns(S, st) {
-    let prev = null;
-    for (let k = S.steps.length - 1; k >= 0 && !prev; k--) if (S.steps[k].part === st.part) prev = S.steps[k];
-    const before = prev && prev.bySlot;  // (null where that step has given its cells up: every run starts again)
+    const tails = (S.tails ||= new Map()), before = tails.get(st.part);
+    tails.set(st.part, st.bySlot);
     st.starts = [];
     st.bySlot.forEach((cell, s) => {
       const p = before && before[s];
       const joins = p && p.rid === cell.rid && p.kind === cell.kind;
-      cell.run = joins ? p.run : { from: st.it, last: null, part: st.part };
+      cell.run = joins ? p.run : { from: st.it, last: null, part: st.part, first: cell };
       if (!joins) st.starts.push(cell);
       cell.run.last = st;
     });
@@ -584,6 +614,9 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     while (S.detailCells > S.limits.cells && S.detailed < S.steps.length - 1) {
       const old = S.steps[S.detailed++];
       S.detailCells -= old.cells.length;
+      const since = (S.sinceCheck ||= new Map()), n = (since.get(old.part) || 0) + 1;
+      since.set(old.part, n < S.limits.check ? n : 0);
+      if (n >= S.limits.check) old.alive = old.bySlot.filter(Boolean).map((cell) => cell.run.first);
       old.cells = old.bySlot = null;
     }
     if (S.steps.length >= S.limits.steps + S.limits.chunk) dropOldest(S, S.steps.length - S.limits.steps);
@@ -593,8 +626,10 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   // engine's first step kept, so a sweep from there (runSweep) still finds it.
   function dropOldest(S, n) {
     const gone = S.steps.splice(0, n), first = new Map();
+    for (const st of gone.slice(S.detailed)) S.detailCells -= st.cells.length;  // (gone with their cells)
     S.detailed = Math.max(0, S.detailed - n);
     for (const st of S.steps) if (!first.has(st.part)) first.set(st.part, st);
+    for (const part of (S.tails || new Map()).keys()) if (!first.has(part)) S.tails.delete(part);  // (none kept)
     const edge = gone[gone.length - 1].it;
     for (const st of gone) {
       for (const cell of st.starts) {
@@ -605,25 +640,46 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   }
 
   // A walk through a grid's steps in order (an engine's, or a lane's whole), which says at each step it is
-  // given (in order, each at or after the one before) which runs hold a slot there: at(st) -> each such run's
-  // first cell (rid, slot, kind, run). Whether a step kept its cells or not.
+  // given (each of an engine at or after the one before) which runs hold a slot there: at(st) -> each such
+  // run's first cell (rid, slot, kind, run), whether the step kept its cells or not. It starts from the
+  // nearest step of that engine at or before the first asked that knows its runs: one that kept its cells, a
+  // check (keepStep) or the engine's first kept (dropOldest carried its runs there); then each step's starts.
   function runSweep(steps) {
-    const latest = new Map();  // engine part -> slot -> the last run started there up to here
-    let next = 0;
+    const parts = new Map();  // engine part -> { slots: slot -> the last run started there, next: index }
+    const known = (st) => !!(st.bySlot || st.alive);
+    const start = (st) => {
+      let k = indexOf(steps, st);
+      for (let j = k - 1; j >= 0 && !known(steps[k]); j--) if (steps[j].part === st.part) k = j;
+      const slots = new Map(), at = steps[k];
+      if (!at) return { slots, next: 0 };  // (not one of these steps: from the first)
+      const runs = at.bySlot ? at.bySlot.filter(Boolean).map((cell) => cell.run.first) : at.alive || at.starts;
+      for (const cell of runs) slots.set(cell.slot, cell);
+      return { slots, next: k + 1 };
+    };
     return {
       at(st) {
-        for (; next < steps.length && steps[next].it <= st.it; next++) {
-          const { part, starts } = steps[next];
-          if (!starts.length) continue;
-          if (!latest.has(part)) latest.set(part, new Map());
-          const slots = latest.get(part);
-          for (const cell of starts) slots.set(cell.slot, cell);
+        if (!parts.has(st.part)) parts.set(st.part, start(st));
+        const p = parts.get(st.part);
+        for (; p.next < steps.length && steps[p.next].it <= st.it; p.next++) {
+          if (steps[p.next].part !== st.part) continue;
+          for (const cell of steps[p.next].starts) p.slots.set(cell.slot, cell);
         }
         const out = [];
-        for (const cell of (latest.get(st.part) || new Map()).values()) if (cell.run.last.it >= st.it) out.push(cell);
+        for (const cell of p.slots.values()) if (cell.run.last.it >= st.it) out.push(cell);
         return out;
       },
     };
+  }
+
+  // The index of a step among steps in order (by iteration), -1 if it is not there.
+  function indexOf(steps, st) {
+    let lo = 0, hi = steps.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (steps[mid].it < st.it) lo = mid + 1;
+      else hi = mid;
+    }
+    return steps[lo] === st ? lo : -1;
   }
 
   // Flat memory: drop finished requests that ended before the retained window, then cap the count.

@@ -19,15 +19,23 @@ const ROWS = 256, STEPS = 300, STEP_S = 0.004;
 // Steps of one lane: each slot's request changes every `swapEvery` iterations or so (a prefill first, then
 // decodes), a slot stands empty now and then, and idle time of up to `idle` steps' length follows some steps.
 // halves > 0: the steps come from the two engines of a disaggregated lane, in turns of 1..halves steps, each
-// engine with requests of its own, and no pools known (one grid holds both, as after a reconfigure).
-function events(rnd, swapEvery, idle, halves) {
+// engine with requests of its own, the prefill engine mostly a quarter of the rows (check draws them as one grid, as after a reconfigure, or as two); overlap:
+// now and then an engine's turn starts before the other's last step ended (the two run side by side).
+const wide = (i) => i >= 0.7 * STEPS && i < 0.8 * STEPS;  // (each case keeps these steps: check's few.steps)
+
+function events(rnd, swapEvery, idle, halves, overlap) {
   const out = [], seen = new Set(), parts = [contract.parts.decode, contract.parts.prefill];
   let t = 0, half = 0, turn = 0;
+  const ended = [0, 0];  // each engine's last step's end (an engine's own steps never overlap)
   for (let i = 0; i < STEPS; i++) {
-    if (halves && turn-- <= 0) [half, turn] = [1 - half, Math.floor(rnd() * halves)];
+    if (halves && turn-- <= 0) {
+      [half, turn] = [1 - half, Math.floor(rnd() * halves)];
+      t = Math.max(ended[half], overlap && rnd() < 0.5 ? t - STEP_S * 4 * rnd() : t);
+    }
     const entries = [];
     for (let s = 0; s < ROWS; s++) {
       if ((s + i) % 97 === 0) continue;
+      if (half === 1 && s >= ROWS / 4 && !wide(i)) continue;  // (a prefill engine runs few rows, for a while more)
       const r = s + ROWS * Math.floor((i + 3 * s) / swapEvery) + (halves ? half * 1e6 : 0);
       const first = !seen.has(r);
       if (first) {
@@ -43,6 +51,7 @@ function events(rnd, swapEvery, idle, halves) {
                ...(halves ? { part: parts[half] } : {}),
                num_waiting: 0, num_running: entries.length, admitted: [], finished: [], preempted: [],
                tokens_used: entries.length, token_budget: 2048, sampled: {}, deltas: {}, waits: {} });
+    ended[half] = t + STEP_S;
     t += STEP_S * (1 + (rnd() < 0.1 ? idle * rnd() : 0));
   }
   return out;
@@ -100,10 +109,13 @@ function perCell(sub, k, sel, scale) {
 }
 
 // A lane's state from the events; limits: LiveState's (fewer steps kept, fewer with a cell a row).
-function folded(evs, limits) {
+// pools: a disaggregated lane's two pools known, so each engine has a grid of its own.
+function folded(evs, limits, pools) {
   const st = LiveState.newState(["a"], contract, limits);
   LiveState.applyBatch(st, { skipped: 0, events: evs });
-  return st.by.get("a");
+  const S = st.by.get("a");
+  if (pools) S.pools = { [contract.parts.decode]: {}, [contract.parts.prefill]: {} };  // (what their kv sets)
+  return S;
 }
 
 // Slots.draw of a lane over [lo, hi]: the band (its grids as drawn) and the one image it made.
@@ -125,12 +137,13 @@ function check(seed) {
   const axis = rnd() < 0.75 ? "time" : "iteration", width = [160, 700, 2400][Math.floor(rnd() * 3)];
   const halves = rnd() < 0.25 ? 1 + Math.floor(rnd() * 3) : 0;
   const k = [1, 1, 1.5, 2][Math.floor(rnd() * 4)], height = [0.45, 0.94, 2][Math.floor(rnd() * 3)] * ROWS;
-  const evs = events(rnd, swapEvery, idle, halves);
-  const S = folded(evs, {});
+  const overlap = halves && rnd() < 0.5, pools = halves && rnd() < 0.5;
+  const evs = events(rnd, swapEvery, idle, halves, overlap);
+  const S = folded(evs, {}, pools);
   // the same events kept as a long run keeps them: the oldest steps without their cells, the oldest of all gone
-  const few = { cells: ROWS * Math.floor(1 + rnd() * STEPS), steps: rnd() < 0.4 ? STEPS : 20 + Math.floor(rnd() * 200),
-                chunk: 1 + Math.floor(rnd() * 60) };
-  const kept = folded(evs, few);
+  const few = { cells: ROWS * Math.floor(1 + rnd() * STEPS), steps: rnd() < 0.4 ? STEPS : 20 + Math.floor(rnd() * 0.6 * STEPS),
+                chunk: 1 + Math.floor(rnd() * 60), check: 1 + Math.floor(rnd() * 40) };
+  const kept = folded(evs, few, pools);
   const at = (step) => (axis === "time" ? [step.t0, step.t1] : [step.it - 0.5, step.it + 0.5]);
   let lo = at(kept.steps[2])[0], hi = at(S.steps[S.steps.length - 1])[1];  // (what both keep)
   if (rnd() < 0.5) [lo, hi] = [lo + (hi - lo) * 0.3 * rnd(), hi - (hi - lo) * 0.3 * rnd()];  // zoomed in
@@ -140,12 +153,15 @@ function check(seed) {
   const sub = band.subs[0];
   const cells = sub.cols.reduce((a, c) => a + c.st.bySlot.filter(Boolean).length, 0);
   const what = `seed ${seed} (${axis} axis, ${width} px at ${k} device px each, ${height} px tall, a request every `
-    + `~${swapEvery} steps, idle ${idle}, halves in turns of up to ${halves}, picked ${sel})`;
+    + `~${swapEvery} steps, idle ${idle}, halves in turns of up to ${halves}${overlap ? ", overlapping" : ""}`
+    + `${pools ? " in two grids" : ""}, picked ${sel})`;
   assert.ok(sub.cols.length > 0, what);
-  assert.equal(images.length, 1, `${what}: the grid reaches the canvas as one image`);
-  const [img] = images, want = perCell(sub, k, sel, inst.scale);
-  assert.deepEqual([img.x, img.y, img.w, img.h], [want.ox, want.oy, want.W, want.H], what);
-  samePixels(img.bytes, want, what);
+  assert.equal(images.length, band.subs.length, `${what}: each grid reaches the canvas as one image`);
+  const want = band.subs.map((g) => perCell(g, k, sel, inst.scale));
+  images.forEach((img, i) => {
+    assert.deepEqual([img.x, img.y, img.w, img.h], [want[i].ox, want[i].oy, want[i].W, want[i].H], what);
+    samePixels(img.bytes, want[i], what);
+  });
   // a rectangle per run: a slot's requests, each a prefill, a run of decodes and a step of padding, split where
   // the slot stood empty and where idle time shows; and one per stretch of iterations for the empty slots
   const gaps = sub.cols.filter((c, j) => j > 0 && c.xa > sub.cols[j - 1].xb).length;
@@ -153,10 +169,11 @@ function check(seed) {
   if (!halves) assert.ok(rects <= most, `${what}: ${rects} rectangles for ${cells} cells`);
   // kept as a long run keeps them, the same pixels and the same request under every point
   const old = drawn(kept, axis, lo, hi, width, k, height, sel);
-  const compact = old.band.subs[0].cols.filter((c) => !c.st.bySlot).length;
+  const compact = old.band.subs.reduce((a, g) => a + g.cols.filter((c) => !c.st.bySlot).length, 0);
   const how = `${what}, ${kept.steps.length} of ${S.steps.length} steps kept, ${compact} in view without their cells`;
-  assert.equal(old.images.length, 1, how);
-  samePixels(old.images[0].bytes, want, how);
+  assert.deepEqual(old.band.subs.map((g) => g.nSlots), band.subs.map((g) => g.nSlots), `${how}: each grid's slots`);
+  assert.equal(old.images.length, images.length, how);
+  old.images.forEach((img, i) => samePixels(img.bytes, want[i], how));
   for (let i = 0; i < 100; i++) {
     const x = band.x + rnd() * band.w, y = band.y + rnd() * band.h;
     const a = Slots.hit(inst, band, x, y), b = Slots.hit(old.inst, old.band, x, y);
@@ -176,6 +193,23 @@ function samePixels(bytes, want, what) {
   }
 }
 
+// One grid holding both engines (pools not known), on the time axis: an engine's step that starts past the
+// window's right edge can come before, in iteration order, the other's that started inside it; a run that
+// ends at the first is drawn to its stretch's end, as a rectangle a cell would draw it.
+function pastTheEdge() {
+  const ev = (n, t0, t1, rid, phase, part) => ({ type: "step", lane: "a", strategy: "continuous", step: n, t_start: t0,
+    t_end: t1, part, entries: [[rid, phase, 1, 10, 0, 0, 0, 0]], num_waiting: 0, num_running: 1, admitted: [],
+    finished: [], preempted: [], sampled: {}, deltas: {}, waits: {} });
+  const { decode, prefill } = contract.parts, P = contract.phase;
+  const S = folded([ev(1, 0, 0.01, 1, P.decode, decode), ev(2, 0.01, 0.02, 1, P.decode, decode),
+                    ev(3, 0.02, 0.03, 1, P.decode, decode), ev(4, 0.034, 0.04, 1, P.decode, decode),
+                    ev(5, 0.025, 0.05, 2, P.prefill, prefill)], {});
+  const { band, images } = drawn(S, "time", 0, 0.032, 320, 1, ROWS, null);  // (a pixel a slot)
+  assert.equal(band.subs[0].cols.length, 4);
+  samePixels(images[0].bytes, perCell(band.subs[0], 1, null, 1), "a run whose last step is past the right edge");
+}
+
+pastTheEdge();
 let cells = 0, runs = 0, compact = 0;
 for (let seed = 1; seed <= 60; seed++) {
   const r = check(seed);
