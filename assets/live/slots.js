@@ -112,7 +112,8 @@ defineLive("Slots", ["Common", "LiveState", "Raster"], () => {
       for (const cell of opens(j) ? sweep.at(st) : st.starts) {
         if (!cell || cell.slot >= nSlots) continue;
         const end = Math.min(lastCol(cell.run.last), stop[j] - 1);
-        drawCellRun(layer, inst, cell, px[j], xb(end), Y(cell.slot) + gapY / 2, slotH - gapY);
+        const s = cell.slot;  // (its height from the edges it shares: neighbours tile, whatever the rounding)
+        drawCellRun(layer, inst, cell, px[j], xb(end), Y(s) + gapY / 2, Y(s - 1) - Y(s) - gapY);
       }
     });
     layer.draw();

@@ -26,6 +26,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   // What a request is doing, per segment and overall (views shade by these).
   const KIND = { queued: "queued", prefill: "prefill", recompute: "recompute", decode: "decode", held: "held",
                  preempted: "preempted", swapped: "swapped", transfer: "transfer", finished: "finished" };
+  const RUNNING = new Set([KIND.prefill, KIND.recompute, KIND.decode, KIND.held]);  // (in a batch)
 
   // contract: Contract.fromWire(...) (the step entry layout and phase names).
   // limits: LIMITS's fields to change (the tests keep fewer).
@@ -214,32 +215,33 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   }
 
   // A continuous lane packs its rows in order, so a row's place moves up whenever one before it ends, and the
-  // slots band would show every request below it move: the view gives each request a seat instead, from its
-  // first step to its last, the lowest free one at its first. A request that ends leaves a hole that the next
-  // one admitted fills, as narration says (a static batch's rows keep the engine's own slots).
+  // slots band would show every request below it move: the view gives each request a seat instead, held while
+  // it runs in that engine (a step that leaves it out for want of budget does not take it away), the lowest
+  // free one when it joins: a finished request leaves a hole that the next one admitted fills. (A static
+  // batch's rows keep the engine's own slots.)
   function seatRows(S, part, groups) {
     const seats = (S.seats ||= new Map());
     let own = seats.get(part);
     if (!own) seats.set(part, (own = { of: new Map(), taken: [] }));
     for (const [rid, seat] of own.of) {
-      const g = groups.get(rid);
-      if (!g || g.slot < 0) {
-        own.of.delete(rid);
-        own.taken[seat] = false;
-      }
+      if (groups.get(rid)?.slot >= 0 || runs(S.reqs.get(rid), part)) continue;
+      own.of.delete(rid);
+      own.taken[seat] = false;
     }
     let free = 0;
     for (const g of groups.values()) {
       if (g.slot < 0) continue;
-      let seat = own.of.get(g.rid);
-      if (seat === undefined) {
+      if (!own.of.has(g.rid)) {
         while (own.taken[free]) free++;
-        own.of.set(g.rid, (seat = free));
-        own.taken[seat] = true;
+        own.of.set(g.rid, free);
+        own.taken[free] = true;
       }
-      g.slot = seat;
+      g.slot = own.of.get(g.rid);
     }
   }
+
+  // Whether a request is in an engine's batch (part: a disaggregated lane's half, or null).
+  const runs = (R, part) => !!R && !R.done && RUNNING.has(R.state) && (!part || !R.part || R.part === part);
 
   function onStep(contract, S, ev) {
     // The lane's iteration number as the engine counts it (narration, headers and tooltips say the same);

@@ -32,24 +32,30 @@ function events(rnd, swapEvery, idle, halves, overlap) {
       [half, turn] = [1 - half, Math.floor(rnd() * halves)];
       t = Math.max(ended[half], overlap && rnd() < 0.5 ? t - STEP_S * 4 * rnd() : t);
     }
-    const entries = [];
+    const entries = [], finished = [];
+    const r0 = (s, i) => s + ROWS * Math.floor((i + 3 * s) / swapEvery) + (halves ? half * 1e6 : 0);
     for (let s = 0; s < ROWS; s++) {
-      if ((s + i) % 97 === 0) continue;
+      const last = (i + 3 * s) % swapEvery === swapEvery - 1;  // (a request's last step: padding, as static)
+      if ((s + i) % 97 === 0) {  // (left out of this step; a request whose last step it was ends all the same)
+        if (last && seen.has(r0(s, i))) finished.push(r0(s, i));
+        continue;
+      }
       if (half === 1 && s >= ROWS / 4 && !wide(i)) continue;  // (a prefill engine runs few rows, for a while more)
-      const r = s + ROWS * Math.floor((i + 3 * s) / swapEvery) + (halves ? half * 1e6 : 0);
+      const r = r0(s, i);
       const first = !seen.has(r);
       if (first) {
         seen.add(r);
         out.push({ type: "request", lane: "a", strategy: "continuous", request_id: r, tag: "t", prompt: "x",
                    num_prompt_tokens: 4, max_tokens: 1000, arrival_s: t });
       }
-      const held = !first && (i + 3 * s) % swapEvery === swapEvery - 1;  // (its last step: padding, as static)
+      const held = !first && last;
+      if (held) finished.push(r);
       const phase = first ? contract.phase.prefill : held ? contract.phase.padding : contract.phase.decode;
       entries.push([r, phase, first ? 4 : 1, first ? 0 : 10 + i, s, 0, 0, 0]);
     }
     out.push({ type: "step", lane: "a", strategy: "continuous", step: i + 1, t_start: t, t_end: t + STEP_S, entries,
                ...(halves ? { part: parts[half] } : {}),
-               num_waiting: 0, num_running: entries.length, admitted: [], finished: [], preempted: [],
+               num_waiting: 0, num_running: entries.length, admitted: [], finished, preempted: [],
                tokens_used: entries.length, token_budget: 2048, sampled: {}, deltas: {}, waits: {} });
     ended[half] = t + STEP_S;
     t += STEP_S * (1 + (rnd() < 0.1 ? idle * rnd() : 0));
@@ -97,11 +103,11 @@ function perCell(sub, k, sel, scale) {
       const color = reqColor(cell.rid), dim = (hex) => (sel != null && cell.rid !== sel ? mix(C.idle, hex, 0.25) : hex);
       const own = cell.kind === KIND.decode ? color : cell.kind === KIND.held ? mix(C.held, color, 0.25)
         : mix(color, C.white, 0.5);
-      const y = sub.y + sub.h - (s + 1) * sub.slotH;
-      fill(c.xa, y, c.xb - c.xa, sub.slotH, dim(own));
+      const y = sub.y + sub.h - (s + 1) * sub.slotH, h = sub.y + sub.h - s * sub.slotH - y;
+      fill(c.xa, y, c.xb - c.xa, h, dim(own));
       if (cell.kind !== KIND.held) return;
       const hatch = mix(C.heldDim, color, 0.12);
-      fill(c.xa, y, c.xb - c.xa, sub.slotH, sel != null && cell.rid !== sel ? mix(dim(own), hatch, 0.25) : hatch,
+      fill(c.xa, y, c.xb - c.xa, h, sel != null && cell.rid !== sel ? mix(dim(own), hatch, 0.25) : hatch,
            (gx, gy) => (gx + gy) % period < line);
     });
   }

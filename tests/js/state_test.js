@@ -99,8 +99,8 @@ const tests = {
       const entries = [entry(1, 0), ...(n > 100 ? changing : [])];
       LiveState.applyBatch(st, { skipped: 0, events: [
         { type: "step", lane: "a", strategy: "continuous", step: n, t_start: n, t_end: n + 0.5, entries,
-          admitted: [], finished: [], preempted: [], num_waiting: 0, num_running: rows, sampled: [], deltas: {},
-          waits: {} }] });
+          admitted: [], finished: n > 100 && (n + 1) % 13 === 0 ? changing.map((e) => e[E.rid]) : [], preempted: [],
+          num_waiting: 0, num_running: rows, sampled: [], deltas: {}, waits: {} }] });
       assert.ok(S.steps.length < lim.steps + lim.chunk, `${S.steps.length} steps kept after ${n}`);
       const detailed = S.steps.filter((x) => x.cells);
       const kept = detailed.reduce((a, x) => a + x.cells.length, 0);
@@ -120,6 +120,25 @@ const tests = {
     }
     // what a lane keeps by default: the time axis's 20 s of a GPU's 300 steps a second, 256 rows a step in detail
     assert.ok(LiveState.LIMITS.steps >= 20 * 300 && LiveState.LIMITS.cells >= 300 * 256);
+  },
+
+  "a continuous lane's request keeps its seat while it runs, through steps that leave it out"() {
+    const st = LiveState.newState(["c"], contract);
+    const S = st.by.get("c");
+    const row = (rid, i) => { const e = new Array(contract.entryWidth).fill(0); e[E.rid] = rid; e[E.phase] = P.decode;
+      e[E.tokens] = 1; e[E.ctx] = 10; e[E.slot] = i; return e; };
+    const step = (n, rids, finished = [], preempted = []) => ({ type: "step", lane: "c", strategy: "continuous", step: n,
+      t_start: n, t_end: n + 0.5, entries: rids.map(row), admitted: [], finished, preempted, num_waiting: 0,
+      num_running: rids.length, sampled: [], deltas: {}, waits: {} });
+    LiveState.applyBatch(st, { skipped: 0, events: [
+      step(1, [1, 2, 3]), step(2, [1, 3]),  // #2 left out (its budget went to others): still running
+      step(3, [1, 3, 4], [1]),              // #4 joins: not #2's seat; #1 finishes
+      step(4, [4, 5], [], [3]),             // #5 takes #1's seat; #3 is preempted (its seat freed)...
+      step(5, [2, 4, 5, 6]),                // ...and #6 takes its seat; #2 comes back to its own
+    ] });
+    const seats = S.steps.map((x) => Object.fromEntries(x.cells.map((c) => [c.rid, c.slot])));
+    assert.deepEqual(seats, [{ 1: 0, 2: 1, 3: 2 }, { 1: 0, 3: 2 }, { 1: 0, 3: 2, 4: 3 }, { 4: 3, 5: 0 },
+                             { 2: 1, 4: 3, 5: 0, 6: 2 }]);
   },
 
   "every request ends with the finished event's state and text"() {
@@ -734,24 +753,26 @@ const tests = {
   },
 };
 
-// A continuous lane's rows sit in seats (state.js seatRows): a request keeps the seat it had in its engine's
-// previous step; one that was not there takes the lowest seat no other request of the step holds, in the order
-// of the step's entries.
+// A continuous lane's rows sit in seats (state.js seatRows): a request keeps its seat while it runs (until it
+// finishes, is preempted or handed off; a step that leaves it out does not end it); one that joins takes the
+// lowest seat that no request holds. seats: { ended: requests that ended, and per engine part: request -> seat }.
 function checkSeats(seats, sum, ev, what) {
-  const before = seats.get(ev.part || null) || new Map(), now = new Map();
-  for (const cell of sum.cells) if (before.has(cell.rid)) now.set(cell.rid, before.get(cell.rid));
+  const part = ev.part || null, ended = (seats.ended ||= new Set());
+  if (!seats.has(part)) seats.set(part, new Map());
+  const of = seats.get(part), here = new Set(sum.cells.map((c) => c.rid));
+  for (const rid of [...(ev.preempted || []), ...(ev.finished || [])]) ended.add(rid);
+  for (const rid of of.keys()) if (!here.has(rid) && ended.has(rid)) of.delete(rid);
   for (const cell of sum.cells) {
-    if (now.has(cell.rid)) {
-      assert.equal(cell.slot, now.get(cell.rid), `${what} #${cell.rid}: the seat it had`);
-      continue;
+    ended.delete(cell.rid);
+    if (!of.has(cell.rid)) {
+      const held = new Set(of.values());
+      let lowest = 0;
+      while (held.has(lowest)) lowest++;
+      of.set(cell.rid, lowest);
     }
-    const held = new Set(now.values());
-    let lowest = 0;
-    while (held.has(lowest)) lowest++;
-    assert.equal(cell.slot, lowest, `${what} #${cell.rid}: the lowest free seat`);
-    now.set(cell.rid, lowest);
+    assert.equal(cell.slot, of.get(cell.rid), `${what} #${cell.rid}: its seat`);
   }
-  seats.set(ev.part || null, now);
+  for (const rid of [...(ev.finished || []), ...(ev.handed_off || [])]) ended.add(rid);
 }
 
 let failed = 0;
