@@ -216,26 +216,22 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
 
   // A continuous lane packs its rows in order, so a row's place moves up whenever one before it ends, and the
   // slots band would show every request below it move: the view gives each request a seat instead, held while
-  // it runs in that engine (a step that leaves it out for want of budget does not take it away), the lowest
-  // free one when it joins: a finished request leaves a hole that the next one admitted fills. (A static
-  // batch's rows keep the engine's own slots.)
+  // it runs in that engine (a step that leaves it out for want of budget does not take it away). One that joins
+  // takes the seat freed first (seats go free in the order their requests ended), else a new one: a finished
+  // request's seat goes to the next one admitted, as narration pairs them. (A static batch's rows keep the
+  // engine's own slots.)
   function seatRows(S, part, groups) {
-    const seats = (S.seats ||= new Map());
+    const seats = (S.seats ||= new Map()), order = (rid) => S.reqs.get(rid)?.endSeq ?? Infinity;
     let own = seats.get(part);
-    if (!own) seats.set(part, (own = { of: new Map(), taken: [] }));
-    for (const [rid, seat] of own.of) {
-      if (groups.get(rid)?.slot >= 0 || runs(S.reqs.get(rid), part)) continue;
+    if (!own) seats.set(part, (own = { of: new Map(), free: [], next: 0 }));
+    const gone = [...own.of.keys()].filter((rid) => !(groups.get(rid)?.slot >= 0) && !runs(S.reqs.get(rid), part));
+    for (const rid of gone.sort((a, b) => order(a) - order(b))) {
+      own.free.push(own.of.get(rid));
       own.of.delete(rid);
-      own.taken[seat] = false;
     }
-    let free = 0;
     for (const g of groups.values()) {
       if (g.slot < 0) continue;
-      if (!own.of.has(g.rid)) {
-        while (own.taken[free]) free++;
-        own.of.set(g.rid, free);
-        own.taken[free] = true;
-      }
+      if (!own.of.has(g.rid)) own.of.set(g.rid, own.free.length ? own.free.shift() : own.next++);
       g.slot = own.of.get(g.rid);
     }
   }
@@ -489,14 +485,21 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   function markFinished(S, rid, t, x) {
     const R = requestRecord(S, rid);
     R.state = KIND.finished;
+    ended(S, R);
     if (R.finishT == null) {
       R.finishT = t;
       R.finishX = x;
     }
   }
 
+  // The order requests ended (a step's finished list, or their finished events, whichever came first).
+  function ended(S, R) {
+    R.endSeq ??= (S.ends = (S.ends || 0) + 1);
+  }
+
   function onFinished(S, ev) {
     const R = requestRecord(S, ev.request_id);
+    ended(S, R);
     R.reason = ev.finish_reason ?? null;
     R.error = ev.error ?? null;
     if (R.nPrompt == null) R.nPrompt = ev.num_prompt_tokens ?? null;

@@ -755,24 +755,27 @@ const tests = {
 
 // A continuous lane's rows sit in seats (state.js seatRows): a request keeps its seat while it runs (until it
 // finishes, is preempted or handed off; a step that leaves it out does not end it); one that joins takes the
-// lowest seat that no request holds. seats: { ended: requests that ended, and per engine part: request -> seat }.
+// seat freed first, seats going free in the order their requests ended (the steps' finished lists; preempted
+// ones after), else a new seat. seats: { ended: request -> the order it ended, and per engine part
+// { of: request -> seat, free: [seats], next } }.
 function checkSeats(seats, sum, ev, what) {
-  const part = ev.part || null, ended = (seats.ended ||= new Set());
-  if (!seats.has(part)) seats.set(part, new Map());
-  const of = seats.get(part), here = new Set(sum.cells.map((c) => c.rid));
-  for (const rid of [...(ev.preempted || []), ...(ev.finished || [])]) ended.add(rid);
-  for (const rid of of.keys()) if (!here.has(rid) && ended.has(rid)) of.delete(rid);
-  for (const cell of sum.cells) {
-    ended.delete(cell.rid);
-    if (!of.has(cell.rid)) {
-      const held = new Set(of.values());
-      let lowest = 0;
-      while (held.has(lowest)) lowest++;
-      of.set(cell.rid, lowest);
-    }
-    assert.equal(cell.slot, of.get(cell.rid), `${what} #${cell.rid}: its seat`);
+  const part = ev.part || null, ended = (seats.ended ||= new Map());
+  const end = (rid) => { if (!ended.has(rid)) ended.set(rid, (seats.count = (seats.count || 0) + 1)); };
+  if (!seats.has(part)) seats.set(part, { of: new Map(), free: [], next: 0 });
+  const own = seats.get(part), here = new Set(sum.cells.map((c) => c.rid));
+  for (const rid of ev.preempted || []) ended.set(rid, Infinity);
+  for (const rid of ev.finished || []) if (!here.has(rid)) end(rid);  // (ended without a row in this step)
+  const gone = [...own.of.keys()].filter((rid) => !here.has(rid) && ended.has(rid));
+  for (const rid of gone.sort((a, b) => ended.get(a) - ended.get(b))) {
+    own.free.push(own.of.get(rid));
+    own.of.delete(rid);
   }
-  for (const rid of [...(ev.finished || []), ...(ev.handed_off || [])]) ended.add(rid);
+  for (const cell of sum.cells) {
+    if (ended.get(cell.rid) === Infinity) ended.delete(cell.rid);  // (preempted, now back)
+    if (!own.of.has(cell.rid)) own.of.set(cell.rid, own.free.length ? own.free.shift() : own.next++);
+    assert.equal(cell.slot, own.of.get(cell.rid), `${what} #${cell.rid}: its seat`);
+  }
+  for (const rid of [...(ev.finished || []), ...(ev.handed_off || [])]) end(rid);
 }
 
 let failed = 0;
