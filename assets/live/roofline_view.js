@@ -21,12 +21,22 @@ defineLive("RooflineView", ["Common"], () => {
 
   const laneColor = (i) => LANE_COLORS[i % LANE_COLORS.length];
 
+  // The roofline points of the last RECENT iterations that have one, oldest first (from the end: a lane keeps
+  // thousands of iterations).
+  function recent(steps) {
+    const pts = [];
+    for (let k = steps.length - 1; k >= 0 && pts.length < RECENT; k--) {
+      const r = steps[k].roof;
+      if (r && r.intensity > 0 && r.flopsPerS > 0) pts.push(r);
+    }
+    return pts.reverse();
+  }
+
   // Each lane's recent points and the peaks its steps came with.
   function lanes(inst) {
     return inst.cfg.lanes.map((name, i) => {
       const S = inst.state.by.get(name);
-      const pts = S ? S.steps.filter((st) => st.roof && st.roof.intensity > 0 && st.roof.flopsPerS > 0).slice(-RECENT) : [];
-      return { name, color: laneColor(i), pts: pts.map((st) => st.roof), peaks: S ? S.peaks : null,
+      return { name, color: laneColor(i), pts: S ? recent(S.steps) : [], peaks: S ? S.peaks : null,
                remote: !!(S && S.remote) };
     });
   }

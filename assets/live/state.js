@@ -615,6 +615,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   // limits.steps.
   function keepStep(S, st) {
     S.steps.push(st);
+    S.rowsSeen = Math.max(S.rowsSeen || 0, st.rows);
     S.detailCells += st.cells.length;
     while (S.detailCells > S.limits.cells && S.detailed < S.steps.length - 1) {
       const old = S.steps[S.detailed++];
@@ -632,6 +633,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   function dropOldest(S, n) {
     const gone = S.steps.splice(0, n), first = new Map();
     for (const st of gone.slice(S.detailed)) S.detailCells -= st.cells.length;  // (gone with their cells)
+    S.rowsSeen = S.steps.reduce((a, st) => Math.max(a, st.rows), 0);
     S.detailed = Math.max(0, S.detailed - n);
     for (const st of S.steps) if (!first.has(st.part)) first.set(st.part, st);
     for (const part of (S.tails || new Map()).keys()) if (!first.has(part)) S.tails.delete(part);  // (none kept)
@@ -772,9 +774,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   // an older config (a failed reconfigure), the rows it really ran are the better bound.
   function maxBatch(S, config) {
     const configured = config ? (config.strategy === "continuous" ? config.max_num_seqs : config.static_batch_size) : 0;
-    let seen = 0;
-    for (const st of S.steps) seen = Math.max(seen, st.rows);
-    return Math.max(configured || 0, seen) || null;
+    return Math.max(configured || 0, S.rowsSeen || 0) || null;  // (rowsSeen: the most rows of a step kept)
   }
 
   // A lane's kept iterations per engine: [its own], or for a disaggregated lane [the decode engine's,
