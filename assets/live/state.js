@@ -659,8 +659,8 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
       for (let j = k - 1; j >= 0 && !known(steps[k]); j--) if (steps[j].part === st.part) k = j;
       const slots = new Map(), at = steps[k];
       if (!at) return { slots, next: 0 };  // (not one of these steps: from the first)
-      const runs = at.bySlot ? at.bySlot.filter(Boolean).map((cell) => cell.run.first) : at.alive || at.starts;
-      for (const cell of runs) slots.set(cell.slot, cell);
+      const held = at.bySlot ? at.bySlot.filter(Boolean).map((cell) => cell.run.first) : at.alive || at.starts;
+      for (const cell of held) slots.set(cell.slot, cell);
       return { slots, next: k + 1 };
     };
     return {
