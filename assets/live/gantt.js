@@ -1,8 +1,9 @@
 // Timeline band: the Gantt chart, one row per request (newest on top), one bar per phase run.
 
-defineLive("Gantt", ["Common", "Waits"], () => {
+defineLive("Gantt", ["Common", "LiveState", "Waits"], () => {
   const { C, FONT, fmt, rgba, mix, reqColor, reqLabel, hatchPattern, stallTip, drawStall } = Common;
-  const MAX_ROWS = 26;  // rows: the newest requests that touch the visible window
+  const { KIND } = LiveState;
+  const MAX_ROWS = 26;  // rows: the newest requests that touch the visible window, those that ran first
   const MIN_ROWS = 8;   // rows are never taller than 1/MIN_ROWS of the plot
   const NAME_CHARS = 10;  // a participant's name in a row label (the timeline widens its margin for it)
   const SEG_H = { queued: 0.24, preempted: 0.34, swapped: 0.34, transfer: 0.5, prefill: 0.8, recompute: 0.8, decode: 0.8, held: 0.8, cached: 0.8,
@@ -38,7 +39,12 @@ defineLive("Gantt", ["Common", "Waits"], () => {
         if (b >= range[0] && a <= range[1]) ids.add(R.rid);
       }
     }
-    return [...ids].sort((a, b) => b - a).slice(0, MAX_ROWS);
+    // requests that have run first (a queue of a thousand would hide them), then the newest
+    const ran = new Set();
+    for (const S of lanes) {
+      for (const rid of ids) if (S.reqs.has(rid) && S.reqs.get(rid).state !== KIND.queued) ran.add(rid);
+    }
+    return [...ids].sort((a, b) => ran.has(b) - ran.has(a) || b - a).slice(0, MAX_ROWS);
   }
 
   // Phase shading, the same language as the slots grid: decode = the request's color, prefill = a light

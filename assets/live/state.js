@@ -697,13 +697,15 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     }
     if (S.reqs.size <= MAX_REQS) return;
     const ids = [...S.reqs.keys()].sort((a, b) => a - b);
-    for (const rid of ids) {  // oldest finished first, then oldest of all
+    for (const rid of ids) {  // oldest finished first
       if (S.reqs.size <= MAX_REQS) return;
       if (S.reqs.get(rid).done) S.reqs.delete(rid);
     }
-    for (const rid of ids) {
-      if (S.reqs.size <= MAX_REQS * 4) return;
-      S.reqs.delete(rid);
+    // then, past MAX_REQS * 4, requests that have not run yet, the last to arrive first (the furthest from
+    // running: one that runs later is known again from its first step, without its arrival). Never one that
+    // runs: a GPU's 256 rows behind a queue of 1,000 had lost theirs to it, each message, Gantt bars and all.
+    for (let k = ids.length - 1; k >= 0 && S.reqs.size > MAX_REQS * 4; k--) {
+      if (S.reqs.get(ids[k])?.state === KIND.queued) S.reqs.delete(ids[k]);
     }
   }
 

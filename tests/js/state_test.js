@@ -5,7 +5,7 @@ const assert = require("node:assert/strict");
 const fs = require("node:fs");
 
 require("./live_modules.js");
-const { Contract, LiveState, KvBlocks, Common } = globalThis;
+const { Contract, LiveState, KvBlocks, Common, Gantt } = globalThis;
 
 const rec = JSON.parse(fs.readFileSync(process.argv[2], "utf8"));
 const contract = Contract.fromWire(rec.contract);
@@ -139,6 +139,26 @@ const tests = {
     const seats = S.steps.map((x) => Object.fromEntries(x.cells.map((c) => [c.rid, c.slot])));
     assert.deepEqual(seats, [{ 1: 0, 2: 1, 3: 2 }, { 1: 0, 3: 2 }, { 1: 0, 3: 2, 4: 3 }, { 4: 3, 5: 0 },
                              { 2: 1, 4: 3, 5: 0, 6: 2 }]);
+  },
+
+  "a queue of a thousand behind 256 rows: the running requests keep their records, and the Gantt shows them"() {
+    const st = LiveState.newState(["a"], contract);
+    const S = st.by.get("a");
+    LiveState.applyBatch(st, { skipped: 0, events: Array.from({ length: 1024 }, (_, r) => ({ type: "request", lane: "a",
+      strategy: "continuous", request_id: r, tag: "t", prompt: "x", num_prompt_tokens: 16, max_tokens: 128,
+      arrival_s: 0 })) });
+    for (let n = 1; n <= 20; n++) {
+      const entries = Array.from({ length: 256 }, (_, s) => { const e = new Array(contract.entryWidth).fill(0);
+        e[E.rid] = s; e[E.phase] = n === 1 ? P.prefill : P.decode; e[E.tokens] = n === 1 ? 16 : 1; e[E.ctx] = 16 + n;
+        e[E.slot] = s; return e; });
+      LiveState.applyBatch(st, { skipped: 0, events: [{ type: "step", lane: "a", strategy: "continuous", step: n,
+        t_start: n / 100, t_end: (n + 1) / 100, entries, admitted: [], finished: [], preempted: [], num_waiting: 768,
+        num_running: 256, sampled: {}, deltas: {}, waits: {} }] });
+    }
+    const running = [...Array(256).keys()].map((r) => S.reqs.get(r));
+    assert.ok(running.every((R) => R && R.arrival === 0 && R.segs.length >= 2), "each running request as it ran");
+    assert.ok(S.reqs.size <= 640, `${S.reqs.size} records`);
+    assert.deepEqual(Gantt.rows([S], [0, 0.21], "time", { axis: "time", now: 0.21 }).slice(0, 3), [255, 254, 253]);
   },
 
   "every request ends with the finished event's state and text"() {
