@@ -586,12 +586,21 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     S.prefix.queries += cur.queries;
     S.prefix.hits += cur.hits;
     if (S.prefix.queries > 0) cur.hitAll = S.prefix.hits / S.prefix.queries;
-    let queries = cur.queries, hits = cur.hits;
-    for (let k = S.steps.length - 1; k >= 0 && S.steps[k].t1 > cur.t1 - HIT_WINDOW_S; k--) {
-      queries += S.steps[k].queries;
-      hits += S.steps[k].hits;
+    // the window: the steps that looked something up, summed as they come and go (not a walk back over 5 s of
+    // steps at each one: 1,500 at a GPU's pace)
+    const w = (S.hitWindow ||= { steps: [], queries: 0, hits: 0 });
+    if (cur.queries || cur.hits) {
+      w.steps.push(cur);
+      w.queries += cur.queries;
+      w.hits += cur.hits;
     }
-    if (queries > 0) cur.hitRecent = hits / queries;
+    let gone = 0;
+    for (; gone < w.steps.length && !(w.steps[gone].t1 > cur.t1 - HIT_WINDOW_S); gone++) {
+      w.queries -= w.steps[gone].queries;
+      w.hits -= w.steps[gone].hits;
+    }
+    if (gone) w.steps.splice(0, gone);
+    if (w.queries > 0) cur.hitRecent = w.hits / w.queries;
   }
 
   // Runs of one request and phase in a slot, linked as the steps arrive: a cell that repeats its slot's

@@ -450,6 +450,29 @@ const tests = {
     }
   },
 
+  "the recent hit rate counts the lookups of the last HIT_WINDOW_S only, over a run many windows long"() {
+    const st = LiveState.newState(["p"], contract);
+    const S = st.by.get("p");
+    const evs = [];
+    let t = 0, seed = 7;
+    const rnd = () => ((seed = (seed * 16807) % 2147483647) / 2147483647);
+    for (let n = 1; n <= 400; n++) {
+      const queries = rnd() < 0.3 ? Math.floor(64 * rnd()) : 0, hits = Math.floor(queries * rnd());
+      const dur = rnd() < 0.05 ? 3 : 0.05;  // now and then a long iteration (the window empties)
+      evs.push({ type: "step", lane: "p", strategy: "continuous", step: n, t_start: t, t_end: t + dur, entries: [],
+                 admitted: [], finished: [], preempted: [], num_waiting: 0, num_running: 0, sampled: {}, deltas: {},
+                 waits: {}, prefix_queries: queries, prefix_hits: hits });
+      t += dur;
+    }
+    LiveState.applyBatch(st, { skipped: 0, events: evs });
+    assert.ok(t > 10 * LiveState.HIT_WINDOW_S);
+    evs.forEach((ev, i) => {
+      const recent = evs.slice(0, i + 1).filter((e) => e.t_end > ev.t_end - LiveState.HIT_WINDOW_S);
+      const q = sum(recent.map((e) => e.prefix_queries)), h = sum(recent.map((e) => e.prefix_hits));
+      assert.equal(S.steps[i].hitRecent, q ? h / q : null, `step ${ev.step}`);
+    });
+  },
+
   "a participant's name: on its request, as sent (text), and in its label"() {
     const batches = acceptedBatches(rec.messages);
     const st = replay(batches);

@@ -21,4 +21,4 @@ def test_recording_speaks_the_current_contract():
 
 def test_reducer_on_recorded_events():
     out = run_node("state_test.js", RECORDING)
-    assert out.count("ok - ") == 30, out
+    assert out.count("ok - ") == 31, out
