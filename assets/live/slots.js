@@ -4,7 +4,7 @@
 // white where accepted, red where rejected. On the time axis an iteration spans [t_start, t_end]; idle time
 // stays empty. A disaggregated lane has a grid per engine: the decode engine's above the prefill engine's.
 // An iteration whose decoding rows waited for a prefill (a stall, state.js) is marked amber. A continuous
-// lane's slot is the seat its request holds from its first iteration to its last (state.js seatRows).
+// lane's slot is the seat its request holds while it runs (state.js seatRows).
 
 defineLive("Slots", ["Common", "LiveState", "Raster"], () => {
   const { C, FONT, fmt, mix, reqColor, stallTip, drawStall } = Common;
@@ -185,7 +185,7 @@ defineLive("Slots", ["Common", "LiveState", "Raster"], () => {
     const drafts = cell.drafted ? `${cell.accepted} of ${cell.drafted} drafted tokens accepted: ${1 + cell.accepted} `
       + `token${cell.accepted ? "s" : ""} this step` : "";
     return [`#${cell.rid} · slot ${prefix}${cell.slot} · ${what}`, `${toks}${pad} · context ${cell.ctx}`, drafts,
-            `iteration ${st.it}${partOf(st)} · ${fmt(1000 * (st.t1 - st.t0), 1)} ms`].filter(Boolean);
+            iterationLine(st)].filter(Boolean);
   }
 
   // A step that kept no cell a row (state.js LIMITS): what its run says.
@@ -193,9 +193,10 @@ defineLive("Slots", ["Common", "LiveState", "Raster"], () => {
     const what = kindText(cell.kind), last = cell.run.last.it > st.it ? ` to ${cell.run.last.it}` : "";
     return [`#${cell.rid} · slot ${prefix}${cell.slot} · ${what}`,
             `in this slot from iteration ${cell.run.from}${last}`,
-            `iteration ${st.it}${partOf(st)} · ${fmt(1000 * (st.t1 - st.t0), 1)} ms`,
-            "(tokens and context: the newest iterations only)"];
+            iterationLine(st), "(tokens and context: the newest iterations only)"];
   }
+
+  const iterationLine = (st) => `iteration ${st.it}${partOf(st)} · ${fmt(1000 * (st.t1 - st.t0), 1)} ms`;
 
   // A disaggregated lane's iteration: which of its two engines ran it.
   const partOf = (st) => (st.part ? ` (${st.part} engine)` : "");

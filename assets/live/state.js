@@ -18,6 +18,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   const RATE_WINDOW_S = 1.0;    // tokens/s: rolling window over step events
   const MAX_GPU_SAMPLES = 600;  // NVML samples kept (5 min at the monitor's 2 per second)
   const MAX_REMOTE_SAMPLES = 300;  // a remote server's gauges kept (5 min at one poll a second)
+  const STALE_IT = 64;          // a request not in a step for this many iterations holds no seat (seatRows)
   const HIT_WINDOW_S = 5.0;     // prefix cache hit rate, "recent": admissions over this window
   // A stall: an iteration with decoding rows and prefill work that took STALL_FACTOR x the lane's usual
   // decode-only iteration (the median of its last STALL_BASE), and at least STALL_MIN_S: its decoding rows
@@ -39,6 +40,8 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
 
   function newLane(name, limits) {
     return { name, steps: [], limits, detailed: 0, detailCells: 0,  // (detailed: the first step with its cells)
+             rowsSeen: 0, tails: new Map(), sinceCheck: new Map(), seats: new Map(), ends: 0,  // (keepStep, seatRows)
+             hitWindow: { steps: [], queries: 0, hits: 0 },  // (prefixRates)
              reqs: new Map(), kv: null, kvWire: {}, rowsWire: {}, kvRev: 0, rev: 0, textRev: 0,
              lastIt: -1, lastT: null,
              lastStepMs: null, lastEvent: null, gapPending: false, prefix: { queries: 0, hits: 0 }, peaks: null,
@@ -220,11 +223,12 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   // takes the seat freed first (seats go free in the order their requests ended), else a new one: a finished
   // request's seat goes to the next one admitted, as narration pairs them. (A static batch's rows keep the
   // engine's own slots.)
-  function seatRows(S, part, groups) {
-    const seats = (S.seats ||= new Map()), order = (rid) => S.reqs.get(rid)?.endSeq ?? Infinity;
-    let own = seats.get(part);
-    if (!own) seats.set(part, (own = { of: new Map(), free: [], next: 0 }));
-    const gone = [...own.of.keys()].filter((rid) => !(groups.get(rid)?.slot >= 0) && !runs(S.reqs.get(rid), part));
+  function seatRows(S, part, groups, it) {
+    const order = (rid) => S.reqs.get(rid)?.endSeq ?? Infinity;
+    let own = S.seats.get(part);
+    if (!own) S.seats.set(part, (own = { of: new Map(), free: [], next: 0 }));
+    const gone = [...own.of.keys()]
+      .filter((rid) => !(groups.get(rid)?.slot >= 0) && !runs(S.reqs.get(rid), part, it));
     for (const rid of gone.sort((a, b) => order(a) - order(b))) {
       own.free.push(own.of.get(rid));
       own.of.delete(rid);
@@ -236,8 +240,10 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     }
   }
 
-  // Whether a request is in an engine's batch (part: a disaggregated lane's half, or null).
-  const runs = (R, part) => !!R && !R.done && RUNNING.has(R.state) && (!part || !R.part || R.part === part);
+  // Whether a request is in an engine's batch (part: a disaggregated lane's half, or null): it runs, and ran
+  // within the last STALE_IT iterations (a step that leaves it out is one; an end never heard of, many).
+  const runs = (R, part, it) => !!R && !R.done && RUNNING.has(R.state) && (!part || !R.part || R.part === part)
+    && R.lastIt >= it - STALE_IT;
 
   function onStep(contract, S, ev) {
     // The lane's iteration number as the engine counts it (narration, headers and tooltips say the same);
@@ -248,7 +254,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     for (const rid of ev.preempted || []) preempt(S, rid, t0, it, swappedOut.has(rid));
     copied(S, ev.handoffs);
     const groups = groupEntries(contract, ev.entries);
-    if (ev.strategy === "continuous") seatRows(S, ev.part || null, groups);
+    if (ev.strategy === "continuous") seatRows(S, ev.part || null, groups, it);
     const cells = [], bySlot = [];
     let real = 0, pad = 0, busy = 0, drafted = 0, accepted = 0;
     for (const g of groups.values()) {
@@ -270,7 +276,8 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     for (const [rid, text] of Object.entries(ev.deltas || {})) appendText(S, +rid, text);
     for (const [rid, n] of Object.entries(ev.answer_ends || {})) markAnswerEnd(S, +rid, n);
     const kv = ev.kv || {};
-    const summary = { it, t0, t1, cells, bySlot, slots: bySlot.length, real, pad, busy, rows: groups.size, drafted, accepted,
+    const summary = { it, t0, t1, cells, bySlot, slots: bySlot.length, real, pad, busy, rows: groups.size, drafted,
+                      accepted,
                       used: ev.tokens_used, budget: ev.token_budget, kvUsed: kv.used, kvBlocks: kv.num_blocks,
                       waiting: ev.num_waiting, running: ev.num_running, tps: 0,
                       queries: ev.prefix_queries || 0, hits: ev.prefix_hits || 0, hitAll: null, hitRecent: null,
@@ -494,7 +501,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
 
   // The order requests ended (a step's finished list, or their finished events, whichever came first).
   function ended(S, R) {
-    R.endSeq ??= (S.ends = (S.ends || 0) + 1);
+    R.endSeq ??= ++S.ends;
   }
 
   function onFinished(S, ev) {
@@ -588,7 +595,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     if (S.prefix.queries > 0) cur.hitAll = S.prefix.hits / S.prefix.queries;
     // the window: the steps that looked something up, summed as they come and go (not a walk back over 5 s of
     // steps at each one: 1,500 at a GPU's pace)
-    const w = (S.hitWindow ||= { steps: [], queries: 0, hits: 0 });
+    const w = S.hitWindow;
     if (cur.queries || cur.hits) {
       w.steps.push(cur);
       w.queries += cur.queries;
@@ -608,8 +615,8 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   // starts one (st.starts). The batch slots band draws a run once, not a rectangle per cell (slots.js).
   // S.tails: each engine's last step's cells by slot (kept when that step gives its cells up).
   function linkRuns(S, st) {
-    const tails = (S.tails ||= new Map()), before = tails.get(st.part);
-    tails.set(st.part, st.bySlot);
+    const before = S.tails.get(st.part);
+    S.tails.set(st.part, st.bySlot);
     st.starts = [];
     st.bySlot.forEach((cell, s) => {
       const p = before && before[s];
@@ -624,14 +631,14 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   // limits.steps.
   function keepStep(S, st) {
     S.steps.push(st);
-    S.rowsSeen = Math.max(S.rowsSeen || 0, st.rows);
+    S.rowsSeen = Math.max(S.rowsSeen, st.rows);
     S.detailCells += st.cells.length;
     while (S.detailCells > S.limits.cells && S.detailed < S.steps.length - 1) {
       const old = S.steps[S.detailed++];
       S.detailCells -= old.cells.length;
-      const since = (S.sinceCheck ||= new Map()), n = (since.get(old.part) || 0) + 1;
-      since.set(old.part, n < S.limits.check ? n : 0);
-      if (n >= S.limits.check) old.alive = old.bySlot.filter(Boolean).map((cell) => cell.run.first);
+      const n = (S.sinceCheck.get(old.part) || 0) + 1;
+      S.sinceCheck.set(old.part, n < S.limits.check ? n : 0);
+      if (n >= S.limits.check) old.alive = runsOf(old.bySlot);
       old.cells = old.bySlot = null;
     }
     if (S.steps.length >= S.limits.steps + S.limits.chunk) dropOldest(S, S.steps.length - S.limits.steps);
@@ -645,7 +652,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     S.rowsSeen = S.steps.reduce((a, st) => Math.max(a, st.rows), 0);
     S.detailed = Math.max(0, S.detailed - n);
     for (const st of S.steps) if (!first.has(st.part)) first.set(st.part, st);
-    for (const part of (S.tails || new Map()).keys()) if (!first.has(part)) S.tails.delete(part);  // (none kept)
+    for (const part of S.tails.keys()) if (!first.has(part)) S.tails.delete(part);  // (none of its steps kept)
     const edge = gone[gone.length - 1].it;
     for (const st of gone) {
       for (const cell of st.starts) {
@@ -668,7 +675,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
       for (let j = k - 1; j >= 0 && !known(steps[k]); j--) if (steps[j].part === st.part) k = j;
       const slots = new Map(), at = steps[k];
       if (!at) return { slots, next: 0 };  // (not one of these steps: from the first)
-      const held = at.bySlot ? at.bySlot.filter(Boolean).map((cell) => cell.run.first) : at.alive || at.starts;
+      const held = at.bySlot ? runsOf(at.bySlot) : at.alive || at.starts;
       for (const cell of held) slots.set(cell.slot, cell);
       return { slots, next: k + 1 };
     };
@@ -686,6 +693,9 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
       },
     };
   }
+
+  // The runs holding a step's slots, each as its first cell.
+  const runsOf = (bySlot) => bySlot.filter(Boolean).map((cell) => cell.run.first);
 
   // The index of a step among steps in order (by iteration), -1 if it is not there.
   function indexOf(steps, st) {
@@ -715,6 +725,10 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
     // runs: a GPU's 256 rows behind a queue of 1,000 had lost theirs to it, each message, Gantt bars and all.
     for (let k = ids.length - 1; k >= 0 && S.reqs.size > MAX_REQS * 4; k--) {
       if (S.reqs.get(ids[k])?.state === KIND.queued) S.reqs.delete(ids[k]);
+    }
+    for (const rid of ids) {  // and if that is not enough (ends this view never heard of), the oldest of all
+      if (S.reqs.size <= MAX_REQS * 4) return;
+      S.reqs.delete(rid);
     }
   }
 
@@ -785,7 +799,7 @@ defineLive("LiveState", ["Contract", "Waits", "KvBlocks"], () => {
   // an older config (a failed reconfigure), the rows it really ran are the better bound.
   function maxBatch(S, config) {
     const configured = config ? (config.strategy === "continuous" ? config.max_num_seqs : config.static_batch_size) : 0;
-    return Math.max(configured || 0, S.rowsSeen || 0) || null;  // (rowsSeen: the most rows of a step kept)
+    return Math.max(configured || 0, S.rowsSeen) || null;  // (rowsSeen: the most rows of a step kept)
   }
 
   // A lane's kept iterations per engine: [its own], or for a disaggregated lane [the decode engine's,

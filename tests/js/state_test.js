@@ -92,7 +92,7 @@ const tests = {
     const st = LiveState.newState(["a"], contract, lim);
     const S = st.by.get("a");
     const entry = (rid, slot) => { const e = new Array(contract.entryWidth).fill(0); e[E.rid] = rid;
-      e[E.phase] = P.decode; e[E.real] = 1; e[E.ctx] = 10; e[E.slot] = slot; return e; };
+      e[E.phase] = P.decode; e[E.tokens] = 1; e[E.ctx] = 10; e[E.slot] = slot; return e; };
     for (let n = 1; n <= 400; n++) {
       // slot 0 holds request 1 throughout; from step 101 the others come, and change hands every 13 steps
       const changing = Array.from({ length: rows - 1 }, (_, s) => entry(100 * (1 + Math.floor(n / 13)) + s, s + 1));
@@ -139,6 +139,12 @@ const tests = {
     const seats = S.steps.map((x) => Object.fromEntries(x.cells.map((c) => [c.rid, c.slot])));
     assert.deepEqual(seats, [{ 1: 0, 2: 1, 3: 2 }, { 1: 0, 3: 2 }, { 1: 0, 3: 2, 4: 3 }, { 4: 3, 5: 0 },
                              { 2: 1, 4: 3, 5: 0, 6: 2 }]);
+    // #2 then ends without this view hearing of it: its seat is held a while, then goes to the next to join
+    const later = (from, n, rids) => Array.from({ length: n }, (_, k) => step(from + k, rids));
+    LiveState.applyBatch(st, { skipped: 0, events: [...later(6, 10, [4, 5, 6]), step(16, [4, 5, 6, 7])] });
+    assert.equal(S.steps[S.steps.length - 1].bySlot.findIndex((c) => c && c.rid === 7), 4, "#2's seat still held");
+    LiveState.applyBatch(st, { skipped: 0, events: [...later(17, 80, [4, 5, 6, 7]), step(97, [4, 5, 6, 7, 8])] });
+    assert.equal(S.steps[S.steps.length - 1].bySlot.findIndex((c) => c && c.rid === 8), 1, "#2's seat, stale, reused");
   },
 
   "a queue of a thousand behind 256 rows: the running requests keep their records, and the Gantt shows them"() {

@@ -7,12 +7,17 @@
 // script's, in node's V8: in a traced chromium tab the slots' loop took about a fifth of it). The heap: what the lane's
 // state holds after a full collection.
 //   python -c "import json; from engine.events import wire_contract; print(json.dumps(wire_contract()))" > c.json
-//   node --expose-gc docs/perf/2026-11-28-gpu-window/window_bench.js c.json [LIMITS_JSON] [REPO]
+// --packed: output lengths of 1-256 tokens instead, each step's rows packed in order as the engine packs them
+// (a row's slot its place in the list: it moves up whenever one before it ends), a finished request replaced
+// at once.
+//   node --expose-gc docs/perf/2026-11-28-gpu-window/window_bench.js c.json [LIMITS_JSON] [REPO] [--packed]
 "use strict";
 const fs = require("node:fs");
 const path = require("node:path");
 
-const [contractPath, limits = "{}", repo = path.join(__dirname, "..", "..", "..")] = process.argv.slice(2);
+const packed = process.argv.includes("--packed");
+const [contractPath, limits = "{}", repo = path.join(__dirname, "..", "..", "..")] =
+  process.argv.slice(2).filter((a) => a !== "--packed");
 require(path.join(path.resolve(repo), "tests", "js", "live_modules.js"));
 const { Contract, LiveState, Slots, UtilView } = globalThis;
 const contract = Contract.fromWire(JSON.parse(fs.readFileSync(contractPath, "utf8")));
@@ -30,18 +35,47 @@ function events() {
         out.push({ type: "request", lane: "a", strategy: "continuous", request_id: rid, tag: "t", prompt: "x",
                    num_prompt_tokens: 16, max_tokens: TOKENS, arrival_s: (i * STEP_MS) / 1000 });
       }
-      const e = new Array(contract.entryWidth).fill(0);
-      [e[E.rid], e[E.phase], e[E.real], e[E.ctx], e[E.slot]] = [rid, age ? P.decode : P.prefill, age ? 1 : 16,
-                                                                 16 + age, s];
-      entries.push(e);
+      entries.push(entry(rid, age, s));
     }
-    const t = (i * STEP_MS) / 1000;
-    out.push({ type: "step", lane: "a", strategy: "continuous", step: i + 1, t_start: t, t_end: t + STEP_MS / 1000,
-               entries, num_waiting: 0, num_running: ROWS, admitted: [], finished: [], preempted: [],
-               tokens_used: ROWS + 15, token_budget: 2048, kv: { used: 3000, num_blocks: 131072 }, sampled: {},
-               deltas: {}, waits: {} });
+    out.push(step(i, entries, []));
   }
   return out;
+}
+
+// The same with output lengths of 1-256 (seeded) and rows packed in order (--packed).
+function packedEvents() {
+  const out = [], running = [];
+  let next = 0, seed = 1;
+  const rnd = () => ((seed = (seed * 16807) % 2147483647) / 2147483647);
+  for (let i = 0; i < (SECONDS * 1000) / STEP_MS; i++) {
+    while (running.length < ROWS) {
+      const rid = next++, tokens = 1 + Math.floor(256 * rnd());
+      out.push({ type: "request", lane: "a", strategy: "continuous", request_id: rid, tag: "t", prompt: "x",
+                 num_prompt_tokens: 16, max_tokens: tokens, arrival_s: (i * STEP_MS) / 1000 });
+      running.push({ rid, tokens, age: 0 });
+    }
+    const entries = running.map((r, s) => entry(r.rid, r.age, s));
+    for (const r of running) r.age++;
+    const finished = running.filter((r) => r.age >= r.tokens).map((r) => r.rid);
+    out.push(step(i, entries, finished));
+    running.splice(0, running.length, ...running.filter((r) => r.age < r.tokens));
+  }
+  return out;
+}
+
+function entry(rid, age, slot) {
+  const e = new Array(contract.entryWidth).fill(0);
+  [e[E.rid], e[E.phase], e[E.tokens], e[E.ctx], e[E.slot]] = [rid, age ? P.decode : P.prefill, age ? 1 : 16,
+                                                               16 + age, slot];
+  return e;
+}
+
+function step(i, entries, finished) {
+  const t = (i * STEP_MS) / 1000;
+  return { type: "step", lane: "a", strategy: "continuous", step: i + 1, t_start: t, t_end: t + STEP_MS / 1000,
+           entries, num_waiting: 0, num_running: ROWS, admitted: [], finished, preempted: [],
+           tokens_used: ROWS + 15, token_budget: 2048, kv: { used: 3000, num_blocks: 131072 }, sampled: {},
+           deltas: {}, waits: {} };
 }
 
 const noop = () => undefined, special = { getTransform: () => ({ a: 1 }), measureText: () => ({ width: 10 }) };
@@ -54,7 +88,7 @@ globalThis.document = { createElement: () => ({ width: 0, height: 0, getContext:
 
 const st = LiveState.newState(["a"], contract, JSON.parse(limits));
 const t0 = performance.now();
-const evs = events();
+const evs = packed ? packedEvents() : events();
 for (let i = 0; i < evs.length; i += 12) LiveState.applyBatch(st, { skipped: 0, events: evs.slice(i, i + 12) });
 const fold = performance.now() - t0;
 evs.length = 0;
