@@ -8,7 +8,7 @@ import streamlit as st
 from engine.telemetry.kv_stats import KVStats
 from engine.serving.registry import get_service
 from ui.live_view import live_view
-from ui.hub_reader import session_reader
+from ui.hub_reader import shared_reader
 from ui.roofline_panel import roofline_section
 from engine.untrusted import is_number
 
@@ -34,8 +34,10 @@ else:
 
 @st.fragment(run_every=1.0)
 def fragmentation(lane: str, selected: int | None) -> None:
-    stats = session_reader("kv_stats", KVStats, svc.hub)
-    rows = stats.table()
+    with shared_reader("kv_stats", KVStats, svc.hub) as stats:  # (shared with the other sessions: read here)
+        rows = stats.table()
+        rid = stats.request_to_show(lane, selected)
+        blocks = stats.block_rows(lane, rid) if rid is not None else None
     if not rows:
         st.info("Numbers appear once an engine holds KV blocks.")
         return
@@ -48,8 +50,9 @@ def fragmentation(lane: str, selected: int | None) -> None:
         "reserved prompt + max_tokens up front, as static batching does. Shared: blocks in more "
         "than one request's table; cached: held by none, kept for a prefix hit (evicted least recently used "
         "first). Hit rate: prompt tokens served from the prefix cache ÷ prompt tokens looked up, since this "
-        "page opened.")
-    block_table(stats, lane, selected)
+        "page was first opened (every tab on it shows the same figures).")
+    if rid is not None:
+        block_table(rid, blocks)
 
 
 def cell(v) -> str:
@@ -59,12 +62,9 @@ def cell(v) -> str:
     return f"{v:,}" if is_number(v) else str(v)
 
 
-def block_table(stats: KVStats, lane: str, selected: int | None) -> None:
-    rid = stats.request_to_show(lane, selected)
-    if rid is None:
-        return
+def block_table(rid: int, blocks: list[dict]) -> None:
     st.subheader(f"Request #{rid}'s block table, in the lane picked above", anchor=False)
-    st.dataframe(pd.DataFrame(stats.block_rows(lane, rid)).set_index("logical block"), width="stretch")
+    st.dataframe(pd.DataFrame(blocks).set_index("logical block"), width="stretch")
     st.caption("Each logical block points at a physical block. A block with more than one holder is shared: "
                "the prefix cache handed the same computed KV to every request that starts with those tokens. "
                "'From prefix cache': served at admission, never computed for this request.")

@@ -21,7 +21,7 @@ class KVStats(HubReader):
         self.latest: dict = {}                      # lane -> latest StepEvent
         self.max_total: OrderedDict = OrderedDict()  # request id -> prompt + max_tokens
         self.from_cache: OrderedDict = OrderedDict()  # (lane, request id) -> tokens served at admission
-        self.prefix: dict[str, list[int]] = {}      # lane -> [tokens looked up, tokens hit] since the page opened
+        self.prefix: dict[str, list[int]] = {}      # lane -> [tokens looked up, tokens hit] since it began reading
 
     def on_step(self, msg) -> None:
         if not msg.is_remote:  # a remote server shows no KV blocks

@@ -2,8 +2,8 @@
 
 A run is a scenario's request stream (from its run_started status event), or everything since the
 page's Clear views (`since_s`), or, before either, everything the hub still holds. Paused time is left
-out of every latency and of the run's duration (pauses.py). One LiveMetrics per browser session; every
-number comes from the engines' events, nothing is estimated.
+out of every latency and of the run's duration (pauses.py). The browser sessions that show one run share
+one LiveMetrics (pages/ui/hub_reader.py); every number comes from the engines' events, nothing is estimated.
 """
 from __future__ import annotations
 

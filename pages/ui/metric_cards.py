@@ -20,10 +20,12 @@ def fmt(v, unit="", scale=1.0, digits=1):
 
 @st.fragment(run_every=1.0)
 def metric_cards(svc, lanes: list[str]) -> None:
-    m, now = run_metrics(svc), svc.clock()
-    summary = run_summary(svc, m)
+    now = svc.clock()
+    with run_metrics(svc) as m:  # (shared with the other sessions: copies out)
+        summary = {lane: dict(r) for lane, r in run_summary(svc, m).items()}
+        label, title, ended, skipped = run_label(m, now), m.run_title, m.ended(now), m.skipped
     shown = [s for s in lanes if s in summary] or list(summary)
-    st.caption(run_label(m, now))
+    st.caption(label)
     if not shown:
         st.info("Metrics appear as soon as the first request of this run finishes.")
         return
@@ -31,8 +33,8 @@ def metric_cards(svc, lanes: list[str]) -> None:
     for r in summary.values():
         r["usd_per_million_output_tokens"] = usd_per_million_tokens(r["output_tokens_per_s"], current_price())
     scenario = running_scenario(svc.wanted_lanes, svc.cfg)
-    keys = scenario.headline if scenario is not None and m.run_title == scenario.title else ()
-    result = _result(keys, {s: summary[s] for s in shown}) if m.ended(now) else None
+    keys = scenario.headline if scenario is not None and title == scenario.title else ()
+    result = _result(keys, {s: summary[s] for s in shown}) if ended else None
     in_flight = sum(summary[s]["in_flight"] for s in shown)  # while any, a lesson's figures are not final
     columns = [(s, lane_cards(summary[s], other.get(s), summary.get(other.get(s)), keys,
                               s in svc.lanes and svc.lanes[s].is_remote, in_flight)) for s in shown]
@@ -40,9 +42,9 @@ def metric_cards(svc, lanes: list[str]) -> None:
     drift = drift_warning({s: summary[s] for s in shown})
     if drift:
         st.caption(f"⚠ {drift}")
-    if m.skipped:
-        st.caption(f"This tab fell behind: {m.skipped:,} engine events went by unread, so these numbers "
-                   "leave some requests out.")
+    if skipped:
+        st.caption(f"These figures fell behind: {skipped:,} engine events went by unread, so they leave "
+                   "some requests out.")
 
 
 def _result(keys: tuple[str, ...], summaries: dict[str, dict]) -> str | None:

@@ -23,8 +23,9 @@ def _line(s) -> str:
 
 def _what_to_watch(svc, scenario, compact: bool) -> None:
     """The number the scenario is about (this run's, per lane) first, then what to look at."""
-    number = headline_line(svc, run_metrics(svc), scenario.headline, svc.lane_names) or \
-        f"{METRICS[scenario.headline[0]].title}, once this run's first requests finish"
+    with run_metrics(svc) as m:
+        number = headline_line(svc, m, scenario.headline, svc.lane_names)
+    number = number or f"{METRICS[scenario.headline[0]].title}, once this run's first requests finish"
     if compact:  # all of it, a size smaller (cut to one line, the projector showed less than it named)
         st.html(f'<div class="ifl-watch" style="font-size:0.92rem;line-height:1.35;color:#9aa4b5">'
                 f'<b>What to watch:</b> <b style="color:#e8ecf3">{html.escape(number)}</b> · '
@@ -39,7 +40,8 @@ def narration(svc, large: bool = False, compact: bool = False) -> None:
     scenario = running_scenario(svc.wanted_lanes, svc.cfg)
     if scenario is not None:
         _what_to_watch(svc, scenario, compact)
-    said = narrator(svc).recent(COMPACT if compact else SHOWN, now=svc.clock())
+    with narrator(svc) as told:
+        said = told.recent(COMPACT if compact else SHOWN, now=svc.clock())
     if not said:
         st.caption("Narration: notable iterations are described here as they happen.")
         return

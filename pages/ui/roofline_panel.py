@@ -7,7 +7,7 @@ import streamlit as st
 
 from engine.telemetry.roofline_window import RooflineWindow, model_lines
 
-from .hub_reader import session_reader
+from .hub_reader import shared_reader
 
 
 # the live view's lane colours, by lane order (assets/live/roofline_view.js: the palette's first four)
@@ -46,11 +46,12 @@ def roofline_section(svc) -> None:
         return
     summary = svc.workers[lane].roofline.summary()
     st.markdown(model_lines(summary))
-    window = session_reader("roofline_window", RooflineWindow, svc.hub)
-    rows = window.table()
+    with shared_reader("roofline_window", RooflineWindow, svc.hub) as window:
+        rows = window.table()
+        chart = roofline_chart(window, summary["peaks"], svc.lane_names) if rows and summary.get("peaks") else None
     if not rows:
         st.info("Per-iteration numbers appear with the first iteration.")
         return
     st.dataframe(rows, width="stretch", hide_index=True)
-    if summary.get("peaks"):
-        st.plotly_chart(roofline_chart(window, summary["peaks"], svc.lane_names), width="stretch")
+    if chart is not None:
+        st.plotly_chart(chart, width="stretch")

@@ -1,6 +1,9 @@
-"""The current run's metrics for this browser session (engine/telemetry/live_metrics.py), shared by the metric
-cards and "What to watch"; Clear views starts a new run here and a fresh narration."""
+"""The current run's metrics (engine/telemetry/live_metrics.py), shared by the metric cards and "What to watch",
+and the narration: one of each for every session that shows the same run (pages/ui/hub_reader.py); Clear
+views starts this session's own run and narration from now."""
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import streamlit as st
 
@@ -9,12 +12,16 @@ from engine.workshop.narration import Narrator
 from engine.workshop.scenarios.headline import METRICS, values
 from engine.serving.service import lane_dict
 
-from .hub_reader import session_reader
+from .hub_reader import shared_reader
 
 
-def run_metrics(svc) -> LiveMetrics:
+@contextmanager
+def run_metrics(svc):
+    """The run's LiveMetrics, caught up and held for the block (read it there only)."""
     since = st.session_state.get("clear_after_s")
-    return session_reader("metrics", lambda: LiveMetrics(since or 0.0, cleared=since is not None), svc.hub)
+    with shared_reader("metrics", lambda: LiveMetrics(since or 0.0, cleared=since is not None), svc.hub,
+                       since) as metrics:
+        yield metrics
 
 
 def lane_slos(svc) -> dict[str, tuple]:
@@ -28,18 +35,21 @@ def run_summary(svc, m: LiveMetrics) -> dict[str, dict]:
     return m.summary(lane_slos(svc))
 
 
-def narrator(svc) -> Narrator:
-    """The session's narrator, caught up with the hub (it knows the lanes' settings even when their
-    `lanes` event has left the hub)."""
-    return session_reader("narrator", lambda: Narrator(lanes=_lanes(svc)), svc.hub)
+@contextmanager
+def narrator(svc):
+    """The narrator, caught up with the hub and held for the block (it knows the lanes' settings even when
+    their `lanes` event has left the hub); after Clear views, one that reads from the hub's head then."""
+    since = st.session_state.get("clear_after_s")
+    cursor = 0 if since is None else svc.hub.head
+    with shared_reader("narrator", lambda: Narrator(lanes=_lanes(svc), cursor=cursor), svc.hub, since) as told:
+        yield told
 
 
 def clear_views(svc) -> None:
     """The views, the cards and the narration start afresh from now (the engines keep running)."""
-    now = svc.clock()
-    st.session_state.clear_after_s = now
-    st.session_state.metrics = None
-    st.session_state.narrator = Narrator(lanes=_lanes(svc), cursor=svc.hub.head)
+    st.session_state.clear_after_s = svc.clock()
+    with run_metrics(svc), narrator(svc):  # made now: the narration reads from this moment's head
+        pass
 
 
 def _lanes(svc) -> dict[str, dict]:

@@ -1,6 +1,7 @@
 """Page logic with Streamlit's AppTest (no browser): controls reach the service, pages render cleanly."""
 from __future__ import annotations
 
+import gc
 import re
 import time
 from pathlib import Path
@@ -246,6 +247,33 @@ def test_a_lessons_figures_are_provisional_while_a_lane_still_works():
     assert (card.value, card.delta, card.tone) == ("0.0 MB", None, "off")  # no "0.00x", no green
 
 
+def test_open_tabs_share_one_fold_of_each_event_and_a_cleared_tab_gets_its_own(svc, monkeypatch):
+    """Each tab folded every engine event into its own metrics and narration: at a GPU's pace a room of
+    phones cost the engines' core one fold of every step each. Tabs showing the same run share one, folded
+    once; Clear views gives that tab its own, the others keep theirs; none outlives the tabs that hold it."""
+    from engine.telemetry.live_metrics import LiveMetrics
+    folds = []
+    fold = LiveMetrics.on_step
+    monkeypatch.setattr(LiveMetrics, "on_step", lambda self, msg: (folds.append(msg), fold(self, msg)))
+    svc.submit([5, 6, 7], None, lanes=["continuous"])[0].result(30)
+    tabs = [app("playground.py") for _ in range(3)]
+    for i in range(3):
+        tabs[i].run()
+        assert not tabs[i].exception
+    assert len(folds) == len(set(map(id, folds))) > 0  # every step folded once, however many tabs
+    for key in ("metrics", "narrator"):
+        assert tabs[0].session_state[key] is tabs[1].session_state[key] is tabs[2].session_state[key]
+    next(b for b in tabs[2].sidebar.button if b.label == "Clear views").click().run()
+    for key in ("metrics", "narrator"):
+        assert tabs[2].session_state[key] is not tabs[0].session_state[key] is tabs[1].session_state[key]
+    assert "Requests done" in "".join(m.value for m in tabs[0].markdown)  # the others' cards keep the run
+    from ui import hub_reader  # (the module the pages import)
+    held = len(hub_reader._SHARED)
+    del tabs[2]
+    gc.collect()
+    assert len(hub_reader._SHARED) == held - 2  # the cleared tab's metrics and narration went with it
+
+
 def test_clear_views_starts_the_cards_and_the_narration_afresh(svc):
     hs = svc.submit([5, 6, 7], None, lanes=["continuous"])
     hs[0].result(30)
@@ -258,7 +286,7 @@ def test_clear_views_starts_the_cards_and_the_narration_afresh(svc):
     assert "Requests done" not in "".join(m.value for m in at.markdown)
     assert any("first request of this run" in i.value for i in at.info)
     assert any(c.value.startswith("Since Clear views") for c in at.caption)
-    assert at.session_state["narrator"].recent(now=svc.clock()) == []
+    assert at.session_state["narrator"].reader.recent(now=svc.clock()) == []
 
 
 def test_a_scenario_run_shows_its_number_first_and_its_result_when_it_ends(svc):
@@ -324,7 +352,9 @@ def test_kv_cache_page_shows_a_request_table_pointing_into_shared_blocks(svc):
     stats.consume(hub_with(FIRST, SECOND, lane=svc.lane_names[0]))
     stats.cursor = svc.hub.head  # from here on, only what the (idle) service publishes
     at = AppTest.from_file(str(PAGES / "kv_cache.py"), default_timeout=60)
-    at.session_state["kv_stats"], at.session_state["kv_selected"] = stats, 2
+    from ui import hub_reader  # (the module the pages import): the page's shared reader is this one
+    at.session_state["kv_stats"] = hub_reader._Shared(stats, ("kv_stats", None, svc.hub))
+    at.session_state["kv_selected"] = 2
     at.run()
     assert not at.exception, at.exception
     lanes, table = at.dataframe[0].value, at.dataframe[1].value
