@@ -13,6 +13,9 @@ a recording of it takes:
 
   python -m engine.harness.ui_cost --gpu-pace --rows 256 --rate 150 --requests 1024 --max-tokens 128
 
+--spy adds how much of a core the app's threads ran in each round, by group (the engines, torch's own
+threads, the server's event loop, the page sessions), named by py-spy (engine/harness/thread_spy.py).
+
 Needs playwright and chromium (`apt-get install chromium`); see docs/room.md.
 """
 from __future__ import annotations
@@ -25,12 +28,14 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from .app_process import CHROMIUM_ARGS, cpu_set, on_cpus, running_app
 from .engine_client import EngineClient, p50
 from .gpu_pace import SocketMeter, app_env, check_full_batches
 from .page_state import wait_on_page
+from .thread_spy import GROUPS, ThreadSpy
 
 
 def parse_args(argv=None):
@@ -54,6 +59,9 @@ def parse_args(argv=None):
     ap.add_argument("--rows", type=int, default=256, help="--gpu-pace: rows a lane (max_num_seqs, static batch)")
     ap.add_argument("--rate", type=float, default=150.0,
                     help="--gpu-pace: at most this many steps a second a lane (the service's slow motion)")
+    ap.add_argument("--spy", action="store_true",
+                    help="how much of a core the app's threads ran during each load, by group: the engines, torch's "
+                         "own threads, the server's event loop, the page sessions (needs py-spy; thread_spy.py)")
     return ap.parse_args(argv)
 
 
@@ -102,6 +110,19 @@ def browser_cpu_s() -> float:
     return total
 
 
+def app_pid() -> int:
+    """The app this benchmark started (its `streamlit run` child)."""
+    for p in Path("/proc").iterdir():
+        try:
+            cmd = (p / "cmdline").read_bytes()
+            parent = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if parent == os.getpid() and b"streamlit" in cmd and b"app.py" in cmd:
+            return int(p.name)
+    raise RuntimeError("the app's process is not found")
+
+
 def _descends_from_me(pid: int) -> bool:
     me = os.getpid()
     for _ in range(16):
@@ -123,9 +144,11 @@ def run_round(client, browser, url: str, n_tabs: int, args) -> dict:
     time.sleep(2)  # let the tabs settle (first draw, plotly load)
     cpu0 = browser_cpu_s()
     samples: list = []
-    with SocketMeter(client.ws_url) as meter:
+    with SocketMeter(client.ws_url) as meter, (ThreadSpy(app_pid()) if args.spy else nullcontext()) as spy:
         res = client.run_load(args.requests, args.max_tokens, on_tick=lambda: sample_tabs(pages, samples))
     res["socket"] = meter.figures()
+    if spy is not None:
+        res["threads_pct"] = spy.share_of_core()
     res["browser_cpu_pct"] = 100 * (browser_cpu_s() - cpu0) / res["wall_s"]
     busy = [s for s in samples if s["fps"] > 0]
     res["fps_p50"] = p50([s["fps"] for s in samples]) if samples else None
@@ -171,7 +194,21 @@ def report(records: list[dict]) -> str:
                      f"{k['socket_messages_per_s']:.0f} | "
                      f"{k['steps_per_s']:.0f} | {k['key_frames']} | {k['recording_mb_per_min']:.1f} | "
                      f"{k['recording_gzip_mb_per_min']:.1f}")
-    return "\n".join(lines)
+    return "\n".join(lines + _threads_table(records))
+
+
+def _threads_table(records: list[dict]) -> list[str]:
+    """--spy: per tab count, the median share of a core each group of the app's threads ran (CPU time)."""
+    spied = [r for r in records if "threads_pct" in r]
+    if not spied:
+        return []
+    lines = ["", "tabs | " + " | ".join(f"{g} (% of a core)" for g in GROUPS) + " | rounds",
+             "|".join(["---"] * (len(GROUPS) + 2))]
+    for n in sorted({r["tabs"] for r in spied}):
+        rs = [r["threads_pct"] for r in spied if r["tabs"] == n]
+        lines.append(f"{n} | " + " | ".join(f"{statistics.median(r[g] for r in rs):.1f}" for g in GROUPS)
+                     + f" | {len(rs)}")
+    return lines
 
 
 def _pct(x):

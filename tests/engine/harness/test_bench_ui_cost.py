@@ -22,3 +22,28 @@ def test_report_pairs_rounds_and_takes_the_median():
     assert summary == "2 | +20.0% | 23.0 | 5.0 | 70"
     assert "1 | 2 | continuous | 260.0 | +30.0% | 60 | 50.0 | 21.0 | 5.0 | 80" in out
     assert "1 | 2 | 512 | 61 (deflated) | 30 | 120 | 9 | 40.0 | 4.1" in out  # what a tab's socket carried
+
+
+def test_thread_spy_groups_each_threads_cpu_and_counts_threads_gone_between_polls():
+    from engine.harness.thread_spy import share_of_core, thread_names
+    raw = ("thread (11): inflight-continuous;Thread._bootstrap (threading.py:1002);step (e.py:3) 40\n"
+           "thread (12): MainThread;run (a.py:1) 7\n"
+           "thread (13): ScriptRunner.scriptThread;run (s.py:2) 3\n"
+           "thread (11): inflight-continuous;other (e.py:9) 1\n")
+    names = thread_names(raw)
+    assert names == {11: "inflight-continuous", 12: "MainThread", 13: "ScriptRunner.scriptThread"}
+    first = {11: 10.0, 12: 1.0, 14: 3.0}  # 14: no Python thread (torch's pool); 13 began after the first poll
+    last = {11: 15.0, 12: 2.0, 13: 0.5, 14: 3.5}
+    pct = share_of_core(first, last, total_s=8.0, names=names, wall_s=10.0)
+    assert pct == {"engines": 50.0, "native": 5.0, "server": 10.0, "sessions": 5.0, "short-lived": 10.0,
+                   "other": 0.0}  # 8 s in all less the 7 polled: 1 s of threads that came and went unpolled
+
+
+def test_report_adds_the_app_threads_table_where_the_rounds_were_spied():
+    recs = [_rec(0, 0, 100), _rec(0, 2, 110, 25, 4.0, 60)]
+    recs[0]["threads_pct"] = {"engines": 80.0, "native": 1.0, "server": 10.0, "sessions": 1.0, "short-lived": 0.0,
+                              "other": 0.0}
+    recs[1]["threads_pct"] = {**recs[0]["threads_pct"], "server": 14.0, "sessions": 5.5}
+    out = report(recs)
+    assert out.splitlines()[-2:] == ["0 | 80.0 | 1.0 | 10.0 | 1.0 | 0.0 | 0.0 | 1", "2 | 80.0 | 1.0 | 14.0 | 5.5 | 0.0 | 0.0 | 1"]
+    assert "server (% of a core)" in out
