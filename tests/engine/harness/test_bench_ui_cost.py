@@ -45,5 +45,6 @@ def test_report_adds_the_app_threads_table_where_the_rounds_were_spied():
                               "other": 0.0}
     recs[1]["threads_pct"] = {**recs[0]["threads_pct"], "server": 14.0, "sessions": 5.5}
     out = report(recs)
-    assert out.splitlines()[-2:] == ["0 | 80.0 | 1.0 | 10.0 | 1.0 | 0.0 | 0.0 | 1", "2 | 80.0 | 1.0 | 14.0 | 5.5 | 0.0 | 0.0 | 1"]
+    assert out.splitlines()[-2:] == ["0 | 80.0 | 1.0 | 10.0 | 1.0 | 0.0 | 0.0 | 1",
+                                     "2 | 80.0 | 1.0 | 14.0 | 5.5 | 0.0 | 0.0 | 1"]
     assert "server (% of a core)" in out
