@@ -8,6 +8,7 @@ one LiveMetrics (pages/ui/hub_reader.py); every number comes from the engines' e
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from itertools import repeat
 
@@ -116,6 +117,8 @@ class LiveMetrics(HubReader):
         self.pauses = Pauses()
         self.last_activity_s: float | None = None  # the run's latest arrival or end
         self._summary = None     # cached until the next event (or other SLOs)
+        self._summary_at = -math.inf  # when it was computed (time.monotonic)
+        self._changed = True     # events came since it was
         self._slos: dict[str, tuple] = {}
 
     def on_event(self, event) -> None:
@@ -141,7 +144,7 @@ class LiveMetrics(HubReader):
             self._active(ev.finish_s or ev.arrival_s)
 
     def _window(self, lane: str) -> _LaneWindow:
-        self._summary = None
+        self._changed = True
         return self.windows.setdefault(lane, _LaneWindow())
 
     def _active(self, t: float) -> None:
@@ -151,19 +154,23 @@ class LiveMetrics(HubReader):
         self.windows.clear()
         self.since_s, self.run_title, self.cleared = t, title, False
         self.last_activity_s, self._summary = None, None
+        self._changed = True
 
-    def summary(self, slos: dict[str, tuple] | None = None) -> dict[str, dict]:
+    def summary(self, slos: dict[str, tuple] | None = None, max_age_s: float = 0.0) -> dict[str, dict]:
         """Per lane, with each lane's latency SLOs (lane -> (TTFT, TPOT) seconds, None: none); recomputed
-        only after new events or other SLOs (a page refreshes it every second)."""
+        only after new events or other SLOs, and where events came since, not before it is max_age_s old (the
+        browser tabs that share it refresh it every second each: at a GPU's pace each would recompute it)."""
         slos = slos or {}
-        if self._summary is None or self._slos != slos:
+        stale = self._changed and time.monotonic() - self._summary_at >= max_age_s
+        if self._summary is None or stale or self._slos != slos:
             self._slos = dict(slos)
             self._summary = {s: w.summary(s, slos.get(s, (None, None))) for s, w in self.windows.items()}
+            self._summary_at, self._changed = time.monotonic(), False
         return self._summary
 
-    def ended(self, now_s: float) -> bool:
+    def ended(self, now_s: float, max_age_s: float = 0.0) -> bool:
         """Every lane has finished what it was sent and nothing new came for RUN_END_GRACE_S."""
-        s = self.summary(self._slos)
+        s = self.summary(self._slos, max_age_s)
         return (bool(s) and all(r["in_flight"] == 0 and r["completed"] > 0 for r in s.values())
                 and self.last_activity_s is not None and now_s - self.last_activity_s >= RUN_END_GRACE_S)
 

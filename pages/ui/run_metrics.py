@@ -14,6 +14,8 @@ from engine.serving.service import lane_dict
 
 from .hub_reader import shared_reader
 
+SUMMARY_AGE_S = 0.5
+
 
 @contextmanager
 def run_metrics(svc):
@@ -31,8 +33,9 @@ def lane_slos(svc) -> dict[str, tuple]:
 
 
 def run_summary(svc, m: LiveMetrics) -> dict[str, dict]:
-    """The run's metrics per lane, goodput under each lane's SLOs."""
-    return m.summary(lane_slos(svc))
+    """The run's metrics per lane, goodput under each lane's SLOs (at most SUMMARY_AGE_S old: however many
+    tabs show it, it is computed at most twice a second)."""
+    return m.summary(lane_slos(svc), SUMMARY_AGE_S)
 
 
 @contextmanager

@@ -100,3 +100,26 @@ def test_a_scenario_run_starts_the_cards_afresh_and_says_which(svc):
     cleared.consume(svc.hub)
     assert cleared.summary() == {} and cleared.run_title is None
     assert_all_free(svc)
+
+
+def test_a_summary_shared_by_tabs_is_recomputed_at_most_once_per_max_age(svc, monkeypatch):
+    """Every tab refreshes the cards each second: with max_age_s the summary of a stream still going is
+    recomputed once per max_age_s however many ask; other SLOs or max_age_s 0 recompute it at once."""
+    def one_more(prompt):
+        svc.submit(prompt, greedy(2), lanes=["continuous"])[0].result(30)
+        m.consume(svc.hub)
+
+    m, now = LiveMetrics(svc.clock(), cleared=True), [100.0]  # (this test's requests only)
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    one_more([5, 6, 7])
+    assert m.summary(max_age_s=0.5)["continuous"]["completed"] == 1
+    one_more([8, 9])
+    now[0] += 0.4
+    assert m.summary(max_age_s=0.5)["continuous"]["completed"] == 1  # events came, but it is 0.4 s old
+    now[0] += 0.1
+    assert m.summary(max_age_s=0.5)["continuous"]["completed"] == 2
+    one_more([10, 11])
+    assert m.summary({"continuous": (1.0, None)}, max_age_s=0.5)["continuous"]["completed"] == 3  # other SLOs
+    one_more([12, 13])
+    assert m.summary({"continuous": (1.0, None)})["continuous"]["completed"] == 4  # no max age
+    assert m.summary({"continuous": (1.0, None)}, max_age_s=0.5) is m.summary({"continuous": (1.0, None)})
