@@ -45,7 +45,7 @@ def thread_names(raw: str) -> dict[int, str]:
     """Thread id -> name from py-spy's raw output (a line a stack: `thread (id): name;frame;... count`)."""
     out = {}
     for line in raw.splitlines():
-        m = _THREAD.match(line.split(";", 1)[0])
+        m = _THREAD.match(line.rpartition(" ")[0].split(";", 1)[0])  # (a stack may be the thread's line alone)
         if m:
             out[int(m.group(1))] = m.group(2).strip()
     return out
@@ -57,13 +57,20 @@ def cpu_s(stat: str) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def share_of_core(first: dict[int, float], last: dict[int, float], total_s: float, names: dict[int, str],
+def start_ticks(stat: str) -> int:
+    """When the thread began (clock ticks since boot) from its /proc stat line: with its id, which thread this
+    is (an id can be reused once its thread has ended)."""
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def share_of_core(first: dict[tuple, float], last: dict[tuple, float], total_s: float, names: dict[int, str],
                   wall_s: float) -> dict[str, float]:
-    """Each group's CPU as a percent of one core; short-lived: what threads that began and ended between two
-    polls ran (the process's total less every polled thread's)."""
+    """Each group's CPU as a percent of one core (first, last: (thread id, start) -> CPU seconds at its first
+    and latest poll); short-lived: the process's total less every polled thread's, i.e. what threads ran
+    after their last poll, mostly threads that began and ended between two polls (a page's fragment rerun)."""
     used: Counter = Counter()
-    for tid, end in last.items():
-        used[group_of(names.get(tid))] += end - first.get(tid, 0.0)
+    for thread, end in last.items():
+        used[group_of(names.get(thread[0]))] += end - first.get(thread, 0.0)
     used["short-lived"] = max(0.0, total_s - sum(used.values()))
     return {g: 100 * used.get(g, 0.0) / max(wall_s, 1e-9) for g in GROUPS}
 
@@ -77,15 +84,15 @@ class ThreadSpy:
             raise SystemExit("--spy needs py-spy: pip install py-spy")
         self.pid = pid
         self._out = Path(tempfile.mkdtemp(prefix="thread-spy-")) / "raw.txt"
-        self._first: dict[int, float] = {}
-        self._last: dict[int, float] = {}
+        self._first: dict[tuple, float] = {}
+        self._last: dict[tuple, float] = {}
         self._halt = threading.Event()
         self._poller = threading.Thread(target=self._poll, daemon=True, name="thread-spy")
 
     def __enter__(self) -> ThreadSpy:
         self._proc = subprocess.Popen(
             ["py-spy", "record", "--pid", str(self.pid), "--nonblocking", "--threads", "--format", "raw",
-             "--rate", "20", "--output", str(self._out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             "--rate", "20", "--output", str(self._out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self._total0 = cpu_s(Path(f"/proc/{self.pid}/stat").read_text())
         self._t0 = time.monotonic()
         self._read_threads(at_start=True)
@@ -95,11 +102,12 @@ class ThreadSpy:
     def _read_threads(self, at_start: bool = False) -> None:
         for task in Path(f"/proc/{self.pid}/task").iterdir():
             try:
-                used = cpu_s((task / "stat").read_text())
+                stat = (task / "stat").read_text()
+                used, thread = cpu_s(stat), (int(task.name), start_ticks(stat))
             except (OSError, IndexError, ValueError):
                 continue  # (it ended)
-            self._first.setdefault(int(task.name), used if at_start else 0.0)  # (one born since: all of it)
-            self._last[int(task.name)] = used
+            self._first.setdefault(thread, used if at_start else 0.0)  # (one born since: all of it)
+            self._last[thread] = used
 
     def _poll(self) -> None:
         while not self._halt.wait(POLL_S):
@@ -113,10 +121,14 @@ class ThreadSpy:
         self.total_s = cpu_s(Path(f"/proc/{self.pid}/stat").read_text()) - self._total0
         self._proc.send_signal(signal.SIGINT)  # py-spy writes what it sampled and exits
         try:
-            self._proc.wait(30)
+            _, err = self._proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             self._proc.kill()
+            err = b"it did not exit within 30 s of SIGINT"
         self.names = thread_names(self._out.read_text()) if self._out.exists() else {}
+        if not self.names:  # every thread would count as torch's own
+            raise RuntimeError(f"py-spy named no thread of process {self.pid} (it needs to ptrace the app: root, "
+                               f"or kernel.yama.ptrace_scope 0): {err.decode(errors='replace')[-500:]}")
 
     def share_of_core(self) -> dict[str, float]:
         return share_of_core(self._first, self._last, self.total_s, self.names, self.wall_s)

@@ -144,7 +144,7 @@ def run_round(client, browser, url: str, n_tabs: int, args) -> dict:
     time.sleep(2)  # let the tabs settle (first draw, plotly load)
     cpu0 = browser_cpu_s()
     samples: list = []
-    with SocketMeter(client.ws_url) as meter, (ThreadSpy(app_pid()) if args.spy else nullcontext()) as spy:
+    with (ThreadSpy(app_pid()) if args.spy else nullcontext()) as spy, SocketMeter(client.ws_url) as meter:
         res = client.run_load(args.requests, args.max_tokens, on_tick=lambda: sample_tabs(pages, samples))
     res["socket"] = meter.figures()
     if spy is not None:

@@ -23,6 +23,7 @@ from .records import LaneRun, RequestLabel, RequestRecord, step_sample
 WINDOW_STEPS = 2000      # per lane
 WINDOW_REQUESTS = 500    # finished requests kept per lane
 RUN_END_GRACE_S = 3.0    # a run has ended once nothing is in flight and nothing arrived or ended for this long
+_clock = time.monotonic  # how old a summary is (tests set it)
 
 
 class _LaneWindow:
@@ -117,7 +118,7 @@ class LiveMetrics(HubReader):
         self.pauses = Pauses()
         self.last_activity_s: float | None = None  # the run's latest arrival or end
         self._summary = None     # cached until the next event (or other SLOs)
-        self._summary_at = -math.inf  # when it was computed (time.monotonic)
+        self._summary_at = -math.inf  # when it was computed (_clock)
         self._changed = True     # events came since it was
         self._slos: dict[str, tuple] = {}
 
@@ -161,11 +162,11 @@ class LiveMetrics(HubReader):
         only after new events or other SLOs, and where events came since, not before it is max_age_s old (the
         browser tabs that share it refresh it every second each: at a GPU's pace each would recompute it)."""
         slos = slos or {}
-        stale = self._changed and time.monotonic() - self._summary_at >= max_age_s
+        stale = self._changed and _clock() - self._summary_at >= max_age_s
         if self._summary is None or stale or self._slos != slos:
             self._slos = dict(slos)
             self._summary = {s: w.summary(s, slos.get(s, (None, None))) for s, w in self.windows.items()}
-            self._summary_at, self._changed = time.monotonic(), False
+            self._summary_at, self._changed = _clock(), False
         return self._summary
 
     def ended(self, now_s: float, max_age_s: float = 0.0) -> bool:

@@ -20,8 +20,8 @@ def fmt(v, unit="", scale=1.0, digits=1):
 
 @st.fragment(run_every=1.0)
 def metric_cards(svc, lanes: list[str]) -> None:
-    now = svc.clock()
     with run_metrics(svc) as m:  # (shared with the other sessions: copies out)
+        now = svc.clock()
         summary = {lane: dict(r) for lane, r in run_summary(svc, m).items()}
         label, title, ended, skipped = run_label(m, now), m.run_title, m.ended(now, SUMMARY_AGE_S), m.skipped
     shown = [s for s in lanes if s in summary] or list(summary)

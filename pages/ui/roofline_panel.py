@@ -16,17 +16,17 @@ LANE_COLORS = ("#38BDF8", "#FB923C", "#A3E635", "#F472B6")
 LOG_AXIS = {"type": "log", "dtick": 1, "tickformat": "~s"}
 
 
-def roofline_chart(window: RooflineWindow, peaks: dict, lanes: list[str]) -> go.Figure:
-    """Recent steps (FLOPs per byte, achieved FLOP/s) under the device's roof, each lane in its colour on
-    the playground (`lanes`: the service's lane order)."""
+def roofline_chart(steps: dict[str, list[dict]], peaks: dict, lanes: list[str]) -> go.Figure:
+    """Recent steps (lane -> RooflineWindow's steps: FLOPs per byte, achieved FLOP/s) under the device's roof,
+    each lane in its colour on the playground (`lanes`: the service's lane order)."""
     ridge = peaks["flops_per_s"] / peaks["bytes_per_s"]
     xs = [ridge / 100, ridge, ridge * 100]
     fig = go.Figure()
     fig.add_scatter(x=xs, y=[min(x * peaks["bytes_per_s"], peaks["flops_per_s"]) / 1e9 for x in xs],
                     mode="lines", name="roof", line={"color": "#9aa4b5", "dash": "dash"})
-    for lane, steps in window.steps.items():
+    for lane, points in steps.items():
         color = LANE_COLORS[lanes.index(lane) % len(LANE_COLORS)] if lane in lanes else "#9aa4b5"
-        fig.add_scatter(x=[s["intensity"] for s in steps], y=[s["flops_per_s"] / 1e9 for s in steps],
+        fig.add_scatter(x=[s["intensity"] for s in points], y=[s["flops_per_s"] / 1e9 for s in points],
                         mode="markers", name=lane, marker={"size": 5, "opacity": 0.6, "color": color})
     fig.update_layout(template="plotly_dark", height=380, margin={"t": 30, "b": 70, "l": 80},
                       xaxis={**LOG_AXIS, "title": {"text": "arithmetic intensity (FLOPs per byte moved)"}},
@@ -46,12 +46,11 @@ def roofline_section(svc) -> None:
         return
     summary = svc.workers[lane].roofline.summary()
     st.markdown(model_lines(summary))
-    with shared_reader("roofline_window", RooflineWindow, svc.hub) as window:
-        rows = window.table()
-        chart = roofline_chart(window, summary["peaks"], svc.lane_names) if rows and summary.get("peaks") else None
+    with shared_reader("roofline_window", RooflineWindow, svc.hub) as window:  # (copies out)
+        rows, steps = window.table(), {lane: list(d) for lane, d in window.steps.items()}
     if not rows:
         st.info("Per-iteration numbers appear with the first iteration.")
         return
     st.dataframe(rows, width="stretch", hide_index=True)
-    if chart is not None:
-        st.plotly_chart(chart, width="stretch")
+    if summary.get("peaks"):
+        st.plotly_chart(roofline_chart(steps, summary["peaks"], svc.lane_names), width="stretch")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import gc
 import re
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -267,11 +268,10 @@ def test_open_tabs_share_one_fold_of_each_event_and_a_cleared_tab_gets_its_own(s
     for key in ("metrics", "narrator"):
         assert tabs[2].session_state[key] is not tabs[0].session_state[key] is tabs[1].session_state[key]
     assert "Requests done" in "".join(m.value for m in tabs[0].markdown)  # the others' cards keep the run
-    from ui import hub_reader  # (the module the pages import)
-    held = len(hub_reader._SHARED)
+    cleared = [weakref.ref(tabs[2].session_state[key]) for key in ("metrics", "narrator")]
     del tabs[2]
     gc.collect()
-    assert len(hub_reader._SHARED) == held - 2  # the cleared tab's metrics and narration went with it
+    assert [ref() for ref in cleared] == [None, None]  # the cleared tab's metrics and narration went with it
 
 
 def test_clear_views_starts_the_cards_and_the_narration_afresh(svc):
@@ -433,13 +433,12 @@ def test_viewer_in_a_room_gets_no_controls_but_can_submit(svc, monkeypatch):
 def test_the_roofline_chart_colours_lanes_as_the_playground_and_labels_each_decade_once():
     """The KV page's roofline once drew lanes in plotly's colours, not the playground's, and its log axes read
     "2 / 1000 / 5". Its colours are the live view's palette by lane order, whatever order steps came in."""
-    from engine.telemetry.roofline_window import RooflineWindow
     from pages.ui.roofline_panel import LANE_COLORS, roofline_chart
     palette = re.search(r"const PALETTE = \[([^\]]+)\]", Path("assets/live/common.js").read_text()).group(1)
     assert list(LANE_COLORS) == re.findall(r'"(#[0-9A-Fa-f]{6})"', palette)[:4]
-    window = RooflineWindow()
-    window.steps = {"static": [{"intensity": 3.0, "flops_per_s": 2e10}], "continuous": [{"intensity": 9.0, "flops_per_s": 6e10}]}
-    fig = roofline_chart(window, {"flops_per_s": 1e12, "bytes_per_s": 1e11}, ["continuous", "static"])
+    steps = {"static": [{"intensity": 3.0, "flops_per_s": 2e10}],
+             "continuous": [{"intensity": 9.0, "flops_per_s": 6e10}]}
+    fig = roofline_chart(steps, {"flops_per_s": 1e12, "bytes_per_s": 1e11}, ["continuous", "static"])
     colors = {t.name: t.marker.color for t in fig.data if t.mode == "markers"}
     assert colors == {"continuous": LANE_COLORS[0], "static": LANE_COLORS[1]}
     assert fig.layout.xaxis.dtick == 1 and fig.layout.yaxis.dtick == 1

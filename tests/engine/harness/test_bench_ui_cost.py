@@ -29,14 +29,17 @@ def test_thread_spy_groups_each_threads_cpu_and_counts_threads_gone_between_poll
     raw = ("thread (11): inflight-continuous;Thread._bootstrap (threading.py:1002);step (e.py:3) 40\n"
            "thread (12): MainThread;run (a.py:1) 7\n"
            "thread (13): ScriptRunner.scriptThread;run (s.py:2) 3\n"
-           "thread (11): inflight-continuous;other (e.py:9) 1\n")
+           "thread (11): inflight-continuous;other (e.py:9) 1\n"
+           "thread (12): MainThread 2\n")  # (a stack of the thread's line alone)
     names = thread_names(raw)
     assert names == {11: "inflight-continuous", 12: "MainThread", 13: "ScriptRunner.scriptThread"}
-    first = {11: 10.0, 12: 1.0, 14: 3.0}  # 14: no Python thread (torch's pool); 13 began after the first poll
-    last = {11: 15.0, 12: 2.0, 13: 0.5, 14: 3.5}
-    pct = share_of_core(first, last, total_s=8.0, names=names, wall_s=10.0)
-    assert pct == {"engines": 50.0, "native": 5.0, "server": 10.0, "sessions": 5.0, "short-lived": 10.0,
-                   "other": 0.0}  # 8 s in all less the 7 polled: 1 s of threads that came and went unpolled
+    # (thread id, start) -> CPU s; 14: no Python thread (torch's pool); 13 began after the first poll, and
+    # so did a second thread 12 once the first had ended: each counted whole, not one less the other
+    first = {(11, 1): 10.0, (12, 1): 1.0, (14, 1): 3.0}
+    last = {(11, 1): 15.0, (12, 1): 2.0, (13, 5): 0.5, (14, 1): 3.5, (12, 7): 0.25}
+    pct = share_of_core(first, last, total_s=8.25, names=names, wall_s=10.0)
+    assert pct == {"engines": 50.0, "native": 5.0, "server": 12.5, "sessions": 5.0, "short-lived": 10.0,
+                   "other": 0.0}  # 8.25 s in all less the 7.25 polled: 1 s ran after threads' last polls
 
 
 def test_report_adds_the_app_threads_table_where_the_rounds_were_spied():

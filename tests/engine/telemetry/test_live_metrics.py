@@ -8,6 +8,7 @@ import pytest
 from engine_helpers import greedy
 from engine.events import StepMessage
 from service_helpers import assert_all_free, service_fixture
+from engine.telemetry import live_metrics
 from engine.telemetry.live_metrics import LiveMetrics, ratio
 
 
@@ -110,7 +111,7 @@ def test_a_summary_shared_by_tabs_is_recomputed_at_most_once_per_max_age(svc, mo
         m.consume(svc.hub)
 
     m, now = LiveMetrics(svc.clock(), cleared=True), [100.0]  # (this test's requests only)
-    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(live_metrics, "_clock", lambda: now[0])
     one_more([5, 6, 7])
     assert m.summary(max_age_s=0.5)["continuous"]["completed"] == 1
     one_more([8, 9])
