@@ -15,6 +15,7 @@ from .lane_state import LaneState, Req
 
 LONG_PREFILL = 256  # tokens: a prompt long enough that how it is prefilled is worth a sentence
 LONG_WAIT_S = 5.0   # a lane that only waits (a static batch filling up) this long is worth a sentence
+JUMP_POLICIES = ("sjf", "fair", "priority", "slo")  # the policies whose order a sentence can explain
 SPEC_NOTABLE = 2    # accepted drafts: a row that gains this many tokens more than one in a step is worth a sentence
 (PREEMPTED, RECOMPUTE, SWAPPED_IN, JUMP, PREFIX_HIT, CHUNKED, WHOLE_PREFILL, HANDED_OFF, SLOT_REUSE, PADDING_ROWS,
  LONG_WAIT, JOINED, SPECULATED) = range(13)
@@ -39,10 +40,10 @@ def ids(rids) -> str:
 def step_candidates(ev, st: LaneState) -> list[Candidate]:
     out = [*_preempted(ev, st), *_swapped_in(ev, st), *_jumps(ev, st), *_slots(ev, st), *_padding(ev, st),
            *_speculated(ev, st), *_handed_off(ev, st)]
-    decoding = len(_decoding(ev))
-    for e in ev.entries:
-        if e.phase == PREFILL and st.known(e.request_id) is not None:
-            out += _prefill(ev, e, st, decoding)
+    prefills = [e for e in ev.entries if e.phase == PREFILL and st.known(e.request_id) is not None]
+    decoding = len(_decoding(ev)) if prefills else 0
+    for e in prefills:
+        out += _prefill(ev, e, st, decoding)
     return [c for c in out if (c.kind, c.request_id) not in st.told]
 
 
@@ -129,13 +130,17 @@ def _recompute(ev, e, st: LaneState) -> list[Candidate]:
 
 # ---- who goes first --------------------------------------------------------------------------
 def _jumps(ev, st: LaneState) -> list[Candidate]:
-    """An admitted request that started ahead of one that arrived earlier and has not started yet."""
+    """An admitted request that started ahead of one that arrived earlier and has not started yet (under a
+    policy that gives a reason for it: first come, first served never does)."""
+    if st.policy not in JUMP_POLICIES or not ev.admitted:
+        return []
+    skip = {*ev.admitted, *st.preempted, *ev.finished}
+    still = [w for w in st.waiting.values() if w.request_id not in skip]  # (once a step: 1,000 may wait)
     for rid in ev.admitted:
         req = st.waiting.get(rid)
         if req is None or rid in st.preempted:
             continue
-        passed = [w for w in st.waiting.values() if w.arrival_s < req.arrival_s and w.request_id not in ev.admitted
-                  and w.request_id not in st.preempted and w.request_id not in ev.finished]
+        passed = [w for w in still if w.arrival_s < req.arrival_s]
         why = passed and (_late(passed, st, ev.t_start) if st.policy == "slo" else _why(req, passed[0], st.policy))
         if why:
             return [Candidate(JUMP, "jump", rid, f"#{rid} started ahead of {_passed(passed)}: {why}")]
@@ -222,7 +227,7 @@ def _freed(ev, st: LaneState) -> list[int]:
 
 def _padding(ev, st: LaneState) -> list[Candidate]:
     # static/dynamic: finished rows stay in the launched batch and are still computed
-    if st.strategy == "continuous":
+    if st.strategy == "continuous" or not st.ended:  # (padding that is said: an ended request's row)
         return []
     phases: dict[int, set[str]] = {}
     for e in ev.entries:
