@@ -116,16 +116,25 @@ def _toggle(svc) -> None:
         loadgen.start(svc, *_settings())
 
 
-@st.fragment(run_every=1.0)
 def _generator_status() -> None:
-    """What the generator (running or last run) has sent, and why its refusals were refused."""
+    """What the generator (running or last run) has sent, and why its refusals were refused; refreshed every
+    second only while one runs (every open tab, a room's phones too, reran it each second for nothing), then
+    drawn once more whole."""
     gen = loadgen.latest()
-    if gen is None:
-        return
-    # stopping: told to stop, a submission still under way (it may still count)
-    state = "running" if gen is loadgen.running() else "stopping" if gen.is_alive() else "stopped"
-    line = f"Generator {state}: {gen.submitted} sent"
-    if gen.refused:
-        st.warning(f"{line}, {gen.refused} refused. Last refusal: {gen.errors[-1]}")
-    else:
-        st.caption(line)
+    polling = gen is not None and gen.is_alive()
+
+    @st.fragment(run_every=1.0 if polling else None)
+    def status() -> None:
+        gen = loadgen.latest()
+        if gen is None:
+            return
+        # stopping: told to stop, a submission still under way (it may still count)
+        state = "running" if gen is loadgen.running() else "stopping" if gen.is_alive() else "stopped"
+        line = f"Generator {state}: {gen.submitted} sent"
+        if gen.refused:
+            st.warning(f"{line}, {gen.refused} refused. Last refusal: {gen.errors[-1]}")
+        else:
+            st.caption(line)
+        if polling and not gen.is_alive():
+            st.rerun()  # (its last count; the page's next run does not poll)
+    status()
