@@ -14,6 +14,7 @@ from engine.workshop.prompts import load_prompts
 from .scenario_button import scenario_button
 
 PROMPT_PLACEHOLDER = "Type a prompt; it goes to every lane shown"
+IDLE_POLL_S = 5.0  # how soon a tab shows a generator another tab started
 
 
 @st.cache_data
@@ -117,24 +118,24 @@ def _toggle(svc) -> None:
 
 
 def _generator_status() -> None:
-    """What the generator (running or last run) has sent, and why its refusals were refused; refreshed every
-    second only while one runs (every open tab, a room's phones too, reran it each second for nothing), then
-    drawn once more whole."""
+    """What the generator (running or last run) has sent, and why its refusals were refused: refreshed every
+    second while one runs, every IDLE_POLL_S while none does (every open tab shows it, a room's phones too: each
+    reran it every second for nothing). A generator started or stopped, here or from another tab, reruns the
+    page at the other pace."""
     gen = loadgen.latest()
     polling = gen is not None and gen.is_alive()
 
-    @st.fragment(run_every=1.0 if polling else None)
+    @st.fragment(run_every=1.0 if polling else IDLE_POLL_S)
     def status() -> None:
         gen = loadgen.latest()
-        if gen is None:
-            return
-        # stopping: told to stop, a submission still under way (it may still count)
-        state = "running" if gen is loadgen.running() else "stopping" if gen.is_alive() else "stopped"
-        line = f"Generator {state}: {gen.submitted} sent"
-        if gen.refused:
-            st.warning(f"{line}, {gen.refused} refused. Last refusal: {gen.errors[-1]}")
-        else:
-            st.caption(line)
-        if polling and not gen.is_alive():
-            st.rerun()  # (its last count; the page's next run does not poll)
+        if gen is not None:
+            # stopping: told to stop, a submission still under way (it may still count)
+            state = "running" if gen is loadgen.running() else "stopping" if gen.is_alive() else "stopped"
+            line = f"Generator {state}: {gen.submitted} sent"
+            if gen.refused:
+                st.warning(f"{line}, {gen.refused} refused. Last refusal: {gen.errors[-1]}")
+            else:
+                st.caption(line)
+        if (gen is not None and gen.is_alive()) != polling:
+            st.rerun()  # (the page's next run polls at the other pace; a stopped one's last count drawn whole)
     status()

@@ -294,14 +294,18 @@ def _normal_layout(page) -> None:
 
 def test_one_click_stops_the_load_generator(page, server):
     """While requests flow and the page reruns, one click on Stop stops the generator: nothing is sent
-    after it, and the button says Start again."""
+    after it, and the button says Start again. Another tab, drawn while none ran, shows it start and stop."""
     _normal_layout(page)
+    other = page.context.browser.new_page(viewport={"width": 1600, "height": 1400})
+    other.goto(server, wait_until="domcontentloaded")
+    expect(other.get_by_text("Load generator", exact=False).first).to_be_visible(timeout=60_000)
     rate = page.locator('[data-testid="stSlider"]', has_text="Arrival rate").get_by_role("slider")
     rate.focus()
     page.keyboard.press("End")  # 8 requests/s
     expect(rate).to_have_value("8", timeout=10_000)
     page.get_by_role("button", name="Start generator").click()
     expect(page.get_by_text(re.compile(r"Generator running: ([3-9]|\d\d+) sent"))).to_be_visible(timeout=30_000)
+    expect(other.get_by_text(re.compile(r"Generator running: \d+ sent"))).to_be_visible(timeout=15_000)
     page.get_by_role("button", name="Stop generator").click()
     expect(page.get_by_role("button", name="Start generator")).to_be_visible(timeout=10_000)
     stopped = page.get_by_text(re.compile(r"Generator stopped: \d+ sent"))  # not "stopping": all counted
@@ -309,4 +313,6 @@ def test_one_click_stops_the_load_generator(page, server):
     sent = stopped.text_content()
     time.sleep(2.5)
     expect(stopped).to_have_text(sent)  # nothing sent since the click
+    expect(other.get_by_text(sent)).to_be_visible(timeout=15_000)  # the other tab's last count, the same
+    other.close()
     no_exception(page)
