@@ -51,16 +51,21 @@ def thread_names(raw: str) -> dict[int, str]:
     return out
 
 
+def stat_fields(stat: str) -> list[str]:
+    """A /proc stat line's fields after the command's name (which may hold spaces): [0] state, [1] parent."""
+    return stat.rsplit(")", 1)[1].split()
+
+
 def cpu_s(stat: str) -> float:
     """user + system seconds from a /proc stat line."""
-    fields = stat.rsplit(")", 1)[1].split()
+    fields = stat_fields(stat)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start_ticks(stat: str) -> int:
     """When the thread began (clock ticks since boot) from its /proc stat line: with its id, which thread this
     is (an id can be reused once its thread has ended)."""
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    return int(stat_fields(stat)[19])
 
 
 def share_of_core(first: dict[tuple, float], last: dict[tuple, float], total_s: float, names: dict[int, str],

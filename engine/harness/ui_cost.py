@@ -35,7 +35,7 @@ from .app_process import CHROMIUM_ARGS, cpu_set, on_cpus, running_app
 from .engine_client import EngineClient, p50
 from .gpu_pace import SocketMeter, app_env, check_full_batches
 from .page_state import wait_on_page
-from .thread_spy import GROUPS, ThreadSpy
+from .thread_spy import GROUPS, ThreadSpy, cpu_s, stat_fields
 
 
 def parse_args(argv=None):
@@ -95,18 +95,17 @@ def browser_cpu_s() -> float:
     """CPU seconds used so far by the chromium processes this benchmark started (Linux /proc)."""
     if not Path("/proc").exists():
         return 0.0
-    tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for p in Path("/proc").iterdir():
         if not p.name.isdigit():
             continue
         try:
             exe = (p / "cmdline").read_bytes().split(b"\0")[0]
-            fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            stat = (p / "stat").read_text()
+        except OSError:
             continue
-        if b"chrom" in exe and _descends_from_me(int(fields[1])):
-            total += (int(fields[11]) + int(fields[12])) / tick
+        if b"chrom" in exe and _descends_from_me(int(stat_fields(stat)[1])):
+            total += cpu_s(stat)
     return total
 
 
@@ -115,7 +114,7 @@ def app_pid() -> int:
     for p in Path("/proc").iterdir():
         try:
             cmd = (p / "cmdline").read_bytes()
-            parent = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            parent = int(stat_fields((p / "stat").read_text())[1])
         except (OSError, IndexError, ValueError):
             continue
         if parent == os.getpid() and b"streamlit" in cmd and b"app.py" in cmd:
@@ -131,7 +130,7 @@ def _descends_from_me(pid: int) -> bool:
         if pid <= 1:
             return False
         try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            pid = int(stat_fields(Path(f"/proc/{pid}/stat").read_text())[1])
         except (OSError, IndexError, ValueError):
             return False
     return False

@@ -117,7 +117,7 @@ class LiveMetrics(HubReader):
         self.run_title: str | None = None  # the scenario whose run this is (None: no scenario ran since)
         self.pauses = Pauses()
         self.last_activity_s: float | None = None  # the run's latest arrival or end
-        self._summary = None     # cached until the next event (or other SLOs)
+        self._summary = None     # cached (summary() says until when)
         self._summary_at = -math.inf  # when it was computed (_clock)
         self._changed = True     # events came since it was
         self._slos: dict[str, tuple] = {}
@@ -155,7 +155,6 @@ class LiveMetrics(HubReader):
         self.windows.clear()
         self.since_s, self.run_title, self.cleared = t, title, False
         self.last_activity_s, self._summary = None, None
-        self._changed = True
 
     def summary(self, slos: dict[str, tuple] | None = None, max_age_s: float = 0.0) -> dict[str, dict]:
         """Per lane, with each lane's latency SLOs (lane -> (TTFT, TPOT) seconds, None: none); recomputed
@@ -169,9 +168,9 @@ class LiveMetrics(HubReader):
             self._summary_at, self._changed = _clock(), False
         return self._summary
 
-    def ended(self, now_s: float, max_age_s: float = 0.0) -> bool:
+    def ended(self, now_s: float) -> bool:
         """Every lane has finished what it was sent and nothing new came for RUN_END_GRACE_S."""
-        s = self.summary(self._slos, max_age_s)
+        s = self.summary(self._slos)
         return (bool(s) and all(r["in_flight"] == 0 and r["completed"] > 0 for r in s.values())
                 and self.last_activity_s is not None and now_s - self.last_activity_s >= RUN_END_GRACE_S)
 

@@ -11,7 +11,7 @@ from engine.workshop.scenarios.headline import METRICS, drift_warning, run_headl
 
 from .cards import Card, show_cards
 from .price import current as current_price
-from .run_metrics import SUMMARY_AGE_S, run_label, run_metrics, run_summary
+from .run_metrics import run_label, run_metrics, run_summary
 
 
 def fmt(v, unit="", scale=1.0, digits=1):
@@ -23,7 +23,7 @@ def metric_cards(svc, lanes: list[str]) -> None:
     with run_metrics(svc) as m:  # (shared with the other sessions: copies out)
         now = svc.clock()
         summary = {lane: dict(r) for lane, r in run_summary(svc, m).items()}
-        label, title, ended, skipped = run_label(m, now), m.run_title, m.ended(now, SUMMARY_AGE_S), m.skipped
+        label, title, ended, skipped = run_label(m, now), m.run_title, m.ended(now), m.skipped
     shown = [s for s in lanes if s in summary] or list(summary)
     st.caption(label)
     if not shown:

@@ -3,8 +3,6 @@ and the narration: one of each for every session that shows the same run (pages/
 views starts this session's own run and narration from now."""
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import streamlit as st
 
 from engine.telemetry.live_metrics import LiveMetrics
@@ -17,13 +15,10 @@ from .hub_reader import shared_reader
 SUMMARY_AGE_S = 0.5
 
 
-@contextmanager
 def run_metrics(svc):
-    """The run's LiveMetrics, caught up and held for the block (read it there only)."""
+    """The run's LiveMetrics, caught up and held for a `with` block (read it there only)."""
     since = st.session_state.get("clear_after_s")
-    with shared_reader("metrics", lambda: LiveMetrics(since or 0.0, cleared=since is not None), svc.hub,
-                       since) as metrics:
-        yield metrics
+    return shared_reader("metrics", lambda: LiveMetrics(since or 0.0, cleared=since is not None), svc.hub, since)
 
 
 def lane_slos(svc) -> dict[str, tuple]:
@@ -38,14 +33,12 @@ def run_summary(svc, m: LiveMetrics) -> dict[str, dict]:
     return m.summary(lane_slos(svc), SUMMARY_AGE_S)
 
 
-@contextmanager
 def narrator(svc):
-    """The narrator, caught up with the hub and held for the block (it knows the lanes' settings even when
+    """The narrator, caught up with the hub and held for a `with` block (it knows the lanes' settings even when
     their `lanes` event has left the hub); after Clear views, one that reads from the hub's head then."""
     since = st.session_state.get("clear_after_s")
     cursor = 0 if since is None else svc.hub.head
-    with shared_reader("narrator", lambda: Narrator(lanes=_lanes(svc), cursor=cursor), svc.hub, since) as told:
-        yield told
+    return shared_reader("narrator", lambda: Narrator(lanes=_lanes(svc), cursor=cursor), svc.hub, since)
 
 
 def clear_views(svc) -> None:
