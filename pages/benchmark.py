@@ -16,6 +16,7 @@ from engine.bench.report import write_csv
 from engine.bench.workloads import PRESETS
 from engine.serving.registry import get_service
 from ui import price
+from ui.polled import polled
 from ui.role import VIEWER_NOTE, is_presenter
 
 svc = get_service()
@@ -58,7 +59,7 @@ if submitted:
         st.error(str(e))
 
 
-@st.fragment(run_every=1.0)
+@polled(1.0)
 def progress_panel() -> None:
     j = bench_job.current()
     if j is None:

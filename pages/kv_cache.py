@@ -8,6 +8,7 @@ import streamlit as st
 from engine.telemetry.kv_stats import KVStats
 from engine.serving.registry import get_service
 from ui.live_view import live_view
+from ui.polled import polled
 from ui.hub_reader import shared_reader
 from ui.roofline_panel import roofline_section
 from engine.untrusted import is_number
@@ -32,7 +33,7 @@ else:
     st.info("Every lane is a remote server, and a remote server does not expose its KV blocks.")
 
 
-@st.fragment(run_every=1.0)
+@polled(1.0)
 def fragmentation(lane: str, selected: int | None) -> None:
     with shared_reader("kv_stats", KVStats, svc.hub) as stats:  # (shared with the other sessions: read here)
         rows = stats.table()
@@ -72,4 +73,4 @@ def block_table(rid: int, blocks: list[dict]) -> None:
 
 if lane is not None:
     fragmentation(lane, selected)
-st.fragment(run_every=2.0)(roofline_section)(svc)
+polled(2.0)(roofline_section)(svc)

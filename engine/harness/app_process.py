@@ -51,13 +51,14 @@ def on_cpus(cpus: str | None):
 
 
 @contextmanager
-def running_app(port: int, env: dict | None = None, log=None, timeout: float = 300, cpus: set[int] | None = None):
-    """Start the app on 127.0.0.1:port (on the given CPUs only, if any), wait until it answers,
-    yield its URL, stop it."""
+def running_app(port: int, env: dict | None = None, log=None, timeout: float = 300, cpus: set[int] | None = None,
+                script: str = "app.py", flags: tuple[str, ...] = ()):
+    """Start the app (or another Streamlit script, relative to the repository, with more of Streamlit's
+    flags) on 127.0.0.1:port (on the given CPUs only, if any), wait until it answers, yield its URL, stop it."""
     out = log if log is not None else subprocess.DEVNULL
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-                             "--server.port", str(port)], cwd=REPO, env=env, stdout=out,
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", script, "--server.headless", "true",
+                             "--server.port", str(port), *flags], cwd=REPO, env=env, stdout=out,
                             stderr=subprocess.STDOUT if log is not None else subprocess.DEVNULL, preexec_fn=pin)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -11,6 +11,7 @@ from engine import SamplingParams
 from engine.workshop import loadgen
 from engine.workshop.prompts import load_prompts
 
+from .polled import polled
 from .scenario_button import scenario_button
 
 PROMPT_PLACEHOLDER = "Type a prompt; it goes to every lane shown"
@@ -125,7 +126,7 @@ def _generator_status() -> None:
     gen = loadgen.latest()
     polling = gen is not None and gen.is_alive()
 
-    @st.fragment(run_every=1.0 if polling else IDLE_POLL_S)
+    @polled(1.0 if polling else IDLE_POLL_S)
     def status() -> None:
         gen = loadgen.latest()
         if gen is not None:

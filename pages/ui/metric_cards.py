@@ -10,6 +10,7 @@ from engine.workshop.scenarios.catalog import running_scenario
 from engine.workshop.scenarios.headline import METRICS, drift_warning, run_headline, values
 
 from .cards import Card, show_cards
+from .polled import polled
 from .price import current as current_price
 from .run_metrics import run_label, run_metrics, run_summary
 
@@ -18,7 +19,7 @@ def fmt(v, unit="", scale=1.0, digits=1):
     return "–" if v is None else f"{v * scale:.{digits}f}{unit}"
 
 
-@st.fragment(run_every=1.0)
+@polled(1.0)
 def metric_cards(svc, lanes: list[str]) -> None:
     with run_metrics(svc) as m:  # (shared with the other sessions: copies out)
         now = svc.clock()

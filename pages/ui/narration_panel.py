@@ -10,6 +10,7 @@ from engine.workshop.scenarios.catalog import running_scenario
 from engine.workshop.scenarios.headline import METRICS
 from engine.untrusted import markdown_text
 
+from .polled import polled
 from .run_metrics import headline_line, narrator, run_metrics
 
 SHOWN = 6
@@ -34,7 +35,7 @@ def _what_to_watch(svc, scenario, compact: bool) -> None:
         st.info(f"**What to watch: {markdown_text(number)}**\n\n{markdown_text(scenario.watch)}", icon=":material/visibility:")
 
 
-@st.fragment(run_every=1.0)
+@polled(1.0)
 def narration(svc, large: bool = False, compact: bool = False) -> None:
     """compact (a projector, above the views): "What to watch" in one line, and the latest sentences."""
     scenario = running_scenario(svc.wanted_lanes, svc.cfg)

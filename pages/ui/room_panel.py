@@ -11,6 +11,8 @@ from streamlit import config
 from engine.room.access import is_loopback
 from engine.api.join_link import join_url
 
+from .polled import polled
+
 COUNT_REFRESH_S = 2.0
 
 
@@ -35,7 +37,7 @@ def room_join_panel(svc) -> None:
         _counts(svc)
 
 
-@st.fragment(run_every=COUNT_REFRESH_S)
+@polled(COUNT_REFRESH_S)
 def _counts(svc) -> None:
     room = svc.participants.summary()
     n = room["participants"]

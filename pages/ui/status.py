@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from .polled import polled
+
 
 def _settling(engines: dict) -> bool:
     return any((not e["ready"] and not e["error"]) or e["reconfiguring"] for e in engines.values())
@@ -13,7 +15,7 @@ def loading_banner(svc) -> None:
     settled page and the poll stops."""
     polling = _settling(svc.status()["engines"])
 
-    @st.fragment(run_every=1.0 if polling else None)
+    @polled(1.0 if polling else None)
     def banner():
         engines = svc.status()["engines"]
         for s, e in engines.items():

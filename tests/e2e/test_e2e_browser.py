@@ -281,6 +281,7 @@ def test_presentation_mode_makes_the_metric_cards_larger(page, server):
 def _normal_layout(page) -> None:
     """Out of presentation mode (the sidebar shows); a click made while the page reruns may be lost."""
     sidebar = page.locator('section[data-testid="stSidebar"]')
+    expect(page.get_by_text("Presentation mode", exact=True).first).to_be_visible(timeout=60_000)  # drawn
     for _ in range(3):
         if sidebar.is_visible():
             return
