@@ -14,7 +14,7 @@ from browser_helpers import CHROMIUM, require_browser
 from service_helpers import free_port
 
 sync_playwright, expect = require_browser()
-ROUNDS = 10
+ROUNDS = 6
 
 
 @pytest.fixture(scope="module")
