@@ -63,6 +63,7 @@ if submitted:
 def progress_panel() -> None:
     j = bench_job.current()
     if j is None:
+        st.caption("No benchmark is running.")  # (a line, not an empty fragment's gap)
         return
     if j.is_alive():
         p = j.progress

@@ -1,4 +1,4 @@
-"""`streamlit run app.py` as a child process, for measurements and browser tests."""
+"""`streamlit run app.py` (or another Streamlit script) as a child process, for measurements and browser tests."""
 from __future__ import annotations
 
 import os

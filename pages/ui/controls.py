@@ -129,7 +129,9 @@ def _generator_status() -> None:
     @polled(1.0 if polling else IDLE_POLL_S)
     def status() -> None:
         gen = loadgen.latest()
-        if gen is not None:
+        if gen is None:
+            st.caption("No generator has run yet.")  # (a line, not an empty fragment's gap)
+        else:
             # stopping: told to stop, a submission still under way (it may still count)
             state = "running" if gen is loadgen.running() else "stopping" if gen.is_alive() else "stopped"
             line = f"Generator {state}: {gen.submitted} sent"

@@ -1,7 +1,7 @@
 """A page made to meet Streamlit's race between a full run and the fragment runs queued behind it (see
-pages/ui/polled.py): one timed fragment asks for a full run while the other's timer fires, the server's
-event loop is held up as that full run ends (as the engines' threads hold it up under load), and a line of
-text follows both fragments. test_polled.py drives it in a browser."""
+pages/ui/polled.py): a click makes the first fragment (drawn inline in the full run the click starts) wait
+while the second one's timer fires, then ask for another full run with st.rerun(); a line of text follows both
+fragments. test_polled.py drives it in a browser."""
 import sys
 import time
 from pathlib import Path

@@ -1,7 +1,9 @@
 """Timed fragments keep their place on the page when a full run and their queued runs meet (the race
-pages/ui/polled.py works around): the text after them stays, they keep drawing, and the tab never goes
-blank. Streamlit's collection after each run (off in the app's config, on here) makes the race likely: with
-bare st.fragment the line after them vanished in 12 of 16 rounds, with polled in none (2-core AMD EPYC)."""
+pages/ui/polled.py works around): the line after them stays and they keep drawing. Streamlit's collection
+after each run (off in the app's config, on here) makes the race likely: with bare st.fragment the line after
+them vanished in 12 of 16 rounds (two runs of eight, 2-core AMD EPYC), and this test failed in 4 of 4 runs;
+with polled, never. (In the app the next fragment's elements then also ran past the page's end: "Bad delta
+path index", a blank tab; here a page error fails the test too.)"""
 from __future__ import annotations
 
 import os
