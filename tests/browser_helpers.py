@@ -22,3 +22,17 @@ def require_browser():
             raise RuntimeError("the browser tests need playwright and Debian's chromium (.ci/run installs both)")
         pytest.skip("needs playwright and chromium (apt-get install chromium)", allow_module_level=True)
     return sync_playwright, expect
+
+
+def watch_errors(page):
+    """The page, keeping in page.errors every uncaught error its scripts throw from now on: a frontend that
+    threw may be a blank tab (Streamlit's threw on an element it could not place: pages/ui/polled.py)."""
+    page.errors = []
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    return page
+
+
+def no_exception(page) -> None:
+    """Streamlit shows no exception on the page, and none of its scripts threw (where watch_errors watches)."""
+    assert page.locator('[data-testid="stException"]').count() == 0, "Streamlit shows an exception"
+    assert not getattr(page, "errors", []), f"the page's scripts threw: {page.errors[:3]}"

@@ -15,7 +15,7 @@ import pytest
 from websockets.sync.client import connect
 
 from engine.harness.app_process import CHROMIUM_ARGS, running_app
-from browser_helpers import CHROMIUM, require_browser
+from browser_helpers import CHROMIUM, no_exception, require_browser, watch_errors
 from service_helpers import free_port
 from repo_paths import ROOT
 
@@ -39,7 +39,7 @@ def server(tiny_model_dirs):
 def page(server):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        pg = browser.new_page(viewport={"width": 1600, "height": 1400})
+        pg = watch_errors(browser.new_page(viewport={"width": 1600, "height": 1400}))
         pg.dialogs = []
         pg.on("dialog", lambda d: (pg.dialogs.append(d.message), d.dismiss()))
         pg.goto(server, wait_until="domcontentloaded")
@@ -59,10 +59,6 @@ FIRST_BAR_CENTER = """() => { const root = document.querySelector('.ifl-root');
 
 def shot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-
-
-def no_exception(page) -> None:
-    assert page.locator('[data-testid="stException"]').count() == 0, "Streamlit shows an exception"
 
 
 def submit_prompt(page, text: str, card_text: str):
@@ -297,7 +293,7 @@ def test_one_click_stops_the_load_generator(page, server):
     """While requests flow and the page reruns, one click on Stop stops the generator: nothing is sent
     after it, and the button says Start again. Another tab, drawn while none ran, shows it start and stop."""
     _normal_layout(page)
-    other = page.context.browser.new_page(viewport={"width": 1600, "height": 1400})
+    other = watch_errors(page.context.browser.new_page(viewport={"width": 1600, "height": 1400}))
     other.goto(server, wait_until="domcontentloaded")
     expect(other.get_by_text("Load generator", exact=False).first).to_be_visible(timeout=60_000)
     rate = page.locator('[data-testid="stSlider"]', has_text="Arrival rate").get_by_role("slider")
@@ -315,5 +311,6 @@ def test_one_click_stops_the_load_generator(page, server):
     time.sleep(2.5)
     expect(stopped).to_have_text(sent)  # nothing sent since the click
     expect(other.get_by_text(sent)).to_be_visible(timeout=15_000)  # the other tab's last count, the same
+    no_exception(other)
     other.close()
     no_exception(page)

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from browser_helpers import CHROMIUM, require_browser
+from browser_helpers import CHROMIUM, no_exception, require_browser, watch_errors
 from engine.harness.app_process import CHROMIUM_ARGS, running_app
 from engine.workshop.scenarios.catalog import shipped
 from service_helpers import free_port
@@ -63,14 +63,10 @@ def command(url: str, msg: dict) -> dict:
 
 
 def open_page(browser, url: str, width: int = 1600, height: int = 1200):
-    page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+    page = watch_errors(browser.new_context(viewport={"width": width, "height": height}).new_page())
     page.goto(url, wait_until="domcontentloaded")
     expect(page.locator(".ifl-conn")).to_have_attribute("data-kind", "live", timeout=90_000)
     return page
-
-
-def no_exception(page) -> None:
-    assert page.locator('[data-testid="stException"]').count() == 0, "Streamlit shows an exception"
 
 
 def test_a_lone_prompt_on_static_says_what_it_waits_for_and_the_presenter_launches_it(browser, server):

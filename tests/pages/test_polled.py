@@ -12,7 +12,7 @@ import time
 import pytest
 
 from engine.harness.app_process import CHROMIUM_ARGS, running_app
-from browser_helpers import CHROMIUM, require_browser
+from browser_helpers import CHROMIUM, no_exception, require_browser, watch_errors
 from service_helpers import free_port
 
 sync_playwright, expect = require_browser()
@@ -25,9 +25,7 @@ def page():
                      flags=("--runner.postScriptGC", "true")) as url, \
             sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        pg = browser.new_page()
-        pg.errors = []
-        pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+        pg = watch_errors(browser.new_page())
         pg.goto(url, wait_until="domcontentloaded")
         yield pg
         browser.close()
@@ -36,12 +34,12 @@ def page():
 def test_a_full_run_with_fragment_runs_queued_behind_it_moves_nothing(page):
     line = page.get_by_text("The line after the fragments")
     expect(line).to_be_visible(timeout=30_000)
-    for round_ in range(ROUNDS):
+    for _ in range(ROUNDS):
         page.get_by_role("button", name="Ask for a full run").click()
         time.sleep(1.5)  # the full run, and the fragment runs queued behind it
         expect(line).to_have_count(1)
         expect(line).to_be_visible()
         expect(page.get_by_text("asker")).to_have_count(1)
-        assert not page.errors, (round_, page.errors)
+        no_exception(page)
     before = page.get_by_text("tick").text_content()
     expect(page.get_by_text("tick")).not_to_have_text(before, timeout=5_000)  # the timer still draws
