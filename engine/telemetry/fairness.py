@@ -69,15 +69,20 @@ def inside(t: float, window: list[Interval]) -> bool:
 
 
 def tenant_service(records: list[RequestRecord], steps: list[StepSample], tenant_of: dict[int, str]) -> dict:
-    """{"tenants": {name: {requests, tokens_served, backlogged_rate}}, "backlogged_s", "jain_index"}."""
+    """{"tenants": {name: {requests, tokens_served, backlogged_rate}}, "backlogged_s", "jain_index"}. Over the
+    requests `records` holds: tokens a step served another (in a live window, a request still running) are
+    not counted."""
     window = backlogged_window(records, tenant_of)
     length = sum(b - a for a, b in window)
     names = list(dict.fromkeys(tenant_of[r.index] for r in records))
     total = dict.fromkeys(names, 0)
     in_window = dict.fromkeys(names, 0)
+    counted = {r.index for r in records}
     for s in steps:
         hit = inside(s.t_end, window)
         for index, n in (s.served or {}).items():
+            if index not in counted:
+                continue
             total[tenant_of[index]] += n
             if hit:
                 in_window[tenant_of[index]] += n

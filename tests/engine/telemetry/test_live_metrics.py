@@ -124,3 +124,28 @@ def test_a_summary_shared_by_tabs_is_recomputed_at_most_once_per_max_age(svc, mo
     one_more([12, 13])
     assert m.summary({"continuous": (1.0, None)})["continuous"]["completed"] == 4  # no max age
     assert m.summary({"continuous": (1.0, None)}, max_age_s=0.5) is m.summary({"continuous": (1.0, None)})
+
+
+def test_a_tenants_request_still_running_leaves_the_cards_whole(svc):
+    """A room's phone sends a second prompt after its first finished: per-tenant service counts the finished
+    requests, and the steps that served the running one (no record yet) are left out, not a KeyError that
+    broke the cards and "What to watch" on the projector (seen in a browser test)."""
+    since = svc.clock()  # (this test's requests only: the module's others name no tenant)
+    svc.submit([5, 6], greedy(2), lanes=["continuous"], tenant="a")[0].result(30)
+    running = svc.submit([7, 8], greedy(100), lanes=["continuous"], tenant="b")[0]
+    deadline = time.monotonic() + 30
+    while True:  # until a step has served it, while it runs
+        m = LiveMetrics(since)
+        m.consume(svc.hub)
+        if any(running.request_id in s.served for s in m.windows["continuous"].steps if s.served):
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    summary = m.summary()["continuous"]
+    assert summary["in_flight"] == 1 and list(summary["tenants"]) == ["a"]
+    assert summary["tenants"]["a"]["tokens_served"] == 2 + 1  # its prompt, then its first token to make its second
+    running.result(60)
+    m = LiveMetrics(since)
+    m.consume(svc.hub)
+    assert m.summary()["continuous"]["tenants"]["b"]["tokens_served"] == 2 + 99
+    assert_all_free(svc)
