@@ -13,7 +13,7 @@ import pytest
 
 from engine.harness.app_process import CHROMIUM_ARGS, running_app
 from engine.workshop.recording import SHIPPED
-from browser_helpers import CHROMIUM, require_browser
+from browser_helpers import CHROMIUM, no_exception, require_browser, watch_errors
 from service_helpers import free_port, serve
 from proxy_helpers import PROXY_ADDRESS, reverse_proxy
 from repo_paths import ROOT
@@ -39,12 +39,12 @@ def server(tiny_model_dirs):
 def test_presenter_link_unlocks_controls_viewers_see_why_not(server):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        presenter = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        presenter = watch_errors(browser.new_context(viewport={"width": 1400, "height": 1000}).new_page())
         presenter.goto(f"{server}/presenter?token={TOKEN}", wait_until="domcontentloaded")
         assert "token" not in presenter.url  # the token leaves the address bar
         expect(presenter.get_by_role("button", name="Pause", exact=True)).to_be_visible(timeout=60_000)
 
-        viewer = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        viewer = watch_errors(browser.new_context(viewport={"width": 1400, "height": 1000}).new_page())
         viewer.goto(server, wait_until="domcontentloaded")
         expect(viewer.get_by_text("You are watching as a viewer")).to_be_visible(timeout=60_000)
         assert viewer.get_by_role("button", name="Pause", exact=True).count() == 0
@@ -60,6 +60,8 @@ def test_presenter_link_unlocks_controls_viewers_see_why_not(server):
         assert refused.status == 401
         presenter.get_by_role("button", name="Go live").click()  # (the module's next tests watch the engines)
         expect(presenter.get_by_text("Recording of a real run")).to_have_count(0, timeout=60_000)
+        for page in (presenter, viewer):
+            no_exception(page)
         browser.close()
 
 
@@ -71,12 +73,12 @@ def send(phone, prompt: str) -> None:
 def test_a_phone_joins_its_answer_streams_and_the_projector_labels_it(server):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        projector = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        projector = watch_errors(browser.new_context(viewport={"width": 1400, "height": 1000}).new_page())
         projector.goto(f"{server}/presenter?token={TOKEN}", wait_until="domcontentloaded")
         expect(projector.get_by_text("Let the room join")).to_be_visible(timeout=60_000)
         expect(projector.get_by_text("0 people")).to_be_visible()
 
-        phone = browser.new_context(**PHONE).new_page()
+        phone = watch_errors(browser.new_context(**PHONE).new_page())
         phone.goto(f"{server}/join", wait_until="domcontentloaded")
         # count the pieces of text as they arrive: a streamed answer comes in many
         phone.evaluate("""() => { window.pieces = 0; new MutationObserver((m) => { window.pieces += m.length; })
@@ -103,6 +105,8 @@ def test_a_phone_joins_its_answer_streams_and_the_projector_labels_it(server):
         expect(phone.locator("#notice")).to_contain_text("The room is busy", timeout=30_000)
         expect(phone.locator("#notice")).to_contain_text("try again in")
         expect(phone.locator("#send")).to_be_enabled()
+        for page in (projector, phone):
+            no_exception(page)
         browser.close()
 
 
@@ -111,7 +115,7 @@ def test_phones_behind_a_tunnel_each_have_their_own_limits(server):
     its burst of two, and only a phone's own third prompt is refused."""
     with serve(reverse_proxy(server.split("://", 1)[1])) as tunnel, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        phones = [browser.new_context(**PHONE).new_page() for _ in range(2)]
+        phones = [watch_errors(browser.new_context(**PHONE).new_page()) for _ in range(2)]
         for i, phone in enumerate(phones):
             phone.goto(f"http://{tunnel}/join", wait_until="domcontentloaded")
             phone.fill("#name", f"Phone {i}")
@@ -122,4 +126,6 @@ def test_phones_behind_a_tunnel_each_have_their_own_limits(server):
         send(phones[0], "One more")
         expect(phones[0].locator("#notice")).to_contain_text("The room is busy", timeout=30_000)
         phones[0].screenshot(path=str(ARTIFACTS / "room-phone-behind-tunnel.png"))
+        for phone in phones:
+            no_exception(phone)
         browser.close()
