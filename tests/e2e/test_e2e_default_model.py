@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from browser_helpers import CHROMIUM, require_browser
+from browser_helpers import CHROMIUM, no_exception, require_browser, watch_errors
 from engine.harness.app_process import CHROMIUM_ARGS, running_app
 from service_helpers import free_port
 from repo_paths import ROOT
@@ -43,7 +43,7 @@ def server():
 def test_straggler_reads_as_language_and_a_wait_says_why(server):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_context(viewport={"width": 1600, "height": 2500}).new_page()  # views and text at once
+        page = watch_errors(browser.new_context(viewport={"width": 1600, "height": 2500}).new_page())  # views, text
         page.goto(server, wait_until="domcontentloaded")
         expect(page.locator(".ifl-pill[data-kind='ok']")).to_have_count(2, timeout=300_000)
         page.wait_for_function(f"() => {INST}.server.status && !{INST}.server.status.replay", timeout=300_000)
@@ -65,6 +65,7 @@ def test_straggler_reads_as_language_and_a_wait_says_why(server):
         assert words > 100, outs
         prompts = page.locator(".ifl-sec-text .ifl-cell").first.locator(".ifl-prompt").all_inner_texts()
         assert all(p and not p.startswith("synthetic") for p in prompts), prompts
+        no_exception(page)
         browser.close()
 
 
