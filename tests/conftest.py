@@ -53,6 +53,14 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "fast: needs none of the above (pytest -m fast: the inner loop)")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    """pytest's own loop over the tests, run with room on CPython's frame stack (tests/roomy_stack.py)."""
+    from roomy_stack import run_roomy
+    loop = session.config.pluginmanager.subset_hook_caller("pytest_runtestloop", [sys.modules[__name__]])
+    return run_roomy(lambda: loop(session=session))
+
+
 def pytest_collection_modifyitems(config, items):
     needs: dict[str, set[str]] = {}
     for item in items:
