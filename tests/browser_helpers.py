@@ -1,6 +1,7 @@
 """Playwright + Debian's chromium for the browser tests: required in CI, a skip elsewhere."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -36,3 +37,16 @@ def no_exception(page) -> None:
     """Streamlit shows no exception on the page, and none of its scripts threw (where watch_errors watches)."""
     assert page.locator('[data-testid="stException"]').count() == 0, "Streamlit shows an exception"
     assert not getattr(page, "errors", []), f"the page's scripts threw: {page.errors[:3]}"
+
+
+@contextlib.contextmanager
+def explained(page, screenshot: Path):
+    """An assertion that fails inside says what the page showed: a screenshot at `screenshot`, and the text of
+    Streamlit's alerts (an error a page drew) and of the errors its scripts threw (where watch_errors watches)."""
+    try:
+        yield
+    except AssertionError as e:
+        page.screenshot(path=str(screenshot), full_page=True)
+        alerts = page.locator('[data-testid="stAlert"]').all_inner_texts()
+        raise AssertionError(f"{e}\nthe page's alerts: {alerts}; its scripts threw: {getattr(page, 'errors', [])[:3]};"
+                             f" screenshot: {screenshot}") from e

@@ -13,7 +13,7 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from browser_helpers import CHROMIUM, no_exception, require_browser, watch_errors
+from browser_helpers import CHROMIUM, explained, no_exception, require_browser, watch_errors
 from engine.harness.app_process import CHROMIUM_ARGS, running_app
 from engine.workshop.scenarios.catalog import shipped
 from service_helpers import free_port
@@ -59,6 +59,7 @@ def command(url: str, msg: dict) -> dict:
         while (reply := json.loads(ws.recv(timeout=60))).get("ref") != "t":
             pass
     assert reply["type"] == "reply", reply
+    assert reply.get("settled", True), f"{msg['cmd']}: the lanes did not settle within the server's wait"
     return reply
 
 
@@ -79,7 +80,8 @@ def test_a_lone_prompt_on_static_says_what_it_waits_for_and_the_presenter_launch
     box.fill("Tell me about lighthouses")
     box.press("Enter")
     status = page.locator(".ifl-status", has_text="static")
-    expect(status.locator(".ifl-facts")).to_contain_text("waiting for a full batch: 1 of 8", timeout=60_000)
+    with explained(page, ARTIFACTS / "first-contact-0-prompt-sent.png"):
+        expect(status.locator(".ifl-facts")).to_contain_text("waiting for a full batch: 1 of 8", timeout=60_000)
     card = page.locator(".ifl-sec-text .ifl-cell").nth(1).locator(".ifl-card").first
     expect(card.locator(".ifl-state")).to_contain_text("waiting for a full batch: 1 of 8")
     # the page ran again (the lanes settled, a prompt was sent): the primer stays as the reader left it
