@@ -6,7 +6,10 @@ microseconds a call): building its batch (`batch_for`), the batch's upload (what
 staging it into the decode graphs' inputs of its bucket (what a GPU step does before its graph replays;
 graphs built here, never captured or run), and sampling its rows (greedy, random logits). step_profile
 times whole steps, where this machine's noise (~0.3 ms) hides changes of tens of microseconds; these pieces
-are what such changes are measured on, side by side (a git worktree for each side).
+are what such changes are measured on, side by side (a git worktree for each side). `build + upload, after a
+forward` is what a CPU step pays for them: each call just after the model's forward on the batch (untimed; the
+best of --repeat means), about 3x their time alone on a 2-core AMD EPYC, with one thread as with two and under
+one page fault a step: the forward leaves the CPU's caches cold for the host's code and data.
 
     python -m engine.bench.host_pieces --model DIR --rows 1,256 --context 128
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 import timeit
 
 import torch
@@ -25,7 +29,7 @@ from ..llm_engine import LLMEngine
 from ..model.runner import batch_for, sample_rows
 from .step_profile import fill
 
-PIECES = ("build", "upload", "build + stage", "sampling")
+PIECES = ("build", "upload", "build + stage", "sampling", "build + upload, after a forward")
 
 
 def time_pieces(eng: LLMEngine, rows: int, context: int, number: int, repeat: int) -> dict[str, float]:
@@ -42,10 +46,22 @@ def time_pieces(eng: LLMEngine, rows: int, context: int, number: int, repeat: in
              "sampling": lambda: sample_rows(logits, step).tolist()}
     with torch.inference_mode():
         out = {k: 1e6 * min(timeit.repeat(f, number=number, repeat=repeat)) / number for k, f in calls.items()}
+        out[PIECES[-1]] = 1e6 * min(_after_forward(runner, cache, step, number) for _ in range(repeat))
     eng.scheduler.on_step_done()
     for rid in list(eng.requests):
         eng.abort(rid)
     return out
+
+
+def _after_forward(runner, cache, step, number: int) -> float:
+    """Seconds a call of build + upload, each call just after a forward on the batch (the forward untimed)."""
+    spent = 0.0
+    for _ in range(number):
+        runner.forward(batch_for(runner, cache, step))
+        t = time.perf_counter()
+        batch_for(runner, cache, step).upload()
+        spent += time.perf_counter() - t
+    return spent / number
 
 
 def main(argv=None) -> None:
@@ -65,7 +81,7 @@ def main(argv=None) -> None:
     print("decode-only step's host pieces, us a call (best of %d x %d)" % (args.repeat, args.number))
     print("rows  " + "  ".join(f"{p:>14}" for p in PIECES))
     for r in rows:
-        print(f"{r['rows']:>4}  " + "  ".join(f"{r[p]:>14.1f}" for p in PIECES))
+        print(f"{r['rows']:>4}  " + "  ".join(f"{r[p]:>{max(14, len(p))}.1f}" for p in PIECES))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
