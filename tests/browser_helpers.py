@@ -46,7 +46,11 @@ def explained(page, screenshot: Path):
     try:
         yield
     except AssertionError as e:
-        page.screenshot(path=str(screenshot), full_page=True)
-        alerts = page.locator('[data-testid="stAlert"]').all_inner_texts()
-        raise AssertionError(f"{e}\nthe page's alerts: {alerts}; its scripts threw: {getattr(page, 'errors', [])[:3]};"
+        try:
+            page.screenshot(path=str(screenshot), full_page=True)
+            alerts = page.locator('[data-testid="stAlert"]').all_inner_texts()
+            shown = f"the page's alerts: {alerts}"
+        except Exception as why:  # noqa: BLE001 - a page that crashed: the assertion's own message still comes
+            shown = f"no screenshot ({why!r})"
+        raise AssertionError(f"{e}\n{shown}; its scripts threw: {getattr(page, 'errors', [])[:3]};"
                              f" screenshot: {screenshot}") from e

@@ -57,7 +57,11 @@ def pytest_configure(config):
 def pytest_runtestloop(session):
     """pytest's own loop over the tests, run with room on CPython's frame stack (tests/roomy_stack.py)."""
     from roomy_stack import run_roomy
-    loop = session.config.pluginmanager.subset_hook_caller("pytest_runtestloop", [sys.modules[__name__]])
+    pm = session.config.pluginmanager
+    # pytest's own loop alone: not this hook again, nor the wrappers already around this call
+    skip = [i.plugin for i in pm.hook.pytest_runtestloop.get_hookimpls()
+            if i.function is pytest_runtestloop or i.wrapper or i.hookwrapper]
+    loop = pm.subset_hook_caller("pytest_runtestloop", skip)
     return run_roomy(lambda: loop(session=session))
 
 

@@ -3,16 +3,20 @@ A fresh chunk's first page faults when the call writes its frame there, so a loo
 every call faults about once a call; one that stays within a chunk does not fault at all."""
 from __future__ import annotations
 
-import resource
 import sys
 import threading
 
 import pytest
 
-from roomy_stack import run_roomy
+from roomy_stack import ROOM, run_roomy
+
+resource = pytest.importorskip("resource")
+if not hasattr(resource, "RUSAGE_THREAD"):
+    pytest.skip("counts a thread's page faults (Linux)", allow_module_level=True)
 
 CALLS = 2_000
-DEPTHS = 400  # descend up to this many of _descend's frames (about 120 bytes each): 3 chunks, within ROOM
+DEPTHS = 300  # descend up to this many of _descend's frames: more than a chunk of 16 KiB, within ROOM
+HEADER_SLOTS = 10  # a frame's own fields, beside its locals and stack (8 in CPython 3.11)
 
 
 def _callee(a, b):  # a larger frame than _descend's: some depth leaves room for _descend but not for it
@@ -44,14 +48,15 @@ def _in_a_new_thread(fn):
 
 
 def test_a_loop_at_any_depth_within_the_room_maps_nothing():
-    assert _descend.__code__.co_stacksize + _descend.__code__.co_nlocals < 16  # (so DEPTHS frames fit in ROOM)
+    code = _descend.__code__
+    assert DEPTHS * 8 * (code.co_stacksize + code.co_nlocals + HEADER_SLOTS) < ROOM
     assert _in_a_new_thread(lambda: run_roomy(_worst_depth)) < CALLS // 10
 
 
 def test_without_it_some_depth_maps_a_chunk_a_call():
-    """The premise, where CPython has no cache of one chunk (gh-142183; 3.13 and later have one)."""
+    """The premise, where CPython has no cache of one chunk (gh-142183: 3.13 and later may have one)."""
     if sys.version_info >= (3, 13):
-        pytest.skip("this CPython keeps a chunk for the next call")
+        pytest.skip("this CPython may keep a chunk for the next call")
     assert _in_a_new_thread(_worst_depth) >= CALLS // 2
 
 
@@ -62,3 +67,12 @@ def test_it_returns_what_the_call_returns_and_raises_what_it_raises():
     except ZeroDivisionError:
         return
     raise AssertionError("the call's exception did not come through")
+
+
+def test_the_suite_runs_within_the_room():
+    """tests/conftest.py's pytest_runtestloop: this test's frames are below run_roomy's."""
+    frame, names = sys._getframe(), []
+    while frame is not None:
+        names.append(frame.f_code.co_filename)
+        frame = frame.f_back
+    assert "<roomy_stack>" in names

@@ -8,8 +8,8 @@ graphs built here, never captured or run), and sampling its rows (greedy, random
 times whole steps, where this machine's noise (~0.3 ms) hides changes of tens of microseconds; these pieces
 are what such changes are measured on, side by side (a git worktree for each side). `build + upload, after a
 forward` is what a CPU step pays for them: each call just after the model's forward on the batch (untimed; the
-best of --repeat means), about 3x their time alone on a 2-core AMD EPYC, with one thread as with two and under
-one page fault a step: the forward leaves the CPU's caches cold for the host's code and data.
+best of --repeat means of --number / 5 calls), 3-4x their time alone on a 2-core AMD EPYC, with one thread as
+with two and under one page fault a step: the forward leaves the CPU's caches cold for the host's code and data.
 
     python -m engine.bench.host_pieces --model DIR --rows 1,256 --context 128
 """
@@ -46,7 +46,8 @@ def time_pieces(eng: LLMEngine, rows: int, context: int, number: int, repeat: in
              "sampling": lambda: sample_rows(logits, step).tolist()}
     with torch.inference_mode():
         out = {k: 1e6 * min(timeit.repeat(f, number=number, repeat=repeat)) / number for k, f in calls.items()}
-        out[PIECES[-1]] = 1e6 * min(_after_forward(runner, cache, step, number) for _ in range(repeat))
+        # (a fifth of the calls: each runs a forward first)
+        out[PIECES[-1]] = 1e6 * min(_after_forward(runner, cache, step, max(1, number // 5)) for _ in range(repeat))
     eng.scheduler.on_step_done()
     for rid in list(eng.requests):
         eng.abort(rid)
