@@ -16,6 +16,10 @@ class TableMatrix:
         self.row: dict[int, int] = {}  # request id -> its row
         self._free = list(range(rows - 1, -1, -1))
         self._copies: dict[int, list[int]] = {}  # request id -> its table as the last copies() gave it
+        # rows taken or dropped: while it stays the same each request keeps its row, and its table changes only
+        # by blocks appended or cut past its next position (a draft's rejected tokens), which DecodeBatch's
+        # step after reads as a new block where it starts one
+        self.epoch = 0
 
     def copies(self, tables: dict[int, list[int]]) -> dict[int, list[int]]:
         """`tables` (the cache's lists) as lists a step event keeps: a table that has not changed since
@@ -32,6 +36,7 @@ class TableMatrix:
         r = self.row.get(request_id)
         if r is None:
             r = self.row[request_id] = self._take_row()
+            self.epoch += 1
         end = start + len(blocks)
         if end > self.array.shape[1]:
             self._grow(cols=max(end, 2 * self.array.shape[1]))
@@ -51,6 +56,7 @@ class TableMatrix:
         self._copies.pop(request_id, None)
         r = self.row.pop(request_id, None)
         if r is not None:
+            self.epoch += 1
             self.array[r] = 0
             self._free.append(r)
 

@@ -150,12 +150,26 @@ def decode_reads(cache: KVCacheManager, rows: list[ScheduledRow]) -> tuple[np.nd
     """Plain decode rows' inputs: each row's last token at its next position, stored in the slot its table
     gives that position. (positions, token ids, table matrix rows, slots), three reads a row and one gather."""
     reqs = [r.request for r in rows]
+    pos, ids = next_tokens(reqs)
+    matrix_rows = table_rows(cache, reqs)
+    return pos, ids, matrix_rows, slots_at(cache, matrix_rows, pos)
+
+
+def next_tokens(reqs: list[Request]) -> tuple[np.ndarray, np.ndarray]:
+    """Each decoding request's next position and the token it is fed there (its last)."""
+    return (np.array([q.num_computed_tokens for q in reqs], dtype=np.int64),
+            np.array([q.output_token_ids[-1] for q in reqs], dtype=np.int64))
+
+
+def table_rows(cache: KVCacheManager, reqs: list[Request]) -> np.ndarray:
+    """Each request's row of the cache's table matrix."""
+    return np.array([cache.tables.row[q.request_id] for q in reqs], dtype=np.intp)
+
+
+def slots_at(cache: KVCacheManager, matrix_rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """The KV slot of each position `pos` in the table of matrix row `matrix_rows`: one gather."""
     bs = cache.block_size
-    pos = np.array([q.num_computed_tokens for q in reqs], dtype=np.int64)
-    ids = np.array([q.output_token_ids[-1] for q in reqs], dtype=np.int64)
-    matrix_rows = np.array([cache.tables.row[q.request_id] for q in reqs], dtype=np.intp)
-    slots = cache.tables.array[matrix_rows, pos // bs].astype(np.int64) * bs + pos % bs
-    return pos, ids, matrix_rows, slots
+    return cache.tables.array[matrix_rows, pos // bs].astype(np.int64) * bs + pos % bs
 
 
 def tables_for(cache: KVCacheManager, rows: np.ndarray, ctx: np.ndarray) -> np.ndarray:

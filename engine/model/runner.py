@@ -17,7 +17,7 @@ from ..scheduler import ScheduledRow
 from . import attention
 from .attention import META_KWARG
 from .files.loader import resolve_model_dir
-from .decode_batch import DecodeBatch, all_plain_decode
+from .decode_batch import DecodeBatch, DecodeTail, all_plain_decode
 from .packed_batch import PackedBatch
 from .fused_linears import fuse_siblings
 from .packed_linear import pack_linears
@@ -65,6 +65,7 @@ class ModelRunner:
         self.pad_token_id = pad_token_id(self.tokenizer, self.eos_token_ids)
         self.pool: KVPool | None = None
         self.graphs: DecodeGraphs | None = None
+        self.last_decode: DecodeTail | None = None  # the last step's batch, where it was decode-only (batch_for)
         # overlap: each request's last sampled token on the device, a launched step's input before it is read
         self.last_tokens = LastTokens(self.device) if overlap else None
 
@@ -161,9 +162,13 @@ class ModelRunner:
 
 
 def batch_for(runner: ModelRunner, cache: KVCacheManager, rows: list[ScheduledRow]) -> PackedBatch | DecodeBatch:
-    """A step's batch: a DecodeBatch when every row is a plain decode row, else one packed row by row."""
+    """A step's batch: a DecodeBatch when every row is a plain decode row (going on from the runner's last one
+    where it can), else one packed row by row."""
     if all_plain_decode(rows):
-        return DecodeBatch(runner, cache, rows)
+        batch = DecodeBatch(runner, cache, rows, runner.last_decode)
+        runner.last_decode = batch.tail
+        return batch
+    runner.last_decode = None
     batch = PackedBatch(runner, cache)
     batch.add_rows(rows)
     return batch

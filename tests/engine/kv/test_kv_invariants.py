@@ -168,13 +168,15 @@ def _random_run(eng, seq):
 def _check_batches(eng) -> None:
     """From now on every step's batch is built both ways before it runs, and they must be the same: runs of
     decode rows at once (PackedBatch.add_rows) and every row on its own (add); and where every row is a
-    plain decode row (a DecodeBatch, what the engine runs then), the tensors both send."""
-    from engine.model.decode_batch import DecodeBatch, all_plain_decode
+    plain decode row, the DecodeBatch the engine runs then (going on from the step before's where it can,
+    its tensors written in place) must send what a fresh DecodeBatch and a PackedBatch send."""
+    from engine.model.decode_batch import DecodeBatch
     from engine.model.packed_batch import PackedBatch
     runner = eng.runner
     if "launch" in vars(runner):
         return  # wrapped already (the engines are the module's)
-    run, runner.batches_differ = runner.launch, []  # (a step's exception ends its requests, not the test)
+    run, forward, runner.batches_differ = runner.launch, runner.forward, []  # (a step's exception ends its
+    # requests, not the test)
 
     def launch(rows, cache):
         at_once, one_by_one = PackedBatch(runner, cache), PackedBatch(runner, cache)
@@ -183,14 +185,18 @@ def _check_batches(eng) -> None:
             one_by_one.add(row)
         if _layout(at_once) != _layout(one_by_one):
             runner.batches_differ.append((_layout(at_once), _layout(one_by_one)))
-        if rows and all_plain_decode(rows):
-            arrays = DecodeBatch(runner, cache, rows)
-            staged = [[a.tolist() for a in b.decode_arrays()] for b in (arrays, at_once)]  # the decode graphs' inputs
-            if _sent(arrays) != _sent(at_once) or staged[0] != staged[1] or \
-                    [id(r) for r in arrays.sample_rows] != [id(r) for r in rows]:
-                runner.batches_differ.append((_sent(arrays), _sent(at_once)))
         return run(rows, cache)
-    runner.launch = launch
+
+    def checked_forward(batch):
+        if isinstance(batch, DecodeBatch):  # (rows: each a plain decode row, in order)
+            rows, at_once = batch.sample_rows, PackedBatch(runner, batch.cache)
+            at_once.add_rows(rows)
+            fresh, want = DecodeBatch(runner, batch.cache, rows), _sent(at_once)
+            staged = [[a.tolist() for a in b.decode_arrays()] for b in (batch, fresh, at_once)]  # the graphs' inputs
+            if _sent(fresh) != want or _sent(batch) != want or staged[0] != staged[2] or staged[1] != staged[2]:
+                runner.batches_differ.append((_sent(batch), _sent(fresh), want))
+        return forward(batch)
+    runner.launch, runner.forward = launch, checked_forward
 
 
 def _sent(batch) -> dict:
