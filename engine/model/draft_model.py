@@ -21,6 +21,7 @@ from ..kv import KVCacheManager, KVPool
 from ..scheduler import ScheduledRow
 from .packed_batch import PackedBatch, token_slice
 from .runner import ModelRunner, on_device
+from .sampler import greedy_tokens
 
 
 class DraftModel:
@@ -69,7 +70,7 @@ class DraftModel:
             return
         logits = self.runner.forward(batch)
         if batch.sample_rows:
-            for row, tok in zip(batch.sample_rows, logits[:, :self.vocab_size].argmax(-1).tolist()):
+            for row, tok in zip(batch.sample_rows, greedy_tokens(logits[:, :self.vocab_size]).tolist()):
                 row.draft[j] = tok
 
 

@@ -5,8 +5,10 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
 
-from engine.model.sampler import make_generator, sample
+from engine.model.sampler import greedy_tokens, make_generator, sample
+from tiers import examples
 from engine.request import SamplingParams
 
 V = 50
@@ -29,6 +31,23 @@ def test_greedy_is_argmax(dtype):
     out = sample(logits, [_sp()] * 7, [None] * 7)
     assert out.dtype == torch.long and out.shape == (7,) and out.device == logits.device
     assert torch.equal(out, logits.float().argmax(-1))
+
+
+@settings(max_examples=examples(200), deadline=None)
+@given(rows=st.integers(0, 9), vocab=st.integers(1, 70), seed=st.integers(0, 2**16),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]), strided=st.booleans())
+def test_greedy_tokens_are_torch_argmax_ties_nan_and_inf_included(rows, vocab, seed, dtype, strided):
+    """The CPU's NumPy argmax picks what torch.argmax (generate()'s) picks: the first of equal largest values,
+    a NaN as the largest, infinities, rows all -inf; also of a view that skips columns (a draft model's)."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randint(-3, 4, (rows, vocab + 1), generator=g).float()  # (few values: many ties)
+    specials = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    mask = torch.rand(rows, vocab + 1, generator=g) < 0.1
+    logits[mask] = specials[torch.randint(0, 3, (int(mask.sum()),), generator=g)]
+    logits = logits.to(dtype)
+    logits = logits[:, 1:] if strided else logits[:, :vocab]
+    got = greedy_tokens(logits)
+    assert got.dtype == torch.long and got.tolist() == logits.argmax(dim=-1).tolist()
 
 
 def test_empty_batch():
