@@ -50,6 +50,12 @@ def test_greedy_tokens_are_torch_argmax_ties_nan_and_inf_included(rows, vocab, s
     assert got.dtype == torch.long and got.tolist() == logits.argmax(dim=-1).tolist()
 
 
+def test_greedy_tokens_of_logits_that_require_grad():
+    """Outside the engine's inference mode (a caller of sample, the tests): the same tokens, no error."""
+    logits = torch.randn(4, 30, requires_grad=True)
+    assert greedy_tokens(logits).tolist() == logits.argmax(-1).tolist()
+
+
 def test_empty_batch():
     out = sample(torch.empty(0, V), [], [])
     assert out.shape == (0,) and out.dtype == torch.long
