@@ -12,6 +12,7 @@ step; the phases are timed by wrapping the engine's own methods, so nothing here
     python -m engine.bench.step_profile --linear torch,onednn   # linear layers through F.linear vs oneDNN
     python -m engine.bench.step_profile --device cuda --attention-backend triton --cuda-graphs off
     python -m engine.bench.step_profile --batches 1,256 --contexts 128 --no-ops   # wall clock, no profiler
+    python -m engine.bench.step_profile --batches 16 --contexts 128 --temperature 0.8   # rows that sample
     python -m engine.bench.step_profile --overlap on,off   # the next step launched before this one is read back
     python -m engine.bench.step_profile --device cuda --trace traces/   # each point's timeline, for Perfetto
 
@@ -113,11 +114,11 @@ class PhaseTimer:
         return {p: t.get(p, 0.0) for p in PHASES}
 
 
-def fill(eng: LLMEngine, contexts: list[int], steps: int) -> None:
+def fill(eng: LLMEngine, contexts: list[int], steps: int, temperature: float = 0.0) -> None:
     """Add one request per entry of `contexts` (its prompt tokens) and step until all of them decode;
     each then has `steps` more tokens to make (the first to finish prefill decode meanwhile)."""
     tokens = steps + 2 + fill_steps(eng.cfg.max_num_batched_tokens, contexts)
-    params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(max_tokens=tokens, temperature=temperature, ignore_eos=True)
     for i, context in enumerate(contexts):
         eng.add_request(prompt_ids(context, i), params)
     while any(not r.output_token_ids for r in eng.requests.values()):
@@ -133,11 +134,11 @@ def fill_steps(budget: int, contexts: list[int]) -> int:
 
 
 def profile_point(eng: LLMEngine, contexts: list[int], steps: int, ops: bool = True,
-                  trace: Path | None = None) -> dict:
+                  trace: Path | None = None, temperature: float = 0.0) -> dict:
     """Time `steps` decode steps of len(contexts) rows; ops: under torch.profiler, the forward split by
     operator (and on a GPU its busy time), else by wall clock alone; trace: where the profiler's timeline
     goes (gzipped Chrome trace JSON)."""
-    fill(eng, contexts, steps)
+    fill(eng, contexts, steps, temperature)
     cuda = eng.runner.device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with PhaseTimer(eng, labels=trace is not None) as timer, \
@@ -240,12 +241,16 @@ def main(argv=None) -> None:
                     help="comma-separated EngineConfig.overlap values to profile one after the other (auto, on, off)")
     ap.add_argument("--no-ops", action="store_true",
                     help="time by wall clock alone: no torch.profiler, no forward split by operator")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="the requests' sampling temperature (0: greedy; not with --mixed)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--trace", default=None, metavar="DIR",
                     help="write each point's torch.profiler timeline here, the engine's phases labelled")
     args = ap.parse_args(argv)
     if args.trace is not None and (args.no_ops or args.mixed):
         ap.error("--trace records the profiler's timeline: not with --no-ops or --mixed")
+    if args.mixed and args.temperature:
+        ap.error("--mixed compares decode groups on greedy rows: not with --temperature")
     batches = [int(x) for x in args.batches.split(",")]
     contexts = [int(x) for x in args.contexts.split(",")]
     rows = []
@@ -261,8 +266,8 @@ def main(argv=None) -> None:
         if args.mixed:
             points = mixed_points(eng, batches, contexts, args.steps, not args.no_ops)
         else:
-            points = [profile_point(eng, [c] * b, args.steps, not args.no_ops, trace_path(args.trace, eng, b, c))
-                      for c in contexts for b in batches]
+            points = [profile_point(eng, [c] * b, args.steps, not args.no_ops, trace_path(args.trace, eng, b, c),
+                                    args.temperature) for c in contexts for b in batches]
         rows += [{**p, "linear": eng.runner.linear, "attention": eng.runner.backend, "overlap": eng.overlap,
                   "cuda_graphs": eng.runner.graphs_state()} for p in points]
         dropped = weakref.ref(eng)
