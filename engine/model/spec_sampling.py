@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..request import SamplingParams
-from .sampler import _probabilities
+from .sampler import _draw, _probabilities
 
 NO_TOKEN = -1  # fills a row's picks after the token that ended it (ScheduledRow.num_samples per row)
 
@@ -27,6 +27,6 @@ def verify_draft(logits: torch.Tensor, draft: list[int], params: SamplingParams,
             continue
         residual = probs[j].clone()
         residual[d] = 0.0
-        tok = torch.multinomial(residual, 1, generator=generator).item()  # p(d) < 1 here: some mass is left
+        tok = _draw(residual[None], [generator]).item()  # p(d) < 1 here: some mass is left
         return draft[:j] + [tok] + [NO_TOKEN] * (len(draft) - j)
-    return draft + [torch.multinomial(probs[-1], 1, generator=generator).item()]
+    return draft + [_draw(probs[-1:], [generator]).item()]

@@ -7,6 +7,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from engine.model import sampler
 from engine.model.sampler import greedy_tokens, make_generator, sample
 from tiers import examples
 from engine.request import SamplingParams
@@ -54,6 +55,18 @@ def test_greedy_tokens_of_logits_that_require_grad():
     """Outside the engine's inference mode (a caller of sample, the tests): the same tokens, no error."""
     logits = torch.randn(4, 30, requires_grad=True)
     assert greedy_tokens(logits).tolist() == logits.argmax(-1).tolist()
+
+
+@pytest.mark.parametrize("r", [0.0, 1.0 - 2.0 ** -24])
+def test_a_draw_at_either_end_of_its_uniform_takes_a_token_that_has_probability(monkeypatch, r):
+    """The inverse CDF's edges: u = 1 takes the last token with probability, not a zero one after it; a u near
+    0 takes the first with probability, not a zero one before it; a row of zeros (NaN logits) takes its first."""
+    probs = torch.tensor([[0, 0, .5, 0, .5, 0], [.2, 0, 0, 0, 0, .8], [0, 0, 0, 0, 0, 1.0], [0.0] * 6])
+    rand = torch.rand
+    monkeypatch.setattr(torch, "rand", lambda *size, **kw: torch.full_like(rand(*size, **kw), r))
+    tokens = sampler._draw(probs, [None, make_generator(3, "cpu"), None, None]).tolist()
+    assert all(probs[i, t] > 0 for i, t in enumerate(tokens[:3])), tokens
+    assert tokens == ([4, 5, 5, 0] if r == 0.0 else [2, 0, 5, 0])
 
 
 def test_empty_batch():
