@@ -54,3 +54,26 @@ def explained(page, screenshot: Path):
             shown = f"no screenshot ({why!r})"
         raise AssertionError(f"{e}\n{shown}; its scripts threw: {getattr(page, 'errors', [])[:3]};"
                              f" screenshot: {screenshot}") from e
+
+
+PROMPT_BOX = "Type a prompt; it goes to every lane shown"
+
+
+def submit_prompt(page, text: str, card_text: str):
+    """Type a prompt and send it; its card. A rerun replaces the box: while it does, the page may hold two (the
+    old one going; Playwright refuses to type into either) and an Enter pressed in the old one is lost (seen in
+    full runs on a loaded machine), so it waits for one box and sends again if no card comes."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout, expect
+    box = page.get_by_placeholder(PROMPT_BOX)
+    card = page.locator(".ifl-card", has_text=card_text).first
+    for tries_left in (2, 1, 0):
+        expect(box).to_have_count(1, timeout=30_000)
+        box.fill(text)
+        box.press("Enter")
+        try:
+            card.wait_for(timeout=20_000)
+            return card
+        except PlaywrightTimeout:
+            if not tries_left:
+                raise
+    return card

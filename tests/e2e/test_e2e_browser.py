@@ -15,7 +15,7 @@ import pytest
 from websockets.sync.client import connect
 
 from engine.harness.app_process import CHROMIUM_ARGS, running_app
-from browser_helpers import CHROMIUM, no_exception, require_browser, watch_errors
+from browser_helpers import CHROMIUM, no_exception, require_browser, submit_prompt, watch_errors
 from service_helpers import free_port
 from repo_paths import ROOT
 
@@ -24,7 +24,6 @@ ARTIFACTS = Path(os.environ.get("INFLIGHT_ARTIFACTS", REPO / "test-artifacts"))
 XSS = "<img src=x onerror=alert(1)> tell me a story"
 
 sync_playwright, expect = require_browser()
-from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402 (after the skip)
 
 
 @pytest.fixture(scope="module")
@@ -59,23 +58,6 @@ FIRST_BAR_CENTER = """() => { const root = document.querySelector('.ifl-root');
 
 def shot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-
-
-def submit_prompt(page, text: str, card_text: str):
-    """Type a prompt and send it; its card. Sent again if no card comes: an Enter pressed while a rerun
-    replaces the box is lost (seen once in a full run on a loaded machine)."""
-    box = page.get_by_placeholder("Type a prompt; it goes to every lane shown")
-    card = page.locator(".ifl-card", has_text=card_text).first
-    for tries_left in (2, 1, 0):
-        box.fill(text)
-        box.press("Enter")
-        try:
-            card.wait_for(timeout=20_000)
-            return card
-        except PlaywrightTimeout:
-            if not tries_left:
-                raise
-    return card
 
 
 def test_prompt_streams_into_gantt_and_text(page, server):

@@ -13,7 +13,8 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from browser_helpers import CHROMIUM, explained, no_exception, require_browser, watch_errors
+from browser_helpers import (CHROMIUM, PROMPT_BOX, explained, no_exception, require_browser, submit_prompt,
+                             watch_errors)
 from engine.harness.app_process import CHROMIUM_ARGS, running_app
 from engine.workshop.scenarios.catalog import shipped
 from service_helpers import free_port
@@ -76,9 +77,7 @@ def test_a_lone_prompt_on_static_says_what_it_waits_for_and_the_presenter_launch
     expect(page.get_by_text("Start here: run the Straggler scenario")).to_be_visible(timeout=30_000)  # the primer
     expect(page.locator(".ifl-pill[data-kind='ok']")).to_have_count(2, timeout=60_000)
     page.wait_for_function(f"() => {INST}.server.status && !{INST}.server.status.replay", timeout=60_000)  # the engines, live
-    box = page.get_by_placeholder("Type a prompt; it goes to every lane shown")
-    box.fill("Tell me about lighthouses")
-    box.press("Enter")
+    submit_prompt(page, "Tell me about lighthouses", "lighthouses")
     status = page.locator(".ifl-status", has_text="static")
     with explained(page, ARTIFACTS / "first-contact-0-prompt-sent.png"):
         expect(status.locator(".ifl-facts")).to_contain_text("waiting for a full batch: 1 of 8", timeout=60_000)
@@ -137,7 +136,7 @@ def test_on_a_projector_the_views_come_first(browser, server, width, height):
     assert {v for v, _, _ in bands} == {"gantt", "slots"}
     assert all(0 <= top and bottom <= height for _, top, bottom in bands), (bands, height)
     for what in (page.get_by_role("button", name="Run scenario"), page.locator(".ifl-narration"),
-                 page.get_by_placeholder("Type a prompt; it goes to every lane shown")):
+                 page.get_by_placeholder(PROMPT_BOX)):
         # retried: the narration fragment re-renders every second, so one measure can land between two renders
         expect(what.first).to_be_in_viewport(ratio=1, timeout=10_000)
     page.screenshot(path=str(ARTIFACTS / f"first-contact-projector-{width}x{height}.png"))
