@@ -37,19 +37,19 @@ class DecodeBatch:
         self.runner, self.cache, self.sample_rows = runner, cache, rows
         self.requests = [r.request for r in rows]
         self.positions, self.ids = next_tokens(self.requests)
-        self.epoch = cache.tables.epoch
         goes_on = last is not None and last.goes_on_to(self)
         self.dec_row = last.dec_row if goes_on else table_rows(cache, self.requests)
-        # a row whose position is the first of a block (only there may its table have grown since the step before)
-        self.starts_block = not goes_on or bool((self.positions % cache.block_size == 0).any())
-        self.write_slots = slots_at(cache, self.dec_row, self.positions) if self.starts_block else \
+        # slots and tables read from the table matrix: for a fresh batch, or where a row's position is the first
+        # of a block (only there may its table have grown since the step before)
+        self.regather = not goes_on or bool((self.positions % cache.block_size == 0).any())
+        self.write_slots = slots_at(cache, self.dec_row, self.positions) if self.regather else \
             last.write_slots + 1  # (each the slot after its last, in the same block)
         self.dec_ctx = self.positions + 1
         self.dec_idx = self.sample_idx = last.dec_idx if goes_on else np.arange(len(rows), dtype=np.int64)
         # what the step after needs of this one; its inputs: the CPU tensors of the step before (written in
         # place at the upload), else made there
-        self.tail = DecodeTail(cache, self.epoch, self.requests, self.positions, self.dec_row, self.write_slots,
-                               self.dec_idx, last.inputs if goes_on else None)
+        self.tail = DecodeTail(cache, cache.tables.epoch, self.requests, self.positions, self.dec_row,
+                               self.write_slots, self.dec_idx, last.inputs if goes_on else None)
 
     def decode_arrays(self) -> tuple[np.ndarray, ...]:
         """What the decode graphs stage (PackedBatch.decode_arrays): every token is stored."""
@@ -95,8 +95,9 @@ class DecodeTail:
         one position further, and no table-matrix row taken or dropped since (TableMatrix.epoch: a request
         swapped out and in again between the two has other blocks). So their rows are the same, and their
         tables grew at most by the block a position that starts one brings."""
-        return (nxt.cache is self.cache and nxt.epoch == self.epoch and len(nxt.requests) == len(self.requests)
-                and all(map(is_, nxt.requests, self.requests)) and bool((nxt.positions == self.positions + 1).all()))
+        return (nxt.cache is self.cache and self.cache.tables.epoch == self.epoch
+                and len(nxt.requests) == len(self.requests) and all(map(is_, nxt.requests, self.requests))
+                and bool((nxt.positions == self.positions + 1).all()))
 
 
 class CpuDecodeInputs:
@@ -126,11 +127,11 @@ class CpuDecodeInputs:
     def write(self, batch: DecodeBatch) -> bool:
         """batch's inputs in place of the step before's (it goes on from that one); False where its tables
         are wider (then new tensors are made)."""
-        if batch.starts_block and -(-int(batch.dec_ctx.max()) // batch.cache.block_size) != self.tables.shape[1]:
+        if batch.regather and -(-int(batch.dec_ctx.max()) // batch.cache.block_size) != self.tables.shape[1]:
             return False
         self.ids[:], self.positions[:], self.slots[:] = batch.ids, batch.positions, batch.write_slots
         self.ctx[:] = batch.dec_ctx[self.order]
-        if batch.starts_block:
+        if batch.regather:
             self.tables[:] = self._tables(batch)
             self.meta.decode_groups = self._groups(batch.cache)
         self.meta._masks.clear()  # (built from the contexts)
