@@ -4,7 +4,8 @@
 //
 // Lifecycle: Streamlit runs this module's default export on mount and again on every data change.
 // The socket, the event state and the plots live in a per-element instance (keyed by parentElement),
-// so a re-run only applies the new configuration. The returned cleanup closes everything on unmount.
+// so a re-run only applies the new configuration. The returned cleanup closes everything on unmount
+// (once the element has left the page: see `unmounted`).
 // The instance is what the views share, handed to each of them: the config, the contract, the event
 // state (state.js), the pick (sel), the layout and the few services they call (changed, offscreen,
 // observe, pick, tip, markDirty). What one part owns sits in its own object: the socket's link, what the
@@ -57,6 +58,10 @@ function createInstance(root, owner) {
     applyEvents: (events) => applyEvents(inst, { skipped: 0, events }),
     following: () => Timeline.following(inst, inst.timeline),  // the time axis follows "now" (some lane computes)
     cleanup: () => destroyInstance(inst),
+    // What Streamlit is handed to call on unmount. It also calls it for a run whose data a newer run
+    // superseded while the module loaded, and that call can come after the newer run took this instance
+    // (a live view once stayed closed so): so it closes only a view whose element has left the page.
+    unmounted: () => { if (!root.isConnected) destroyInstance(inst); },
   };
   // Views scrolled out of sight are not drawn (the same engine may be sharing this CPU).
   inst.viewObs = new IntersectionObserver((entries) => {
@@ -74,7 +79,8 @@ function createInstance(root, owner) {
   window.addEventListener("resize", inst.onWindowResize);
   inst.onKey = (e) => { if (e.key === "Escape" && inst.sel != null) pick(inst, null); };  // Escape: no pick
   document.addEventListener("keydown", inst.onKey);
-  inst.timers.status = setInterval(() => requestStatus(inst), STATUS_POLL_MS);
+  inst.timers.status = setInterval(() => (root.isConnected ? requestStatus(inst) : destroyInstance(inst)),
+                                   STATUS_POLL_MS);  // (and a view left behind by an unmount closes)
   inst.timers.follow = setInterval(() => { if (inst.state && inst.following()) inst.markDirty(); },
                                    1000 / FrameLoop.MAX_FPS);
   root.inflight = inst;  // reachable from the console and the browser tests
@@ -311,5 +317,5 @@ export default function liveView(component) {
   }
   inst.setStateValue = setStateValue;
   applyConfig(inst, normalizeConfig(data));
-  return inst.cleanup;
+  return inst.unmounted;
 }
