@@ -34,6 +34,7 @@ from .soak_clients import (
     Monitor,
     SocketClient,
     Tally,
+    busy,
     fuzzer,
     http_load,
     presenter_changes,
@@ -143,8 +144,7 @@ async def _wait_idle(base: str, token: str) -> dict:
     deadline = time.monotonic() + IDLE_TIMEOUT_S
     while True:
         status = await server_status(base, token)
-        busy = any(e["in_flight"] or e["kv_used_blocks"] or e["reconfiguring"] for e in status["engines"].values())
-        if not busy or time.monotonic() > deadline:
+        if not busy(status) or time.monotonic() > deadline:
             return status
         await asyncio.sleep(0.5)
 

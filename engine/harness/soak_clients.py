@@ -17,6 +17,7 @@ from ..events import FinishedEvent, RequestEvent
 from . import fuzz
 
 REQUEST_TIMEOUT_S = 300.0   # an answer later than this counts as lost
+IDLE_S = 3.0                # a request still pending when the server has run nothing for this long is lost
 # Every HTTP request on a connection of its own: a kept-alive connection the server closes after its idle
 # timeout (uvicorn's 5 s) just as the client sends on it fails with ReadError, which a soak that sends
 # at random gaps meets now and then (a lost request, or the fuzzer's end), and which is no fault of ours.
@@ -238,12 +239,18 @@ class SocketClient:
                     del self.ended[next(iter(self.ended))]
 
     async def _wait_pending(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+        """Until every request of this socket ended, or the server has had nothing to run for IDLE_S (no
+        finished event is coming then), or `timeout` s; what is still pending is lost."""
+        deadline, idle_since = time.monotonic() + timeout, None
         while self.pending and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
+            if busy(await server_status(self.load.base, self.load.token)):
+                idle_since = None
+            elif time.monotonic() - (idle_since := idle_since or time.monotonic()) > IDLE_S:
+                break
         for rid in self.pending:  # (a finished event among those the server said it skipped is one way)
-            self.load.tally.lose(f"socket request {rid}: no finished event within {timeout:.0f} s; "
-                                 f"this socket was told it missed {self.skipped} events")
+            self.load.tally.lose(f"socket request {rid}: no finished event, with the server idle for {IDLE_S:g} s "
+                                 f"(or {timeout:.0f} s gone); this socket was told it missed {self.skipped} events")
         self.pending.clear()
 
 
@@ -327,3 +334,8 @@ class Monitor:
 async def server_status(base: str, token: str) -> dict:
     async with Socket(f"ws://{base}/engine/ws?token={token}") as ws:
         return ws.hello["status"]
+
+
+def busy(status: dict) -> bool:
+    """Whether any lane has work left: requests in flight, KV blocks held, or a reconfigure under way."""
+    return any(e["in_flight"] or e["kv_used_blocks"] or e["reconfiguring"] for e in status["engines"].values())

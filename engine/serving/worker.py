@@ -20,7 +20,7 @@ from ..device_memory import freeze_loaded_engine, release_freed_memory
 from ..disaggregated import build_engine
 from ..events import FinishedEvent, RequestEvent, StatusEvent, StepMessage, WaitsEvent
 from ..llm_engine import LLMEngine
-from ..request import SamplingParams
+from ..request import RequestOutput, SamplingParams
 from ..telemetry.roofline import EngineRoofline, engine_roofline
 from .handles import RequestHandle
 from .lane_host import LaneHost
@@ -301,7 +301,7 @@ class EngineWorker(threading.Thread):
     # ---- submissions -------------------------------------------------------------------------
     def _add(self, handle: RequestHandle, sub: Submission) -> None:
         if self.engine is None:  # why is the presenter's to read (status): it may name server paths
-            handle.reject(f"lane '{self.lane}' is not available: it could not start")
+            self._refuse(handle, sub, f"lane '{self.lane}' is not available: it could not start")
             return
         if self._pending_cfg is not None:
             # Queued until the lane restarts. Accepted now, so that no caller waits on a drain that
@@ -310,39 +310,58 @@ class EngineWorker(threading.Thread):
             handle.accept(hold_back=_hold_back(sub.params))
             return
         if self._drain_then_stop:
-            handle.reject(f"lane '{self.lane}' was removed")
+            self._refuse(handle, sub, f"lane '{self.lane}' was removed")
             return
         try:
             ids = self.engine.chat_prompt(sub.messages) if sub.messages is not None else sub.prompt
             self.engine.add_request(ids, sub.params, arrival_s=sub.arrival_s, request_id=handle.request_id,
                                     priority=sub.priority, tenant=sub.tenant)
         except ValueError as e:
-            handle.reject(str(e))
+            self._refuse(handle, sub, str(e))
             return
         except Exception as e:  # noqa: BLE001 - a prompt the tokenizer chokes on is the caller's error too
-            handle.reject(f"the prompt could not be read: {type(e).__name__}: {e}")
+            self._refuse(handle, sub, f"the prompt could not be read: {type(e).__name__}: {e}")
             return
         handle.accept(hold_back=_hold_back(sub.params))
         self.handles[handle.request_id] = handle
-        out = self.engine.get_output(handle.request_id)
+        self._arrived(handle, sub, len(self.engine.get_output(handle.request_id).prompt_token_ids))
+
+    def _arrived(self, handle: RequestHandle, sub: Submission, num_prompt_tokens: int | None) -> None:
         self._publish(RequestEvent(request_id=handle.request_id, tag=handle.tag,
                                    prompt=sub.prompt if isinstance(sub.prompt, str) else None,
-                                   messages=sub.messages, num_prompt_tokens=len(out.prompt_token_ids),
+                                   messages=sub.messages, num_prompt_tokens=num_prompt_tokens,
                                    max_tokens=sub.params.max_tokens, arrival_s=sub.arrival_s,
                                    priority=sub.priority, tenant=sub.tenant, name=sub.name))
 
+    def _refuse(self, handle: RequestHandle, sub: Submission, why: str) -> None:
+        """The engine would not take it: its caller hears why; one that was told the lane took it (it was
+        queued during a reconfigure) is also seen to end by everyone who reads the stream."""
+        if handle.accepted.is_set():
+            self._end_unstarted(handle, sub, "error", why)
+        handle.reject(why)
+
+    def _end_unstarted(self, handle: RequestHandle, sub: Submission, reason: str, why: str | None) -> RequestOutput:
+        """Publish a request that the lane took but no engine ever ran (queued during a reconfigure) as
+        arrived and ended, so that no reader (a socket client, the views, /metrics) waits for it."""
+        ids = list(sub.prompt) if isinstance(sub.prompt, list) else []  # (text: never tokenized here)
+        out = RequestOutput(request_id=handle.request_id, prompt_token_ids=ids, output_token_ids=[], text="",
+                            finish_reason=reason, arrival_s=sub.arrival_s, first_token_s=None,
+                            finish_s=self.host.clock(), error=why)
+        self._arrived(handle, sub, len(ids) if ids else None)
+        self._publish(FinishedEvent.of(out))
+        return out
+
     def _abort(self, request_id: int, reason: str | None = None) -> None:
         parked = [d for d in self._deferred if d[0].request_id == request_id]
-        for d in parked:  # queued during a reconfigure: never reaches the engine
-            self._deferred.remove(d)
-            d[0].reject(reason or "aborted")
+        for handle, sub in parked:  # queued during a reconfigure: never reaches the engine
+            self._deferred.remove((handle, sub))
+            handle.finish(self._end_unstarted(handle, sub, "abort", reason))
         if self.engine is not None and self.engine.abort(request_id, reason):
             self._stream([], [request_id])  # the caller hears now, even if no step follows
 
     def _abort_all(self, reason: str) -> None:
-        for h, *_ in self._deferred:
-            h.reject(reason)
-        self._deferred = []
+        for handle, _ in list(self._deferred):
+            self._abort(handle.request_id, reason)
         for rid in list(self.handles):
             self._abort(rid, reason)
         for h in list(self.handles.values()):

@@ -228,6 +228,38 @@ def test_a_lane_that_could_not_start_is_left_out_of_what_names_no_lane(tiny_mode
         svc.stop()
 
 
+def test_a_submission_queued_during_a_reconfigure_that_never_runs_is_seen_to_end(svc):
+    """Taken while a lane reconfigures, then refused by the new engine (a prompt past its length) or aborted
+    before it: its caller was told the lane took it, so the stream says it arrived and ended (a soak's socket
+    client once waited for such a request for ever)."""
+    cursor, seqs = svc.hub.head, svc.cfg.max_num_seqs
+    svc.pause()
+    running = svc.submit([5] * 4, greedy(30))
+    svc.configure(max_num_seqs=seqs + 1)  # cannot drain while paused
+    too_long = svc.submit([7] * 600, greedy(3))  # (past max_model_len: checked by the engine that takes it)
+    gone = svc.submit("aborted while queued", greedy(3))
+    svc.abort(gone[0].request_id)
+    assert all(h.result(30).finish_reason == "abort" for h in gone)
+    svc.resume()
+    for h in too_long:
+        with pytest.raises(ValueError, match="max_model_len"):
+            h.result(60)
+    assert all(h.result(60).finish_reason == "length" for h in running)
+    wait_settled(svc)
+    events = [item for _, item in svc.hub.read(cursor).events]
+    ended = {(e.lane, e.request_id): e for e in events if isinstance(e, FinishedEvent)}
+    arrived = {(e.lane, e.request_id): e for e in events if isinstance(e, RequestEvent)}
+    for h in running + too_long + gone:
+        assert (h.lane, h.request_id) in arrived and (h.lane, h.request_id) in ended
+    assert {ended[h.lane, h.request_id].finish_reason for h in too_long} == {"error"}
+    assert all("max_model_len" in ended[h.lane, h.request_id].error for h in too_long)
+    assert {arrived[h.lane, h.request_id].num_prompt_tokens for h in too_long} == {600}
+    assert {ended[h.lane, h.request_id].finish_reason for h in gone} == {"abort"}
+    assert_all_free(svc)
+    svc.configure(max_num_seqs=seqs)
+    wait_settled(svc)
+
+
 def test_submissions_during_a_paused_reconfigure_do_not_wait_for_the_drain(svc):
     running = svc.submit([5] * 4, greedy(30))
     svc.pause()
