@@ -12,7 +12,8 @@ from transformers import AutoTokenizer
 
 from engine.detokenizer import apply_chat_template
 from engine.events import FinishedEvent, RequestEvent
-from service_helpers import app_fixture, clean_fixture, service_fixture
+from engine_helpers import greedy
+from service_helpers import app_fixture, clean_fixture, service_fixture, wait_settled
 
 MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
             {"role": "user", "content": "What is the answer?"}]
@@ -165,6 +166,30 @@ def test_engine_error_is_500_or_error_chunk(client, svc):
             list(client.completions.create(stream=True, **body))
     finally:
         w.engine.runner.launch = real
+
+
+def test_a_prompt_refused_after_its_lane_took_it_is_a_400_naming_it(client, svc):
+    """Sent while the lanes reconfigure, a request is taken at once and read by the new engines, which refuse
+    a prompt past their max_model_len: the same answer as a refusal at once, streamed or not."""
+    import concurrent.futures
+    svc.pause()
+    running = svc.submit([5] * 4, greedy(4))  # (paused: the reconfigure cannot drain yet)
+    seqs = svc.cfg.max_num_seqs
+    svc.configure(max_num_seqs=seqs + 1)
+    body = dict(model="m", prompt=[7] * 600, max_tokens=2, **GREEDY)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        whole = pool.submit(client.completions.create, **body)
+        streamed = pool.submit(lambda: list(client.completions.create(stream=True, **body)))
+        time.sleep(0.5)  # (both taken, queued behind the reconfigure)
+        svc.resume()
+        with pytest.raises(openai.BadRequestError, match="max_model_len") as e:
+            whole.result(60)
+        assert e.value.body["param"] == "prompt"
+        with pytest.raises(openai.APIError, match="max_model_len"):
+            streamed.result(60)
+    assert all(h.result(60).finish_reason == "length" for h in running)
+    svc.configure(max_num_seqs=seqs)
+    wait_settled(svc)
 
 
 def test_oversized_chunked_body_refused(base):
