@@ -1,4 +1,5 @@
-"""Participants' names, a remote lane's server gauges and the roofline in the live views, in a real browser:
+"""Participants' names, a remote lane's server gauges, the roofline and the view's lifecycle as Streamlit
+drives it, in the live views, in a real browser:
 the recorded events (tests/data/events_tiny_llama.json) replayed into the component (tests/live_replay.py).
 Screenshots go to test-artifacts/ (or $INFLIGHT_ARTIFACTS)."""
 from __future__ import annotations
@@ -324,4 +325,37 @@ def test_where_the_model_ended_its_answer_is_marked_and_what_it_made_after_is_di
     expect(card.locator(".ifl-past-answer")).to_have_text("<b>system</b>")
     assert card.locator(".ifl-out").inner_text().startswith(fin["text"][:3])
     assert card.locator(".ifl-out b").count() == 0
+    page.close()
+
+
+# ---- the view's lifecycle as Streamlit drives it: the entry point runs on every data change, and the cleanup
+# it returned is called on unmount, and also for a run whose data a newer run superseded while the module
+# loaded; that late call may come after the newer run took the view
+RUN = "data => liveView({ parentElement: document.getElementById('host'), data, setStateValue: () => {} })"
+VIEW = f"() => {{ window.__view = {INST}; }}"  # kept: once unmounted, no selector finds it
+CLOSED = "() => window.__view.closed"  # (its socket, timers and frame loop closed with it: destroyInstance)
+
+
+def mounted(browser, rec):  # noqa: F811 - the fixtures
+    data = {"lanes": rec["lanes"], "contract": rec["contract"], "axis": "iterations"}
+    page = open_replay(browser, rec, accepted_events(rec)[:50], **data)
+    page.evaluate(VIEW)
+    return page, data
+
+
+def test_a_superseded_runs_late_cleanup_leaves_the_view_live_and_unmounting_closes_it(browser, rec):  # noqa: F811
+    page, data = mounted(browser, rec)
+    page.evaluate(f"data => {{ const run = {RUN}; const stale = run(data); window.__latest = run(data); stale(); }}",
+                  data)
+    assert page.evaluate(CLOSED) is False
+    assert page.evaluate(f"() => {INST} === window.__view")  # the same view, still following its socket
+    page.evaluate("() => { document.getElementById('host').remove(); window.__latest(); }")
+    assert page.evaluate(CLOSED) is True
+    page.close()
+
+
+def test_a_view_whose_element_left_the_page_without_a_cleanup_closes_itself(browser, rec):  # noqa: F811
+    page, _ = mounted(browser, rec)
+    page.evaluate("() => document.getElementById('host').remove()")
+    page.wait_for_function(CLOSED, timeout=10_000)  # (at its next status poll)
     page.close()
