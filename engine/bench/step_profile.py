@@ -12,7 +12,7 @@ step; the phases are timed by wrapping the engine's own methods, so nothing here
     python -m engine.bench.step_profile --linear torch,onednn   # linear layers through F.linear vs oneDNN
     python -m engine.bench.step_profile --device cuda --attention-backend triton --cuda-graphs off
     python -m engine.bench.step_profile --batches 1,256 --contexts 128 --no-ops   # wall clock, no profiler
-    python -m engine.bench.step_profile --batches 16 --contexts 128 --temperature 0.8   # rows that sample
+    python -m engine.bench.step_profile --batches 16 --contexts 128 --temperature 0.8 [--top-p 0.95]  # sampled
     python -m engine.bench.step_profile --overlap on,off   # the next step launched before this one is read back
     python -m engine.bench.step_profile --device cuda --trace traces/   # each point's timeline, for Perfetto
 
@@ -114,11 +114,11 @@ class PhaseTimer:
         return {p: t.get(p, 0.0) for p in PHASES}
 
 
-def fill(eng: LLMEngine, contexts: list[int], steps: int, temperature: float = 0.0) -> None:
+def fill(eng: LLMEngine, contexts: list[int], steps: int, sampling: dict | None = None) -> None:
     """Add one request per entry of `contexts` (its prompt tokens) and step until all of them decode;
     each then has `steps` more tokens to make (the first to finish prefill decode meanwhile)."""
     tokens = steps + 2 + fill_steps(eng.cfg.max_num_batched_tokens, contexts)
-    params = SamplingParams(max_tokens=tokens, temperature=temperature, ignore_eos=True)
+    params = SamplingParams(max_tokens=tokens, ignore_eos=True, **(sampling or {}))
     for i, context in enumerate(contexts):
         eng.add_request(prompt_ids(context, i), params)
     while any(not r.output_token_ids for r in eng.requests.values()):
@@ -134,11 +134,11 @@ def fill_steps(budget: int, contexts: list[int]) -> int:
 
 
 def profile_point(eng: LLMEngine, contexts: list[int], steps: int, ops: bool = True,
-                  trace: Path | None = None, temperature: float = 0.0) -> dict:
+                  trace: Path | None = None, sampling: dict | None = None) -> dict:
     """Time `steps` decode steps of len(contexts) rows; ops: under torch.profiler, the forward split by
     operator (and on a GPU its busy time), else by wall clock alone; trace: where the profiler's timeline
-    goes (gzipped Chrome trace JSON)."""
-    fill(eng, contexts, steps, temperature)
+    goes (gzipped Chrome trace JSON); sampling: the requests' SamplingParams fields (default: greedy)."""
+    fill(eng, contexts, steps, sampling)
     cuda = eng.runner.device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with PhaseTimer(eng, labels=trace is not None) as timer, \
@@ -243,6 +243,7 @@ def main(argv=None) -> None:
                     help="time by wall clock alone: no torch.profiler, no forward split by operator")
     ap.add_argument("--temperature", type=float, default=0.0,
                     help="the requests' sampling temperature (0: greedy; not with --mixed)")
+    ap.add_argument("--top-p", type=float, default=1.0, help="the requests' top_p (below 1: with --temperature)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--trace", default=None, metavar="DIR",
                     help="write each point's torch.profiler timeline here, the engine's phases labelled")
@@ -251,6 +252,8 @@ def main(argv=None) -> None:
         ap.error("--trace records the profiler's timeline: not with --no-ops or --mixed")
     if args.mixed and args.temperature:
         ap.error("--mixed compares decode groups on greedy rows: not with --temperature")
+    if args.top_p < 1.0 and not args.temperature:
+        ap.error("--top-p: greedy rows take the argmax; give a --temperature too")
     batches = [int(x) for x in args.batches.split(",")]
     contexts = [int(x) for x in args.contexts.split(",")]
     rows = []
@@ -267,7 +270,8 @@ def main(argv=None) -> None:
             points = mixed_points(eng, batches, contexts, args.steps, not args.no_ops)
         else:
             points = [profile_point(eng, [c] * b, args.steps, not args.no_ops, trace_path(args.trace, eng, b, c),
-                                    args.temperature) for c in contexts for b in batches]
+                                    {"temperature": args.temperature, "top_p": args.top_p})
+                      for c in contexts for b in batches]
         rows += [{**p, "linear": eng.runner.linear, "attention": eng.runner.backend, "overlap": eng.overlap,
                   "cuda_graphs": eng.runner.graphs_state()} for p in points]
         dropped = weakref.ref(eng)

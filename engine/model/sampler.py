@@ -25,6 +25,9 @@ from engine.request import SamplingParams
 # Temperatures below this are treated as this, so that dividing cannot
 # overflow float32 for any sane logit.
 _MIN_TEMPERATURE = 1e-5
+# Top-p rows without a top-k: the most likely tokens looked at first (the whole vocabulary where the nucleus
+# goes on past them).
+NUCLEUS_CANDIDATES = 1024
 
 
 def make_generator(seed: int | None, device) -> torch.Generator | None:
@@ -112,36 +115,49 @@ def _probabilities(logits: torch.Tensor, params: list[SamplingParams]) -> torch.
         logits = logits / row_params[:, 0:1]
 
     if use_top_k or use_top_p:
-        if all(k < vocab for k in top_ks):
-            # Every row keeps at most max(top_k) tokens: a partial top-k is
-            # enough and much cheaper than sorting the whole vocabulary.
-            cand_logits, cand_idx = logits.topk(max(top_ks), dim=-1, sorted=True)
-        else:
-            cand_logits, cand_idx = logits.sort(dim=-1, descending=True)
-        width = cand_logits.shape[1]
-        remove = torch.zeros_like(cand_logits, dtype=torch.bool)
-        if use_top_k:
-            ranks = torch.arange(width, device=device).unsqueeze(0)
-            remove |= ranks >= row_params[:, 1:2].long()
-            cand_logits = cand_logits.masked_fill(remove, float("-inf"))
-        if use_top_p:
-            cand_probs = cand_logits.softmax(dim=-1)
-            # Probability mass strictly before each token: the top token has 0,
-            # so it is always kept. Rows with top_p == 1 are left alone (float
-            # rounding could otherwise cut their tail).
-            mass_before = cand_probs.cumsum(dim=-1) - cand_probs
-            top_p = row_params[:, 2:3]
-            remove |= (mass_before >= top_p) & (top_p < 1.0)
-            cand_logits = cand_logits.masked_fill(remove, float("-inf"))
-        # Back to vocabulary order, so every row samples over all token ids
-        # (a seeded row's draw then depends only on its own probabilities,
-        # not on how many candidates the batch needed).
-        logits = torch.full_like(logits, float("-inf")).scatter_(1, cand_idx, cand_logits)
+        logits = _top_k_top_p(logits, row_params, top_ks, use_top_p)
 
     probs = logits.softmax(dim=-1)
     # A row of NaN/-inf logits has no distribution: all zeros here, from which
     # _draw takes its first token.
     return torch.nan_to_num(probs, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def _top_k_top_p(logits: torch.Tensor, row_params: torch.Tensor, top_ks: list[int], use_top_p: bool,
+                  width: int | None = None) -> torch.Tensor:
+    """logits with -inf outside each row's top-k and nucleus (rows with neither keep all). The candidates are
+    the `width` best of each row, sorted: every row's top_k where each has one; else, on the CPU,
+    NUCLEUS_CANDIDATES, and the whole vocabulary for a row whose nucleus goes on past them (sorting all of it
+    took 32 ms for 16 rows of 49,152 tokens on a 2-core AMD EPYC, the 1,024 best 4)."""
+    vocab = logits.shape[1]
+    if width is None:  # (on a GPU the whole vocabulary: sorting is cheap there, and the check below would wait)
+        few = NUCLEUS_CANDIDATES if logits.device.type == "cpu" else vocab
+        width = max(top_ks) if max(top_ks) < vocab else min(vocab, max([few] + [k for k in top_ks if k < vocab]))
+    cand_logits, cand_idx = (logits.topk(width, dim=-1, sorted=True) if width < vocab
+                             else logits.sort(dim=-1, descending=True))
+    top_k, top_p = row_params[:, 1:2], row_params[:, 2:3]
+    remove = torch.arange(width, device=logits.device).unsqueeze(0) >= top_k.long()
+    past = None  # rows whose nucleus goes on past the candidates
+    if use_top_p:
+        cand_logits = cand_logits.masked_fill(remove, float("-inf"))
+        # each candidate's probability as its row has it after top-k: renormalized over its top-k where it has
+        # one, else over the whole vocabulary
+        norm = torch.where(top_k < vocab, cand_logits.logsumexp(-1, keepdim=True), logits.logsumexp(-1, keepdim=True))
+        cand_probs = (cand_logits - norm).exp()
+        mass = cand_probs.cumsum(dim=-1)
+        if width < vocab:  # (a row with a top-k has its own among the candidates)
+            short = ((mass[:, -1:] < top_p) & (top_k >= vocab)).squeeze(1)
+            past = short.nonzero().squeeze(1) if bool(short.any()) else None
+        # Probability mass strictly before each token: the top token has 0, so it is always kept. Rows with
+        # top_p == 1 are left alone (float rounding could otherwise cut their tail).
+        remove |= (mass - cand_probs >= top_p) & (top_p < 1.0)
+    # Back to vocabulary order, so every row samples over all token ids (a seeded row's draw then depends
+    # only on its own probabilities, not on how many candidates the batch needed).
+    kept = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, cand_idx, ~remove)
+    out = logits.masked_fill(~kept & ((top_k < vocab) | (top_p < 1.0)), float("-inf"))
+    if past is not None:
+        out[past] = _top_k_top_p(logits[past], row_params[past], [vocab] * len(past), True, vocab)
+    return out
 
 
 def _draw(probs: torch.Tensor, generators: list[torch.Generator | None]) -> torch.Tensor:

@@ -37,19 +37,21 @@ def test_wall_clock_mode_times_the_same_steps_without_the_profiler(tiny_llama_di
     assert "wall clock, no profiler" in text and "host/row us" in text and "fwd:" not in text
 
 
-def test_a_temperature_makes_the_profiled_rows_sample(tiny_llama_dir, monkeypatch):
-    """--temperature reaches every request (the sampled path timed), and --mixed refuses it."""
-    temperatures, real = [], step_profile.SamplingParams
+def test_a_temperature_and_top_p_make_the_profiled_rows_sample(tiny_llama_dir, monkeypatch):
+    """--temperature and --top-p reach every request (the sampled path timed); --mixed refuses a temperature,
+    and a top_p needs one."""
+    asked, real = [], step_profile.SamplingParams
 
     def params(**kw):
-        temperatures.append(kw["temperature"])
+        asked.append((kw.get("temperature", 0.0), kw.get("top_p", 1.0)))
         return real(**kw)
     monkeypatch.setattr(step_profile, "SamplingParams", params)
     step_profile.main(["--model", str(tiny_llama_dir), "--batches", "2", "--contexts", "12", "--steps", "2",
-                       "--no-ops", "--temperature", "0.8"])
-    assert temperatures and set(temperatures[1:]) == {0.8}  # (the first: the warm-up's, greedy)
-    with pytest.raises(SystemExit):
-        step_profile.main(["--model", str(tiny_llama_dir), "--mixed", "--temperature", "0.8"])
+                       "--no-ops", "--temperature", "0.8", "--top-p", "0.9"])
+    assert asked and set(asked[1:]) == {(0.8, 0.9)}  # (the first: the warm-up's, greedy)
+    for flags in (["--mixed", "--temperature", "0.8"], ["--top-p", "0.9"]):
+        with pytest.raises(SystemExit):
+            step_profile.main(["--model", str(tiny_llama_dir), *flags])
 
 
 def test_fill_leaves_every_row_decoding_through_the_timed_steps(tiny_llama_dir):

@@ -284,3 +284,29 @@ def test_cuda_matches_and_stays_on_device():
     # bf16 logits.
     out16 = sample(logits.bfloat16(), [_sp()] * 6, [None] * 6)
     assert torch.equal(out16, logits.bfloat16().float().argmax(-1))
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(seed=st.integers(0, 2**16), vocab=st.integers(2, 120), candidates=st.integers(1, 24),
+       rows=st.lists(st.tuples(st.sampled_from([0.3, 0.7, 1.0, 1.6]), st.sampled_from([0, 0, 1, 3, 9, 40]),
+                               st.sampled_from([1.0, 1.0, 0.05, 0.5, 0.9, 0.99]), st.floats(0.2, 12.0)),
+                     min_size=1, max_size=6))
+def test_top_k_and_top_p_keep_what_an_exact_filter_keeps_whichever_candidates_are_looked_at(
+        seed, vocab, candidates, rows):
+    """Each sampled row's probabilities equal the float64 reference's (_expected_probs), in a batch of rows with
+    and without top-k and top-p, peaked and flat (`scale`), where the candidates looked at first hold every
+    nucleus and where one goes on past them (then the whole vocabulary is sorted)."""
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.stack([torch.randn(vocab, generator=g) * scale for *_, scale in rows])
+    params = [_sp(temperature=t, top_k=k, top_p=p) for t, k, p, _ in rows]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sampler, "NUCLEUS_CANDIDATES", candidates)
+        got = sampler._probabilities(logits, params)
+    for row, (t, k, p, _) in zip(range(len(rows)), rows):
+        z = logits[row].double() / t
+        kept = z.sort(descending=True).values[:k or vocab]
+        mass = (kept - kept.logsumexp(0)).exp().cumsum(0)
+        if p < 1 and ((mass - p).abs() < 1e-4).any():
+            continue  # (a nucleus that ends within float32's rounding of top_p: either answer is right)
+        want = torch.tensor(_expected_probs(logits[row], t, k if k < vocab else 0, p), dtype=torch.float64)
+        assert torch.allclose(got[row].double(), want, atol=1e-5), (row, t, k, p)
