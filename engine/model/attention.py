@@ -54,6 +54,9 @@ class BatchMeta:
     prefill_layout: torch.Tensor | None = None
     # the compiled forward's key of `pool` (triton_hf.pool_key), by which its attention operator finds it
     pool_key: int = -1
+    # every token a decode row, in row order (decode_idx is 0..n-1: one row, or rows of equal length): the
+    # reference backend then takes each group's queries as a slice and returns its outputs as they come
+    rows_in_order: bool = False
     _masks: dict = field(default_factory=dict)  # cached per (group, sliding window)
 
     def groups(self) -> list[tuple[int, int, int]]:
@@ -98,8 +101,11 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     _write_kv(meta, pool.k[layer], pool.v[layer], k_new, v_new)
 
     T, H, D = query.shape[2], query.shape[1], query.shape[3]
-    out = query.new_zeros(T, H, D)
     window = sliding_window if sliding_window else None
+    if meta.rows_in_order:  # (no zeroed output to scatter into: a few operators less in every layer)
+        outs = [_decode(meta, g, pool.k[layer], pool.v[layer], query, window, scaling) for g in meta.groups()]
+        return (outs[0] if len(outs) == 1 else torch.cat(outs)).unsqueeze(0), None
+    out = query.new_zeros(T, H, D)
     for group in meta.groups() if meta.decode_idx.numel() else ():
         a, b, _ = group
         out[meta.decode_idx[a:b]] = _decode(meta, group, pool.k[layer], pool.v[layer], query, window, scaling)
@@ -133,7 +139,7 @@ def _gather(pool_t, blocks: torch.Tensor) -> torch.Tensor:
 
 def _decode(meta, group, k_pool, v_pool, query, window, scaling):
     a, b, width = group
-    q = query[0][:, meta.decode_idx[a:b]].transpose(0, 1).unsqueeze(2)  # [rows, H, 1, D]
+    q = query[0][:, slice(a, b) if meta.rows_in_order else meta.decode_idx[a:b]].transpose(0, 1).unsqueeze(2)
     blocks = meta.decode_blocks[a:b, :width]
     k = _gather(k_pool, blocks)                                           # [rows, Hkv, L, D]
     v = _gather(v_pool, blocks)

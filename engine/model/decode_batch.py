@@ -12,7 +12,8 @@ import torch
 from ..kv import KVCacheManager
 from ..scheduler import ScheduledRow
 from .attention import BatchMeta
-from .packed_batch import decode_groups, is_plain_decode, next_tokens, send_batch, slots_at, table_rows, tables_for
+from .packed_batch import (decode_groups, is_plain_decode, next_tokens, rows_in_order, send_batch, slots_at,
+                           table_rows, tables_for)
 
 if TYPE_CHECKING:
     from .runner import ModelRunner
@@ -115,7 +116,8 @@ class CpuDecodeInputs:
         self.meta = BatchMeta(pool=batch.runner.pool, num_tokens=n, write_idx=None, write_slots=t(self.slots),
                               decode_idx=t(batch.dec_idx[self.order]), decode_blocks=t(self.tables),
                               decode_ctx=t(self.ctx), decode_groups=self._groups(batch.cache), prefills=[],
-                              prefill_layout=torch.zeros((0, 3), dtype=torch.int64))
+                              prefill_layout=torch.zeros((0, 3), dtype=torch.int64),
+                              rows_in_order=rows_in_order(batch.dec_idx[self.order], self.ids))
         self.sent = (t(self.ids).view(1, -1), t(self.positions).view(1, -1), t(batch.sample_idx), self.meta)
 
     def _tables(self, batch: DecodeBatch) -> np.ndarray:

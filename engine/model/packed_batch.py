@@ -199,7 +199,8 @@ def send_batch(runner: ModelRunner, cache: KVCacheManager, tokens: tuple, writte
     up = HostInts()
     ids, pos, keep, slots = (up.add(v) for v in tokens)
     written = None if written is None else up.add(written)
-    dec_idx, dec_ctx_part = up.add(dec_idx[order]), up.add(dec_ctx)
+    dec_idx_sorted = dec_idx[order]
+    dec_idx, dec_ctx_part = up.add(dec_idx_sorted), up.add(dec_ctx)
     layout = up.add([x for s, e, c, _ in prefills for x in (s, e - s, c)])
     blocks = [up.add(b) for *_, b in prefills]
     dec_blocks = up.add(tables)
@@ -213,8 +214,13 @@ def send_batch(runner: ModelRunner, cache: KVCacheManager, tokens: tuple, writte
         decode_idx=dev[dec_idx], decode_blocks=dev[dec_blocks].view(*tables.shape),
         decode_ctx=dev[dec_ctx_part], decode_groups=decode_groups(-(-dec_ctx // cache.block_size)),
         prefills=[PrefillSeq(s, e, c, dev[b]) for (s, e, c, _), b in zip(prefills, blocks)],
-        prefill_layout=dev[layout].view(len(prefills), 3))
+        prefill_layout=dev[layout].view(len(prefills), 3), rows_in_order=rows_in_order(dec_idx_sorted, tokens[0]))
     return dev[ids].view(1, -1), dev[pos].view(1, -1), dev[keep], meta
+
+
+def rows_in_order(dec_idx: np.ndarray, ids) -> bool:
+    """Whether every token is a decode row, longest first in token order (BatchMeta.rows_in_order)."""
+    return 0 < len(ids) == len(dec_idx) and bool((dec_idx == np.arange(len(ids))).all())
 
 
 class HostInts:

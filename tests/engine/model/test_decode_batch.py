@@ -26,11 +26,12 @@ def runner() -> SimpleNamespace:
 
 def sent(batch: DecodeBatch) -> dict:
     ids, pos, keep, meta = batch.upload()
+    assert meta.rows_in_order == (meta.decode_idx.tolist() == list(range(meta.num_tokens)))  # (attention reads it)
     return {"ids": ids.tolist(), "positions": pos.tolist(), "keep": keep.tolist(), "num_tokens": meta.num_tokens,
             "write_idx": meta.write_idx, "slots": meta.write_slots.tolist(), "decode_idx": meta.decode_idx.tolist(),
             "tables": meta.decode_blocks.tolist(), "ctx": meta.decode_ctx.tolist(), "groups": meta.decode_groups,
             "prefills": meta.prefills, "layout": meta.prefill_layout.tolist(),
-            "masks": meta._masks, "kernel_inputs": meta.kernel_inputs}
+            "masks": meta._masks, "kernel_inputs": meta.kernel_inputs, "in_order": meta.rows_in_order}
 
 
 # (prompts of a few lengths: requests at the same position, whose order only their identity tells apart)

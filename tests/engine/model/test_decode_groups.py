@@ -55,12 +55,12 @@ def test_grouped_decode_equals_one_padded_batch(window):
     query = torch.randn(1, heads, len(ctxs), dim)
     k_new = torch.randn(1, kv_heads, len(ctxs), dim)
 
-    def run(groups):
+    def run(groups, in_order=False):
         meta = attention.BatchMeta(
             pool=pool, num_tokens=len(ctxs), write_idx=None, write_slots=torch.tensor([], dtype=torch.long),
             decode_idx=torch.arange(len(ctxs)),
             decode_blocks=torch.tensor([t + [0] * (width - len(t)) for t in tables]),
-            decode_ctx=torch.tensor(ctxs), prefills=[], decode_groups=groups)
+            decode_ctx=torch.tensor(ctxs), prefills=[], decode_groups=groups, rows_in_order=in_order)
         out, _ = attention.paged_attention(SimpleNamespace(layer_idx=0), query, k_new, k_new, None, scaling=0.3,
                                            sliding_window=window, **{attention.META_KWARG: meta})
         return out
@@ -68,3 +68,5 @@ def test_grouped_decode_equals_one_padded_batch(window):
     groups = decode_groups([len(t) for t in tables])
     assert len(groups) > 1, "the lengths should make several groups"
     torch.testing.assert_close(run(groups), run(None), atol=1e-6, rtol=1e-5)
+    # rows in token order (as here): each group's queries sliced and its output returned as it comes, the same
+    assert all(torch.equal(run(g, in_order=True), run(g)) for g in (groups, None))
