@@ -142,11 +142,13 @@ def _top_k_top_p(logits: torch.Tensor, row_params: torch.Tensor, top_ks: list[in
         cand_logits = cand_logits.masked_fill(remove, float("-inf"))
         # each candidate's probability as its row has it after top-k: renormalized over its top-k where it has
         # one, else over the whole vocabulary
-        norm = torch.where(top_k < vocab, cand_logits.logsumexp(-1, keepdim=True), logits.logsumexp(-1, keepdim=True))
+        norm = cand_logits.logsumexp(-1, keepdim=True)
+        if max(top_ks) >= vocab:  # some row has no top-k
+            norm = torch.where(top_k < vocab, norm, logits.logsumexp(-1, keepdim=True))
         cand_probs = (cand_logits - norm).exp()
         mass = cand_probs.cumsum(dim=-1)
-        if width < vocab:  # (a row with a top-k has its own among the candidates)
-            short = ((mass[:, -1:] < top_p) & (top_k >= vocab)).squeeze(1)
+        if width < vocab and max(top_ks) >= vocab:  # the CPU's candidates, and a row without a top-k
+            short = ((mass[:, -1:] < top_p) & (top_p < 1.0) & (top_k >= vocab)).squeeze(1)
             past = short.nonzero().squeeze(1) if bool(short.any()) else None
         # Probability mass strictly before each token: the top token has 0, so it is always kept. Rows with
         # top_p == 1 are left alone (float rounding could otherwise cut their tail).

@@ -310,3 +310,12 @@ def test_top_k_and_top_p_keep_what_an_exact_filter_keeps_whichever_candidates_ar
             continue  # (a nucleus that ends within float32's rounding of top_p: either answer is right)
         want = torch.tensor(_expected_probs(logits[row], t, k if k < vocab else 0, p), dtype=torch.float64)
         assert torch.allclose(got[row].double(), want, atol=1e-5), (row, t, k, p)
+
+
+@pytest.mark.parametrize("top_ks", [(5, 7), (5, 0), (0, 0)])
+def test_top_k_and_top_p_never_read_a_devices_values_back(top_ks):
+    """On a device (a meta tensor here: reading one back raises) the filter waits for nothing: the check of
+    whether a nucleus goes on past the candidates is the CPU's alone."""
+    logits = torch.empty(2, V, device="meta")
+    params = [_sp(temperature=1.0, top_k=k, top_p=p) for k, p in zip(top_ks, (0.9, 0.5))]
+    assert sampler._probabilities(logits, params).shape == (2, V)
