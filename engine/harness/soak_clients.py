@@ -241,10 +241,17 @@ class SocketClient:
     async def _wait_pending(self, timeout: float) -> None:
         """Until every request of this socket ended, or the server has had nothing to run for IDLE_S (no
         finished event is coming then), or `timeout` s; what is still pending is lost."""
-        deadline, idle_since = time.monotonic() + timeout, None
+        deadline, idle_since, next_read = time.monotonic() + timeout, None, 0.0
         while self.pending and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
-            if busy(await server_status(self.load.base, self.load.token)):
+            if time.monotonic() < next_read:
+                continue
+            next_read = time.monotonic() + 1.0  # (the status once a second: each read is a connection of its own)
+            try:
+                idle = not busy(await server_status(self.load.base, self.load.token))
+            except (OSError, websockets.WebSocketException):  # the server is gone: what is pending stays so
+                idle = True
+            if not idle:
                 idle_since = None
             elif time.monotonic() - (idle_since := idle_since or time.monotonic()) > IDLE_S:
                 break

@@ -180,13 +180,16 @@ def test_a_prompt_refused_after_its_lane_took_it_is_a_400_naming_it(client, svc)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         whole = pool.submit(client.completions.create, **body)
         streamed = pool.submit(lambda: list(client.completions.create(stream=True, **body)))
-        time.sleep(0.5)  # (both taken, queued behind the reconfigure)
+        deadline = time.monotonic() + 30
+        while not all(len(w._deferred) == 2 for w in svc.workers.values()) and time.monotonic() < deadline:
+            time.sleep(0.02)  # (both taken, queued behind the reconfigure on every lane)
+        assert all(len(w._deferred) == 2 for w in svc.workers.values())
         svc.resume()
         with pytest.raises(openai.BadRequestError, match="max_model_len") as e:
             whole.result(60)
-        assert e.value.body["param"] == "prompt"
-        with pytest.raises(openai.APIError, match="max_model_len"):
+        with pytest.raises(openai.APIError, match="max_model_len") as chunk:
             streamed.result(60)
+        assert e.value.body["param"] == chunk.value.body["param"] == "prompt"
     assert all(h.result(60).finish_reason == "length" for h in running)
     svc.configure(max_num_seqs=seqs)
     wait_settled(svc)
