@@ -67,9 +67,10 @@ async def submit(svc, *args, **kwargs) -> list[RequestHandle]:
 
 def failure(handle: RequestHandle) -> ApiError | None:
     """Why a finished handle has no answer to give (engine error, service stopped), or None."""
-    if handle.output is None and handle.rejection and param_of(handle.rejection):  # its input refused after its
-        return ApiError(handle.rejection, param=param_of(handle.rejection))  # lane took it: as a refusal at once
     if handle.output is None:
+        field = param_of(handle.rejection or "")
+        if field:  # its input refused after its lane took it: as a refusal at once
+            return ApiError(handle.rejection, param=field)
         return ApiError(handle.rejection or "the request ended without a result", status=503, type="server_error")
     if handle.output.finish_reason == "error":
         return ApiError(handle.output.error or "the engine failed on this request", status=500, type="server_error")

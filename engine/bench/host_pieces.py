@@ -68,7 +68,7 @@ def step_before(batch: DecodeBatch) -> DecodeTail:
     CPU, into its tensors)."""
     batch.upload()
     tail = batch.tail
-    tail.positions, tail.write_slots = batch.positions - 1, batch.write_slots - 1  # (slots: where no block starts)
+    tail.next_positions, tail.write_slots = batch.positions, batch.write_slots - 1  # (slots: where no block starts)
     return tail
 
 

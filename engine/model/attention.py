@@ -100,11 +100,11 @@ def paged_attention(module, query, key, value, attention_mask, scaling=None, dro
     v_new = value[0].transpose(0, 1)
     _write_kv(meta, pool.k[layer], pool.v[layer], k_new, v_new)
 
-    T, H, D = query.shape[2], query.shape[1], query.shape[3]
     window = sliding_window if sliding_window else None
     if meta.rows_in_order:  # (no zeroed output to scatter into: a few operators less in every layer)
         outs = [_decode(meta, g, pool.k[layer], pool.v[layer], query, window, scaling) for g in meta.groups()]
         return (outs[0] if len(outs) == 1 else torch.cat(outs)).unsqueeze(0), None
+    T, H, D = query.shape[2], query.shape[1], query.shape[3]
     out = query.new_zeros(T, H, D)
     for group in meta.groups() if meta.decode_idx.numel() else ():
         a, b, _ = group

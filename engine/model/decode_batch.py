@@ -49,7 +49,7 @@ class DecodeBatch:
         self.dec_idx = self.sample_idx = last.dec_idx if goes_on else np.arange(len(rows), dtype=np.int64)
         # what the step after needs of this one; its inputs: the CPU tensors of the step before (written in
         # place at the upload), else made there
-        self.tail = DecodeTail(cache, cache.tables.epoch, self.requests, self.positions, self.dec_row,
+        self.tail = DecodeTail(cache, cache.tables.epoch, self.requests, self.dec_ctx, self.dec_row,
                                self.write_slots, self.dec_idx, last.inputs if goes_on else None)
 
     def decode_arrays(self) -> tuple[np.ndarray, ...]:
@@ -85,7 +85,7 @@ class DecodeTail:
     cache: KVCacheManager
     epoch: int
     requests: list
-    positions: np.ndarray
+    next_positions: np.ndarray  # each row's position in the step after (its context in this one)
     dec_row: np.ndarray
     write_slots: np.ndarray
     dec_idx: np.ndarray
@@ -98,7 +98,7 @@ class DecodeTail:
         tables grew at most by the block a position that starts one brings."""
         return (nxt.cache is self.cache and self.cache.tables.epoch == self.epoch
                 and len(nxt.requests) == len(self.requests) and all(map(is_, nxt.requests, self.requests))
-                and bool((nxt.positions == self.positions + 1).all()))
+                and np.array_equal(nxt.positions, self.next_positions))
 
 
 class CpuDecodeInputs:
