@@ -19,7 +19,12 @@ step; the phases are timed by wrapping the engine's own methods, so nothing here
 `host` is what the step costs beside the model: the step less its forward on the CPU, less the GPU's
 busy time on a GPU (the time the GPU waits for Python), and `host/row` that per row, in microseconds.
 torch.profiler inflates small operators: --no-ops times the same steps by wall clock alone (no forward
-split by operator, and on a GPU no busy time).
+split by operator, and on a GPU no busy time). The timed steps follow --warm-steps untimed ones (16): a batch's
+first decode steps run cold, CPython specializing the step's bytecode only after it ran a few times (PEP 659),
+and the first step of a batch builds its inputs where later ones write into them. With a tiny model on a 2-core
+AMD EPYC, one row's host time fell from 594 us at the first step to 85-100 us by the tenth. Block boundaries
+(a step whose position starts a block: every 16th with the default block size) cost about twice a step's host:
+--steps 64 averages them in.
 
 On a GPU the phases are host time (a kernel launch returns at once; the step waits for the GPU
 where it reads its sampled tokens back, which counts as sampling), and `gpu busy` is the time the
@@ -134,11 +139,14 @@ def fill_steps(budget: int, contexts: list[int]) -> int:
 
 
 def profile_point(eng: LLMEngine, contexts: list[int], steps: int, ops: bool = True,
-                  trace: Path | None = None, sampling: dict | None = None) -> dict:
-    """Time `steps` decode steps of len(contexts) rows; ops: under torch.profiler, the forward split by
-    operator (and on a GPU its busy time), else by wall clock alone; trace: where the profiler's timeline
-    goes (gzipped Chrome trace JSON); sampling: the requests' SamplingParams fields (default: greedy)."""
-    fill(eng, contexts, steps, sampling)
+                  trace: Path | None = None, sampling: dict | None = None, warm: int = 0) -> dict:
+    """Time `steps` decode steps of len(contexts) rows, after `warm` untimed ones; ops: under torch.profiler,
+    the forward split by operator (and on a GPU its busy time), else by wall clock alone; trace: where the
+    profiler's timeline goes (gzipped Chrome trace JSON); sampling: the requests' SamplingParams fields
+    (default: greedy)."""
+    fill(eng, contexts, steps + warm, sampling)
+    for _ in range(warm):
+        eng.step()
     cuda = eng.runner.device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with PhaseTimer(eng, labels=trace is not None) as timer, \
@@ -154,7 +162,8 @@ def profile_point(eng: LLMEngine, contexts: list[int], steps: int, ops: bool = T
     forward_s = timer.total["forward"]
     gpu_s = gpu_kernel_seconds(prof) if cuda and ops else 0.0
     host_s = wall - (gpu_s if cuda else forward_s)
-    return {"batch": len(contexts), "context": max(contexts), "steps": steps, "step_ms": 1e3 * wall / steps,
+    return {"batch": len(contexts), "context": max(contexts), "steps": steps, "warm_steps": warm,
+            "step_ms": 1e3 * wall / steps,
             "gpu_busy_ms": 1e3 * gpu_s / steps, "host_ms": 1e3 * host_s / steps,
             "host_us_per_row": 1e6 * host_s / steps / len(contexts),
             "phases_ms": {k: 1e3 * v / steps for k, v in timer.phases().items()},
@@ -194,7 +203,8 @@ def one_group(widths):
     return None
 
 
-def mixed_points(eng: LLMEngine, batches: list[int], contexts: list[int], steps: int, ops: bool) -> list[dict]:
+def mixed_points(eng: LLMEngine, batches: list[int], contexts: list[int], steps: int, ops: bool,
+                 warm: int) -> list[dict]:
     """One row of each context beside short rows (MIXED_SHORT tokens), with decode rows grouped by
     length and with one group padded to the longest row (the path before grouping), side by side."""
     rows, grouped = [], packed_batch.decode_groups
@@ -203,7 +213,8 @@ def mixed_points(eng: LLMEngine, batches: list[int], contexts: list[int], steps:
             for label, fn in (("grouped", grouped), ("one group", one_group)):
                 packed_batch.decode_groups = fn
                 try:
-                    rows.append({**profile_point(eng, [c] + [MIXED_SHORT] * (b - 1), steps, ops), "decode": label})
+                    rows.append({**profile_point(eng, [c] + [MIXED_SHORT] * (b - 1), steps, ops,
+                                                                warm=warm), "decode": label})
                 finally:
                     packed_batch.decode_groups = grouped
     return rows
@@ -227,6 +238,8 @@ def main(argv=None) -> None:
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--contexts", default="64,512")
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--warm-steps", type=int, default=16,
+                    help="untimed decode steps first (0: time the batch's first steps, which run cold)")
     ap.add_argument("--mixed", action="store_true",
                     help=f"one row of each context beside {MIXED_SHORT}-token rows, decode rows grouped by "
                          "length and padded to the longest, side by side")
@@ -267,10 +280,10 @@ def main(argv=None) -> None:
             eng.abort(rid)
         freeze_long_lived()  # as a lane does once its engine is loaded: no full collection walks the model
         if args.mixed:
-            points = mixed_points(eng, batches, contexts, args.steps, not args.no_ops)
+            points = mixed_points(eng, batches, contexts, args.steps, not args.no_ops, args.warm_steps)
         else:
             points = [profile_point(eng, [c] * b, args.steps, not args.no_ops, trace_path(args.trace, eng, b, c),
-                                    {"temperature": args.temperature, "top_p": args.top_p})
+                                    {"temperature": args.temperature, "top_p": args.top_p}, args.warm_steps)
                       for c in contexts for b in batches]
         rows += [{**p, "linear": eng.runner.linear, "attention": eng.runner.backend, "overlap": eng.overlap,
                   "cuda_graphs": eng.runner.graphs_state()} for p in points]

@@ -65,6 +65,24 @@ def test_fill_leaves_every_row_decoding_through_the_timed_steps(tiny_llama_dir):
         assert len(ev.entries) == 4 and {e.phase for e in ev.entries} == {"decode"}
 
 
+def test_warm_steps_run_before_the_timed_ones_and_every_row_decodes_through_both(tiny_llama_dir):
+    """--warm-steps: that many decode steps of the whole batch run untimed (outside the phase timer), then
+    the timed ones, each still decoding every row (fill leaves tokens for both)."""
+    from engine_helpers import make_engine
+    eng = make_engine(tiny_llama_dir, max_num_batched_tokens=32, max_num_seqs=4)
+    seen, step = [], eng.step
+
+    def watched():
+        ev = step()
+        timed = "schedule" in vars(eng.scheduler)  # (PhaseTimer wraps it on the instance)
+        seen.append((timed, len([e for e in ev.entries if e.phase == "decode"])))
+        return ev
+    eng.step = watched
+    row = step_profile.profile_point(eng, [40] * 3, 4, ops=False, warm=5)
+    assert row["steps"] == 4 and row["warm_steps"] == 5
+    assert seen[-9:] == [(False, 3)] * 5 + [(True, 3)] * 4
+
+
 def test_a_trace_of_each_point_labels_the_engines_phases(tiny_llama_dir, tmp_path, capsys):
     """--trace: each point's profiler timeline, gzipped, with the engine's phases as named ranges on the
     host's thread (where a GPU step waits, and for what, shows there)."""
