@@ -107,11 +107,12 @@ def assert_all_free(svc: EngineService) -> None:
 
 
 @contextlib.contextmanager
-def serve(asgi_app):
-    """Run an ASGI app on 127.0.0.1:<free port> in a thread; yields the base URL."""
+def serve(asgi_app, ping_s: float = PING_S):
+    """Run an ASGI app on 127.0.0.1:<free port> in a thread; yields the base URL. ping_s: the socket's ping
+    interval and timeout (the app's by default)."""
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(asgi_app, host="127.0.0.1", port=port, log_level="warning",
-                                           ws_ping_interval=PING_S, ws_ping_timeout=PING_S))  # as the app's
+                                           ws_ping_interval=ping_s, ws_ping_timeout=ping_s))
     t = threading.Thread(target=server.run, daemon=True)
     t.start()
     deadline = time.monotonic() + 20

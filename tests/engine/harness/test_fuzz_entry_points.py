@@ -79,7 +79,9 @@ def watcher(base):
 
 @pytest.fixture(scope="module")
 def presenter_socket(base, watcher):
-    with connect(f"ws://{base}/engine/ws?token={TOKEN}", max_size=2**24) as ws:
+    # max_queue None: its reader keeps reading the events no test reads, so its close handshake ends at once
+    # (with the default 16 frames queued it stopped reading, and closing waited out its 10 s timeout)
+    with connect(f"ws://{base}/engine/ws?token={TOKEN}", max_size=2**24, max_queue=None) as ws:
         json.loads(ws.recv())
         yield ws
 
