@@ -71,7 +71,7 @@ class EngineConfig:
     linear_backend: str = "auto"
     block_size: int = 16
     num_kv_blocks: int | None = None  # None: sized from kv_cache_memory_gb
-    kv_cache_memory_gb: float | None = None  # None: 1 GiB on CPU, 60% of free memory on GPU
+    kv_cache_memory_gb: float | None = None  # None: 1 GiB on CPU; on GPU 60% of free memory, split among its lanes
     max_model_len: int | None = None  # None: the model's context length
     max_num_seqs: int = 16
     max_num_batched_tokens: int = 512
@@ -287,6 +287,14 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 def dtype_name(dtype: torch.dtype) -> str:
     """torch.bfloat16 -> "bfloat16", as EngineConfig.dtype names it."""
     return str(dtype).removeprefix("torch.")
+
+
+def same_weights(a: EngineConfig, b: EngineConfig) -> bool:
+    """Whether engines of the two configs can share one copy of the weights (weights_key)."""
+    try:
+        return weights_key(a) == weights_key(b)
+    except ValueError:  # a setting this machine cannot run: that engine's own build says why
+        return False
 
 
 def weights_key(cfg: EngineConfig) -> tuple:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
+import traceback
 from collections.abc import Callable
 
 import torch
@@ -45,6 +46,18 @@ def release_freed_memory(dropped: Callable[[], object | None] | None = None) -> 
     with CUDA_CAPTURE_LOCK:
         collect_dropped(dropped)
         _hand_back()
+
+
+def frames_cleared(error: BaseException) -> BaseException:
+    """error, with the local variables of every frame it and the errors behind it went through dropped: a
+    failed engine build's error would otherwise keep the engine and its memory (KV pools) alive."""
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)
+        e = e.__cause__ or e.__context__
+    return error
 
 
 def release_replaced_weights() -> None:

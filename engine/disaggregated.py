@@ -39,9 +39,9 @@ from .request import SamplingParams
 from .untrusted import is_int
 
 
-def half_configs(cfg: EngineConfig) -> tuple[EngineConfig, EngineConfig]:
-    """The prefill half's config and the decode half's: the lane's, each with half its KV memory and,
-    where there are two GPUs, a GPU each."""
+def half_configs(cfg: EngineConfig, kv_lanes: int = 1) -> tuple[EngineConfig, EngineConfig]:
+    """The prefill half's config and the decode half's: the lane's, each with half its KV memory (the lane's
+    part of the device's among kv_lanes lanes) and, where there are two GPUs, a GPU each."""
     device = resolve_device(cfg.device)
     two_gpus = device.type == "cuda" and torch.cuda.device_count() >= 2
     if cfg.num_kv_blocks is not None:
@@ -49,7 +49,7 @@ def half_configs(cfg: EngineConfig) -> tuple[EngineConfig, EngineConfig]:
     elif two_gpus:
         kv = {}  # each GPU's own budget
     else:
-        kv = {"kv_cache_memory_gb": kv_budget_bytes(cfg, device) / 2 / GiB}
+        kv = {"kv_cache_memory_gb": kv_budget_bytes(cfg, device, kv_lanes) / 2 / GiB}
     base = dataclasses.replace(cfg, disaggregated=False, overlap=False, **kv)
     if not two_gpus:
         return base, base
@@ -129,14 +129,16 @@ class DisaggregatedEngine(ReadsOutputs):
     overlap = False  # each half reads its step back before the next (EngineConfig.overlap: half_configs)
 
     def __init__(self, cfg: EngineConfig, progress=None, clock=time.perf_counter,
-                 share_weights_with: LLMEngine | DisaggregatedEngine | None = None, on_warmup=None):
+                 share_weights_with: LLMEngine | DisaggregatedEngine | None = None, on_warmup=None,
+                 kv_lanes: int = 1):
         if not cfg.disaggregated:
             raise ValueError("DisaggregatedEngine needs EngineConfig.disaggregated=True")
         self.cfg, self.clock = cfg, clock
-        pcfg, dcfg = half_configs(cfg)
-        prefill = LLMEngine(pcfg, progress, clock, share_weights_with=share_weights_with, on_warmup=on_warmup)
+        pcfg, dcfg = half_configs(cfg, kv_lanes)
+        prefill = LLMEngine(pcfg, progress, clock, share_weights_with=share_weights_with, on_warmup=on_warmup,
+                            kv_lanes=kv_lanes)  # (a budget of its own only on a GPU of two: half_configs)
         decode = LLMEngine(dcfg, progress, clock, share_weights_with=prefill if pcfg.device == dcfg.device else None,
-                           on_warmup=on_warmup)
+                           on_warmup=on_warmup, kv_lanes=kv_lanes)
         # the halves' warm-ups, one after the other (the decode half's finds most variants compiled)
         self.warmup = merged_warmup(prefill.warmup, decode.warmup)
         prefill.hand_off_requests()
@@ -361,6 +363,10 @@ class DisaggregatedEngine(ReadsOutputs):
             half.stalled = False
         return ended
 
+    def release_kv(self) -> list:
+        """Both halves' KV pools let go, their weights kept (LLMEngine.release_kv); after close."""
+        return [pool for engine in self.halves for pool in engine.release_kv()]
+
     def close(self) -> None:
         """Stop the halves' threads and give their cores back (the engine is not used after this)."""
         for half in self._halves():
@@ -377,8 +383,9 @@ class DisaggregatedEngine(ReadsOutputs):
 
 
 def build_engine(cfg: EngineConfig, progress=None, clock=time.perf_counter, share_weights_with=None,
-                 on_warmup=None):
-    """The engine a config describes: an LLMEngine, or a DisaggregatedEngine of two."""
+                 on_warmup=None, kv_lanes: int = 1):
+    """The engine a config describes: an LLMEngine, or a DisaggregatedEngine of two (kv_lanes: LLMEngine's)."""
     if cfg.disaggregated:
-        return DisaggregatedEngine(cfg, progress, clock, share_weights_with, on_warmup)
-    return LLMEngine(cfg, progress, clock, share_weights_with=share_weights_with, on_warmup=on_warmup)
+        return DisaggregatedEngine(cfg, progress, clock, share_weights_with, on_warmup, kv_lanes)
+    return LLMEngine(cfg, progress, clock, share_weights_with=share_weights_with, on_warmup=on_warmup,
+                     kv_lanes=kv_lanes)

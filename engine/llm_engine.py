@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,9 +46,12 @@ class LaunchedStep:
 
 class LLMEngine(ReadsOutputs):
     def __init__(self, cfg: EngineConfig | None = None, progress=None, clock=time.perf_counter,
-                 share_weights_with: LLMEngine | None = None, on_warmup: WarmupProgress | None = None):
+                 share_weights_with: LLMEngine | None = None, on_warmup: WarmupProgress | None = None,
+                 kv_lanes: int = 1):
         """share_weights_with: an engine on the same model, device and dtype whose loaded weights
-        this one reuses (both may step in different threads). on_warmup: told how the warm-up goes."""
+        this one reuses (both may step in different threads). on_warmup: told how the warm-up goes.
+        kv_lanes: the engines (a service's lanes) that share the device's memory for their KV pools,
+        this one among them (kv/sizing.py: on a GPU each takes an equal part)."""
         self.cfg = cfg or EngineConfig()
         self.clock = clock
         # overlap: the next step is launched before this one is read back (engine step(); LaunchedStep)
@@ -59,7 +63,7 @@ class LLMEngine(ReadsOutputs):
         self.max_model_len = self._max_model_len()
         self.drafter = (DraftModel(self.cfg, self.runner, self.max_model_len, progress)
                         if self.cfg.speculative == "draft" else None)
-        num_blocks = self._num_kv_blocks()
+        num_blocks = self._num_kv_blocks(kv_lanes)
         if on_warmup is not None and self.runner.torch_compile:  # (the decode graphs compile as they are made)
             on_warmup(0, 1, "compiling the decode forward with torch.compile")
         self.runner.allocate_kv(num_blocks, self.cfg.block_size,
@@ -140,10 +144,10 @@ class LLMEngine(ReadsOutputs):
         """The KV pools of one block layout: the model's, and its draft model's."""
         return [self.runner.pool] + ([self.drafter.runner.pool] if self.drafter else [])
 
-    def _num_kv_blocks(self) -> int:
+    def _num_kv_blocks(self, lanes: int) -> int:
         bs = self.cfg.block_size
         shapes = self._kv_shapes()
-        n = num_kv_blocks(self.cfg, shapes, self.runner.dtype, self.runner.device)
+        n = num_kv_blocks(self.cfg, shapes, self.runner.dtype, self.runner.device, lanes)
         if n * bs < self.max_model_len:
             per_block = kv_block_bytes(self.cfg, shapes, self.runner.dtype)
             raise ValueError(
@@ -403,6 +407,16 @@ class LLMEngine(ReadsOutputs):
 
     def close(self) -> None:
         """Nothing to stop: this engine steps on its caller's thread (a DisaggregatedEngine has two of its own)."""
+
+    def release_kv(self) -> list[weakref.ref]:
+        """Let go of the KV pools (the model's, a draft model's, swap's host pools) and the draft model, and
+        keep the weights, for an engine built to share them (a lane's reconfigure: the new engine is sized on
+        the memory this one gave back). Its state stays readable (status, counts); it steps no more. Returns
+        weak references to the pools: what still holds one keeps its memory."""
+        pools = [weakref.ref(p) for p in self._device_pools() + self.mover.host]
+        self.runner.release_kv()
+        self.drafter, self.mover = None, BlockMover([], [])
+        return pools
 
     def rest(self) -> None:
         """Nothing to give back: the caller's thread holds this engine's share of the cores."""

@@ -1,6 +1,8 @@
 """Per-layer paged KV pools: [num_blocks, block_size, kv_heads, head_dim] for K and for V."""
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -43,7 +45,29 @@ class KVPool:
         check_kv_fits(kv_bytes_per_token(shape, dtype) * num_blocks * block_size, torch.device(device))
         self.k = [torch.zeros(dims, dtype=dtype, device=device) for _ in range(shape.num_layers)]
         self.v = [torch.zeros(dims, dtype=dtype, device=device) for _ in range(shape.num_layers)]
+        with _LIVE_LOCK:
+            _LIVE.add(self)
 
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
+
+
+_LIVE: weakref.WeakSet[KVPool] = weakref.WeakSet()  # every pool this process holds, until it is dropped
+_LIVE_LOCK = threading.Lock()  # (pools are made in several threads: a set must not change while it is listed)
+
+
+def live_pool_bytes(device: torch.device) -> int:
+    """Bytes of the KV pools this process holds on `device` (every engine's, a lane's or not)."""
+    device = torch.device(device)
+    with _LIVE_LOCK:
+        pools = list(_LIVE)
+    return sum(p.nbytes for p in pools if p.k and _same_device(p.k[0].device, device))
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """cuda and cuda:0 are one device where the current one is 0."""
+    if a.type != b.type:
+        return False
+    current = torch.cuda.current_device() if a.type == "cuda" else 0
+    return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)

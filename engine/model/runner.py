@@ -135,6 +135,11 @@ class ModelRunner:
             self.graphs = DecodeGraphs(self, max_rows, blocks_for(max_model_len, block_size),
                                        capture=self.device.type == "cuda", compiled=self.torch_compile)
 
+    def release_kv(self) -> None:
+        """Drop the KV pool and what holds on to it (the decode graphs, the last decode batch's inputs, the
+        last tokens); the weights stay, for a runner that shares them. Nothing runs on this one after."""
+        self.pool = self.graphs = self.last_decode = self.last_tokens = None
+
     @torch.inference_mode()
     def launch(self, rows: list[ScheduledRow], cache: KVCacheManager) -> SampledTokens:
         """Run one iteration without waiting for it (on a GPU): the sampled tokens of every row that samples

@@ -15,5 +15,6 @@ class LaneHost:
     pace_s: Callable[[int], float]       # how long an iteration of that many requests lasts at least
     before_step: Callable[[str], None]   # called with the lane before each step (chaos testing: may raise)
     engine_on: Callable[[object], object]  # a running engine whose weights a config can share, or None
+    kv_lanes: Callable[[object], int]      # the lanes whose KV pools share a config's device (kv/sizing.py)
     # a worker loaded an engine for a config, its first or a reconfigure's (error: it could not)
     restarted: Callable[[object, object, Exception | None], None]

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 
-from ..config import STRATEGIES, EngineConfig, resolve_device, weights_key
+from ..config import STRATEGIES, EngineConfig, resolve_device, same_weights
 from ..device_memory import GiB, check_kv_fits
 from ..event_hub import EventHub
 from ..events import PAUSED, RESUMED, RUN_STARTED, LanesEvent, StatusEvent
@@ -84,7 +84,7 @@ class EngineService:
         self.replay_error = None  # why the last replay stopped before its end (a chunk off the contract), if it did
         self.host = LaneHost(clock=self.clock, publish=StampedPublish(self.hub.publish),
                              progress=lambda m: self.progress(m), paused=self.paused.is_set, pace_s=self.pace_s,
-                             before_step=self._before_step, engine_on=self.engine_on,
+                             before_step=self._before_step, engine_on=self.engine_on, kv_lanes=self.kv_lanes,
                              restarted=self._restarted)  # all a worker may use
         self.workers: dict[str, LaneWorker] = {}  # replaced whole, never changed in place
         with self._lock:  # a lane that fails at once waits for the others to be here (_restarted)
@@ -106,7 +106,7 @@ class EngineService:
         # if that lane is still loading): one copy in memory, and no two loads at once.
         share = self.engine_on(cfg)
         loading = None if share is not None else next(
-            (w for w in self.workers.values() if isinstance(w.cfg, EngineConfig) and _same_weights(w.cfg, cfg)), None)
+            (w for w in self.workers.values() if isinstance(w.cfg, EngineConfig) and same_weights(w.cfg, cfg)), None)
         w = EngineWorker(self.host, lane, cfg, share=share, weights_from=loading)
         w.start()
         return w
@@ -493,21 +493,32 @@ class EngineService:
         """A running engine whose loaded weights an engine with cfg can share, or None."""
         for w in list(self.workers.values()):
             eng = w.engine
-            if eng is not None and _same_weights(eng.cfg, cfg):
+            if eng is not None and same_weights(eng.cfg, cfg):
                 return eng
         return None
+
+    def kv_lanes(self, cfg: EngineConfig) -> int:
+        """How many of the lanes last asked for hold KV pools on cfg's device, cfg's lane among them: on a GPU
+        they take equal parts of its memory (kv/sizing.py)."""
+        device = _device_of(cfg)
+        return max(1, sum(1 for c in self._target[1].values() if not c.is_remote and _device_of(c) == device))
+
+
+def _device_of(cfg: EngineConfig) -> str | None:
+    """The device a config's engine runs on, by name (cuda as cuda:N), or None where it cannot run here."""
+    try:
+        device = resolve_device(cfg.device)
+    except (ValueError, RuntimeError):  # (torch.device's own refusal is a RuntimeError)
+        return None
+    if device.type == "cuda" and device.index is None:
+        import torch
+        device = torch.device("cuda", torch.cuda.current_device())
+    return str(device)
 
 
 def lane_dict(cfg: LaneConfig) -> dict:
     """A lane's settings as status and the `lanes` event show them (a remote lane's without its key)."""
     return cfg.to_dict() if cfg.is_remote else dataclasses.asdict(cfg)
-
-
-def _same_weights(a: EngineConfig, b: EngineConfig) -> bool:
-    try:
-        return weights_key(a) == weights_key(b)
-    except ValueError:  # a setting this machine cannot run: that lane's own build says why
-        return False
 
 
 def strategy_lanes(base: EngineConfig, strategies) -> Lanes:

@@ -14,9 +14,9 @@ import weakref
 from collections import Counter
 from dataclasses import dataclass
 
-from ..config import EngineConfig, dtype_choice, dtype_name
+from ..config import EngineConfig, dtype_choice, dtype_name, same_weights
 from ..cpu_share import CORES
-from ..device_memory import freeze_loaded_engine, release_freed_memory
+from ..device_memory import CUDA_CAPTURE_LOCK, frames_cleared, freeze_loaded_engine, release_freed_memory
 from ..disaggregated import build_engine
 from ..events import FinishedEvent, RequestEvent, StatusEvent, StepMessage, WaitsEvent
 from ..llm_engine import LLMEngine
@@ -201,11 +201,47 @@ class EngineWorker(threading.Thread):
         self.engine = None  # a stopped lane's memory (KV pool, weights if unshared) goes now
         release_freed_memory(dropped)
 
+    def _engine_for(self, cfg: EngineConfig) -> LLMEngine:
+        """A new engine for cfg, sharing the weights of a running engine that has them (this lane's old one
+        among them)."""
+        self._share = self.host.engine_on(cfg)
+        try:
+            return self._build(cfg)
+        finally:
+            self._share = None  # (the old engine's weights go with it, unless the new one shares them)
+
+    def _let_go_of_old(self, cfg: EngineConfig) -> None:
+        """The old engine (drained: nothing runs on it) gives its KV pools back before the new one is sized:
+        one pool per lane at any time, so on a GPU a lane's share is the same after (kv/sizing.py). Its weights
+        stay for the new engine to share; where they cannot serve it, they go too (the lane shows no engine
+        while the new one loads)."""
+        old = self.engine
+        if old is None:
+            return
+        old.close()
+        with CUDA_CAPTURE_LOCK:  # (its graphs must not be freed inside another lane's capture)
+            pools = old.release_kv()
+        if not same_weights(old.cfg, cfg):
+            self.engine = None
+        del old
+        release_freed_memory(lambda: next((p() for p in pools if p() is not None), None))
+
+    def _engine_again(self) -> LLMEngine | None:
+        """The old settings' engine built again after a reconfigure failed (None where that fails too: the
+        lane then says why, as one that failed to load)."""
+        try:
+            return self._engine_for(self.cfg)
+        except Exception as e:  # noqa: BLE001 - reported like a failed load
+            log.exception("engine %s: the old config failed to load again", self.lane)
+            self.load_error = frames_cleared(e)
+            return None
+
     def _build(self, cfg: EngineConfig) -> LLMEngine:
         with _BUILD_LOCK:  # model loading is not thread-safe (transformers initialises on the meta device)
             try:
                 engine = build_engine(cfg, progress=self.host.progress, clock=self.host.clock,
-                                      share_weights_with=self._share, on_warmup=self._warming)
+                                      share_weights_with=self._share, on_warmup=self._warming,
+                                      kv_lanes=self.host.kv_lanes(cfg))
             finally:
                 self.warming = None  # done, or failed part way
             self.roofline = engine_roofline(engine)  # under the lock: no other load disturbs a first measurement
@@ -395,31 +431,29 @@ class EngineWorker(threading.Thread):
         return True
 
     def _apply_pending(self) -> None:
-        """Build the engine for the pending settings (keeping the old one if that fails), then
-        admit the submissions that waited."""
+        """Build the engine for the pending settings on the memory the old one gave back, or, where that fails,
+        the old settings' engine again; then admit the submissions that waited."""
         cfg, self._pending_cfg = self._pending_cfg, None
-        error = dropped = None
+        had, counted = self.engine is not None, self.engine.step_count if self.engine is not None else 0
+        self._let_go_of_old(cfg)
+        error = None
         try:
-            self._share = self.host.engine_on(cfg)  # may be this lane's old engine: its weights are the same
-            counted = self.engine.step_count if self.engine is not None else 0
-            old, self.engine = self.engine, self._build(cfg)
-            if old is not None:
-                old.close()
-                dropped = weakref.ref(old)
-            del old  # its KV pool goes back to the system below
-            self.engine.step_count = counted  # the lane's iterations go on counting across a restart
+            new = self._engine_for(cfg)
+        except Exception as e:  # noqa: BLE001 - back to the old settings, tell everyone
+            log.exception("engine %s: new config failed; back to the old one", self.lane)
+            error = frames_cleared(e)  # (its frames held the failed engine and its pool)
+        if error is not None:
+            release_freed_memory()
+            new = self._engine_again() if had else None
+        if new is not None:
+            new.step_count = counted  # the lane's iterations go on counting across a restart
+        dropped = None if self.engine is None else weakref.ref(self.engine)
+        self.engine = new
+        if error is None:
             self.cfg, self.load_error = cfg, None
-        except Exception as e:  # noqa: BLE001 - keep the old engine, tell everyone
-            log.exception("engine %s: new config failed; keeping the old one", self.lane)
-            error = e
-            if self.engine is not None:
-                self.engine.draining = False
-            self._publish(StatusEvent(event="configure_failed", error=str(e)))
-        else:
-            self._publish(StatusEvent(event="restarted"))
-        finally:
-            self._share = None  # the old engine's last reference: its KV pool goes now
-        release_freed_memory(dropped)  # and back to the system (trimmed before this point it would stay)
+        self._publish(StatusEvent(event="restarted") if error is None else
+                      StatusEvent(event="configure_failed", error=str(error)))
+        release_freed_memory(dropped)  # the old engine's weights, where nothing shares them
         self.host.restarted(self, cfg, error)
         deferred, self._deferred = self._deferred, []
         for args in deferred:

@@ -33,7 +33,8 @@ def fit_of(svc) -> Fit:
     messages take on their model (a local lane's: a tokenizer of its own, not the engine's, which its
     thread uses)."""
     lens = [e["max_model_len"] for e in svc.status()["engines"].values() if e["max_model_len"]]
-    dirs = [w.engine.runner.model_dir for w in list(svc.workers.values()) if getattr(w, "engine", None) is not None]
+    engines = [getattr(w, "engine", None) for w in list(svc.workers.values())]  # (read once: a lane may drop it)
+    dirs = [e.runner.model_dir for e in engines if e is not None]
     return Fit(min(lens, default=2048), token_counter(str(dirs[0])) if dirs else None)
 
 

@@ -1,11 +1,15 @@
 """The KV pool sizing rule the engine and the benchmark's peers share."""
 from __future__ import annotations
 
+import gc
+
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.config import EngineConfig
-from engine.kv.pool import KVShape
-from engine.kv.sizing import num_kv_blocks
+from engine.kv.pool import KVPool, KVShape, live_pool_bytes
+from engine.kv.sizing import GPU_FREE_SHARE, gpu_share, num_kv_blocks
 
 SHAPE = KVShape(num_layers=2, kv_heads=2, head_dim=8)   # 2 x 2 x 2 x 8 x 4 bytes = 256 bytes per token
 CPU = torch.device("cpu")
@@ -33,3 +37,38 @@ def test_a_draft_models_pool_shares_the_budget():
     # speculative = "draft": the draft model's pool has as many blocks, so each block costs both
     draft = KVShape(num_layers=1, kv_heads=2, head_dim=8)   # 128 bytes per token
     assert num_kv_blocks(_cfg(kv_cache_memory_gb=1 / 1024), [SHAPE, draft], torch.float32, CPU) == 682
+
+
+@settings(max_examples=200, deadline=None)
+@given(free=st.integers(1 << 30, 1 << 38), lanes=st.integers(1, 6), rebuilds=st.lists(st.integers(0, 5), max_size=8))
+def test_lanes_on_one_gpu_take_equal_parts_however_they_are_built_again(free, lanes, rebuilds):
+    """Lanes built one after another on a GPU (each seeing what the ones before left free) each get
+    GPU_FREE_SHARE / lanes of what the pools may have; a lane built again after giving its pool back gets
+    the same; together they never take more than GPU_FREE_SHARE of it."""
+    pools: dict[int, float] = {}
+
+    def build(lane: int) -> None:
+        pools.pop(lane, None)  # (a reconfigure gives the old pool back first)
+        held = sum(pools.values())
+        pools[lane] = gpu_share(free - held, held, lanes)
+    for lane in [*range(lanes), *(r % lanes for r in rebuilds)]:
+        build(lane)
+    assert max(pools.values()) - min(pools.values()) < 1e-6 * free
+    assert sum(pools.values()) <= GPU_FREE_SHARE * free * (1 + 1e-9)
+    assert abs(pools[0] - GPU_FREE_SHARE * free / lanes) < 1e-6 * free
+
+
+def test_an_engine_alone_takes_its_share_of_what_is_free_as_before():
+    assert gpu_share(10e9, 0, 1) == GPU_FREE_SHARE * 10e9
+    # more lanes than there is room for (a lane's pool held elsewhere): never more than what is free allows
+    assert gpu_share(1e9, 9e9, 1) == GPU_FREE_SHARE * 1e9
+
+
+def test_live_pool_bytes_counts_the_pools_held_until_they_are_dropped():
+    gc.collect()  # (other tests' dropped pools, collected below otherwise)
+    before = live_pool_bytes(CPU)
+    pool = KVPool(SHAPE, 16, 4, torch.float32, CPU)
+    assert live_pool_bytes(CPU) - before == pool.nbytes == 16 * 4 * 256
+    del pool
+    gc.collect()
+    assert live_pool_bytes(CPU) == before

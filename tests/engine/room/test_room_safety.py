@@ -5,6 +5,7 @@ default is covered by the other service, socket and API tests, which run without
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import socket
@@ -361,6 +362,8 @@ def test_failed_configure_changes_nothing_and_next_configure_works(base, svc):
     svc.configure(model="/nonexistent/model/dir")
     wait_settled(svc)
     assert svc.cfg == before and svc.status()["config"]["model"] == before.model
+    # the old settings' engines, built again, serve
+    assert all(h.result(30).finish_reason == "length" for h in svc.submit([5] * 4, greedy(3)))
     models = httpx.get(f"http://{base}/v1/models", headers={"Authorization": f"Bearer {TOKEN}"}).json()
     assert models["data"][0]["id"] == before.model
     svc.configure(max_num_seqs=4)
@@ -393,6 +396,106 @@ def test_a_reconfigure_gives_the_old_pools_memory_back(tiny_model_dirs):
             s.configure(block_size=block_size, num_kv_blocks=32_768 * 4 // block_size)
             wait_settled(s)
         assert _rss_mb() - before < 40, "a reconfigure kept an old KV pool's memory"
+    finally:
+        s.stop()
+
+
+def test_a_reconfigure_builds_each_lane_on_the_memory_its_old_pool_gave_back(tiny_model_dirs, monkeypatch):
+    """A lane's old KV pool is gone before its new one is made (on a GPU the new one is sized on what is
+    free, kv/sizing.py): at no point does a lane hold two, and the lanes' count reaches the sizing."""
+    from engine.kv import pool as pool_module, sizing
+    made, asked = [], []
+    real_init, real_budget = pool_module.KVPool.__init__, sizing.kv_budget_bytes
+
+    def init(pool, *a, **kw):
+        made.append(pool_module.live_pool_bytes("cpu"))  # what is held as this one is made
+        real_init(pool, *a, **kw)
+
+    def budget(cfg, device, lanes=1):
+        asked.append(lanes)
+        return real_budget(cfg, device, lanes)
+    monkeypatch.setattr(pool_module.KVPool, "__init__", init)
+    monkeypatch.setattr(sizing, "kv_budget_bytes", budget)
+    s = make_service(tiny_model_dirs["llama"], num_kv_blocks=None, kv_cache_memory_gb=0.05)
+    try:
+        one = s.workers["dynamic"].engine.runner.pool.nbytes
+        others = pool_module.live_pool_bytes("cpu") - 2 * one  # (other tests' services)
+        made.clear()
+        s.configure(max_num_seqs=4)
+        wait_settled(s)
+        held = max(made) - others
+        assert len(made) == 2 and held <= one, f"held {held} bytes of pools as one was made; one is {one}"
+        assert asked and set(asked) == {2}, "the two lanes share the device's memory"
+        assert all(h.result(30).finish_reason == "length" for h in s.submit([5] * 4, greedy(3)))
+    finally:
+        s.stop()
+
+
+def test_a_build_that_fails_after_making_its_pool_lets_go_of_it_before_the_old_settings_load(tiny_model_dirs,
+                                                                                             monkeypatch):
+    """A host pool larger than the machine's memory is refused after the new engine made its KV pool: that pool (held
+    by the error's frames) is gone before the old settings' engine is sized and made."""
+    from engine.kv import pool as pool_module
+    made, real_init = [], pool_module.KVPool.__init__
+
+    def init(pool, *a, **kw):
+        made.append((kw.get("device", a[-1] if a else None), pool_module.live_pool_bytes("cpu")))
+        real_init(pool, *a, **kw)
+    s = make_service(tiny_model_dirs["llama"], strategies=("continuous",), num_kv_blocks=None,
+                     kv_cache_memory_gb=0.05)
+    try:
+        one = s.workers["continuous"].engine.runner.pool.nbytes
+        others = pool_module.live_pool_bytes("cpu") - one
+        monkeypatch.setattr(pool_module.KVPool, "__init__", init)
+        with contextlib.suppress(ValueError):
+            s.configure(preemption_mode="swap", swap_space_gb=1024)  # (more than this machine has)
+        wait_settled(s)
+        assert len(made) == 2, made  # the new engine's pool (its host pool refused), then the old settings'
+        assert made[1][1] - others == 0, "the failed engine's pool was still held"
+        assert s.cfg.preemption_mode != "swap"
+        assert all(h.result(30).finish_reason == "length" for h in s.submit([5] * 4, greedy(3)))
+    finally:
+        s.stop()
+
+
+def test_weights_the_new_settings_cannot_share_are_gone_before_the_new_engine_loads(tiny_model_dirs, monkeypatch):
+    from engine.kv import pool as pool_module
+    s = make_service(tiny_model_dirs["llama"], strategies=("continuous",))
+    try:
+        old_model = weakref.ref(s.workers["continuous"].engine.runner.model)
+        alive_then, real_init = [], pool_module.KVPool.__init__
+
+        def init(pool, *a, **kw):
+            gc.collect()  # (only what is still referenced survives)
+            alive_then.append(old_model() is not None)
+            real_init(pool, *a, **kw)
+        monkeypatch.setattr(pool_module.KVPool, "__init__", init)
+        s.configure(dtype="bfloat16")
+        wait_settled(s)
+        assert alive_then == [False], "the old weights were still loaded as the new engine was made"
+        assert all(h.result(30).finish_reason == "length" for h in s.submit([5] * 4, greedy(3)))
+    finally:
+        s.stop()
+
+
+def test_a_lane_whose_old_settings_fail_to_load_again_says_so_and_a_later_change_recovers_it(tiny_model_dirs,
+                                                                                          monkeypatch):
+    from engine.serving import worker as worker_module
+    s = make_service(tiny_model_dirs["llama"], strategies=("continuous",))
+    try:
+        real = worker_module.build_engine
+        monkeypatch.setattr(worker_module, "build_engine", lambda *a, **kw: (_ for _ in ()).throw(OSError("disk gone")))
+        with contextlib.suppress(ValueError):  # (said at once where the lane failed before the call returned)
+            s.configure(max_num_seqs=4)
+        with pytest.raises(OSError, match="disk gone"):  # (a lane that failed to load says so)
+            wait_settled(s)
+        status = s.status()["engines"]["continuous"]
+        assert not status["ready"] and "disk gone" in status["error"] and s.cfg.max_num_seqs == 8
+        monkeypatch.setattr(worker_module, "build_engine", real)
+        s.configure(max_num_seqs=4)
+        wait_settled(s)
+        assert s.status()["engines"]["continuous"]["ready"] and s.cfg.max_num_seqs == 4
+        assert all(h.result(30).finish_reason == "length" for h in s.submit([5] * 4, greedy(3)))
     finally:
         s.stop()
 
