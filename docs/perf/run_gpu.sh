@@ -42,7 +42,8 @@ DEADLINE_S=${DEADLINE_S:-530} PACK_S=${PACK_S:-10} PARTS=${PARTS:-check floor pr
 COMPILE=${COMPILE:-on off} BASE=${BASE:-} OVERLAP=${OVERLAP:-on,off} NANO_OVERLAP=${NANO_OVERLAP:-on}
 TESTS=${TESTS:-tests/engine/model/test_triton_attention.py tests/engine/test_attention_choice.py tests/engine/test_bf16_near_greedy.py \
 tests/engine/model/test_sampler.py tests/engine/model/test_host_ints.py tests/engine/model/test_packed_linear.py \
-tests/engine/bench/test_decode_floor.py tests/engine/bench/test_step_profile.py tests/engine/test_overlap.py}
+tests/engine/bench/test_decode_floor.py tests/engine/bench/test_step_profile.py tests/engine/test_overlap.py \
+tests/engine/kv/test_kv_sizing.py}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 mkdir -p "$OUT"
 OUT_ABS=$(cd "$OUT" && pwd)  # (a part that runs in another tree writes here)

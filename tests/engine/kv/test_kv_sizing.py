@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gc
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -72,3 +73,22 @@ def test_live_pool_bytes_counts_the_pools_held_until_they_are_dropped():
     del pool
     gc.collect()
     assert live_pool_bytes(CPU) == before
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: a GPU's free memory is what is shared")
+def test_two_lanes_on_a_gpu_get_the_same_pool_and_keep_it_across_a_reconfigure(tiny_model_dirs):
+    """The service's lanes on one GPU, sized by default: equal pools whichever loaded first, the same after a
+    settings change rebuilds them (docs/perf/run_gpu.sh check runs this)."""
+    from service_helpers import make_service, wait_settled
+    svc = make_service(tiny_model_dirs["llama"], device="cuda", dtype="bfloat16", num_kv_blocks=None,
+                       block_size=128, cuda_graphs=False, warmup=False)  # (32 KiB blocks: about a million a lane)
+    try:
+        before = [w.engine.cache.num_blocks for w in svc.workers.values()]
+        svc.configure(max_num_seqs=4)
+        wait_settled(svc)
+        after = [w.engine.cache.num_blocks for w in svc.workers.values()]
+        assert max(before) - min(before) <= 0.01 * max(before), before
+        assert max(after) - min(after) <= 0.01 * max(after) and abs(after[0] - before[0]) <= 0.02 * before[0], \
+            (before, after)
+    finally:
+        svc.stop()
