@@ -97,7 +97,7 @@ class EngineService:
         """Seconds since the service started: the time axis every engine and view shares."""
         return time.perf_counter() - self._t0
 
-    def _new_worker(self, lane: str, cfg: LaneConfig) -> LaneWorker:
+    def _new_worker(self, lane: str, cfg: LaneConfig, after: tuple[EngineWorker, ...] = ()) -> LaneWorker:
         if cfg.is_remote:
             w = RemoteWorker(self.host, lane, cfg)
             w.start()
@@ -107,7 +107,7 @@ class EngineService:
         share = self.engine_on(cfg)
         loading = None if share is not None else next(
             (w for w in self.workers.values() if isinstance(w.cfg, EngineConfig) and same_weights(w.cfg, cfg)), None)
-        w = EngineWorker(self.host, lane, cfg, share=share, weights_from=loading)
+        w = EngineWorker(self.host, lane, cfg, share=share, weights_from=loading, after=after)
         w.start()
         return w
 
@@ -345,9 +345,10 @@ class EngineService:
         self._target = (base, lanes)
         self._changes += 1
         workers = dict(self.workers)
+        leaving = tuple(w for name, w in workers.items() if name not in lanes and isinstance(w, EngineWorker))
         for name, c in lanes.items():  # new lanes first: they may share the weights of lanes going away
-            if name not in workers:
-                workers[name] = self._new_worker(name, c)
+            if name not in workers:  # (sized once those have let go of their KV)
+                workers[name] = self._new_worker(name, c, after=leaving)
                 if not c.is_remote:  # settled once it has loaded (_restarted)
                     self._configuring.add(name)
         for name, w in list(workers.items()):

@@ -28,6 +28,7 @@ from .lane_host import LaneHost
 log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.5      # nothing to do: wake up at least this often
 POLL_WAIT_S = 0.01     # waiting requests but nothing schedulable (a static batch filling up)
+AFTER_WAIT_S = 30.0    # a new lane waits at most this long for the lanes it replaces to let go of their KV
 _BUILD_LOCK = threading.Lock()
 
 
@@ -50,12 +51,14 @@ def _hold_back(params) -> int:
 
 class EngineWorker(threading.Thread):
     def __init__(self, host: LaneHost, lane: str, cfg: EngineConfig, share: LLMEngine | None = None,
-                 weights_from: EngineWorker | None = None):
+                 weights_from: EngineWorker | None = None, after: tuple[EngineWorker, ...] = ()):
         """share: an engine whose loaded weights this one reuses; weights_from: a worker still loading
-        them, whose engine's weights this one reuses once it has loaded."""
+        them, whose engine's weights this one reuses once it has loaded; after: stopping workers whose KV
+        pools go before this one's is sized (lanes it replaces on the screen)."""
         super().__init__(daemon=True, name=f"inflight-{lane}")
         self.host, self.lane, self.cfg = host, lane, cfg
-        self._weights_from = weights_from
+        self._weights_from, self._after = weights_from, after
+        self.kv_released = threading.Event()  # set once this lane has stopped and let go of its KV pools
         self._share: LLMEngine | None = share
         self.engine: LLMEngine | None = None
         self.handles: dict[int, RequestHandle] = {}
@@ -160,8 +163,12 @@ class EngineWorker(threading.Thread):
             self._serve()
         finally:
             CORES.resting(self)  # even if the thread dies: its share and its helper go with it
+            self.kv_released.set()
 
     def _serve(self) -> None:
+        for w in self._after:  # (they end their requests at once: a step's time at most)
+            w.kv_released.wait(AFTER_WAIT_S)
+        self._after = ()
         try:
             if self._share is None and self._weights_from is not None:
                 self._weights_from._ready.wait()
@@ -197,9 +204,12 @@ class EngineWorker(threading.Thread):
         dropped = None
         if self.engine is not None:
             self.engine.close()
+            with CUDA_CAPTURE_LOCK:  # (a lane that shares its weights holds the engine: not its pools)
+                self.engine.release_kv()
             dropped = weakref.ref(self.engine)
         self.engine = None  # a stopped lane's memory (KV pool, weights if unshared) goes now
         release_freed_memory(dropped)
+        self.kv_released.set()
 
     def _engine_for(self, cfg: EngineConfig) -> LLMEngine:
         """A new engine for cfg, sharing the weights of a running engine that has them (this lane's old one
@@ -433,7 +443,7 @@ class EngineWorker(threading.Thread):
     def _apply_pending(self) -> None:
         """Build the engine for the pending settings on the memory the old one gave back, or, where that fails,
         the old settings' engine again; then admit the submissions that waited."""
-        cfg, self._pending_cfg = self._pending_cfg, None
+        cfg = self._pending_cfg  # (cleared once the lane runs an engine again: status says reconfiguring)
         had, counted = self.engine is not None, self.engine.step_count if self.engine is not None else 0
         self._let_go_of_old(cfg)
         error = None
@@ -454,6 +464,7 @@ class EngineWorker(threading.Thread):
         self._publish(StatusEvent(event="restarted") if error is None else
                       StatusEvent(event="configure_failed", error=str(error)))
         release_freed_memory(dropped)  # the old engine's weights, where nothing shares them
+        self._pending_cfg = None
         self.host.restarted(self, cfg, error)
         deferred, self._deferred = self._deferred, []
         for args in deferred:

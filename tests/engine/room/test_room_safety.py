@@ -431,6 +431,29 @@ def test_a_reconfigure_builds_each_lane_on_the_memory_its_old_pool_gave_back(tin
         s.stop()
 
 
+def test_lanes_that_replace_others_are_sized_once_those_let_go_of_their_pools(tiny_model_dirs, monkeypatch):
+    """A scenario's lanes replace the ones on the screen (set_lanes): each new lane's pool is made once the
+    lanes it replaces have let go of theirs, though it shares their weights (on a GPU it is sized then)."""
+    from engine.kv import pool as pool_module
+    s = make_service(tiny_model_dirs["llama"], num_kv_blocks=None, kv_cache_memory_gb=0.05)
+    try:
+        one = s.workers["dynamic"].engine.runner.pool.nbytes
+        gc.collect()
+        others = pool_module.live_pool_bytes("cpu") - 2 * one
+        made, real_init = [], pool_module.KVPool.__init__
+
+        def init(pool, *a, **kw):
+            made.append(pool_module.live_pool_bytes("cpu") - others)
+            real_init(pool, *a, **kw)
+        monkeypatch.setattr(pool_module.KVPool, "__init__", init)
+        s.set_lanes({"fcfs": {"strategy": "continuous"}, "sjf": {"strategy": "continuous", "scheduling_policy": "sjf"}})
+        wait_settled(s)
+        assert sorted(made) == [0, one], f"held {made} bytes of pools as the new ones were made; one is {one}"
+        assert all(h.result(30).finish_reason == "length" for h in s.submit([5] * 4, greedy(3)))
+    finally:
+        s.stop()
+
+
 def test_a_build_that_fails_after_making_its_pool_lets_go_of_it_before_the_old_settings_load(tiny_model_dirs,
                                                                                              monkeypatch):
     """A host pool larger than the machine's memory is refused after the new engine made its KV pool: that pool (held
@@ -445,6 +468,7 @@ def test_a_build_that_fails_after_making_its_pool_lets_go_of_it_before_the_old_s
                      kv_cache_memory_gb=0.05)
     try:
         one = s.workers["continuous"].engine.runner.pool.nbytes
+        gc.collect()  # (other tests' dropped pools)
         others = pool_module.live_pool_bytes("cpu") - one
         monkeypatch.setattr(pool_module.KVPool, "__init__", init)
         with contextlib.suppress(ValueError):
@@ -468,11 +492,15 @@ def test_weights_the_new_settings_cannot_share_are_gone_before_the_new_engine_lo
         def init(pool, *a, **kw):
             gc.collect()  # (only what is still referenced survives)
             alive_then.append(old_model() is not None)
+            status.append(s.workers["continuous"].status())  # what the page shows meanwhile
             real_init(pool, *a, **kw)
+        status = []
         monkeypatch.setattr(pool_module.KVPool, "__init__", init)
         s.configure(dtype="bfloat16")
         wait_settled(s)
         assert alive_then == [False], "the old weights were still loaded as the new engine was made"
+        assert status[0]["reconfiguring"] and status[0]["kv_blocks"] is None  # (no engine while it loads)
+        assert not s.workers["continuous"].status()["reconfiguring"]
         assert all(h.result(30).finish_reason == "length" for h in s.submit([5] * 4, greedy(3)))
     finally:
         s.stop()
