@@ -102,14 +102,17 @@ _LIBC = _libc()
 
 
 def check_kv_fits(nbytes: int, device: torch.device, what: str = "the KV pool",
-                  fix: str = "lower kv_cache_memory_gb or num_kv_blocks") -> None:
-    """Raise ValueError if a KV pool of nbytes would not fit in USABLE_SHARE of the free memory; the
-    message starts with `what` and ends with `fix` (the settings that size that pool)."""
+                  fix: str = "lower kv_cache_memory_gb or num_kv_blocks", reclaimed: int = 0) -> None:
+    """Raise ValueError if a KV pool of nbytes would not fit in USABLE_SHARE of the free memory (and of
+    `reclaimed` bytes, a pool given back before this one is made); the message starts with `what` and ends
+    with `fix` (the settings that size that pool)."""
     free = free_bytes(device)
     if free is None:
         return
+    free += reclaimed
     bound = int(free * USABLE_SHARE)
     if nbytes > bound:
+        given_back = f", the lane's {reclaimed / GiB:.2f} GiB pool given back" if reclaimed else ""
         raise ValueError(
             f"{what} would take {nbytes / GiB:.2f} GiB, but at most {bound / GiB:.2f} GiB can be used on "
-            f"{device.type} ({USABLE_SHARE:.0%} of the {free / GiB:.2f} GiB free now); {fix}")
+            f"{device.type} ({USABLE_SHARE:.0%} of the {free / GiB:.2f} GiB free now{given_back}); {fix}")

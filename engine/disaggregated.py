@@ -363,6 +363,10 @@ class DisaggregatedEngine(ReadsOutputs):
             half.stalled = False
         return ended
 
+    @property
+    def kv_pool_bytes(self) -> int:
+        return sum(engine.kv_pool_bytes for engine in self.halves)
+
     def release_kv(self) -> list:
         """Both halves' KV pools let go, their weights kept (LLMEngine.release_kv); after close."""
         return [pool for engine in self.halves for pool in engine.release_kv()]

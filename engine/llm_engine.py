@@ -408,6 +408,11 @@ class LLMEngine(ReadsOutputs):
     def close(self) -> None:
         """Nothing to stop: this engine steps on its caller's thread (a DisaggregatedEngine has two of its own)."""
 
+    @property
+    def kv_pool_bytes(self) -> int:
+        """Bytes of the KV pools this engine holds on its device (none once released)."""
+        return sum(p.nbytes for p in self._device_pools() if p is not None)
+
     def release_kv(self) -> list[weakref.ref]:
         """Let go of the KV pools (the model's, a draft model's, swap's host pools) and the draft model, and
         keep the weights, for an engine built to share them (a lane's reconfigure: the new engine is sized on

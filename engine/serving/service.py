@@ -338,10 +338,10 @@ class EngineService:
         settings and then takes the requests that queued meanwhile: nothing is lost. The committed
         settings change once every engine runs the new ones; if one fails to start with them,
         every engine keeps (or returns to) the committed ones, which never show the failed ones."""
-        for name, c in lanes.items():  # each pool that will be built must fit what is free now
-            w = self.workers.get(name)
+        for name, c in lanes.items():  # each pool that will be built must fit what is free now (and its
+            w = self.workers.get(name)   # lane's old pool, given back first)
             if getattr(c, "kv_cache_memory_gb", None) is not None and (w is None or w.cfg != c):
-                check_kv_fits(int(c.kv_cache_memory_gb * GiB), resolve_device(c.device))
+                check_kv_fits(int(c.kv_cache_memory_gb * GiB), resolve_device(c.device), reclaimed=_pool_bytes(w, c))
         self._target = (base, lanes)
         self._changes += 1
         workers = dict(self.workers)
@@ -503,6 +503,14 @@ class EngineService:
         they take equal parts of its memory (kv/sizing.py)."""
         device = _device_of(cfg)
         return max(1, sum(1 for c in self._target[1].values() if not c.is_remote and _device_of(c) == device))
+
+
+def _pool_bytes(w, cfg: EngineConfig) -> int:
+    """The KV pools a lane's running engine holds on cfg's device (0 for none, or for a remote lane)."""
+    engine = getattr(w, "engine", None)
+    if engine is None or _device_of(engine.cfg) != _device_of(cfg):
+        return 0
+    return engine.kv_pool_bytes
 
 
 def _device_of(cfg: EngineConfig) -> str | None:

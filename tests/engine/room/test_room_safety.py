@@ -454,6 +454,28 @@ def test_lanes_that_replace_others_are_sized_once_those_let_go_of_their_pools(ti
         s.stop()
 
 
+def test_a_lane_may_grow_its_pool_into_the_memory_its_old_pool_gives_back(tiny_model_dirs, monkeypatch):
+    """An explicit kv_cache_memory_gb is checked against what is free and the lane's own pool, given back
+    before the new one is made: on a device of C bytes where the old pool and the new one do not fit at once,
+    the change is taken and runs; one larger than C is refused, naming both numbers."""
+    from engine import device_memory
+    from engine.kv import pool as pool_module
+    s = make_service(tiny_model_dirs["llama"], strategies=("continuous",), num_kv_blocks=None,
+                     kv_cache_memory_gb=0.05)
+    try:
+        gc.collect()
+        capacity = pool_module.live_pool_bytes("cpu") + int(0.06 * device_memory.GiB)  # (the pools' only)
+        monkeypatch.setattr(device_memory, "free_bytes", lambda device: capacity - pool_module.live_pool_bytes("cpu"))
+        s.configure(kv_cache_memory_gb=0.08)  # 0.8 x (0.06 + 0.05 given back) GiB: it fits; with 0.05 held, not
+        wait_settled(s)
+        assert s.workers["continuous"].engine.kv_pool_bytes > 0.07 * device_memory.GiB  # (it grew from 0.05)
+        assert all(h.result(30).finish_reason == "length" for h in s.submit([5] * 4, greedy(3)))
+        with pytest.raises(ValueError, match=r"given back\); lower kv_cache_memory_gb"):
+            s.configure(kv_cache_memory_gb=0.2)
+    finally:
+        s.stop()
+
+
 def test_a_build_that_fails_after_making_its_pool_lets_go_of_it_before_the_old_settings_load(tiny_model_dirs,
                                                                                              monkeypatch):
     """A host pool larger than the machine's memory is refused after the new engine made its KV pool: that pool (held
