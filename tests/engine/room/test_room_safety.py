@@ -448,7 +448,9 @@ def test_lanes_that_replace_others_are_sized_once_those_let_go_of_their_pools(ti
         monkeypatch.setattr(pool_module.KVPool, "__init__", init)
         s.set_lanes({"fcfs": {"strategy": "continuous"}, "sjf": {"strategy": "continuous", "scheduling_policy": "sjf"}})
         wait_settled(s)
-        assert sorted(made) == [0, one], f"held {made} bytes of pools as the new ones were made; one is {one}"
+        # (at most: a pool an earlier test dropped may be collected meanwhile, and `others` then shrinks)
+        first, second = sorted(made)
+        assert first <= 0 and second <= one, f"held {made} bytes of pools as the new ones were made; one is {one}"
         assert all(h.result(30).finish_reason == "length" for h in s.submit([5] * 4, greedy(3)))
     finally:
         s.stop()
@@ -497,7 +499,7 @@ def test_a_build_that_fails_after_making_its_pool_lets_go_of_it_before_the_old_s
             s.configure(preemption_mode="swap", swap_space_gb=1024)  # (more than this machine has)
         wait_settled(s)
         assert len(made) == 2, made  # the new engine's pool (its host pool refused), then the old settings'
-        assert made[1][1] - others == 0, "the failed engine's pool was still held"
+        assert made[1][1] - others <= 0, "the failed engine's pool was still held"  # (<: others collected)
         assert s.cfg.preemption_mode != "swap"
         assert all(h.result(30).finish_reason == "length" for h in s.submit([5] * 4, greedy(3)))
     finally:
