@@ -19,6 +19,14 @@ GiB = 1 << 30
 USABLE_SHARE = 0.8  # of what is free: the rest is left for activations, the tokenizer, the browser...
 
 
+def device_name(device: torch.device) -> str:
+    """A device by name, cuda as cuda:N (the current device where no index is given): equal names, one device."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return str(device)
+
+
 def free_bytes(device: torch.device) -> int | None:
     """Memory free on the device now (CPU: MemAvailable), or None where it cannot be read."""
     if device.type == "cuda":

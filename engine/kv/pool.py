@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..device_memory import check_kv_fits
+from ..device_memory import check_kv_fits, device_name
 
 
 @dataclass(frozen=True)
@@ -59,15 +59,7 @@ _LIVE_LOCK = threading.Lock()  # (pools are made in several threads: a set must 
 
 def live_pool_bytes(device: torch.device) -> int:
     """Bytes of the KV pools this process holds on `device` (every engine's, a lane's or not)."""
-    device = torch.device(device)
+    name = device_name(device)
     with _LIVE_LOCK:
         pools = list(_LIVE)
-    return sum(p.nbytes for p in pools if p.k and _same_device(p.k[0].device, device))
-
-
-def _same_device(a: torch.device, b: torch.device) -> bool:
-    """cuda and cuda:0 are one device where the current one is 0."""
-    if a.type != b.type:
-        return False
-    current = torch.cuda.current_device() if a.type == "cuda" else 0
-    return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
+    return sum(p.nbytes for p in pools if p.k and device_name(p.k[0].device) == name)

@@ -15,7 +15,7 @@ import threading
 import time
 
 from ..config import STRATEGIES, EngineConfig, resolve_device, same_weights
-from ..device_memory import GiB, check_kv_fits
+from ..device_memory import GiB, check_kv_fits, device_name
 from ..event_hub import EventHub
 from ..events import PAUSED, RESUMED, RUN_STARTED, LanesEvent, StatusEvent
 from ..request import SamplingParams, check_priority_tenant
@@ -514,15 +514,11 @@ def _pool_bytes(w, cfg: EngineConfig) -> int:
 
 
 def _device_of(cfg: EngineConfig) -> str | None:
-    """The device a config's engine runs on, by name (cuda as cuda:N), or None where it cannot run here."""
+    """The device a config's engine runs on, by name (device_name), or None where it cannot run here."""
     try:
-        device = resolve_device(cfg.device)
+        return device_name(resolve_device(cfg.device))
     except (ValueError, RuntimeError):  # (torch.device's own refusal is a RuntimeError)
         return None
-    if device.type == "cuda" and device.index is None:
-        import torch
-        device = torch.device("cuda", torch.cuda.current_device())
-    return str(device)
 
 
 def lane_dict(cfg: LaneConfig) -> dict:

@@ -203,9 +203,7 @@ class EngineWorker(threading.Thread):
         self._abort_all(self._stop_reason)
         dropped = None
         if self.engine is not None:
-            self.engine.close()
-            with CUDA_CAPTURE_LOCK:  # (a lane that shares its weights holds the engine: not its pools)
-                self.engine.release_kv()
+            _release_kv(self.engine)  # (a lane that shares its weights may hold the engine: not its pools)
             dropped = weakref.ref(self.engine)
         self.engine = None  # a stopped lane's memory (KV pool, weights if unshared) goes now
         release_freed_memory(dropped)
@@ -228,9 +226,7 @@ class EngineWorker(threading.Thread):
         old = self.engine
         if old is None:
             return
-        old.close()
-        with CUDA_CAPTURE_LOCK:  # (its graphs must not be freed inside another lane's capture)
-            pools = old.release_kv()
+        pools = _release_kv(old)
         if not same_weights(old.cfg, cfg):
             self.engine = None
         del old
@@ -469,3 +465,10 @@ class EngineWorker(threading.Thread):
         deferred, self._deferred = self._deferred, []
         for args in deferred:
             self._add(*args)
+
+
+def _release_kv(engine: LLMEngine) -> list[weakref.ref]:
+    """A drained engine closed and its KV pools let go (LLMEngine.release_kv): weak references to them."""
+    engine.close()
+    with CUDA_CAPTURE_LOCK:  # (its graphs must not be freed inside another lane's capture)
+        return engine.release_kv()
