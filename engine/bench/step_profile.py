@@ -22,9 +22,9 @@ torch.profiler inflates small operators: --no-ops times the same steps by wall c
 split by operator, and on a GPU no busy time). The timed steps follow --warm-steps untimed ones (16): a batch's
 first decode steps run cold, CPython specializing the step's bytecode only after it ran a few times (PEP 659),
 and the first step of a batch builds its inputs where later ones write into them. With a tiny model on a 2-core
-AMD EPYC, one row's host time fell from 594 us at the first step to 85-100 us by the tenth. Block boundaries
-(a step whose position starts a block: every 16th with the default block size) cost about twice a step's host:
---steps 64 averages them in.
+AMD EPYC, one row's host time fell from 351-392 us at the first step to 89-105 us by the tenth (--per-step prints
+each timed step's: --warm-steps 0 --steps 40, two runs). Block boundaries (a step whose position starts a block:
+every 16th with the default block size) cost about twice a step's host, 198-207 us: --steps 64 averages them in.
 
 On a GPU the phases are host time (a kernel launch returns at once; the step waits for the GPU
 where it reads its sampled tokens back, which counts as sampling), and `gpu busy` is the time the
@@ -152,7 +152,11 @@ def profile_point(eng: LLMEngine, contexts: list[int], steps: int, ops: bool = T
     with PhaseTimer(eng, labels=trace is not None) as timer, \
             (profile(activities=activities) if ops else contextlib.nullcontext()) as prof:
         t0 = time.perf_counter()
-        events = [eng.step() for _ in range(steps)]
+        events, each_us = [], []
+        for _ in range(steps):  # (each step's own host time too: the step less its forward call)
+            s0, f0 = time.perf_counter(), timer.total["forward"]
+            events.append(eng.step())
+            each_us.append(1e6 * (time.perf_counter() - s0 - (timer.total["forward"] - f0)))
         wall = time.perf_counter() - t0  # before the profiler's own processing at exit
     if trace is not None:  # (torch gzips a path that ends in .gz)
         trace.parent.mkdir(parents=True, exist_ok=True)
@@ -165,7 +169,7 @@ def profile_point(eng: LLMEngine, contexts: list[int], steps: int, ops: bool = T
     return {"batch": len(contexts), "context": max(contexts), "steps": steps, "warm_steps": warm,
             "step_ms": 1e3 * wall / steps,
             "gpu_busy_ms": 1e3 * gpu_s / steps, "host_ms": 1e3 * host_s / steps,
-            "host_us_per_row": 1e6 * host_s / steps / len(contexts),
+            "host_us_per_row": 1e6 * host_s / steps / len(contexts), "host_us_each_step": each_us,
             "phases_ms": {k: 1e3 * v / steps for k, v in timer.phases().items()},
             "forward_ms": {k: 1e3 * v / steps for k, v in _op_groups(prof, forward_s).items()} if ops else {},
             **wire_sizes(events)}
@@ -240,6 +244,8 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warm-steps", type=int, default=16,
                     help="untimed decode steps first (0: time the batch's first steps, which run cold)")
+    ap.add_argument("--per-step", action="store_true",
+                    help="also print each timed step's host time, in us (the step less its forward call)")
     ap.add_argument("--mixed", action="store_true",
                     help=f"one row of each context beside {MIXED_SHORT}-token rows, decode rows grouped by "
                          "length and padded to the longest, side by side")
@@ -291,6 +297,10 @@ def main(argv=None) -> None:
         del eng
         collect_dropped(dropped)  # (frozen with everything else: walked again only if cycles still hold it)
     print(render(rows, torch.get_num_threads()))
+    if args.per_step:
+        for r in rows:
+            print(f"batch {r['batch']}, context {r['context']}: host us of each step after {r['warm_steps']} warm:",
+                  " ".join(f"{us:.0f}" for us in r["host_us_each_step"]))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"threads": torch.get_num_threads(), "rows": rows}, f, indent=1)

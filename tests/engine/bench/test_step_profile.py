@@ -35,6 +35,17 @@ def test_wall_clock_mode_times_the_same_steps_without_the_profiler(tiny_llama_di
     assert r["forward_ms"] == {} and 0 < r["host_ms"] < r["step_ms"]
     text = capsys.readouterr().out
     assert "wall clock, no profiler" in text and "host/row us" in text and "fwd:" not in text
+    # each step's host time: the steps' mean is the row's host time
+    each = r["host_us_each_step"]
+    assert len(each) == 3 and abs(sum(each) / 3e3 - r["host_ms"]) < 0.05 * r["host_ms"]
+
+
+def test_per_step_prints_each_timed_steps_host_time(tiny_llama_dir, capsys):
+    step_profile.main(["--model", str(tiny_llama_dir), "--batches", "2", "--contexts", "12", "--steps", "4",
+                       "--warm-steps", "0", "--no-ops", "--per-step"])
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    head, values = line.rsplit(":", 1)
+    assert head == "batch 2, context 12: host us of each step after 0 warm" and len(values.split()) == 4
 
 
 def test_a_temperature_and_top_p_make_the_profiled_rows_sample(tiny_llama_dir, monkeypatch):
